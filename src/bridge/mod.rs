@@ -1,0 +1,3 @@
+//! Bridges to other tools' data: Zephyr `perf printbuf` dumps.
+
+pub mod zephyr;

@@ -1,0 +1,1 @@
+//! Zephyr `perf printbuf` import.

@@ -1,0 +1,16 @@
+//! fgtrace: a function-graph tracer and stack sampler for Rust.
+//!
+//! Data flows one way: `#[traced]` probes ([`probe`]) push and pop a per-thread
+//! shadow stack and write fixed-size call records into per-thread buffers
+//! ([`buffer`]); the [`collector`] gathers them into a [`Trace`], which is
+//! saved and loaded in the fgtrace file format ([`trace::format`]) and rendered
+//! by the [`view`]s. The sampler joins at the `Trace`: same clock, same threads.
+
+pub mod clock;
+pub mod trace;
+
+#[cfg(feature = "symbolize")]
+pub mod bridge;
+pub mod sampler;
+
+pub use trace::{Call, Event, Trace, TraceMeta};

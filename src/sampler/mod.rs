@@ -1,0 +1,3 @@
+//! Stack sampling: frame-pointer unwinding over raw stack memory.
+
+pub mod unwind;

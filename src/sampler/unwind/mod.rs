@@ -1,0 +1,1 @@
+//! Frame-pointer unwinders, one per architecture.

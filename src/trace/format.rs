@@ -1,0 +1,620 @@
+//! The fgtrace file format (version 1): streaming write and read, with errors
+//! that name the byte offset of the damage.
+//!
+//! ```text
+//! "FGTRACE\0"  u32le version  u32le meta_len  meta (JSON)  u32le crc32(meta)
+//! chunk*       kind=1 u8, thread varint, count varint, first_ns varint,
+//!              payload_len varint, u32le crc32(payload), payload
+//! end          kind=0xFF u8, chunk_count varint, "END!"
+//! ```
+//!
+//! A chunk holds up to [`CHUNK_EVENTS`] events of one thread. Each event starts
+//! with a header varint `zigzag(depth - prev_depth) << 5 | flags << 2 | kind`,
+//! then, all varints, times delta-coded against the previous event of the chunk:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | 0 call | site, zigzag(start - prev_start), dur |
+//! | 1 future | site, zigzag(start - prev_start), dur, polls (flag bit 0 = cancelled) |
+//! | 2 lost | zigzag(at - prev_start), count, loss kind |
+//! | 3 sample | zigzag(ts - prev_start), shadow depth, n, frame0, zigzag(frame_i - frame_{i-1})... |
+//!
+//! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
+//! so a reader can stop at a damaged chunk and keep everything before it.
+
+use super::{Call, Event, FutureSpan, LossKind, Lost, Sample, TraceMeta};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+pub const MAGIC: &[u8; 8] = b"FGTRACE\0";
+pub const VERSION: u32 = 1;
+/// Events per chunk: bounds the memory a streaming reader needs.
+pub const CHUNK_EVENTS: usize = 8192;
+const KIND_EVENTS: u8 = 1;
+const KIND_END: u8 = 0xFF;
+const END_MARK: &[u8; 4] = b"END!";
+const MAX_META: u32 = 256 << 20;
+const MAX_PAYLOAD: u64 = 64 << 20;
+
+const EV_CALL: u64 = 0;
+const EV_FUTURE: u64 = 1;
+const EV_LOST: u64 = 2;
+const EV_SAMPLE: u64 = 3;
+
+/// What went wrong reading a trace file.
+#[derive(Debug)]
+pub enum TraceError {
+    /// The file could not be opened or read.
+    Io(io::Error),
+    /// The file does not start with the fgtrace magic.
+    NotATrace,
+    /// Written by a newer fgtrace.
+    UnsupportedVersion(u32),
+    /// The file ends in the middle of something.
+    Truncated { offset: u64, what: &'static str },
+    /// The bytes at `offset` are not what the format says.
+    Corrupt { offset: u64, what: String },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Io(e) => write!(f, "{e}"),
+            TraceError::NotATrace => write!(f, "not an fgtrace trace file (bad magic at byte 0)"),
+            TraceError::UnsupportedVersion(v) => {
+                write!(f, "trace file format version {v} is not supported (this fgtrace reads version {VERSION})")
+            }
+            TraceError::Truncated { offset, what } => {
+                write!(f, "trace file is truncated at byte {offset} (in {what})")
+            }
+            TraceError::Corrupt { offset, what } => write!(f, "trace file is corrupt at byte {offset}: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+impl From<io::Error> for TraceError {
+    fn from(e: io::Error) -> Self {
+        TraceError::Io(e)
+    }
+}
+
+/// A run of encoded events of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub thread: u32,
+    pub count: u32,
+    /// Time of the first event, used to interleave threads.
+    pub first_ns: u64,
+    pub payload: Vec<u8>,
+    /// Byte offset of the payload in the file it came from (0 if built in memory).
+    pub offset: u64,
+}
+
+impl Chunk {
+    /// Decodes the chunk's events.
+    pub fn decode(&self) -> Result<Vec<Event>, TraceError> {
+        let mut out = Vec::with_capacity(self.count as usize);
+        let mut d = Decoder { buf: &self.payload, pos: 0, base: self.offset };
+        let mut depth: i64 = 0;
+        let mut start: i64 = 0;
+        for _ in 0..self.count {
+            let h = d.varint()?;
+            let kind = h & 3;
+            let fl = ((h >> 2) & 7) as u8;
+            let dd = unzigzag(h >> 5);
+            match kind {
+                EV_CALL | EV_FUTURE => {
+                    depth += dd;
+                    let site = d.u32()?;
+                    start += unzigzag(d.varint()?);
+                    let dur = d.varint()?;
+                    if kind == EV_CALL {
+                        out.push(Event::Call(Call {
+                            thread: self.thread,
+                            site,
+                            depth: d.check_depth(depth)?,
+                            start_ns: start.max(0) as u64,
+                            dur_ns: dur,
+                            flags: fl,
+                        }));
+                    } else {
+                        let polls = d.u32()?;
+                        out.push(Event::Future(FutureSpan {
+                            thread: self.thread,
+                            site,
+                            start_ns: start.max(0) as u64,
+                            dur_ns: dur,
+                            polls,
+                            cancelled: fl & 1 != 0,
+                        }));
+                    }
+                }
+                EV_LOST => {
+                    depth += dd;
+                    start += unzigzag(d.varint()?);
+                    let count = d.varint()?;
+                    let kind = match d.varint()? {
+                        0 => LossKind::Dropped,
+                        _ => LossKind::Overwritten,
+                    };
+                    out.push(Event::Lost(Lost {
+                        thread: self.thread,
+                        depth: d.check_depth(depth)?,
+                        at_ns: start.max(0) as u64,
+                        count,
+                        kind,
+                    }));
+                }
+                _ => {
+                    start += unzigzag(d.varint()?);
+                    let shadow_depth = d.u32()?;
+                    let n = d.varint()?;
+                    if n > 4096 {
+                        return Err(d.corrupt(format!("sample with {n} frames")));
+                    }
+                    let mut frames = Vec::with_capacity(n as usize);
+                    let mut prev: i64 = 0;
+                    for i in 0..n {
+                        let v = d.varint()?;
+                        let a = if i == 0 { v as i64 } else { prev.wrapping_add(unzigzag(v)) };
+                        frames.push(a as u64);
+                        prev = a;
+                    }
+                    out.push(Event::Sample(Sample {
+                        thread: self.thread,
+                        ts_ns: start.max(0) as u64,
+                        shadow_depth,
+                        frames,
+                    }));
+                }
+            }
+        }
+        if d.pos != d.buf.len() {
+            return Err(d.corrupt(format!("{} bytes left over after {} events", d.buf.len() - d.pos, self.count)));
+        }
+        Ok(out)
+    }
+}
+
+/// Builds chunks from a thread's events, in order.
+pub struct ChunkEncoder {
+    thread: u32,
+    chunk: Chunk,
+    depth: i64,
+    start: i64,
+    done: Vec<Chunk>,
+}
+
+impl ChunkEncoder {
+    pub fn new(thread: u32) -> Self {
+        ChunkEncoder { thread, chunk: Chunk { thread, ..Chunk::default() }, depth: 0, start: 0, done: Vec::new() }
+    }
+
+    fn begin(&mut self, depth: u32, t: u64, kind: u64, fl: u8, changes_depth: bool) {
+        if self.chunk.count as usize >= CHUNK_EVENTS {
+            self.flush();
+        }
+        if self.chunk.count == 0 {
+            self.chunk.first_ns = t;
+        }
+        let dd = if changes_depth { depth as i64 - self.depth } else { 0 };
+        if changes_depth {
+            self.depth = depth as i64;
+        }
+        put_varint(&mut self.chunk.payload, zigzag(dd) << 5 | ((fl as u64 & 7) << 2) | kind);
+        self.chunk.count += 1;
+    }
+
+    fn time(&mut self, t: u64) {
+        put_varint(&mut self.chunk.payload, zigzag(t as i64 - self.start));
+        self.start = t as i64;
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        match ev {
+            Event::Call(c) => {
+                self.begin(c.depth, c.start_ns, EV_CALL, c.flags, true);
+                put_varint(&mut self.chunk.payload, c.site as u64);
+                self.time(c.start_ns);
+                put_varint(&mut self.chunk.payload, c.dur_ns);
+            }
+            Event::Future(f) => {
+                let depth = self.depth as u32;
+                self.begin(depth, f.start_ns, EV_FUTURE, f.cancelled as u8, true);
+                put_varint(&mut self.chunk.payload, f.site as u64);
+                self.time(f.start_ns);
+                put_varint(&mut self.chunk.payload, f.dur_ns);
+                put_varint(&mut self.chunk.payload, f.polls as u64);
+            }
+            Event::Lost(l) => {
+                self.begin(l.depth, l.at_ns, EV_LOST, 0, true);
+                self.time(l.at_ns);
+                put_varint(&mut self.chunk.payload, l.count);
+                put_varint(&mut self.chunk.payload, matches!(l.kind, LossKind::Overwritten) as u64);
+            }
+            Event::Sample(s) => {
+                self.begin(0, s.ts_ns, EV_SAMPLE, 0, false);
+                self.time(s.ts_ns);
+                put_varint(&mut self.chunk.payload, s.shadow_depth as u64);
+                put_varint(&mut self.chunk.payload, s.frames.len() as u64);
+                let mut prev = 0i64;
+                for (i, &a) in s.frames.iter().enumerate() {
+                    let a = a as i64;
+                    put_varint(&mut self.chunk.payload, if i == 0 { a as u64 } else { zigzag(a.wrapping_sub(prev)) });
+                    prev = a;
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.chunk.count > 0 {
+            let c = std::mem::replace(&mut self.chunk, Chunk { thread: self.thread, ..Chunk::default() });
+            self.done.push(c);
+        }
+        self.depth = 0;
+        self.start = 0;
+    }
+
+    /// The finished chunks.
+    pub fn finish(mut self) -> Vec<Chunk> {
+        self.flush();
+        self.done
+    }
+}
+
+/// Orders chunks of all threads by the time of their first event (stable, so
+/// each thread's chunks stay in order).
+pub fn interleave(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
+    chunks.sort_by_key(|c| c.first_ns);
+    chunks
+}
+
+pub(crate) fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
+    let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+    w.write_all(MAGIC)?;
+    w.write_all(&VERSION.to_le_bytes())?;
+    w.write_all(&(json.len() as u32).to_le_bytes())?;
+    w.write_all(&json)?;
+    w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
+    let mut head = Vec::with_capacity(32);
+    for c in chunks {
+        head.clear();
+        head.push(KIND_EVENTS);
+        put_varint(&mut head, c.thread as u64);
+        put_varint(&mut head, c.count as u64);
+        put_varint(&mut head, c.first_ns);
+        put_varint(&mut head, c.payload.len() as u64);
+        head.extend_from_slice(&crc32fast::hash(&c.payload).to_le_bytes());
+        w.write_all(&head)?;
+        w.write_all(&c.payload)?;
+    }
+    head.clear();
+    head.push(KIND_END);
+    put_varint(&mut head, chunks.len() as u64);
+    head.extend_from_slice(END_MARK);
+    w.write_all(&head)
+}
+
+/// Streams a trace file chunk by chunk: memory stays at one chunk whatever the
+/// file size.
+pub struct TraceReader<R> {
+    r: R,
+    offset: u64,
+    meta: TraceMeta,
+    chunks: u64,
+    done: bool,
+}
+
+impl TraceReader<io::BufReader<std::fs::File>> {
+    /// Opens a trace file and reads its metadata.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
+        let f = std::fs::File::open(path.as_ref())?;
+        TraceReader::new(io::BufReader::with_capacity(1 << 16, f))
+    }
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads the header and metadata from `r`.
+    pub fn new(r: R) -> Result<Self, TraceError> {
+        let mut t = TraceReader { r, offset: 0, meta: TraceMeta::default(), chunks: 0, done: false };
+        let mut magic = [0u8; 8];
+        let n = t.read_up_to(&mut magic)?;
+        if n < 8 || &magic != MAGIC {
+            if n < 8 && MAGIC.starts_with(&magic[..n]) && n > 0 {
+                return Err(TraceError::Truncated { offset: n as u64, what: "file header" });
+            }
+            return Err(TraceError::NotATrace);
+        }
+        let version = t.u32le("file header")?;
+        if version != VERSION {
+            return Err(TraceError::UnsupportedVersion(version));
+        }
+        let len_at = t.offset;
+        let len = t.u32le("file header")?;
+        if len > MAX_META {
+            return Err(TraceError::Corrupt { offset: len_at, what: format!("metadata length {len} is implausible") });
+        }
+        let meta_at = t.offset;
+        let mut json = vec![0u8; len as usize];
+        t.exact(&mut json, "metadata")?;
+        let crc = t.u32le("metadata checksum")?;
+        if crc != crc32fast::hash(&json) {
+            return Err(TraceError::Corrupt { offset: meta_at, what: "metadata checksum mismatch".into() });
+        }
+        t.meta = serde_json::from_slice(&json)
+            .map_err(|e| TraceError::Corrupt { offset: meta_at, what: format!("metadata is not valid: {e}") })?;
+        Ok(t)
+    }
+
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// Byte offset of the next unread byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The next chunk, or `None` at the end marker. After an error, every
+    /// chunk returned before it is intact (checksummed).
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, TraceError> {
+        if self.done {
+            return Ok(None);
+        }
+        let at = self.offset;
+        let mut kind = [0u8; 1];
+        if self.read_up_to(&mut kind)? == 0 {
+            return Err(TraceError::Truncated { offset: at, what: "chunk header (the end marker is missing)" });
+        }
+        match kind[0] {
+            KIND_EVENTS => {}
+            KIND_END => {
+                let n = self.varint("end marker")?;
+                let mut mark = [0u8; 4];
+                self.exact(&mut mark, "end marker")?;
+                if &mark != END_MARK || n != self.chunks {
+                    return Err(TraceError::Corrupt {
+                        offset: at,
+                        what: format!("end marker says {n} chunks, {} were read", self.chunks),
+                    });
+                }
+                self.done = true;
+                return Ok(None);
+            }
+            k => return Err(TraceError::Corrupt { offset: at, what: format!("unknown chunk kind 0x{k:02x}") }),
+        }
+        let thread = self.varint("chunk header")?;
+        let count = self.varint("chunk header")?;
+        let first_ns = self.varint("chunk header")?;
+        let len = self.varint("chunk header")?;
+        let crc = self.u32le("chunk header")?;
+        if thread >= self.meta.threads.len() as u64 || count > CHUNK_EVENTS as u64 * 4 || len > MAX_PAYLOAD {
+            return Err(TraceError::Corrupt {
+                offset: at,
+                what: format!("implausible chunk header (thread {thread}, {count} events, {len} bytes)"),
+            });
+        }
+        let payload_at = self.offset;
+        let mut payload = vec![0u8; len as usize];
+        self.exact(&mut payload, "chunk payload")?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(TraceError::Corrupt { offset: payload_at, what: "chunk checksum mismatch".into() });
+        }
+        self.chunks += 1;
+        Ok(Some(Chunk { thread: thread as u32, count: count as u32, first_ns, payload, offset: payload_at }))
+    }
+
+    /// Streams every event; stops at the first error (after yielding everything before it).
+    pub fn events(self) -> Events<R> {
+        Events { reader: self, pending: Vec::new().into_iter(), failed: false }
+    }
+
+    fn read_up_to(&mut self, buf: &mut [u8]) -> Result<usize, TraceError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.r.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+
+    fn exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), TraceError> {
+        let n = self.read_up_to(buf)?;
+        if n < buf.len() {
+            return Err(TraceError::Truncated { offset: self.offset, what });
+        }
+        Ok(())
+    }
+
+    fn u32le(&mut self, what: &'static str) -> Result<u32, TraceError> {
+        let mut b = [0u8; 4];
+        self.exact(&mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn varint(&mut self, what: &'static str) -> Result<u64, TraceError> {
+        let at = self.offset;
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let mut b = [0u8; 1];
+            self.exact(&mut b, what)?;
+            if shift == 63 && b[0] > 1 {
+                break;
+            }
+            v |= ((b[0] & 0x7f) as u64) << shift;
+            if b[0] & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(TraceError::Corrupt { offset: at, what: format!("overlong number in {what}") })
+    }
+}
+
+/// Iterator over a file's events (see [`TraceReader::events`]).
+pub struct Events<R> {
+    reader: TraceReader<R>,
+    pending: std::vec::IntoIter<Event>,
+    failed: bool,
+}
+
+impl<R: Read> Iterator for Events<R> {
+    type Item = Result<Event, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.pending.next() {
+                return Some(Ok(e));
+            }
+            if self.failed {
+                return None;
+            }
+            match self.reader.next_chunk().and_then(|c| c.map(|c| c.decode()).transpose()) {
+                Ok(Some(evs)) => self.pending = evs.into_iter(),
+                Ok(None) => return None,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    base: u64,
+}
+
+impl Decoder<'_> {
+    fn corrupt(&self, what: String) -> TraceError {
+        TraceError::Corrupt { offset: self.base + self.pos as u64, what }
+    }
+    fn varint(&mut self) -> Result<u64, TraceError> {
+        let mut v = 0u64;
+        let start = self.pos;
+        for shift in (0..70).step_by(7) {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(TraceError::Corrupt {
+                    offset: self.base + start as u64,
+                    what: "event runs past the end of its chunk".into(),
+                });
+            };
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                break;
+            }
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(TraceError::Corrupt { offset: self.base + start as u64, what: "overlong number".into() })
+    }
+    fn u32(&mut self) -> Result<u32, TraceError> {
+        let v = self.varint()?;
+        u32::try_from(v).map_err(|_| self.corrupt(format!("value {v} out of range")))
+    }
+    fn check_depth(&self, d: i64) -> Result<u32, TraceError> {
+        u32::try_from(d).map_err(|_| self.corrupt(format!("negative call depth {d}")))
+    }
+}
+
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{flags, ThreadInfo, Trace};
+
+    fn sample_trace() -> Trace {
+        let mut meta = TraceMeta::default();
+        meta.threads.push(ThreadInfo { tid: 7, name: "main".into(), calls: 3, ..Default::default() });
+        let evs = vec![
+            Event::Call(Call { thread: 0, site: 0, depth: 0, start_ns: 1000, dur_ns: 500, flags: flags::HAS_CHILDREN }),
+            Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1100, dur_ns: 20, flags: 0 }),
+            Event::Sample(Sample { thread: 0, ts_ns: 1130, shadow_depth: 1, frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7] }),
+            Event::Lost(Lost { thread: 0, depth: 1, at_ns: 1200, count: 42, kind: LossKind::Dropped }),
+            Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1300, dur_ns: 30, flags: flags::UNWOUND }),
+            Event::Future(FutureSpan { thread: 0, site: 2, start_ns: 900, dur_ns: 9000, polls: 3, cancelled: true }),
+        ];
+        let mut enc = ChunkEncoder::new(0);
+        for e in &evs {
+            enc.push(e);
+        }
+        Trace { meta, chunks: enc.finish() }
+    }
+
+    #[test]
+    fn events_round_trip_through_the_file_format() {
+        let t = sample_trace();
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta(), t.meta());
+        assert_eq!(back.events().collect::<Vec<_>>(), t.events().collect::<Vec<_>>());
+        assert_eq!(t.events().count(), 6);
+    }
+
+    #[test]
+    fn truncation_and_corruption_report_offsets_and_keep_earlier_chunks() {
+        let t = sample_trace();
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        // Cut off the end marker: the chunk is still readable, then an error.
+        let cut = &bytes[..bytes.len() - 3];
+        let evs: Vec<_> = TraceReader::new(cut).unwrap().events().collect();
+        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 6);
+        let err = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(err.contains("truncated at byte"), "{err}");
+        // Flip a payload byte: checksum mismatch with an offset inside the file.
+        let mut bad = bytes.clone();
+        let n = bad.len();
+        bad[n - 12] ^= 0x55;
+        let err = Trace::read_from(&bad[..]).unwrap_err().to_string();
+        assert!(err.contains("corrupt at byte"), "{err}");
+        // Foreign file.
+        let err = Trace::read_from(&b"\x7fELF\x02\x01\x01\0\0\0\0\0"[..]).unwrap_err().to_string();
+        assert!(err.contains("not an fgtrace"), "{err}");
+    }
+
+    #[test]
+    fn calls_encode_compactly() {
+        let mut enc = ChunkEncoder::new(0);
+        let n = 10_000u64;
+        for i in 0..n {
+            enc.push(&Event::Call(Call {
+                thread: 0,
+                site: (i % 7) as u32,
+                depth: (i % 3) as u32,
+                start_ns: i * 40,
+                dur_ns: 15 + i % 50,
+                flags: 0,
+            }));
+        }
+        let bytes: usize = enc.finish().iter().map(|c| c.payload.len()).sum();
+        assert!(bytes as u64 <= 5 * n, "{} bytes per call", bytes as f64 / n as f64);
+    }
+}

@@ -1,0 +1,311 @@
+//! The `Trace` model: what a session recorded, independent of how it was
+//! captured, and the one thing every view reads.
+//!
+//! A trace is metadata ([`TraceMeta`]: sites, threads, clock, loss totals) plus
+//! a stream of [`Event`]s in chunks. Calls of one thread come in *pre-order*
+//! (a parent before its children, siblings in time order) with their depth, so
+//! a view can print a call graph while reading, without holding the trace in
+//! memory. Chunks of different threads are interleaved in time order.
+//!
+//! In memory the events are kept in the same compact encoding as on disk
+//! (about 5 bytes per call), so a 10M-call trace costs tens of MB, not GBs.
+//! Samples (timestamp, thread, raw addresses) live beside the calls as their
+//! own event kind, on the same clock (nanoseconds since session start).
+
+// mod build;
+pub mod format;
+
+// pub use build::TraceBuilder;
+pub use format::{TraceError, TraceReader};
+
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
+
+/// A function (or async fn, or named scope) that `#[traced]` instrumented.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteInfo {
+    /// Display name: the fn name (`Type::method` for methods) or the `name = ".."` override.
+    pub name: String,
+    pub module_path: String,
+    pub file: String,
+    pub line: u32,
+    /// True for `async fn`: its calls are polls, and it also has whole-future spans.
+    #[serde(default)]
+    pub is_async: bool,
+}
+
+impl SiteInfo {
+    /// `module::path::name`, the name filters and `testing` queries match against.
+    pub fn full_name(&self) -> String {
+        if self.module_path.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}::{}", self.module_path, self.name)
+        }
+    }
+}
+
+/// A thread that recorded something.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// OS thread id (`gettid`).
+    pub tid: u32,
+    /// `std::thread` name, or `tid-N` where the thread has none.
+    pub name: String,
+    /// Calls recorded (kept in the trace).
+    pub calls: u64,
+    /// Calls completed but lost: dropped batches (stream mode) or overwritten
+    /// (flight-recorder mode).
+    pub lost: u64,
+    /// Calls not recorded because the shadow stack was full (ftrace's overruns).
+    pub overruns: u64,
+    /// Samples taken on this thread and kept.
+    #[serde(default)]
+    pub samples: u64,
+    /// Samples lost (full sample buffer, or `PERF_RECORD_LOST`).
+    #[serde(default)]
+    pub samples_lost: u64,
+}
+
+/// How the calls were kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordMode {
+    /// Every call, handed to the collector in batches.
+    #[default]
+    Stream,
+    /// Only the last N calls per thread.
+    FlightRecorder,
+}
+
+/// The clock the trace was taken with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockInfo {
+    /// `tsc`, `rdtime`, `cntvct_el0` or `monotonic`.
+    pub source: String,
+    pub ticks_per_ns: f64,
+    /// `CLOCK_MONOTONIC` at session start (nanosecond 0 of the trace).
+    pub start_mono_ns: u64,
+    /// Unix time at session start.
+    pub start_unix_ns: u64,
+}
+
+/// Everything about a trace except its events.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    /// Program that was traced (`argv[0]`).
+    pub program: String,
+    pub pid: u32,
+    pub clock: ClockInfo,
+    /// Session length in nanoseconds.
+    pub duration_ns: u64,
+    pub mode: RecordMode,
+    /// The filters in force while recording, as text (for the header of views).
+    pub filters: String,
+    /// Indexed by `Call::site`.
+    pub sites: Vec<SiteInfo>,
+    /// Indexed by `Call::thread`.
+    pub threads: Vec<ThreadInfo>,
+    /// Per-call counters recorded beside each call (names such as `instructions`), if any.
+    #[serde(default)]
+    pub counters: Vec<String>,
+    /// How samples were taken, if any (`cpu-clock@999Hz`, ...).
+    #[serde(default)]
+    pub sampling: Option<String>,
+}
+
+impl TraceMeta {
+    pub fn total_calls(&self) -> u64 {
+        self.threads.iter().map(|t| t.calls).sum()
+    }
+    pub fn total_lost(&self) -> u64 {
+        self.threads.iter().map(|t| t.lost).sum()
+    }
+    pub fn total_overruns(&self) -> u64 {
+        self.threads.iter().map(|t| t.overruns).sum()
+    }
+    /// `name-tid`, ftrace's `comm-pid` form.
+    pub fn thread_label(&self, thread: u32) -> String {
+        match self.threads.get(thread as usize) {
+            Some(t) => format!("{}-{}", t.name, t.tid),
+            None => format!("?-{thread}"),
+        }
+    }
+    pub fn site_name(&self, site: u32) -> &str {
+        self.sites.get(site as usize).map(|s| s.name.as_str()).unwrap_or("[unknown site]")
+    }
+}
+
+/// Flags of a call record.
+pub mod flags {
+    /// The call ended by unwinding (a panic passed through it).
+    pub const UNWOUND: u8 = 1;
+    /// The call has at least one recorded child (the next event of its thread is deeper).
+    pub const HAS_CHILDREN: u8 = 2;
+    /// The call is one poll of an `async fn`'s future.
+    pub const POLL: u8 = 4;
+}
+
+/// One recorded call: entry and exit on one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// Index into `TraceMeta::sites`.
+    pub site: u32,
+    /// Nesting depth among recorded calls; the outermost is 0.
+    pub depth: u32,
+    /// Entry time, nanoseconds since session start.
+    pub start_ns: u64,
+    /// Exit minus entry, nanoseconds.
+    pub dur_ns: u64,
+    /// See [`flags`].
+    pub flags: u8,
+}
+
+impl Call {
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.dur_ns
+    }
+    pub fn unwound(&self) -> bool {
+        self.flags & flags::UNWOUND != 0
+    }
+    pub fn has_children(&self) -> bool {
+        self.flags & flags::HAS_CHILDREN != 0
+    }
+    pub fn is_poll(&self) -> bool {
+        self.flags & flags::POLL != 0
+    }
+}
+
+/// An `async fn`'s whole future, from first poll to completion (possibly across threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutureSpan {
+    /// Thread that saw it complete (or dropped it).
+    pub thread: u32,
+    pub site: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// Number of polls (saturates at 1023).
+    pub polls: u32,
+    /// Dropped before completion.
+    pub cancelled: bool,
+}
+
+/// Why records are missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LossKind {
+    /// A batch was dropped because the collector fell behind (stream mode).
+    Dropped,
+    /// Older calls were overwritten (flight-recorder mode).
+    Overwritten,
+}
+
+/// Records missing at this point of a thread's stream (uftrace's `LOST` lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub thread: u32,
+    /// Depth of the calls around the gap.
+    pub depth: u32,
+    pub at_ns: u64,
+    pub count: u64,
+    pub kind: LossKind,
+}
+
+/// A stack sample: raw return addresses, innermost first (`frames[0]` is the
+/// interrupted PC), with the traced shadow-stack depth at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub thread: u32,
+    pub ts_ns: u64,
+    /// Number of traced calls open on the thread when the sample was taken.
+    pub shadow_depth: u32,
+    pub frames: Vec<u64>,
+}
+
+/// One item of a trace's event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Call(Call),
+    Future(FutureSpan),
+    Lost(Lost),
+    Sample(Sample),
+}
+
+/// A recorded trace: metadata plus encoded events. Returned by
+/// [`Session::stop`](crate::Session::stop), saved with [`Trace::save`], read
+/// back with [`Trace::load`] (or streamed with [`TraceReader`]).
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub(crate) meta: TraceMeta,
+    pub(crate) chunks: Vec<format::Chunk>,
+}
+
+impl Trace {
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// All events, chunk by chunk (threads interleaved by time, each thread in pre-order).
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.chunks.iter().flat_map(|c| c.decode().expect("in-memory chunks are well formed"))
+    }
+
+    /// All calls, in the order of [`Trace::events`].
+    pub fn calls(&self) -> impl Iterator<Item = Call> + '_ {
+        self.events().filter_map(|e| match e {
+            Event::Call(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    /// All samples.
+    pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
+        self.events().filter_map(|e| match e {
+            Event::Sample(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Writes the trace in the fgtrace file format.
+    pub fn write_to(&self, w: impl io::Write) -> io::Result<()> {
+        format::write_trace(w, &self.meta, &self.chunks)
+    }
+
+    /// Saves the trace to a file (see [`format`] for the layout).
+    pub fn save(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let f = std::fs::File::create(path.as_ref())?;
+        let mut w = io::BufWriter::new(f);
+        self.write_to(&mut w)?;
+        io::Write::flush(&mut w)
+    }
+
+    /// Loads a whole trace file into memory. For large files prefer
+    /// [`TraceReader`], which streams.
+    pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        let mut r = TraceReader::open(path)?;
+        let meta = r.meta().clone();
+        let mut chunks = Vec::new();
+        while let Some(c) = r.next_chunk()? {
+            chunks.push(c);
+        }
+        Ok(Trace { meta, chunks })
+    }
+
+    /// Reads a trace from any reader.
+    pub fn read_from(r: impl io::Read) -> Result<Trace, TraceError> {
+        let mut r = TraceReader::new(r)?;
+        let meta = r.meta().clone();
+        let mut chunks = Vec::new();
+        while let Some(c) = r.next_chunk()? {
+            chunks.push(c);
+        }
+        Ok(Trace { meta, chunks })
+    }
+
+    /// Size of the encoded events in bytes (what the file holds besides metadata).
+    pub fn encoded_len(&self) -> usize {
+        self.chunks.iter().map(|c| c.payload.len()).sum()
+    }
+}
