@@ -7,6 +7,7 @@
 //! by the [`view`]s. The sampler joins at the `Trace`: same clock, same threads.
 
 pub mod clock;
+pub mod probe;
 pub mod trace;
 
 #[cfg(feature = "symbolize")]
@@ -14,3 +15,11 @@ pub mod bridge;
 pub mod sampler;
 
 pub use trace::{Call, Event, Trace, TraceMeta};
+
+pub use fgtrace_macros::{notrace, traced};
+
+/// What `#[traced]` expands to. Not a public API: may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::probe::{enter, Guard, Site, TracedFuture};
+}
