@@ -6,7 +6,10 @@
 //! saved and loaded in the fgtrace file format ([`trace::format`]) and rendered
 //! by the [`view`]s. The sampler joins at the `Trace`: same clock, same threads.
 
+pub mod buffer;
 pub mod clock;
+pub mod collector;
+pub mod config;
 pub mod probe;
 pub mod trace;
 
@@ -14,6 +17,8 @@ pub mod trace;
 pub mod bridge;
 pub mod sampler;
 
+pub use collector::{Error, Session};
+pub use config::Config;
 pub use trace::{Call, Event, Trace, TraceMeta};
 
 pub use fgtrace_macros::{notrace, traced};

@@ -1,10 +1,32 @@
 //! The hot path: per-site descriptors, entry/exit guards and the per-thread
-//! shadow stack. (Stub: being written.)
+//! shadow stack.
+//!
+//! Cost model, when recording: entry is one relaxed load of the control word,
+//! one relaxed load of the site's cached filter decision, a thread-local
+//! access, a shadow-stack push and one clock read; exit is one clock read, a
+//! pop, one 16-byte record store and one release store of the record count.
+//! No allocation, no lock, no syscall: everything that needs one (first call of
+//! a thread or site in a session, handing a full batch to the collector) is in
+//! `#[cold]` functions that run once per thread, per site or per batch.
+//! When recording is off, entry is one relaxed load and a branch, and the
+//! guard's drop is a branch on a zero slot.
 
+use crate::buffer::{self, kind, RawCall, ThreadBuf, MAX_SITES};
+use crate::clock::ticks;
+use crate::collector::{self, Active};
+use crate::config::Decision;
+use std::cell::{Cell, UnsafeCell};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+
+/// `generation << 1 | on`. The generation changes with every session, so
+/// per-site and per-thread caches made for an earlier session are redone.
+pub(crate) static CONTROL: AtomicU32 = AtomicU32::new(0);
 
 /// A static descriptor of one instrumented function, made by `#[traced]`.
 pub struct Site {
@@ -13,47 +35,492 @@ pub struct Site {
     pub file: &'static str,
     pub line: u32,
     pub is_async: bool,
+    /// `generation << 32 | (site id + 1) << 8 | Decision`; 0 = never seen.
+    cache: AtomicU64,
 }
 
 impl Site {
     pub const fn new(name: &'static str, module_path: &'static str, file: &'static str, line: u32, is_async: bool) -> Site {
-        Site { name, module_path, file, line, is_async }
+        Site { name, module_path, file, line, is_async, cache: AtomicU64::new(0) }
+    }
+
+    /// The process-wide id of this site, assigned on first use.
+    pub(crate) fn id(&'static self) -> u32 {
+        let c = self.cache.load(Relaxed);
+        let id = ((c >> 8) & 0xff_ffff) as u32;
+        if id != 0 {
+            return id - 1;
+        }
+        collector::register_site(self)
+    }
+
+    pub(crate) fn set_cache(&self, gen: u32, id: u32, d: Decision) {
+        self.cache.store((gen as u64) << 32 | ((id as u64 + 1) << 8) | d as u64, Relaxed);
+    }
+
+    pub(crate) fn set_id(&self, id: u32) {
+        self.cache.store((id as u64 + 1) << 8, Relaxed);
     }
 }
 
-/// Records the exit of a call when dropped.
+/// Kind of a shadow-stack frame.
+const F_RECORD: u8 = 0;
+const F_POLL: u8 = 1;
+const F_HIDE: u8 = 2;
+const F_GRAPH: u8 = 3;
+
+/// One open call on the shadow stack.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Frame {
+    pub start: u64,
+    /// Stack pointer at entry: the sampler compares sampled frame addresses with it.
+    pub sp: usize,
+    pub site: u32,
+    pub kind: u8,
+}
+
+/// Everything a thread needs on the hot path, in one const-initialised
+/// thread-local (no lazy-init check, no destructor registration per access).
+pub(crate) struct ThreadState {
+    gen: u32,
+    /// Frames on the shadow stack.
+    pub depth: u32,
+    hide: u32,
+    graph: u32,
+    stack_cap: u32,
+    max_depth: u32,
+    has_graph: bool,
+    pub frames: *mut Frame,
+    threshold: u64,
+    buf: *mut RawCall,
+    /// Records written to `buf` (stream) or ever (flight recorder).
+    count: u64,
+    /// Index mask into `buf`: all ones in stream mode, capacity - 1 in a flight ring.
+    mask: u64,
+    /// `count` at which the buffer is handed off (never, in flight mode).
+    limit: u64,
+    shared: *const ThreadBuf,
+    active: *const Active,
+}
+
+impl ThreadState {
+    const EMPTY: ThreadState = ThreadState {
+        gen: 0,
+        depth: 0,
+        hide: 0,
+        graph: 0,
+        stack_cap: 0,
+        max_depth: 0,
+        has_graph: false,
+        frames: ptr::null_mut(),
+        threshold: 0,
+        buf: ptr::null_mut(),
+        count: 0,
+        mask: 0,
+        limit: 0,
+        shared: ptr::null(),
+        active: ptr::null(),
+    };
+}
+
+thread_local! {
+    pub(crate) static STATE: UnsafeCell<ThreadState> = const { UnsafeCell::new(ThreadState::EMPTY) };
+    /// Releases the thread's buffers when it exits (registered on first use).
+    static EXIT: Cell<Option<ExitHook>> = const { Cell::new(None) };
+}
+
+struct ExitHook;
+
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|c| {
+            // SAFETY: the owning thread, no probe is running during TLS teardown.
+            let st = unsafe { &mut *c.get() };
+            release(st);
+            // Further probes on this thread (from other TLS destructors) stay off.
+            st.gen = u32::MAX;
+        });
+    }
+}
+
+/// Drops the thread's references to its session buffers; the records stay
+/// in the session's `ThreadBuf` for the collector.
+fn release(st: &mut ThreadState) {
+    if !st.shared.is_null() {
+        // SAFETY: created by Arc::into_raw in `sync_thread`.
+        unsafe { drop(Arc::from_raw(st.shared)) };
+        st.shared = ptr::null();
+    }
+    if !st.active.is_null() {
+        unsafe { drop(Arc::from_raw(st.active)) };
+        st.active = ptr::null();
+    }
+    st.buf = ptr::null_mut();
+    st.count = 0;
+    st.limit = 0;
+}
+
+/// Records the exit of a call when dropped (also during unwinding, which
+/// marks the call as unwound).
+#[must_use = "the call ends when the guard is dropped"]
 pub struct Guard {
+    /// Shadow-stack slot + 1, or 0 when nothing was pushed.
+    slot: u32,
     _not_send: PhantomData<*const ()>,
 }
 
+impl Guard {
+    const OFF: Guard = Guard { slot: 0, _not_send: PhantomData };
+}
+
 impl Drop for Guard {
-    fn drop(&mut self) {}
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.slot != 0 {
+            exit(self.slot);
+        }
+    }
 }
 
-/// Entry probe.
+/// Entry probe: what `#[traced]` calls first in every instrumented fn.
 #[inline(always)]
-pub fn enter(_site: &'static Site) -> Guard {
-    Guard { _not_send: PhantomData }
+pub fn enter(site: &'static Site) -> Guard {
+    let c = CONTROL.load(Relaxed);
+    if c & 1 == 0 {
+        return Guard::OFF;
+    }
+    enter_on(site, c >> 1, F_RECORD)
 }
 
-/// Wraps an `async fn`'s body.
+#[inline(always)]
+fn enter_on(site: &'static Site, gen: u32, kind: u8) -> Guard {
+    let cache = site.cache.load(Relaxed);
+    STATE.with(|c| {
+        // SAFETY: only this thread touches its state; a signal handler only reads it.
+        let st = unsafe { &mut *c.get() };
+        if (cache >> 32) as u32 != gen || st.gen != gen {
+            return enter_slow(st, site, gen, kind);
+        }
+        push(st, cache, kind)
+    })
+}
+
+#[inline(always)]
+fn push(st: &mut ThreadState, cache: u64, mut kind: u8) -> Guard {
+    if st.hide != 0 {
+        return Guard::OFF;
+    }
+    match (cache & 0xff) as u8 {
+        d if d == Decision::Record as u8 => {
+            if st.has_graph && st.graph == 0 {
+                return Guard::OFF;
+            }
+        }
+        d if d == Decision::GraphRoot as u8 => kind = F_GRAPH,
+        d if d == Decision::Hide as u8 => kind = F_HIDE,
+        _ => return Guard::OFF,
+    }
+    let d = st.depth;
+    if d >= st.max_depth {
+        return Guard::OFF;
+    }
+    if d >= st.stack_cap {
+        overrun(st);
+        return Guard::OFF;
+    }
+    // SAFETY: d < stack_cap, the frames array has stack_cap entries.
+    let f = unsafe { &mut *st.frames.add(d as usize) };
+    f.site = ((cache >> 8) & 0xff_ffff) as u32 - 1;
+    f.kind = kind;
+    f.sp = stack_pointer();
+    st.depth = d + 1;
+    match kind {
+        F_HIDE => st.hide += 1,
+        F_GRAPH => st.graph += 1,
+        _ => {}
+    }
+    // The clock is read last on entry and first on exit, so the probe's own
+    // bookkeeping is outside the measured duration.
+    f.start = ticks();
+    Guard { slot: d + 1, _not_send: PhantomData }
+}
+
+#[inline(always)]
+fn stack_pointer() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: usize;
+        // SAFETY: reads rsp, no memory access.
+        unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        sp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let marker = 0u8;
+        ptr::addr_of!(marker) as usize
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn overrun(st: &mut ThreadState) {
+    if let Some(s) = unsafe { st.shared.as_ref() } {
+        s.overruns.fetch_add(1, Relaxed);
+    }
+}
+
+/// First call of a site or thread in this session: assign ids, evaluate the
+/// filters, set up the thread's shadow stack and buffer.
+#[cold]
+#[inline(never)]
+fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, kind: u8) -> Guard {
+    let Some(active) = collector::active(gen) else { return Guard::OFF };
+    if st.gen != gen && !sync_thread(st, &active) {
+        return Guard::OFF;
+    }
+    let id = site.id();
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    let d = active.filters.decide(site.name, site.module_path);
+    site.set_cache(gen, id, d);
+    push(st, site.cache.load(Relaxed), kind)
+}
+
+/// Joins this thread to the active session: a fresh buffer, the session's
+/// limits, and a shadow stack that keeps any frames still open from before.
+#[cold]
+fn sync_thread(st: &mut ThreadState, active: &Arc<Active>) -> bool {
+    if st.gen == u32::MAX {
+        return false; // thread is exiting
+    }
+    if EXIT.try_with(|e| {
+        if let Some(h) = e.replace(None) {
+            e.set(Some(h));
+        } else {
+            e.set(Some(ExitHook));
+        }
+    })
+    .is_err()
+    {
+        return false;
+    }
+    release(st);
+    let cap = active.stack_depth;
+    if st.frames.is_null() || st.stack_cap < cap {
+        let mut v: Vec<Frame> = Vec::with_capacity(cap as usize);
+        // SAFETY: `Frame` is plain data; slots are written before they are read.
+        unsafe { v.set_len(cap as usize) };
+        let new = Box::into_raw(v.into_boxed_slice()) as *mut Frame;
+        if !st.frames.is_null() {
+            unsafe {
+                ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
+                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(st.frames, st.stack_cap as usize)));
+            }
+        }
+        st.frames = new;
+        st.stack_cap = cap;
+    }
+    st.depth = st.depth.min(st.stack_cap);
+    let shared = active.register_thread();
+    let (buf, len) = shared.storage_ptr();
+    st.buf = buf;
+    st.count = 0;
+    if active.flight {
+        st.mask = len as u64 - 1;
+        st.limit = u64::MAX;
+    } else {
+        st.mask = u64::MAX;
+        st.limit = len as u64;
+    }
+    st.max_depth = active.max_depth;
+    st.threshold = active.threshold_ticks;
+    st.has_graph = active.has_graph;
+    st.shared = Arc::into_raw(shared);
+    st.active = Arc::into_raw(active.clone());
+    st.gen = active.gen;
+    true
+}
+
+#[inline(always)]
+fn exit(slot: u32) {
+    let end = ticks();
+    STATE.with(|c| {
+        // SAFETY: see `enter_on`.
+        let st = unsafe { &mut *c.get() };
+        if st.depth != slot {
+            if st.depth < slot {
+                return; // the frame is gone (thread state was reset)
+            }
+            drop_leaked(st, slot);
+        }
+        // SAFETY: slot <= depth <= stack_cap.
+        let f = unsafe { *st.frames.add(slot as usize - 1) };
+        st.depth = slot - 1;
+        let k = match f.kind {
+            F_HIDE => {
+                st.hide -= 1;
+                return;
+            }
+            F_GRAPH => {
+                st.graph -= 1;
+                kind::CALL
+            }
+            F_POLL => kind::POLL,
+            _ => kind::CALL,
+        };
+        let dur = end.wrapping_sub(f.start);
+        if dur < st.threshold {
+            return;
+        }
+        write(st, RawCall::pack(f.start, slot - 1, dur, f.site, std::thread::panicking(), k));
+    })
+}
+
+/// Pops frames whose guards were leaked (`mem::forget`) so nothing is mis-paired.
+#[cold]
+fn drop_leaked(st: &mut ThreadState, slot: u32) {
+    while st.depth > slot {
+        st.depth -= 1;
+        match unsafe { (*st.frames.add(st.depth as usize)).kind } {
+            F_HIDE => st.hide -= 1,
+            F_GRAPH => st.graph -= 1,
+            _ => {}
+        }
+    }
+}
+
+#[inline(always)]
+fn write(st: &mut ThreadState, rec: RawCall) {
+    if st.buf.is_null() {
+        return;
+    }
+    let i = st.count;
+    // SAFETY: i & mask < capacity (stream: i < limit = capacity; flight: ring mask).
+    unsafe { st.buf.add((i & st.mask) as usize).write(rec) };
+    st.count = i + 1;
+    // SAFETY: `shared` is alive while `buf` is set.
+    unsafe { (*st.shared).published.store(i + 1, Release) };
+    if i + 1 == st.limit {
+        handoff(st, rec.depth());
+    }
+}
+
+/// Hands a full buffer to the collector and continues in a fresh one; if the
+/// collector has fallen behind, drops the batch, counts it, and leaves a
+/// `LOST` marker in its place.
+#[cold]
+#[inline(never)]
+fn handoff(st: &mut ThreadState, depth: u32) {
+    // SAFETY: both set together in `sync_thread`.
+    let (shared, active) = unsafe { (&*st.shared, &*st.active) };
+    let len = st.count as usize;
+    let fresh = active.recycle_rx.try_recv().unwrap_or_else(|_| buffer::new_storage(len));
+    let full = shared.swap_storage(fresh);
+    let mut batch = buffer::Batch { thread: shared.index, storage: full, len };
+    let mut lost = 0;
+    loop {
+        match active.batches.try_send(batch) {
+            Ok(()) => break,
+            Err(crossbeam_channel::TrySendError::Full(b)) if active.block_when_full => {
+                batch = b;
+                std::thread::yield_now();
+            }
+            Err(crossbeam_channel::TrySendError::Full(b)) => {
+                lost = b.len as u64;
+                shared.dropped.fetch_add(lost, Relaxed);
+                let _ = active.recycle_tx.try_send(b.storage);
+                break;
+            }
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => break,
+        }
+    }
+    let (buf, _) = shared.storage_ptr();
+    st.buf = buf;
+    st.count = 0;
+    if lost > 0 {
+        write(st, RawCall::pack(ticks(), depth, lost, 0, false, kind::LOST));
+    }
+}
+
+/// Records an async fn's whole future (first poll to completion or drop).
+#[cold]
+fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
+    let end = ticks();
+    let c = CONTROL.load(Relaxed);
+    if c & 1 == 0 {
+        return;
+    }
+    let gen = c >> 1;
+    STATE.with(|cell| {
+        let st = unsafe { &mut *cell.get() };
+        if st.gen != gen {
+            let Some(active) = collector::active(gen) else { return };
+            if !sync_thread(st, &active) {
+                return;
+            }
+        }
+        let Some(active) = (unsafe { st.active.as_ref() }) else { return };
+        let id = site.id();
+        if st.hide != 0 || id >= MAX_SITES || active.filters.decide(site.name, site.module_path) == Decision::Skip {
+            return;
+        }
+        let polls = polls.min(buffer::MAX_DEPTH);
+        write(st, RawCall::pack(start, polls, end.wrapping_sub(start), id, cancelled, kind::FUTURE));
+    })
+}
+
+/// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call
+/// on the polling thread's shadow stack (never held across `.await`), and the
+/// whole future, first poll to completion, is recorded once, on whichever
+/// thread finishes it.
 pub struct TracedFuture<F> {
     site: &'static Site,
+    first: u64,
+    polls: u32,
+    done: bool,
     inner: F,
 }
 
 impl<F> TracedFuture<F> {
     pub fn new(site: &'static Site, inner: F) -> Self {
-        TracedFuture { site, inner }
+        TracedFuture { site, first: 0, polls: 0, done: false, inner }
     }
 }
 
 impl<F: Future> Future for TracedFuture<F> {
     type Output = F::Output;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: structural pinning of `inner`; it is never moved.
+        // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
         let this = unsafe { self.get_unchecked_mut() };
-        let _g = enter(this.site);
-        unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
+        let c = CONTROL.load(Relaxed);
+        let guard = if c & 1 == 0 { Guard::OFF } else { enter_on(this.site, c >> 1, F_POLL) };
+        if this.first == 0 && guard.slot != 0 {
+            this.first = ticks();
+        }
+        this.polls += 1;
+        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        drop(guard);
+        if r.is_ready() {
+            this.done = true;
+            if this.first != 0 {
+                record_future(this.site, this.first, this.polls, false);
+            }
+        }
+        r
     }
+}
+
+impl<F> Drop for TracedFuture<F> {
+    fn drop(&mut self) {
+        if !self.done && self.first != 0 {
+            record_future(self.site, self.first, self.polls, true);
+        }
+    }
+}
+
+/// Shadow-stack depth of the current thread (for the sampler and tests).
+pub fn current_depth() -> u32 {
+    STATE.with(|c| unsafe { (*c.get()).depth })
 }

@@ -12,10 +12,10 @@
 //! Samples (timestamp, thread, raw addresses) live beside the calls as their
 //! own event kind, on the same clock (nanoseconds since session start).
 
-// mod build;
+pub(crate) mod build;
 pub mod format;
 
-// pub use build::TraceBuilder;
+pub use build::TraceBuilder;
 pub use format::{TraceError, TraceReader};
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,343 @@
+//! Session configuration: recording mode, buffer sizes and the ftrace/uftrace
+//! style filters, set in code or from `FGTRACE_*` environment variables.
+//!
+//! | variable | meaning | ftrace / uftrace |
+//! |---|---|---|
+//! | `FGTRACE_FILTER=a,b*` | record only matching functions (others are invisible, their callees still recorded) | `set_ftrace_filter`, `-F` |
+//! | `FGTRACE_EXCLUDE=a*` | never record matching functions (callees still recorded) | `set_ftrace_notrace` |
+//! | `FGTRACE_GRAPH_FUNCTION=main_loop` | record only inside these functions | `set_graph_function` |
+//! | `FGTRACE_NOTRACE=noisy*` | hide these functions and their whole subtree | `set_graph_notrace`, `-N` |
+//! | `FGTRACE_DEPTH=N` | record calls at depth < N only | `max_graph_depth`, `-D` |
+//! | `FGTRACE_THRESHOLD=10us` | record calls lasting at least this long | `tracing_thresh`, `-t` |
+//! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
+//! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
+//!
+//! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
+//! otherwise it matches the display name (`parse*`, `Parser::*`). `*` and `?`
+//! are wildcards; lists are comma separated. Exclusion wins over inclusion.
+
+use crate::buffer::MAX_DEPTH;
+use crate::trace::RecordMode;
+use std::time::Duration;
+use wildmatch::WildMatch;
+
+/// How a session records. `Config::default()` reads the `FGTRACE_*`
+/// environment variables; builder methods override them.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) mode: RecordMode,
+    pub(crate) flight_calls: usize,
+    pub(crate) batch_calls: usize,
+    pub(crate) max_batches_in_flight: usize,
+    pub(crate) block_when_full: bool,
+    pub(crate) stack_depth: u32,
+    pub(crate) max_depth: Option<u32>,
+    pub(crate) threshold: Option<Duration>,
+    pub(crate) filter: Vec<String>,
+    pub(crate) exclude: Vec<String>,
+    pub(crate) graph_functions: Vec<String>,
+    pub(crate) notrace: Vec<String>,
+    /// Problems found in environment variables, reported by `Session::start`.
+    pub(crate) errors: Vec<String>,
+}
+
+impl Default for Config {
+    /// Stream mode, 4096-call batches, 256 batches in flight (16 MiB), a
+    /// 512-frame shadow stack, no filters; then `FGTRACE_*` variables applied.
+    fn default() -> Self {
+        let mut c = Config::builtin();
+        c.apply_env(|k| std::env::var(k).ok());
+        c
+    }
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect()
+}
+
+/// Parses `10us`, `1.5ms`, `2s`, `500ns` (a bare number is microseconds, as ftrace's `tracing_thresh`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (try 10us, 1.5ms, 2s)"))?;
+    let ns = match unit.trim() {
+        "ns" => v,
+        "" | "us" | "µs" => v * 1e3,
+        "ms" => v * 1e6,
+        "s" => v * 1e9,
+        u => return Err(format!("`{s}`: unknown unit `{u}` (use ns, us, ms or s)")),
+    };
+    Ok(Duration::from_nanos(ns as u64))
+}
+
+impl Config {
+    /// The defaults without reading the environment.
+    pub fn builtin() -> Self {
+        Config {
+            mode: RecordMode::Stream,
+            flight_calls: 65536,
+            batch_calls: 4096,
+            max_batches_in_flight: 256,
+            block_when_full: false,
+            stack_depth: 512,
+            max_depth: None,
+            threshold: None,
+            filter: Vec::new(),
+            exclude: Vec::new(),
+            graph_functions: Vec::new(),
+            notrace: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Applies `FGTRACE_*` settings from `get` (the environment, or a map in tests).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+        if let Some(v) = get("FGTRACE_FILTER") {
+            self.filter = list(&v);
+        }
+        if let Some(v) = get("FGTRACE_EXCLUDE") {
+            self.exclude = list(&v);
+        }
+        if let Some(v) = get("FGTRACE_GRAPH_FUNCTION") {
+            self.graph_functions = list(&v);
+        }
+        if let Some(v) = get("FGTRACE_NOTRACE") {
+            self.notrace = list(&v);
+        }
+        if let Some(v) = get("FGTRACE_DEPTH") {
+            match v.trim().parse::<u32>() {
+                Ok(0) => self.max_depth = None,
+                Ok(n) => self.max_depth = Some(n),
+                Err(_) => self.errors.push(format!("FGTRACE_DEPTH=`{v}` is not a number")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_THRESHOLD") {
+            match parse_duration(&v) {
+                Ok(d) => self.threshold = Some(d),
+                Err(e) => self.errors.push(format!("FGTRACE_THRESHOLD: {e}")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_STACK") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_DEPTH).contains(&n) => self.stack_depth = n,
+                _ => self.errors.push(format!("FGTRACE_STACK=`{v}` must be a number from 1 to {MAX_DEPTH}")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_MODE") {
+            let v = v.trim();
+            if v == "stream" {
+                self.mode = RecordMode::Stream;
+            } else if let Some(n) = v.strip_prefix("flight") {
+                self.mode = RecordMode::FlightRecorder;
+                if let Some(n) = n.strip_prefix(':') {
+                    match n.parse::<usize>() {
+                        Ok(n) if n > 0 => self.flight_calls = n,
+                        _ => self.errors.push(format!("FGTRACE_MODE=`{v}`: expected flight:<calls per thread>")),
+                    }
+                }
+            } else {
+                self.errors.push(format!("FGTRACE_MODE=`{v}`: expected `stream` or `flight[:N]`"));
+            }
+        }
+    }
+
+    /// Keep every call, handing batches to the collector (the default).
+    pub fn stream(mut self) -> Self {
+        self.mode = RecordMode::Stream;
+        self
+    }
+    /// Keep only the last `calls_per_thread` calls of each thread.
+    pub fn flight_recorder(mut self, calls_per_thread: usize) -> Self {
+        self.mode = RecordMode::FlightRecorder;
+        self.flight_calls = calls_per_thread.max(1);
+        self
+    }
+    /// Calls per batch handed to the collector (stream mode).
+    pub fn batch_calls(mut self, n: usize) -> Self {
+        self.batch_calls = n.max(16);
+        self
+    }
+    /// Batches that may wait for the collector before new ones are dropped (and counted).
+    pub fn max_batches_in_flight(mut self, n: usize) -> Self {
+        self.max_batches_in_flight = n.max(1);
+        self
+    }
+    /// Block the traced thread instead of dropping when the collector falls behind.
+    pub fn block_when_full(mut self, yes: bool) -> Self {
+        self.block_when_full = yes;
+        self
+    }
+    /// Shadow-stack capacity per thread; deeper calls are counted as overruns.
+    pub fn stack_depth(mut self, n: u32) -> Self {
+        self.stack_depth = n.clamp(1, MAX_DEPTH);
+        self
+    }
+    /// Record only calls at depth < `n` (0 = unlimited).
+    pub fn max_depth(mut self, n: u32) -> Self {
+        self.max_depth = (n > 0).then_some(n);
+        self
+    }
+    /// Record only calls lasting at least `d`.
+    pub fn threshold(mut self, d: Duration) -> Self {
+        self.threshold = Some(d);
+        self
+    }
+    /// Record only functions matching these patterns.
+    pub fn filter<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
+        self.filter = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Never record functions matching these patterns.
+    pub fn exclude<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
+        self.exclude = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Record only inside these functions.
+    pub fn graph_functions<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
+        self.graph_functions = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Hide these functions and everything they call.
+    pub fn notrace<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
+        self.notrace = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// One line describing the filters, stored in the trace.
+    pub(crate) fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |k: &str, v: &[String]| {
+            if !v.is_empty() {
+                parts.push(format!("{k}={}", v.join(",")));
+            }
+        };
+        add("filter", &self.filter);
+        add("exclude", &self.exclude);
+        add("graph_function", &self.graph_functions);
+        add("notrace", &self.notrace);
+        if let Some(d) = self.max_depth {
+            parts.push(format!("depth={d}"));
+        }
+        if let Some(t) = self.threshold {
+            parts.push(format!("threshold={t:?}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// What a session does with calls of one site (cached per site on the hot path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Decision {
+    /// Record the call.
+    Record = 1,
+    /// Do not record it; its callees may be recorded.
+    Skip = 2,
+    /// Hide it and its whole subtree.
+    Hide = 3,
+    /// Record it and enable recording below it (graph function).
+    GraphRoot = 4,
+}
+
+/// Compiled name patterns.
+pub(crate) struct Filters {
+    filter: Vec<Pattern>,
+    exclude: Vec<Pattern>,
+    graph: Vec<Pattern>,
+    notrace: Vec<Pattern>,
+}
+
+struct Pattern {
+    full_path: bool,
+    m: WildMatch,
+}
+
+impl Pattern {
+    fn new(p: &str) -> Pattern {
+        Pattern { full_path: p.contains("::") && !p.starts_with('*'), m: WildMatch::new(p) }
+    }
+    fn matches(&self, name: &str, full: &str) -> bool {
+        if self.full_path {
+            self.m.matches(full)
+        } else {
+            self.m.matches(name) || self.m.matches(full)
+        }
+    }
+}
+
+impl Filters {
+    pub fn new(c: &Config) -> Filters {
+        let compile = |v: &[String]| v.iter().map(|p| Pattern::new(p)).collect();
+        Filters {
+            filter: compile(&c.filter),
+            exclude: compile(&c.exclude),
+            graph: compile(&c.graph_functions),
+            notrace: compile(&c.notrace),
+        }
+    }
+
+    pub fn has_graph_functions(&self) -> bool {
+        !self.graph.is_empty()
+    }
+
+    pub fn decide(&self, name: &str, module_path: &str) -> Decision {
+        let full = format!("{module_path}::{name}");
+        let any = |ps: &[Pattern]| ps.iter().any(|p| p.matches(name, &full));
+        if any(&self.notrace) {
+            Decision::Hide
+        } else if any(&self.exclude) || (!self.filter.is_empty() && !any(&self.filter)) {
+            Decision::Skip
+        } else if any(&self.graph) {
+            Decision::GraphRoot
+        } else {
+            Decision::Record
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Config {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut c = Config::builtin();
+        c.apply_env(|k| m.get(k).cloned());
+        c
+    }
+
+    #[test]
+    fn environment_sets_filters_and_reports_bad_values() {
+        let c = env(&[
+            ("FGTRACE_FILTER", "parse*, eval"),
+            ("FGTRACE_DEPTH", "3"),
+            ("FGTRACE_THRESHOLD", "1.5ms"),
+            ("FGTRACE_MODE", "flight:100"),
+        ]);
+        assert_eq!(c.filter, vec!["parse*", "eval"]);
+        assert_eq!(c.max_depth, Some(3));
+        assert_eq!(c.threshold, Some(Duration::from_micros(1500)));
+        assert_eq!((c.mode, c.flight_calls), (RecordMode::FlightRecorder, 100));
+        assert!(c.errors.is_empty());
+        let bad = env(&[("FGTRACE_DEPTH", "deep"), ("FGTRACE_THRESHOLD", "3 parsecs"), ("FGTRACE_MODE", "x")]);
+        assert_eq!(bad.errors.len(), 3, "{:?}", bad.errors);
+    }
+
+    #[test]
+    fn decisions_follow_ftrace_precedence() {
+        let c = Config::builtin()
+            .filter(["parse*", "app::eval::*"])
+            .exclude(["parse_ws"])
+            .notrace(["parse_comment"])
+            .graph_functions(["parse_expr"]);
+        let f = Filters::new(&c);
+        assert_eq!(f.decide("parse_term", "app::parser"), Decision::Record);
+        assert_eq!(f.decide("run", "app::eval"), Decision::Record);
+        assert_eq!(f.decide("run", "app::main"), Decision::Skip);
+        assert_eq!(f.decide("parse_ws", "app::parser"), Decision::Skip);
+        assert_eq!(f.decide("parse_comment", "app::parser"), Decision::Hide);
+        assert_eq!(f.decide("parse_expr", "app::parser"), Decision::GraphRoot);
+    }
+}
