@@ -1,12 +1,39 @@
 //! `#[traced]` and `#[notrace]` for fgtrace.
+//!
+//! `#[traced]` puts an entry probe at the top of a fn body: a `static` call
+//! site descriptor plus a guard whose `Drop` records the exit, so `return`,
+//! `?` and unwinding are all covered without touching the user's code. An
+//! `async fn` instead wraps its body in `TracedFuture`, which probes every
+//! poll. The expansion only refers to `::fgtrace::__private`; see
+//! [`expand`] for the exact shape.
+
 use proc_macro::TokenStream;
 
+mod args;
+mod expand;
+#[cfg(test)]
+mod tests;
+
+/// Instruments a fn, or every method of an `impl` block, with fgtrace probes.
+///
+/// - On a fn (free fn, method, trait impl method, trait default method):
+///   records each call under the fn's name, or `#[traced(name = "...")]`.
+/// - On an `impl` block: records every method as `Type::method` (the last
+///   path segment of the self type; the trait's name for a blanket
+///   `impl<T> Trait for T`), or `Prefix::method` with `#[traced(prefix = "Prefix")]`.
+///   Opt a method out with `#[notrace]`; rename one with `#[traced(name = "...")]`.
+///   `const fn`s in the block are left alone: they cannot read a clock.
+///
+/// `const fn`s, fns without a body and other items are rejected with a
+/// `compile_error!`.
 #[proc_macro_attribute]
-pub fn traced(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::traced(attr.into(), item.into()).into()
 }
 
+/// Excludes a method from a `#[traced]` impl block. The block's `#[traced]`
+/// removes this attribute; anywhere else it leaves the item unchanged.
 #[proc_macro_attribute]
-pub fn notrace(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::notrace(attr.into(), item.into()).into()
 }

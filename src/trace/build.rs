@@ -182,13 +182,13 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
                         count: r.dur(),
                         kind: LossKind::Dropped,
                     })),
-                    k => {
+                    rk => {
                         calls += 1;
                         let mut fl = 0;
                         if r.unwound() {
                             fl |= flags::UNWOUND;
                         }
-                        if k == kind::POLL {
+                        if rk == kind::POLL {
                             fl |= flags::POLL;
                         }
                         if size[k as usize] > 1 {
