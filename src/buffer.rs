@@ -154,16 +154,17 @@ impl ThreadBuf {
 
     /// Collector: copies out what is published. `flight` = ring semantics:
     /// returns the last `capacity` records in order and how many were overwritten.
-    pub fn snapshot(&self, flight: bool) -> (Vec<RawCall>, u64) {
+    pub fn snapshot(&self, flight: bool, keep: usize) -> (Vec<RawCall>, u64) {
         self.lock();
         let n = self.published.load(Ordering::Acquire);
         // SAFETY: under the lock; slots below `n` were fully written before
         // `published` was released.
         let s = unsafe { &*self.storage.get() };
         let cap = s.len() as u64;
+        let keep = (keep as u64).min(cap);
         let read = |i: u64| unsafe { s[(i % cap) as usize].assume_init() };
         let (out, lost) = if flight {
-            let first = n.saturating_sub(cap);
+            let first = n.saturating_sub(keep);
             ((first..n).map(read).collect(), first)
         } else {
             ((0..n.min(cap)).map(read).collect(), 0)
@@ -198,8 +199,10 @@ mod tests {
             unsafe { p.add((i % cap as u64) as usize).write(RawCall(i, 0)) };
             b.published.store(i + 1, Ordering::Release);
         }
-        let (recs, lost) = b.snapshot(true);
+        let (recs, lost) = b.snapshot(true, 4);
         assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), vec![6, 7, 8, 9]);
         assert_eq!(lost, 6);
+        let (recs, lost) = b.snapshot(true, 3);
+        assert_eq!((recs.len(), lost), (3, 7));
     }
 }

@@ -222,7 +222,7 @@ impl Session {
         let threads = self.active.threads.lock().clone();
         let mut inputs = Vec::with_capacity(threads.len());
         for t in &threads {
-            let (tail, overwritten) = t.snapshot(self.active.flight);
+            let (tail, overwritten) = t.snapshot(self.active.flight, self.config.flight_calls);
             let i = t.index as usize;
             let mut recs = std::mem::take(gathered.records.get_mut(i).unwrap_or(&mut Vec::new()));
             recs.extend(tail);

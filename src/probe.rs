@@ -428,8 +428,14 @@ fn handoff(st: &mut ThreadState, depth: u32) {
                 std::thread::yield_now();
             }
             Err(crossbeam_channel::TrySendError::Full(b)) => {
-                lost = b.len as u64;
-                shared.dropped.fetch_add(lost, Relaxed);
+                // A batch that starts with the marker of an earlier drop
+                // carries that count forward, so one marker covers the run.
+                // SAFETY: slot 0 of a full batch was written.
+                let first = unsafe { b.storage[0].assume_init() };
+                let carried = if first.kind() == kind::LOST { first.dur() } else { 0 };
+                let calls = b.len as u64 - (carried > 0) as u64;
+                shared.dropped.fetch_add(calls, Relaxed);
+                lost = calls + carried;
                 let _ = active.recycle_tx.try_send(b.storage);
                 break;
             }
@@ -495,10 +501,10 @@ impl<F: Future> Future for TracedFuture<F> {
         // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
         let this = unsafe { self.get_unchecked_mut() };
         let c = CONTROL.load(Relaxed);
-        let guard = if c & 1 == 0 { Guard::OFF } else { enter_on(this.site, c >> 1, F_POLL) };
-        if this.first == 0 && guard.slot != 0 {
+        if this.first == 0 && c & 1 != 0 {
             this.first = ticks();
         }
+        let guard = if c & 1 == 0 { Guard::OFF } else { enter_on(this.site, c >> 1, F_POLL) };
         this.polls += 1;
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
         drop(guard);
