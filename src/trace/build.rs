@@ -45,12 +45,7 @@ impl TraceBuilder {
     /// Adds an event; events of one thread must come in pre-order (calls) and
     /// time order (everything else). `HAS_CHILDREN` is computed here.
     pub fn push(&mut self, e: Event) {
-        let t = match &e {
-            Event::Call(c) => c.thread,
-            Event::Future(f) => f.thread,
-            Event::Lost(l) => l.thread,
-            Event::Sample(s) => s.thread,
-        } as usize;
+        let t = e.thread() as usize;
         if self.events.len() <= t {
             self.events.resize(t + 1, Vec::new());
         }

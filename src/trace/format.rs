@@ -17,12 +17,14 @@
 //! | 0 call | site, zigzag(start - prev_start), dur |
 //! | 1 future | site, zigzag(start - prev_start), dur, polls (flag bit 0 = cancelled) |
 //! | 2 lost | zigzag(at - prev_start), count, loss kind |
-//! | 3 sample | zigzag(ts - prev_start), shadow depth, n, frame0, zigzag(frame_i - frame_{i-1})... |
+//! | 3 extension | subkind, then: |
+//! | 3.0 sample | zigzag(ts - prev_start), shadow depth, n, frame0, zigzag(frame_i - frame_{i-1})... |
+//! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
 //!
 //! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
-use super::{Call, Event, FutureSpan, LossKind, Lost, Sample, TraceMeta};
+use super::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceMeta};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -40,7 +42,9 @@ const MAX_PAYLOAD: u64 = 64 << 20;
 const EV_CALL: u64 = 0;
 const EV_FUTURE: u64 = 1;
 const EV_LOST: u64 = 2;
-const EV_SAMPLE: u64 = 3;
+const EV_EXT: u64 = 3;
+const EXT_SAMPLE: u64 = 0;
+const EXT_COUNTERS: u64 = 1;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -148,28 +152,39 @@ impl Chunk {
                         kind,
                     }));
                 }
-                _ => {
-                    start += unzigzag(d.varint()?);
-                    let shadow_depth = d.u32()?;
-                    let n = d.varint()?;
-                    if n > 4096 {
-                        return Err(d.corrupt(format!("sample with {n} frames")));
+                _ => match d.varint()? {
+                    EXT_SAMPLE => {
+                        start += unzigzag(d.varint()?);
+                        let shadow_depth = d.u32()?;
+                        let n = d.varint()?;
+                        if n > 4096 {
+                            return Err(d.corrupt(format!("sample with {n} frames")));
+                        }
+                        let mut frames = Vec::with_capacity(n as usize);
+                        let mut prev: i64 = 0;
+                        for i in 0..n {
+                            let v = d.varint()?;
+                            let a = if i == 0 { v as i64 } else { prev.wrapping_add(unzigzag(v)) };
+                            frames.push(a as u64);
+                            prev = a;
+                        }
+                        out.push(Event::Sample(Sample {
+                            thread: self.thread,
+                            ts_ns: start.max(0) as u64,
+                            shadow_depth,
+                            frames,
+                        }));
                     }
-                    let mut frames = Vec::with_capacity(n as usize);
-                    let mut prev: i64 = 0;
-                    for i in 0..n {
-                        let v = d.varint()?;
-                        let a = if i == 0 { v as i64 } else { prev.wrapping_add(unzigzag(v)) };
-                        frames.push(a as u64);
-                        prev = a;
+                    EXT_COUNTERS => {
+                        let n = d.varint()?;
+                        if n > 64 {
+                            return Err(d.corrupt(format!("{n} counters on one call")));
+                        }
+                        let values = (0..n).map(|_| d.varint()).collect::<Result<Vec<_>, _>>()?;
+                        out.push(Event::Counters(CallCounters { thread: self.thread, values }));
                     }
-                    out.push(Event::Sample(Sample {
-                        thread: self.thread,
-                        ts_ns: start.max(0) as u64,
-                        shadow_depth,
-                        frames,
-                    }));
-                }
+                    k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
+                },
             }
         }
         if d.pos != d.buf.len() {
@@ -235,8 +250,10 @@ impl ChunkEncoder {
                 put_varint(&mut self.chunk.payload, l.count);
                 put_varint(&mut self.chunk.payload, matches!(l.kind, LossKind::Overwritten) as u64);
             }
+            Event::Counters(c) => self.counters(c),
             Event::Sample(s) => {
-                self.begin(0, s.ts_ns, EV_SAMPLE, 0, false);
+                self.begin(0, s.ts_ns, EV_EXT, 0, false);
+                put_varint(&mut self.chunk.payload, EXT_SAMPLE);
                 self.time(s.ts_ns);
                 put_varint(&mut self.chunk.payload, s.shadow_depth as u64);
                 put_varint(&mut self.chunk.payload, s.frames.len() as u64);
@@ -247,6 +264,18 @@ impl ChunkEncoder {
                     prev = a;
                 }
             }
+        }
+    }
+
+    fn counters(&mut self, c: &CallCounters) {
+        // Counters belong to the previous call, so they stay in its chunk
+        // (no `begin`, which may start a new one).
+        self.chunk.count += 1;
+        put_varint(&mut self.chunk.payload, EV_EXT);
+        put_varint(&mut self.chunk.payload, EXT_COUNTERS);
+        put_varint(&mut self.chunk.payload, c.values.len() as u64);
+        for &v in &c.values {
+            put_varint(&mut self.chunk.payload, v);
         }
     }
 
@@ -558,6 +587,7 @@ mod tests {
             Event::Sample(Sample { thread: 0, ts_ns: 1130, shadow_depth: 1, frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7] }),
             Event::Lost(Lost { thread: 0, depth: 1, at_ns: 1200, count: 42, kind: LossKind::Dropped }),
             Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1300, dur_ns: 30, flags: flags::UNWOUND }),
+            Event::Counters(CallCounters { thread: 0, values: vec![12345, 0] }),
             Event::Future(FutureSpan { thread: 0, site: 2, start_ns: 900, dur_ns: 9000, polls: 3, cancelled: true }),
         ];
         let mut enc = ChunkEncoder::new(0);
@@ -575,7 +605,7 @@ mod tests {
         let back = Trace::read_from(&bytes[..]).unwrap();
         assert_eq!(back.meta(), t.meta());
         assert_eq!(back.events().collect::<Vec<_>>(), t.events().collect::<Vec<_>>());
-        assert_eq!(t.events().count(), 6);
+        assert_eq!(t.events().count(), 7);
     }
 
     #[test]
@@ -586,7 +616,7 @@ mod tests {
         // Cut off the end marker: the chunk is still readable, then an error.
         let cut = &bytes[..bytes.len() - 3];
         let evs: Vec<_> = TraceReader::new(cut).unwrap().events().collect();
-        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 6);
+        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 7);
         let err = evs.last().unwrap().as_ref().unwrap_err().to_string();
         assert!(err.contains("truncated at byte"), "{err}");
         // Flip a payload byte: checksum mismatch with an offset inside the file.

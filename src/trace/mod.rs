@@ -224,6 +224,14 @@ pub struct Sample {
     pub frames: Vec<u64>,
 }
 
+/// Counter deltas, entry to exit, of the call just before this event on the
+/// same thread: one value per name in [`TraceMeta::counters`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallCounters {
+    pub thread: u32,
+    pub values: Vec<u64>,
+}
+
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -231,6 +239,21 @@ pub enum Event {
     Future(FutureSpan),
     Lost(Lost),
     Sample(Sample),
+    /// Follows the `Call` it belongs to.
+    Counters(CallCounters),
+}
+
+impl Event {
+    /// The thread (index into `TraceMeta::threads`) the event belongs to.
+    pub fn thread(&self) -> u32 {
+        match self {
+            Event::Call(c) => c.thread,
+            Event::Future(f) => f.thread,
+            Event::Lost(l) => l.thread,
+            Event::Sample(s) => s.thread,
+            Event::Counters(c) => c.thread,
+        }
+    }
 }
 
 /// A recorded trace: metadata plus encoded events. Returned by
