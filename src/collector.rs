@@ -4,7 +4,7 @@
 use crate::buffer::{self, Batch, RawCall, Storage, ThreadBuf};
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
-use crate::probe::{Site, CONTROL};
+use crate::probe::{self, Site, CONTROL, ON, SESSION_ON};
 use crate::trace::{build, RecordMode, Trace};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -57,9 +57,7 @@ pub(crate) struct Active {
 impl Active {
     /// A buffer for the calling thread (slow path, once per thread per session).
     pub fn register_thread(&self) -> Arc<ThreadBuf> {
-        let cur = std::thread::current();
-        let tid = os_tid();
-        let name = cur.name().map(String::from).unwrap_or_else(|| format!("tid-{tid}"));
+        let (tid, name) = (os_tid(), thread_name());
         let mut threads = self.threads.lock();
         let b = Arc::new(ThreadBuf::new(threads.len() as u32, tid, name, self.capacity));
         threads.push(b.clone());
@@ -92,7 +90,13 @@ pub(crate) fn site_by_id(id: u32) -> Option<&'static Site> {
     SITES.lock().get(id as usize).copied()
 }
 
-fn os_tid() -> u32 {
+/// The calling thread's `std::thread` name, or `tid-N`.
+pub(crate) fn thread_name() -> String {
+    std::thread::current().name().map(String::from).unwrap_or_else(|| format!("tid-{}", os_tid()))
+}
+
+/// The calling thread's OS id.
+pub(crate) fn os_tid() -> u32 {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: gettid has no preconditions.
@@ -188,18 +192,18 @@ impl Session {
                 .map_err(|e| Error::Collector(e.to_string()))?;
             Some(h)
         };
-        CONTROL.store(gen << 1 | 1, Release);
+        CONTROL.store(gen << 2 | SESSION_ON | ON, Release);
         Ok(Session { active, cal, config, stop, collector, batches_rx })
     }
 
     /// Pauses recording (ftrace's `tracing_on = 0`); probes cost one load and a branch.
     pub fn pause(&self) {
-        CONTROL.store(self.active.gen << 1, Release);
+        probe::control_session_off();
     }
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
-        CONTROL.store(self.active.gen << 1 | 1, Release);
+        CONTROL.store(self.active.gen << 2 | SESSION_ON | ON, Release);
     }
 
     /// Stops recording and returns the trace.
@@ -209,7 +213,7 @@ impl Session {
 
     fn shutdown(&mut self) -> Result<Trace, Error> {
         let end = ClockPoint::now();
-        CONTROL.store(self.active.gen << 1, Release);
+        probe::control_session_off();
         ACTIVE.write().take();
         self.stop.store(true, Release);
         let mut gathered = match self.collector.take() {

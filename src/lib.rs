@@ -12,10 +12,12 @@ pub mod collector;
 pub mod config;
 pub mod probe;
 pub mod trace;
+pub mod view;
 
 #[cfg(feature = "symbolize")]
 pub mod bridge;
 pub mod sampler;
+pub mod testing;
 
 pub use collector::{Error, Session};
 pub use config::Config;

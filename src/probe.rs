@@ -24,9 +24,25 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// `generation << 1 | on`. The generation changes with every session, so
-/// per-site and per-thread caches made for an earlier session are redone.
+/// `generation << 2 | session recording << 1 | anything on`. The generation
+/// changes with every session, so per-site and per-thread caches made for an
+/// earlier session are redone. "Anything on" is also set while a thread-local
+/// capture (`fgtrace::testing`) runs.
 pub(crate) static CONTROL: AtomicU32 = AtomicU32::new(0);
+pub(crate) const ON: u32 = 1;
+pub(crate) const SESSION_ON: u32 = 2;
+/// Thread-local captures running.
+static CAPTURES: AtomicU32 = AtomicU32::new(0);
+/// `ThreadState::gen` of a capturing thread: never a session generation.
+const CAPTURE_GEN: u32 = u32::MAX - 1;
+
+/// Clears the session bit (and the "on" bit unless a capture runs).
+pub(crate) fn control_session_off() {
+    let _ = CONTROL.fetch_update(Release, Relaxed, |c| {
+        let on = (CAPTURES.load(Relaxed) > 0) as u32;
+        Some((c & !(SESSION_ON | ON)) | on)
+    });
+}
 
 /// A static descriptor of one instrumented function, made by `#[traced]`.
 pub struct Site {
@@ -84,6 +100,8 @@ pub(crate) struct Frame {
 /// thread-local (no lazy-init check, no destructor registration per access).
 pub(crate) struct ThreadState {
     gen: u32,
+    /// Recording into a thread-local capture rather than a session.
+    capture: bool,
     /// Frames on the shadow stack.
     pub depth: u32,
     hide: u32,
@@ -107,6 +125,7 @@ pub(crate) struct ThreadState {
 impl ThreadState {
     const EMPTY: ThreadState = ThreadState {
         gen: 0,
+        capture: false,
         depth: 0,
         hide: 0,
         graph: 0,
@@ -187,23 +206,41 @@ impl Drop for Guard {
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
     let c = CONTROL.load(Relaxed);
-    if c & 1 == 0 {
+    if c & ON == 0 {
         return Guard::OFF;
     }
-    enter_on(site, c >> 1, F_RECORD)
+    enter_on(site, c, F_RECORD)
 }
 
 #[inline(always)]
-fn enter_on(site: &'static Site, gen: u32, kind: u8) -> Guard {
+fn enter_on(site: &'static Site, c: u32, kind: u8) -> Guard {
     let cache = site.cache.load(Relaxed);
-    STATE.with(|c| {
+    let gen = c >> 2;
+    STATE.with(|cell| {
         // SAFETY: only this thread touches its state; a signal handler only reads it.
-        let st = unsafe { &mut *c.get() };
-        if (cache >> 32) as u32 != gen || st.gen != gen {
-            return enter_slow(st, site, gen, kind);
+        let st = unsafe { &mut *cell.get() };
+        if c & SESSION_ON != 0 && st.gen == gen && (cache >> 32) as u32 == gen {
+            return push(st, cache, kind);
         }
-        push(st, cache, kind)
+        enter_other(st, site, c, kind)
     })
+}
+
+/// Everything but a recording session's steady state: a capturing thread, a
+/// paused session while another thread captures, or a first call.
+#[inline(never)]
+fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, kind: u8) -> Guard {
+    if st.capture {
+        let id = site.id();
+        if id >= MAX_SITES {
+            return Guard::OFF;
+        }
+        return push(st, ((id as u64 + 1) << 8) | Decision::Record as u64, kind);
+    }
+    if c & SESSION_ON == 0 {
+        return Guard::OFF;
+    }
+    enter_slow(st, site, c >> 2, kind)
 }
 
 #[inline(always)]
@@ -413,6 +450,10 @@ fn write(st: &mut ThreadState, rec: RawCall) {
 #[cold]
 #[inline(never)]
 fn handoff(st: &mut ThreadState, depth: u32) {
+    if st.capture {
+        capture_handoff(st);
+        return;
+    }
     // SAFETY: both set together in `sync_thread`.
     let (shared, active) = unsafe { (&*st.shared, &*st.active) };
     let len = st.count as usize;
@@ -455,21 +496,29 @@ fn handoff(st: &mut ThreadState, depth: u32) {
 fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
     let end = ticks();
     let c = CONTROL.load(Relaxed);
-    if c & 1 == 0 {
+    if c & ON == 0 {
         return;
     }
-    let gen = c >> 1;
+    let gen = c >> 2;
     STATE.with(|cell| {
         let st = unsafe { &mut *cell.get() };
-        if st.gen != gen {
-            let Some(active) = collector::active(gen) else { return };
-            if !sync_thread(st, &active) {
+        if !st.capture {
+            if c & SESSION_ON == 0 {
+                return;
+            }
+            if st.gen != gen {
+                let Some(active) = collector::active(gen) else { return };
+                if !sync_thread(st, &active) {
+                    return;
+                }
+            }
+            let Some(active) = (unsafe { st.active.as_ref() }) else { return };
+            if active.filters.decide(site.name, site.module_path) == Decision::Skip {
                 return;
             }
         }
-        let Some(active) = (unsafe { st.active.as_ref() }) else { return };
         let id = site.id();
-        if st.hide != 0 || id >= MAX_SITES || active.filters.decide(site.name, site.module_path) == Decision::Skip {
+        if st.hide != 0 || id >= MAX_SITES {
             return;
         }
         let polls = polls.min(buffer::MAX_DEPTH);
@@ -501,10 +550,10 @@ impl<F: Future> Future for TracedFuture<F> {
         // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
         let this = unsafe { self.get_unchecked_mut() };
         let c = CONTROL.load(Relaxed);
-        if this.first == 0 && c & 1 != 0 {
+        if this.first == 0 && c & ON != 0 {
             this.first = ticks();
         }
-        let guard = if c & 1 == 0 { Guard::OFF } else { enter_on(this.site, c >> 1, F_POLL) };
+        let guard = if c & ON == 0 { Guard::OFF } else { enter_on(this.site, c, F_POLL) };
         this.polls += 1;
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
         drop(guard);
@@ -529,4 +578,78 @@ impl<F> Drop for TracedFuture<F> {
 /// Shadow-stack depth of the current thread (for the sampler and tests).
 pub fn current_depth() -> u32 {
     STATE.with(|c| unsafe { (*c.get()).depth })
+}
+
+// ---------------------------------------------------------------- captures
+
+thread_local! {
+    /// Full buffers of the running capture on this thread.
+    static CAPTURE_BATCHES: std::cell::RefCell<Vec<RawCall>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Capture buffers: large enough that most captures never hand off.
+const CAPTURE_BUFFER: usize = 1 << 14;
+
+#[cold]
+fn capture_handoff(st: &mut ThreadState) {
+    // SAFETY: set in `capture_begin`, alive until `capture_end`.
+    let shared = unsafe { &*st.shared };
+    let (recs, _) = shared.snapshot(false, 0);
+    CAPTURE_BATCHES.with(|b| b.borrow_mut().extend(recs));
+    shared.published.store(0, Release);
+    st.count = 0;
+}
+
+/// The thread's state from before a capture, restored when it ends.
+pub(crate) struct SavedState(ThreadState);
+
+/// Switches the calling thread to record into a private buffer, whatever a
+/// session is doing: used by `fgtrace::testing::capture`. Nests.
+pub(crate) fn capture_begin(stack_depth: u32) -> SavedState {
+    CAPTURES.fetch_add(1, Relaxed);
+    CONTROL.fetch_or(ON, Release);
+    STATE.with(|cell| {
+        let st = unsafe { &mut *cell.get() };
+        let saved = std::mem::replace(st, ThreadState::EMPTY);
+        let mut v: Vec<Frame> = Vec::with_capacity(stack_depth as usize);
+        // SAFETY: plain data, written before read.
+        unsafe { v.set_len(stack_depth as usize) };
+        st.frames = Box::into_raw(v.into_boxed_slice()) as *mut Frame;
+        st.stack_cap = stack_depth;
+        st.max_depth = u32::MAX;
+        let shared = Arc::new(ThreadBuf::new(0, collector::os_tid(), collector::thread_name(), CAPTURE_BUFFER));
+        let (buf, len) = shared.storage_ptr();
+        st.buf = buf;
+        st.mask = u64::MAX;
+        st.limit = len as u64;
+        st.shared = Arc::into_raw(shared);
+        st.gen = CAPTURE_GEN;
+        st.capture = true;
+        CAPTURE_BATCHES.with(|b| b.borrow_mut().clear());
+        SavedState(saved)
+    })
+}
+
+/// Ends the capture on this thread: returns its records (oldest first) and
+/// overrun count, and restores the state from before `capture_begin`.
+pub(crate) fn capture_end(saved: SavedState) -> (Vec<RawCall>, u64) {
+    let out = STATE.with(|cell| {
+        let st = unsafe { &mut *cell.get() };
+        // SAFETY: set in `capture_begin`.
+        let shared = unsafe { Arc::from_raw(st.shared) };
+        let (tail, _) = shared.snapshot(false, 0);
+        let overruns = shared.overruns.load(Relaxed);
+        let mut recs = CAPTURE_BATCHES.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        recs.extend(tail);
+        unsafe { drop(Box::from_raw(ptr::slice_from_raw_parts_mut(st.frames, st.stack_cap as usize))) };
+        st.shared = ptr::null();
+        *st = saved.0;
+        (recs, overruns)
+    });
+    if CAPTURES.fetch_sub(1, Relaxed) == 1 {
+        let _ = CONTROL.fetch_update(Release, Relaxed, |c| {
+            (c & SESSION_ON == 0 && CAPTURES.load(Relaxed) == 0).then_some(c & !ON)
+        });
+    }
+    out
 }
