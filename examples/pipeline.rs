@@ -81,6 +81,15 @@ enum ParseError {
     Bad(&'static str, String),
 }
 
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::Missing(what) => write!(f, "missing {what}"),
+            ParseError::Bad(what, v) => write!(f, "bad {what} `{v}`"),
+        }
+    }
+}
+
 struct LineParser;
 
 #[fgtrace::traced]
@@ -141,7 +150,7 @@ impl LineParser {
 
     fn parse_line(line: &str) -> Result<Record, ParseError> {
         let toks = Self::tokenize(line);
-        if toks.len() < 9 {
+        if toks.len() < 8 {
             return Err(ParseError::Missing("fields"));
         }
         let seconds = Self::parse_timestamp(toks[3])?;
@@ -290,16 +299,16 @@ fn aggregate(stats: &mut HashMap<String, PathStats>, r: &Record, slow: bool) {
 }
 
 #[fgtrace::traced]
-fn process_batch(lines: &[String], filter: &Expr) -> (HashMap<String, PathStats>, usize) {
+fn process_batch(lines: &[String], filter: &Expr) -> (HashMap<String, PathStats>, Vec<String>) {
     let mut stats = HashMap::new();
-    let mut bad = 0;
+    let mut bad = Vec::new();
     for line in lines {
         match LineParser::parse_line(line) {
             Ok(r) => {
                 let slow = eval(filter, &r) != 0.0;
                 aggregate(&mut stats, &r, slow);
             }
-            Err(_) => bad += 1,
+            Err(e) => bad.push(format!("{e}: {line}")),
         }
     }
     (stats, bad)
@@ -309,16 +318,16 @@ fn process_batch(lines: &[String], filter: &Expr) -> (HashMap<String, PathStats>
 fn worker(
     rx: std::sync::Arc<std::sync::Mutex<mpsc::Receiver<Vec<String>>>>,
     filter: Expr,
-) -> (HashMap<String, PathStats>, usize) {
+) -> (HashMap<String, PathStats>, Vec<String>) {
     let mut total = HashMap::new();
-    let mut bad = 0;
+    let mut bad = Vec::new();
     loop {
         let batch = match rx.lock().unwrap().recv() {
             Ok(b) => b,
             Err(_) => break,
         };
         let (stats, b) = process_batch(&batch, &filter);
-        bad += b;
+        bad.extend(b);
         merge(&mut total, stats);
     }
     (total, bad)
@@ -337,7 +346,7 @@ fn merge(into: &mut HashMap<String, PathStats>, from: HashMap<String, PathStats>
 
 /// Runs the whole pipeline on `n` generated lines; returns (requests, malformed lines).
 #[fgtrace::traced]
-fn run_pipeline(n: usize) -> (u64, usize) {
+fn run_pipeline(n: usize) -> (u64, Vec<String>) {
     let mut lines = generate_logs(n, 0x5eed);
     lines.push("garbage line".to_string());
     let filter = ExprParser::new("latency > 500 && status >= 200").parse_and();
@@ -357,10 +366,10 @@ fn run_pipeline(n: usize) -> (u64, usize) {
     }
     drop(tx);
     let mut total = HashMap::new();
-    let mut bad = 0;
+    let mut bad = Vec::new();
     for w in workers {
         let (s, b) = w.join().unwrap();
-        bad += b;
+        bad.extend(b);
         merge(&mut total, s);
     }
     (total.values().map(|s| s.hits).sum(), bad)
@@ -395,7 +404,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&report_path, &report)?;
 
     let m = trace.meta();
-    println!("pipeline: {requests} requests parsed, {bad} malformed line(s)");
+    println!("pipeline: {requests} requests parsed, {} malformed line(s)", bad.len());
+    for b in bad.iter().take(3) {
+        println!("  malformed: {b}");
+    }
     println!(
         "recorded {} calls on {} threads in {:.1} ms ({} lost, {} overruns), {} bytes on disk",
         m.total_calls(),

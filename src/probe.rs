@@ -96,6 +96,10 @@ pub(crate) struct Frame {
     pub kind: u8,
 }
 
+impl Frame {
+    const ZERO: Frame = Frame { start: 0, sp: 0, site: 0, kind: 0 };
+}
+
 /// Everything a thread needs on the hot path, in one const-initialised
 /// thread-local (no lazy-init check, no destructor registration per access).
 pub(crate) struct ThreadState {
@@ -346,10 +350,7 @@ fn sync_thread(st: &mut ThreadState, active: &Arc<Active>) -> bool {
     release(st);
     let cap = active.stack_depth;
     if st.frames.is_null() || st.stack_cap < cap {
-        let mut v: Vec<Frame> = Vec::with_capacity(cap as usize);
-        // SAFETY: `Frame` is plain data; slots are written before they are read.
-        unsafe { v.set_len(cap as usize) };
-        let new = Box::into_raw(v.into_boxed_slice()) as *mut Frame;
+        let new = Box::into_raw(vec![Frame::ZERO; cap as usize].into_boxed_slice()) as *mut Frame;
         if !st.frames.is_null() {
             unsafe {
                 ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
@@ -611,10 +612,7 @@ pub(crate) fn capture_begin(stack_depth: u32) -> SavedState {
     STATE.with(|cell| {
         let st = unsafe { &mut *cell.get() };
         let saved = std::mem::replace(st, ThreadState::EMPTY);
-        let mut v: Vec<Frame> = Vec::with_capacity(stack_depth as usize);
-        // SAFETY: plain data, written before read.
-        unsafe { v.set_len(stack_depth as usize) };
-        st.frames = Box::into_raw(v.into_boxed_slice()) as *mut Frame;
+        st.frames = Box::into_raw(vec![Frame::ZERO; stack_depth as usize].into_boxed_slice()) as *mut Frame;
         st.stack_cap = stack_depth;
         st.max_depth = u32::MAX;
         let shared = Arc::new(ThreadBuf::new(0, collector::os_tid(), collector::thread_name(), CAPTURE_BUFFER));

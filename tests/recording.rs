@@ -188,7 +188,7 @@ impl Shape for Square {
 impl Shape for Circle {
     fn area(&self) -> f64 {
         let _t = truth("Circle::area");
-        3.14 * self.0 * self.0
+        3.0 * self.0 * self.0
     }
 }
 

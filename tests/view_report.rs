@@ -1,0 +1,131 @@
+//! The report through the public API: numbers, filters, damaged input.
+
+use fgtrace::trace::{
+    Call, Event, LossKind, Lost, SiteInfo, ThreadInfo, TraceBuilder, TraceError, TraceMeta,
+};
+use fgtrace::view::{write_report, Column, ReportOptions, ReportStyle, ThreadSel};
+
+fn meta() -> TraceMeta {
+    let site = |n: &str| SiteInfo {
+        name: n.into(),
+        module_path: "app".into(),
+        file: "app.rs".into(),
+        line: 1,
+        is_async: false,
+    };
+    TraceMeta {
+        program: "app".into(),
+        pid: 10,
+        duration_ns: 1_000_000_000,
+        sites: vec![site("handle"), site("parse"), site("respond")],
+        threads: vec![
+            ThreadInfo {
+                tid: 10,
+                name: "main".into(),
+                ..Default::default()
+            },
+            ThreadInfo {
+                tid: 11,
+                name: "io".into(),
+                lost: 3,
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
+    Event::Call(Call {
+        thread,
+        site,
+        depth,
+        start_ns,
+        dur_ns,
+        flags: 0,
+    })
+}
+
+#[test]
+fn self_time_of_a_parent_with_two_children() {
+    let mut b = TraceBuilder::new(meta());
+    // handle 90 us { parse 20 us, respond 40 us } on main, and the same shape on io.
+    for (t, t0) in [(0, 0), (1, 5_000)] {
+        b.push(call(t, 0, 0, t0, 90_000));
+        b.push(call(t, 1, 1, t0 + 1_000, 20_000));
+        b.push(call(t, 2, 1, t0 + 30_000, 40_000));
+    }
+    b.push(Event::Lost(Lost {
+        thread: 1,
+        depth: 0,
+        at_ns: 200_000,
+        count: 3,
+        kind: LossKind::Overwritten,
+    }));
+    let trace = b.finish();
+
+    let r = trace.report(&ReportOptions::default());
+    let handle = r.functions.iter().find(|f| f.name == "handle").unwrap();
+    assert_eq!(handle.calls, 2);
+    assert_eq!(handle.total_ns, 2 * 90_000);
+    assert_eq!(handle.self_ns, 2 * (90_000 - 20_000 - 40_000));
+    assert_eq!(r.functions[0].name, "handle", "sorted by total");
+    assert_eq!(r.calls, 6);
+    assert_eq!(r.losses.len(), 1);
+    assert_eq!(r.losses[0].lost, 3);
+
+    let by_self = trace.report(&ReportOptions {
+        sort_by: Column::SelfTime,
+        ..Default::default()
+    });
+    assert_eq!(
+        by_self
+            .functions
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>(),
+        ["respond", "handle", "parse"]
+    );
+
+    let main_only = trace.report(&ReportOptions {
+        threads: vec![ThreadSel::Tid(10)],
+        ..Default::default()
+    });
+    assert_eq!(main_only.calls, 3);
+    assert!(main_only.losses.is_empty());
+
+    let mut out = Vec::new();
+    trace
+        .write_report(&ReportOptions::default(), &mut out)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("# LOST 3 records on thread io-11\n"),
+        "{text}"
+    );
+    assert!(text.contains(" 60.000 us "), "handle's self time: {text}");
+}
+
+#[test]
+fn a_read_error_still_writes_the_report_of_what_was_read() {
+    let m = meta();
+    let events = vec![
+        Ok(call(0, 1, 0, 0, 2_000)),
+        Ok(call(0, 1, 0, 5_000, 4_000)),
+        Err(TraceError::NotATrace),
+    ];
+    let mut out = Vec::new();
+    let opts = ReportOptions {
+        style: ReportStyle::Ftrace,
+        ..Default::default()
+    };
+    let err = write_report(&m, events, &opts, &mut out).unwrap_err();
+    assert!(matches!(err, TraceError::NotATrace));
+    let text = String::from_utf8(out).unwrap();
+    // avg 3 us, s^2 = ((1000)^2 + (1000)^2) / 1 ns^2 = 2 us^2.
+    assert!(text.contains("  parse                                    2    6.000 us        3.000 us        2.000 us    \n"), "{text}");
+    assert!(
+        text.starts_with("# LOST 3 records on thread io-11\n"),
+        "{text}"
+    );
+}
