@@ -1,1 +1,206 @@
-fn main() {}
+//! The `fgtrace` command: reads saved traces (and Zephyr dumps) and renders
+//! them. A thin layer: parse flags into the library's option structs, stream
+//! the file through a view, print one clear line on error.
+
+mod zephyr;
+
+use clap::{Parser, Subcommand};
+use fgtrace::trace::{TraceError, TraceReader};
+use fgtrace::view::{self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "fgtrace",
+    version,
+    about = "Function-graph tracer and stack sampler for Rust: views over saved traces",
+    after_help = "Examples:\n  \
+        fgtrace graph run.fgt                     ftrace function_graph text\n  \
+        fgtrace graph run.fgt --thread worker-1 --depth 3 --tail\n  \
+        fgtrace report run.fgt --sort self        per-function statistics\n  \
+        fgtrace info run.fgt                      what the trace holds\n  \
+        fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the function graph in ftrace's function_graph format.
+    #[command(after_help = "Examples:\n  fgtrace graph run.fgt\n  fgtrace graph run.fgt --abstime --proc --tail\n  \
+        fgtrace graph run.fgt --thread 4242 --thresh 100us")]
+    Graph(GraphArgs),
+    /// Per-function statistics: calls, total, self, avg, min, max, p50, p99, s^2.
+    #[command(after_help = "Examples:\n  fgtrace report run.fgt\n  fgtrace report run.fgt --sort calls\n  \
+        fgtrace report run.fgt --ftrace --thread main")]
+    Report(ReportArgs),
+    /// Summary of a trace: program, clock, threads, calls, losses.
+    Info {
+        /// Trace file written by `Trace::save`.
+        file: PathBuf,
+    },
+    /// Zephyr `perf printbuf` dump + ELF -> folded stacks or a flamegraph.
+    Zephyr(zephyr::ZephyrArgs),
+}
+
+#[derive(clap::Args)]
+struct GraphArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Hide calls at depth >= N (0 = all).
+    #[arg(long, short = 'D', default_value_t = 0)]
+    depth: u32,
+    /// Only calls lasting at least this long, printed as ftrace's tracing_thresh does (e.g. 100us).
+    #[arg(long, value_parser = parse_duration)]
+    thresh: Option<u64>,
+    /// Print `} /* name */` on every exit (funcgraph-tail).
+    #[arg(long)]
+    tail: bool,
+    /// Absolute time column, seconds since session start (funcgraph-abstime).
+    #[arg(long)]
+    abstime: bool,
+    /// `name-tid` column (funcgraph-proc).
+    #[arg(long)]
+    proc: bool,
+    /// Show thread indexes instead of OS thread ids in the first column.
+    #[arg(long)]
+    thread_index: bool,
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, name.
+    #[arg(long, short = 's', default_value = "total")]
+    sort: String,
+    /// Reverse the order.
+    #[arg(long, short = 'r')]
+    reverse: bool,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// ftrace's trace_stat/function layout (Function, Hit, Time, Avg, s^2).
+    #[arg(long)]
+    ftrace: bool,
+}
+
+fn parse_duration(s: &str) -> Result<u64, String> {
+    fgtrace::config::parse_duration(s).map(|d| d.as_nanos() as u64)
+}
+
+fn threads(v: &[String]) -> Vec<ThreadSel> {
+    v.iter().map(|s| s.parse().expect("infallible")).collect()
+}
+
+fn open(path: &Path) -> Result<TraceReader<io::BufReader<std::fs::File>>, String> {
+    TraceReader::open(path).map_err(|e| match e {
+        TraceError::Io(e) => format!("{}: {}", path.display(), e),
+        e => format!("{}: {}", path.display(), e),
+    })
+}
+
+/// A write to a closed pipe (`fgtrace graph x | head`) ends quietly.
+fn io_err(path: &Path, e: TraceError) -> Option<String> {
+    match e {
+        TraceError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
+        e => Some(format!("{}: {}", path.display(), e)),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Option<String>> {
+    let stdout = io::stdout();
+    let out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    match cli.cmd {
+        Cmd::Graph(a) => {
+            let r = open(&a.file)?;
+            let meta = r.meta().clone();
+            let opts = GraphOptions {
+                thread_column: if a.thread_index { ThreadColumn::Index } else { ThreadColumn::Tid },
+                proc: a.proc,
+                abstime: a.abstime,
+                tail: a.tail,
+                threads: threads(&a.threads),
+                max_depth: a.depth,
+                thresh_ns: a.thresh.unwrap_or(0),
+                ..GraphOptions::default()
+            };
+            view::write_graph(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
+        }
+        Cmd::Report(a) => {
+            let sort_by: Column = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
+            let r = open(&a.file)?;
+            let meta = r.meta().clone();
+            let opts = ReportOptions {
+                sort_by,
+                reverse: a.reverse,
+                threads: threads(&a.threads),
+                style: if a.ftrace { ReportStyle::Ftrace } else { ReportStyle::Table },
+            };
+            view::write_report(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
+        }
+        Cmd::Info { file } => {
+            let r = open(&file)?;
+            info(&file, r, out).map_err(|e| io_err(&file, e))
+        }
+        Cmd::Zephyr(a) => zephyr::run(&a).map_err(Some),
+    }
+}
+
+fn info(path: &Path, r: TraceReader<io::BufReader<std::fs::File>>, mut out: impl Write) -> Result<(), TraceError> {
+    let m = r.meta().clone();
+    writeln!(out, "file:      {}", path.display())?;
+    writeln!(out, "program:   {} (pid {})", m.program, m.pid)?;
+    writeln!(out, "clock:     {} at {:.4} GHz", m.clock.source, m.clock.ticks_per_ns)?;
+    writeln!(out, "duration:  {:.3} ms", m.duration_ns as f64 / 1e6)?;
+    writeln!(out, "mode:      {:?}", m.mode)?;
+    if !m.filters.is_empty() {
+        writeln!(out, "filters:   {}", m.filters)?;
+    }
+    if let Some(s) = &m.sampling {
+        writeln!(out, "sampling:  {s}")?;
+    }
+    writeln!(out, "functions: {}", m.sites.len())?;
+    writeln!(
+        out,
+        "calls:     {} ({} lost, {} overruns)",
+        m.total_calls(),
+        m.total_lost(),
+        m.total_overruns()
+    )?;
+    writeln!(out, "threads:")?;
+    for t in &m.threads {
+        writeln!(
+            out,
+            "  {:>8} {:<20} {:>10} calls {:>8} lost {:>6} overruns {:>8} samples",
+            t.tid, t.name, t.calls, t.lost, t.overruns, t.samples
+        )?;
+    }
+    // Read every chunk so damage anywhere is reported.
+    let mut events = 0u64;
+    for e in r.events() {
+        e?;
+        events += 1;
+    }
+    writeln!(out, "events:    {events} (all chunks intact)")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) | Err(None) => ExitCode::SUCCESS,
+        Err(Some(msg)) => {
+            eprintln!("fgtrace: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

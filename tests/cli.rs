@@ -1,0 +1,116 @@
+//! The `fgtrace` binary over a trace recorded here: output, and one clear
+//! error line with a non-zero exit for every kind of bad input.
+#![cfg(feature = "cli")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+#[fgtrace::traced]
+fn outer(n: u32) -> u32 {
+    (0..n).map(inner).sum()
+}
+
+#[fgtrace::traced]
+fn inner(i: u32) -> u32 {
+    std::hint::black_box(i * 2)
+}
+
+fn fgtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fgtrace")).args(args).output().expect("run fgtrace")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Sessions are process-wide: the tests here take turns recording.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn record(dir: &Path) -> PathBuf {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
+    outer(3);
+    std::thread::Builder::new().name("helper".into()).spawn(|| outer(2)).unwrap().join().unwrap();
+    let trace = session.stop().unwrap();
+    let path = dir.join("run.fgt");
+    trace.save(&path).unwrap();
+    path
+}
+
+#[test]
+fn graph_report_and_info_render_a_saved_trace() {
+    let dir = tempdir("ok");
+    let path = record(&dir);
+    let p = path.to_str().unwrap();
+
+    let out = fgtrace(&["graph", p]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let g = text(&out.stdout);
+    assert!(g.starts_with("# tracer: function_graph\n"));
+    assert_eq!(g.matches("outer() {").count(), 2, "{g}");
+    assert_eq!(g.matches("inner();").count(), 5, "{g}");
+
+    let out = fgtrace(&["graph", p, "--thread", "helper"]);
+    let g = text(&out.stdout);
+    assert_eq!(g.matches("inner();").count(), 2, "{g}");
+
+    let out = fgtrace(&["report", p, "--sort", "calls"]);
+    assert!(out.status.success());
+    let r = text(&out.stdout);
+    let inner_line = r.lines().find(|l| l.ends_with(" inner")).expect("inner row");
+    assert_eq!(inner_line.split_whitespace().next(), Some("5"), "{r}");
+
+    let out = fgtrace(&["info", p]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("calls:     7 (0 lost, 0 overruns)"), "{}", text(&out.stdout));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn assert_clean_failure(out: &Output, expect: &str) {
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "should fail: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(expect), "expected `{expect}` in: {err}");
+}
+
+#[test]
+fn bad_input_is_one_clear_error_line_and_a_non_zero_exit() {
+    let dir = tempdir("bad");
+    let path = record(&dir);
+    let bytes = std::fs::read(&path).unwrap();
+
+    let missing = dir.join("missing.fgt");
+    let out = fgtrace(&["graph", missing.to_str().unwrap()]);
+    assert_clean_failure(&out, "No such file");
+    assert_eq!(text(&out.stderr).lines().count(), 1);
+
+    let truncated = dir.join("truncated.fgt");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 10]).unwrap();
+    let out = fgtrace(&["report", truncated.to_str().unwrap()]);
+    assert_clean_failure(&out, "truncated at byte");
+
+    let corrupt = dir.join("corrupt.fgt");
+    let mut c = bytes.clone();
+    let n = c.len();
+    c[n - 20] ^= 0xff;
+    std::fs::write(&corrupt, &c).unwrap();
+    let out = fgtrace(&["graph", corrupt.to_str().unwrap()]);
+    assert_clean_failure(&out, "corrupt at byte");
+
+    let foreign = env!("CARGO_BIN_EXE_fgtrace");
+    let out = fgtrace(&["info", foreign]);
+    assert_clean_failure(&out, "not an fgtrace trace file");
+
+    let out = fgtrace(&["graph", "--no-such-flag", path.to_str().unwrap()]);
+    assert_clean_failure(&out, "unexpected argument '--no-such-flag'");
+
+    let out = fgtrace(&["report", path.to_str().unwrap(), "--sort", "bogus"]);
+    assert_clean_failure(&out, "unknown sort column");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fgtrace-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
