@@ -255,6 +255,7 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
         threads,
         counters: Vec::new(),
         sampling: None,
+        mappings: Vec::new(),
     };
     Trace { meta, chunks: format::interleave(chunks) }
 }

@@ -113,6 +113,26 @@ pub struct TraceMeta {
     /// How samples were taken, if any (`cpu-clock@999Hz`, ...).
     #[serde(default)]
     pub sampling: Option<String>,
+    /// Executable mappings of the traced process at stop (from
+    /// `/proc/self/maps`), so sampled addresses can be symbolized later
+    /// against the binary and its shared libraries.
+    #[serde(default)]
+    pub mappings: Vec<Mapping>,
+}
+
+/// One executable mapping of the traced process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    /// Address range `[start, end)` in the process.
+    pub start: u64,
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub offset: u64,
+    /// Path of the mapped file (`[vdso]` and similar for anonymous ones).
+    pub path: String,
+    /// GNU build id of the file, hex, when it has one (to detect a rebuilt binary).
+    #[serde(default)]
+    pub build_id: Option<String>,
 }
 
 impl TraceMeta {
