@@ -5,7 +5,7 @@
 //! `?` and unwinding are all covered without touching the user's code. An
 //! `async fn` instead wraps its body in `TracedFuture`, which probes every
 //! poll. The expansion only refers to `::fgtrace::__private`; see
-//! [`expand`] for the exact shape.
+//! `expand.rs` for the exact shape.
 
 use proc_macro::TokenStream;
 
@@ -32,7 +32,9 @@ pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Excludes a method from a `#[traced]` impl block. The block's `#[traced]`
-/// removes this attribute; anywhere else it leaves the item unchanged.
+/// removes this attribute (so inside such a block it needs no import, and an
+/// import used only there is reported unused); anywhere else it leaves the
+/// item unchanged.
 #[proc_macro_attribute]
 pub fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::notrace(attr.into(), item.into()).into()

@@ -1,0 +1,346 @@
+//! The expansion of `#[traced]`.
+//!
+//! A sync fn keeps its signature and statements; one statement goes first:
+//!
+//! ```text
+//! let __fgtrace_guard = ::fgtrace::__private::enter({
+//!     static __FGTRACE_SITE: ::fgtrace::__private::Site = ::fgtrace::__private::Site::new(
+//!         "name", ::core::module_path!(), ::core::file!(), ::core::line!(), false);
+//!     &__FGTRACE_SITE
+//! });
+//! ```
+//!
+//! The site `static` sits in its own block so user code cannot see or clash
+//! with it (and so generic fns work: one static for all instantiations). The
+//! guard's name is `mixed_site` hygienic. `line!()`/`file!()` carry the fn
+//! name's span, so they report the fn's own line, not the attribute's.
+//!
+//! An `async fn` keeps its signature; its body becomes
+//! `::fgtrace::__private::TracedFuture::new(<site>, async move { .. }).await`
+//! where `<site>` is the same `{ static ..; &__FGTRACE_SITE }` block.
+//! So that `?` and `return` in the block see the fn's output type, the block
+//! starts with a never-taken `return` of a value of that type (the trick of
+//! tracing's `#[instrument]`), with `impl Trait` parts replaced by `_`.
+//!
+//! The user's tokens are moved, never re-printed, so errors in a body keep
+//! pointing at the user's code.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{
+    parse_quote, parse_quote_spanned, Attribute, Block, GenericParam, ImplItem, ImplItemFn, Item,
+    ItemImpl, LitStr, ReturnType, Signature, Stmt, TraitItemFn, Type,
+};
+
+use crate::args::Options;
+
+const CONST_FN: &str = "#[traced] cannot instrument a `const fn`: probes read a clock at run time";
+const NOT_A_FN: &str = "#[traced] applies to fns and impl blocks";
+const NO_BODY: &str = "#[traced] needs a fn body, and this fn has none: \
+    annotate the method in each `impl` instead (or give it a default body)";
+const TRAIT_DEF: &str = "#[traced] cannot instrument a trait definition: \
+    put it on the `impl` blocks (or on a default method body)";
+
+/// `#[traced]`: on error, the original item is kept next to the
+/// `compile_error!` so the error is the only one reported.
+pub(crate) fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
+    match Options::parse(attr).and_then(|opts| expand_item(&opts, item.clone())) {
+        Ok(out) => out,
+        Err(err) => {
+            let err = err.to_compile_error();
+            quote!(#err #item)
+        }
+    }
+}
+
+/// `#[notrace]` outside a traced impl block has nothing to do.
+pub(crate) fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if attr.is_empty() {
+        item
+    } else {
+        let err = syn::Error::new_spanned(attr, "#[notrace] takes no options").to_compile_error();
+        quote!(#err #item)
+    }
+}
+
+fn expand_item(opts: &Options, tokens: TokenStream) -> syn::Result<TokenStream> {
+    let item = match syn::parse2::<Item>(tokens.clone()) {
+        Ok(item) => item,
+        // Not an `Item`, but maybe an impl item: a specializing `default fn`.
+        Err(err) => match syn::parse2::<ImplItem>(tokens) {
+            Ok(ImplItem::Fn(mut f)) => {
+                instrument_lone_fn(opts, &f.sig, &mut f.block)?;
+                return Ok(f.into_token_stream());
+            }
+            _ => return Err(err),
+        },
+    };
+    match item {
+        Item::Fn(mut f) => {
+            instrument_lone_fn(opts, &f.sig, &mut f.block)?;
+            Ok(f.into_token_stream())
+        }
+        Item::Impl(mut imp) => {
+            if let Some(name) = &opts.name {
+                return Err(syn::Error::new_spanned(
+                    name,
+                    "`name` names a single fn: on an impl block use `prefix = \"...\"`, \
+                     or `#[traced(name = \"...\")]` on the method",
+                ));
+            }
+            instrument_impl(opts, &mut imp)?;
+            Ok(imp.into_token_stream())
+        }
+        Item::Trait(t) => {
+            let (kw, ident) = (&t.trait_token, &t.ident);
+            Err(syn::Error::new_spanned(quote!(#kw #ident), TRAIT_DEF))
+        }
+        // syn keeps a fn without a body (trait method declaration, foreign
+        // fn) as raw tokens.
+        Item::Verbatim(tokens) => match syn::parse2::<TraitItemFn>(tokens.clone()) {
+            Ok(f) if f.default.is_none() => Err(syn::Error::new_spanned(&f.sig, NO_BODY)),
+            _ => Err(syn::Error::new_spanned(tokens, NOT_A_FN)),
+        },
+        other => Err(syn::Error::new_spanned(item_head(&other), NOT_A_FN)),
+    }
+}
+
+/// A fn annotated on its own: the macro cannot see an enclosing impl, so the
+/// name is the bare fn name unless `name` says otherwise.
+fn instrument_lone_fn(opts: &Options, sig: &Signature, block: &mut Block) -> syn::Result<()> {
+    reject_prefix(opts)?;
+    let name = match &opts.name {
+        Some(name) => name.clone(),
+        None => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
+    };
+    instrument(sig, block, &name)
+}
+
+/// Instruments every fn of an impl block, honouring per-method attributes.
+fn instrument_impl(opts: &Options, imp: &mut ItemImpl) -> syn::Result<()> {
+    let prefix = match &opts.prefix {
+        Some(p) => p.value(),
+        None => impl_type_name(imp),
+    };
+    let mut errors: Option<syn::Error> = None;
+    for item in &mut imp.items {
+        if let ImplItem::Fn(f) = item {
+            if let Err(e) = instrument_method(&prefix, f) {
+                match &mut errors {
+                    Some(all) => all.combine(e),
+                    None => errors = Some(e),
+                }
+            }
+        }
+    }
+    errors.map_or(Ok(()), Err)
+}
+
+fn instrument_method(prefix: &str, f: &mut ImplItemFn) -> syn::Result<()> {
+    let notrace = take_attrs(&mut f.attrs, "notrace");
+    let traced = take_attrs(&mut f.attrs, "traced");
+    if let Some(attr) = notrace.first() {
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            return Err(syn::Error::new_spanned(attr, "#[notrace] takes no options"));
+        }
+        if let Some(t) = traced.first() {
+            return Err(syn::Error::new_spanned(
+                t,
+                "this method is both #[traced] and #[notrace]",
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(dup) = traced.get(1) {
+        return Err(syn::Error::new_spanned(dup, "duplicate #[traced]"));
+    }
+    let opts = match traced.first() {
+        Some(attr) => Options::from_attr(attr)?,
+        // Only an explicit #[traced] on a const fn is an error; the block's
+        // own #[traced] skips const fns (often constructors) silently.
+        None if f.sig.constness.is_some() => return Ok(()),
+        None => Options::default(),
+    };
+    reject_prefix(&opts)?;
+    let name = opts.name.unwrap_or_else(|| {
+        let method = f.sig.ident.unraw();
+        LitStr::new(&format!("{prefix}::{method}"), f.sig.ident.span())
+    });
+    instrument(&f.sig, &mut f.block, &name)
+}
+
+fn reject_prefix(opts: &Options) -> syn::Result<()> {
+    match &opts.prefix {
+        Some(p) => Err(syn::Error::new_spanned(
+            p,
+            "`prefix` applies to impl blocks: use `name = \"...\"` on a fn",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Removes and returns the attributes `#[name]` / `#[fgtrace::name]`.
+fn take_attrs(attrs: &mut Vec<Attribute>, name: &str) -> Vec<Attribute> {
+    let (taken, kept) = std::mem::take(attrs).into_iter().partition(|attr| {
+        let segments: Vec<String> = attr
+            .path()
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
+        segments == [name] || segments == ["fgtrace", name]
+    });
+    *attrs = kept;
+    taken
+}
+
+/// The `Type` of `Type::method`: the self type's last path segment without
+/// generics. A blanket `impl<T> Trait for T` is named after the trait, since
+/// `T` says nothing.
+fn impl_type_name(imp: &ItemImpl) -> String {
+    if let (Some((_, trait_path, _)), Type::Path(ty)) = (&imp.trait_, &*imp.self_ty) {
+        let is_param = ty.qself.is_none()
+            && imp.generics.params.iter().any(|p| match p {
+                GenericParam::Type(t) => ty.path.is_ident(&t.ident),
+                _ => false,
+            });
+        if is_param {
+            if let Some(last) = trait_path.segments.last() {
+                return last.ident.unraw().to_string();
+            }
+        }
+    }
+    type_name(&imp.self_ty)
+}
+
+fn type_name(ty: &Type) -> String {
+    match ty {
+        Type::Path(p) => match p.path.segments.last() {
+            Some(last) => last.ident.unraw().to_string(),
+            None => String::new(),
+        },
+        Type::Reference(r) => type_name(&r.elem),
+        Type::Ptr(p) => type_name(&p.elem),
+        Type::Paren(p) => type_name(&p.elem),
+        Type::Group(g) => type_name(&g.elem),
+        Type::Slice(s) => format!("[{}]", type_name(&s.elem)),
+        Type::Array(a) => format!("[{}; _]", type_name(&a.elem)),
+        other => other.to_token_stream().to_string().replace(' ', ""),
+    }
+}
+
+/// What a "not a fn" error points at: the keyword and name, not the whole
+/// (possibly long) item.
+fn item_head(item: &Item) -> TokenStream {
+    fn head(kw: &dyn ToTokens, ident: &syn::Ident) -> TokenStream {
+        quote!(#kw #ident)
+    }
+    match item {
+        Item::Struct(i) => head(&i.struct_token, &i.ident),
+        Item::Enum(i) => head(&i.enum_token, &i.ident),
+        Item::Union(i) => head(&i.union_token, &i.ident),
+        Item::Mod(i) => head(&i.mod_token, &i.ident),
+        Item::Type(i) => head(&i.type_token, &i.ident),
+        Item::Const(i) => head(&i.const_token, &i.ident),
+        Item::Static(i) => head(&i.static_token, &i.ident),
+        Item::TraitAlias(i) => head(&i.trait_token, &i.ident),
+        Item::Macro(i) => i.mac.path.to_token_stream(),
+        Item::ForeignMod(i) => i.abi.to_token_stream(),
+        _ => item.to_token_stream(),
+    }
+}
+
+/// Adds the probe to one fn body.
+fn instrument(sig: &Signature, block: &mut Block, name: &LitStr) -> syn::Result<()> {
+    if let Some(kw) = &sig.constness {
+        return Err(syn::Error::new(kw.span, CONST_FN));
+    }
+    let is_async = sig.asyncness.is_some();
+    // `line!()` and `file!()` resolve to the location of their span.
+    let here = sig.ident.span();
+    let line = quote_spanned!(here=> ::core::line!());
+    let file = quote_spanned!(here=> ::core::file!());
+    let site = quote! {{
+        static __FGTRACE_SITE: ::fgtrace::__private::Site = ::fgtrace::__private::Site::new(
+            #name, ::core::module_path!(), #file, #line, #is_async,
+        );
+        &__FGTRACE_SITE
+    }};
+    if is_async {
+        let mut inner = Block {
+            brace_token: block.brace_token,
+            stmts: std::mem::take(&mut block.stmts),
+        };
+        if let Some(pin) = pin_output_type(&sig.output) {
+            inner.stmts.insert(0, pin);
+        }
+        // The user's `async` span makes the block's span run from `async fn`
+        // to the body's end, so errors about "this function" point there.
+        let async_move = quote_spanned!(sig.asyncness.span()=> async move);
+        block.stmts = vec![Stmt::Expr(
+            parse_quote!(::fgtrace::__private::TracedFuture::new(#site, #async_move #inner).await),
+            None,
+        )];
+    } else {
+        let guard = syn::Ident::new("__fgtrace_guard", Span::mixed_site());
+        // After the body's leading items (they run nothing), so that clippy's
+        // `items_after_statements` does not blame the user's code.
+        let at = block
+            .stmts
+            .iter()
+            .take_while(|s| matches!(s, Stmt::Item(_)))
+            .count();
+        block.stmts.insert(
+            at,
+            parse_quote!(let #guard = ::fgtrace::__private::enter(#site);),
+        );
+    }
+    Ok(())
+}
+
+/// A never-taken `return` that fixes an async block's output type to the
+/// fn's, so `?` and `return` inside it infer as they did in the `async fn`.
+/// `None` when there is nothing to pin (no return type, or only `_`).
+fn pin_output_type(output: &ReturnType) -> Option<Stmt> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let mut ty = (**ty).clone();
+    ErasedUnnameable.visit_type_mut(&mut ty);
+    if matches!(ty, Type::Infer(_)) {
+        return None;
+    }
+    let span = ty.span();
+    Some(parse_quote_spanned! {span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::let_with_type_underscore,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let __fgtrace_output: #ty = loop {};
+            return __fgtrace_output;
+        }
+    })
+}
+
+/// Replaces the parts of a return type a `let` cannot name: `impl Trait`
+/// (opaque) and `!` (unstable outside return position) become `_`.
+struct ErasedUnnameable;
+
+impl VisitMut for ErasedUnnameable {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(_) | Type::Never(_) => *ty = parse_quote!(_),
+            _ => syn::visit_mut::visit_type_mut(self, ty),
+        }
+    }
+}

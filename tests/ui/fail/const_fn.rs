@@ -1,0 +1,8 @@
+use fgtrace::traced;
+
+#[traced]
+pub const fn answer() -> u32 {
+    42
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use fgtrace::traced;
+
+#[traced(nmae = "parse")]
+fn parse() {}
+
+fn main() {}
