@@ -18,7 +18,7 @@
 //! | 1 future | site, zigzag(start - prev_start), dur, polls (flag bit 0 = cancelled) |
 //! | 2 lost | zigzag(at - prev_start), count, loss kind |
 //! | 3 extension | subkind, then: |
-//! | 3.0 sample | zigzag(ts - prev_start), shadow depth, n, frame0, zigzag(frame_i - frame_{i-1})... |
+//! | 3.0 sample | zigzag(ts - prev_start), shadow depth, cut + 1 (0 = none), n, frame0, zigzag(frame_i - frame_{i-1})... |
 //! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
 //!
 //! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
@@ -156,6 +156,7 @@ impl Chunk {
                     EXT_SAMPLE => {
                         start += unzigzag(d.varint()?);
                         let shadow_depth = d.u32()?;
+                        let cut = d.u32()?.checked_sub(1);
                         let n = d.varint()?;
                         if n > 4096 {
                             return Err(d.corrupt(format!("sample with {n} frames")));
@@ -172,6 +173,7 @@ impl Chunk {
                             thread: self.thread,
                             ts_ns: start.max(0) as u64,
                             shadow_depth,
+                            cut,
                             frames,
                         }));
                     }
@@ -256,6 +258,7 @@ impl ChunkEncoder {
                 put_varint(&mut self.chunk.payload, EXT_SAMPLE);
                 self.time(s.ts_ns);
                 put_varint(&mut self.chunk.payload, s.shadow_depth as u64);
+                put_varint(&mut self.chunk.payload, s.cut.map_or(0, |c| c as u64 + 1));
                 put_varint(&mut self.chunk.payload, s.frames.len() as u64);
                 let mut prev = 0i64;
                 for (i, &a) in s.frames.iter().enumerate() {
@@ -584,7 +587,7 @@ mod tests {
         let evs = vec![
             Event::Call(Call { thread: 0, site: 0, depth: 0, start_ns: 1000, dur_ns: 500, flags: flags::HAS_CHILDREN }),
             Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1100, dur_ns: 20, flags: 0 }),
-            Event::Sample(Sample { thread: 0, ts_ns: 1130, shadow_depth: 1, frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7] }),
+            Event::Sample(Sample { thread: 0, ts_ns: 1130, shadow_depth: 1, cut: Some(1), frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7] }),
             Event::Lost(Lost { thread: 0, depth: 1, at_ns: 1200, count: 42, kind: LossKind::Dropped }),
             Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1300, dur_ns: 30, flags: flags::UNWOUND }),
             Event::Counters(CallCounters { thread: 0, values: vec![12345, 0] }),

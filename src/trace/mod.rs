@@ -241,6 +241,11 @@ pub struct Sample {
     pub ts_ns: u64,
     /// Number of traced calls open on the thread when the sample was taken.
     pub shadow_depth: u32,
+    /// How many of `frames` (from the innermost) ran below the innermost open
+    /// traced call, found by comparing frame addresses with the stack pointer
+    /// that call recorded at entry; `frames[cut]` is in the traced function
+    /// itself. `None` when no traced call was open or the walk did not reach it.
+    pub cut: Option<u32>,
     pub frames: Vec<u64>,
 }
 

@@ -301,6 +301,28 @@ pub fn walk_detailed(
     is_text: impl Fn(u64) -> bool,
     out: &mut [u64],
 ) -> Walk {
+    walk_split(arch, regs, bounds, mem, is_text, out, u64::MAX).0
+}
+
+/// [`walk_detailed`], also finding where a frame whose stack pointer was
+/// `split_sp` sits in the result: returns the number of frames that belong to
+/// functions called (directly or not) by that frame's function, so
+/// `out[..cut]` are its callees and `out[cut]` is in the function itself.
+///
+/// The fgtrace sampler passes the stack pointer the innermost traced call
+/// recorded at entry: a frame record below it belongs to a callee, the first
+/// record at or above it is the traced function's own. `None` when the walk
+/// never reached that frame.
+pub fn walk_split(
+    arch: Arch,
+    regs: &Regs,
+    bounds: StackBounds,
+    mem: &impl Memory,
+    is_text: impl Fn(u64) -> bool,
+    out: &mut [u64],
+    split_sp: u64,
+) -> (Walk, Option<usize>) {
+    let mut cut = None;
     let mut len = 0;
     let full = |len: usize| Walk {
         len,
@@ -308,13 +330,13 @@ pub fn walk_detailed(
     };
     match out.first_mut() {
         Some(slot) => *slot = regs.pc,
-        None => return full(0),
+        None => return (full(0), None),
     }
     len += 1;
     if let (true, Some(lr)) = (arch.has_link_register(), regs.lr) {
         match out.get_mut(len) {
             Some(slot) => *slot = lr,
-            None => return full(len),
+            None => return (full(len), None),
         }
         len += 1;
     }
@@ -328,6 +350,10 @@ pub fn walk_detailed(
     let stop = loop {
         if let Err(stop) = stack.check_record(fp, layout) {
             break stop;
+        }
+        if cut.is_none() && fp >= split_sp {
+            // The record at `fp` belongs to the frame of `out[len - 1]`.
+            cut = Some(len - 1);
         }
         let Some(slot) = out.get_mut(len) else {
             break Stop::Full;
@@ -351,7 +377,7 @@ pub fn walk_detailed(
         }
         fp = prev;
     };
-    Walk { len, stop }
+    (Walk { len, stop }, cut)
 }
 
 /// The part of the stack a walk may read: `[max(lo, sp), hi)`, in words.
