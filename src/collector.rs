@@ -23,6 +23,8 @@ pub enum Error {
     Config(String),
     /// The collector thread failed.
     Collector(String),
+    /// Sampling could not start (the kernel refused perf_event, ...).
+    Sampler(String),
 }
 
 impl fmt::Display for Error {
@@ -31,6 +33,7 @@ impl fmt::Display for Error {
             Error::AlreadyRunning => write!(f, "an fgtrace session is already recording in this process"),
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
+            Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
         }
     }
 }
@@ -138,6 +141,8 @@ pub struct Session {
     stop: Arc<AtomicBool>,
     collector: Option<JoinHandle<Gathered>>,
     batches_rx: Receiver<Batch>,
+    #[cfg(target_os = "linux")]
+    sampler: Option<crate::sampler::Sampler>,
 }
 
 impl Session {
@@ -192,8 +197,37 @@ impl Session {
                 .map_err(|e| Error::Collector(e.to_string()))?;
             Some(h)
         };
+        #[cfg(target_os = "linux")]
+        let sampler = match &config.sampling {
+            Some(s) => match crate::sampler::Sampler::start(s) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    ACTIVE.write().take();
+                    stop.store(true, Release);
+                    if let Some(h) = collector {
+                        let _ = h.join();
+                    }
+                    return Err(Error::Sampler(e.to_string()));
+                }
+            },
+            None => None,
+        };
+        #[cfg(not(target_os = "linux"))]
+        if config.sampling.is_some() {
+            ACTIVE.write().take();
+            return Err(Error::Sampler("sampling needs Linux".into()));
+        }
         CONTROL.store(gen << 2 | SESSION_ON | ON, Release);
-        Ok(Session { active, cal, config, stop, collector, batches_rx })
+        Ok(Session {
+            active,
+            cal,
+            config,
+            stop,
+            collector,
+            batches_rx,
+            #[cfg(target_os = "linux")]
+            sampler,
+        })
     }
 
     /// Pauses recording (ftrace's `tracing_on = 0`); probes cost one load and a branch.
@@ -223,6 +257,11 @@ impl Session {
         while let Ok(b) = self.batches_rx.try_recv() {
             gathered.add(b);
         }
+        self.cal.refine(end);
+        #[cfg(target_os = "linux")]
+        let sampled = self.sampler.take().map(|s| s.stop(&self.cal));
+        #[cfg(not(target_os = "linux"))]
+        let sampled: Option<crate::sampler::Sampled> = None;
         let threads = self.active.threads.lock().clone();
         let mut inputs = Vec::with_capacity(threads.len());
         for t in &threads {
@@ -237,16 +276,37 @@ impl Session {
                 overwritten,
                 dropped: t.dropped.load(Relaxed),
                 overruns: t.overruns.load(Relaxed),
+                samples: Vec::new(),
+                samples_lost: 0,
             });
         }
-        self.cal.refine(end);
+        let mut sampling = None;
+        let mut mappings = Vec::new();
+        if let Some(sampled) = sampled {
+            for ts in sampled.threads {
+                let input = match inputs.iter_mut().position(|i| i.tid == ts.tid) {
+                    Some(i) => &mut inputs[i],
+                    None => {
+                        inputs.push(build::ThreadInput::empty(ts.tid, ts.name));
+                        inputs.last_mut().expect("just pushed")
+                    }
+                };
+                input.samples = ts.samples;
+                input.samples_lost = ts.lost;
+            }
+            sampling = Some(sampled.description);
+            mappings = sampled.mappings;
+        }
         let meta_base = build::MetaBase {
             cal: self.cal,
             end_ticks: end.ticks,
             mode: self.config.mode,
             filters: self.config.describe(),
         };
-        Ok(build::build(meta_base, inputs, site_by_id))
+        let mut trace = build::build(meta_base, inputs, site_by_id);
+        trace.meta.sampling = sampling;
+        trace.meta.mappings = mappings;
+        Ok(trace)
     }
 }
 

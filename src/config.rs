@@ -11,6 +11,7 @@
 //! | `FGTRACE_THRESHOLD=10us` | record calls lasting at least this long | `tracing_thresh`, `-t` |
 //! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
+//! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
 //! otherwise it matches the display name (`parse*`, `Parser::*`). `*` and `?`
@@ -37,6 +38,7 @@ pub struct Config {
     pub(crate) exclude: Vec<String>,
     pub(crate) graph_functions: Vec<String>,
     pub(crate) notrace: Vec<String>,
+    pub(crate) sampling: Option<crate::sampler::Sampling>,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
 }
@@ -87,6 +89,7 @@ impl Config {
             exclude: Vec::new(),
             graph_functions: Vec::new(),
             notrace: Vec::new(),
+            sampling: None,
             errors: Vec::new(),
         }
     }
@@ -122,6 +125,12 @@ impl Config {
             match v.trim().parse::<u32>() {
                 Ok(n) if (1..=MAX_DEPTH).contains(&n) => self.stack_depth = n,
                 _ => self.errors.push(format!("FGTRACE_STACK=`{v}` must be a number from 1 to {MAX_DEPTH}")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_SAMPLE") {
+            match crate::sampler::Sampling::parse(&v) {
+                Ok(s) => self.sampling = Some(s),
+                Err(e) => self.errors.push(format!("FGTRACE_SAMPLE: {e}")),
             }
         }
         if let Some(v) = get("FGTRACE_MODE") {
@@ -196,6 +205,12 @@ impl Config {
     /// Record only inside these functions.
     pub fn graph_functions<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
         self.graph_functions = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Also sample stacks (see [`crate::sampler`]): `Sampling::timer(999)`,
+    /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
+    pub fn sampling(mut self, s: crate::sampler::Sampling) -> Self {
+        self.sampling = Some(s);
         self
     }
     /// Hide these functions and everything they call.

@@ -94,10 +94,12 @@ pub(crate) struct Frame {
     pub sp: usize,
     pub site: u32,
     pub kind: u8,
+    /// Counter reading at entry; written only by captures with counters.
+    pub ctr: u64,
 }
 
 impl Frame {
-    const ZERO: Frame = Frame { start: 0, sp: 0, site: 0, kind: 0 };
+    const ZERO: Frame = Frame { start: 0, sp: 0, site: 0, kind: 0, ctr: 0 };
 }
 
 /// Everything a thread needs on the hot path, in one const-initialised
@@ -239,7 +241,7 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, kind: u8) -> G
         if id >= MAX_SITES {
             return Guard::OFF;
         }
-        return push(st, ((id as u64 + 1) << 8) | Decision::Record as u64, kind);
+        return capture_push(st, ((id as u64 + 1) << 8) | Decision::Record as u64, kind);
     }
     if c & SESSION_ON == 0 {
         return Guard::OFF;
@@ -275,6 +277,9 @@ fn push(st: &mut ThreadState, cache: u64, mut kind: u8) -> Guard {
     f.site = ((cache >> 8) & 0xff_ffff) as u32 - 1;
     f.kind = kind;
     f.sp = stack_pointer();
+    // The sampler's signal handler may read this frame as soon as `depth`
+    // covers it: keep the compiler from sinking the stores below.
+    std::sync::atomic::compiler_fence(Release);
     st.depth = d + 1;
     match kind {
         F_HIDE => st.hide += 1,
@@ -388,6 +393,11 @@ fn exit(slot: u32) {
         // SAFETY: see `enter_on`.
         let st = unsafe { &mut *c.get() };
         if st.depth != slot {
+            // A capture with counters marks its guards, so it lands here and
+            // costs the session path nothing.
+            if slot & COUNTED != 0 {
+                return exit_counted(st, slot & !COUNTED, end);
+            }
             if st.depth < slot {
                 return; // the frame is gone (thread state was reset)
             }
@@ -576,78 +586,23 @@ impl<F> Drop for TracedFuture<F> {
     }
 }
 
+/// For the sampler's signal handler (on this thread): the shadow-stack depth
+/// and the stack pointer the innermost open traced call recorded at entry.
+pub(crate) fn shadow_top() -> (u32, u64) {
+    STATE.with(|c| {
+        // SAFETY: read-only; frames below `depth` are fully written (see `push`).
+        let st = unsafe { &*c.get() };
+        let d = st.depth.min(st.stack_cap);
+        if d == 0 || st.frames.is_null() {
+            (0, u64::MAX)
+        } else {
+            (d, unsafe { (*st.frames.add(d as usize - 1)).sp } as u64)
+        }
+    })
+}
+
 /// Shadow-stack depth of the current thread (for the sampler and tests).
 pub fn current_depth() -> u32 {
     STATE.with(|c| unsafe { (*c.get()).depth })
 }
 
-// ---------------------------------------------------------------- captures
-
-thread_local! {
-    /// Full buffers of the running capture on this thread.
-    static CAPTURE_BATCHES: std::cell::RefCell<Vec<RawCall>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Capture buffers: large enough that most captures never hand off.
-const CAPTURE_BUFFER: usize = 1 << 14;
-
-#[cold]
-fn capture_handoff(st: &mut ThreadState) {
-    // SAFETY: set in `capture_begin`, alive until `capture_end`.
-    let shared = unsafe { &*st.shared };
-    let (recs, _) = shared.snapshot(false, 0);
-    CAPTURE_BATCHES.with(|b| b.borrow_mut().extend(recs));
-    shared.published.store(0, Release);
-    st.count = 0;
-}
-
-/// The thread's state from before a capture, restored when it ends.
-pub(crate) struct SavedState(ThreadState);
-
-/// Switches the calling thread to record into a private buffer, whatever a
-/// session is doing: used by `fgtrace::testing::capture`. Nests.
-pub(crate) fn capture_begin(stack_depth: u32) -> SavedState {
-    CAPTURES.fetch_add(1, Relaxed);
-    CONTROL.fetch_or(ON, Release);
-    STATE.with(|cell| {
-        let st = unsafe { &mut *cell.get() };
-        let saved = std::mem::replace(st, ThreadState::EMPTY);
-        st.frames = Box::into_raw(vec![Frame::ZERO; stack_depth as usize].into_boxed_slice()) as *mut Frame;
-        st.stack_cap = stack_depth;
-        st.max_depth = u32::MAX;
-        let shared = Arc::new(ThreadBuf::new(0, collector::os_tid(), collector::thread_name(), CAPTURE_BUFFER));
-        let (buf, len) = shared.storage_ptr();
-        st.buf = buf;
-        st.mask = u64::MAX;
-        st.limit = len as u64;
-        st.shared = Arc::into_raw(shared);
-        st.gen = CAPTURE_GEN;
-        st.capture = true;
-        CAPTURE_BATCHES.with(|b| b.borrow_mut().clear());
-        SavedState(saved)
-    })
-}
-
-/// Ends the capture on this thread: returns its records (oldest first) and
-/// overrun count, and restores the state from before `capture_begin`.
-pub(crate) fn capture_end(saved: SavedState) -> (Vec<RawCall>, u64) {
-    let out = STATE.with(|cell| {
-        let st = unsafe { &mut *cell.get() };
-        // SAFETY: set in `capture_begin`.
-        let shared = unsafe { Arc::from_raw(st.shared) };
-        let (tail, _) = shared.snapshot(false, 0);
-        let overruns = shared.overruns.load(Relaxed);
-        let mut recs = CAPTURE_BATCHES.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        recs.extend(tail);
-        unsafe { drop(Box::from_raw(ptr::slice_from_raw_parts_mut(st.frames, st.stack_cap as usize))) };
-        st.shared = ptr::null();
-        *st = saved.0;
-        (recs, overruns)
-    });
-    if CAPTURES.fetch_sub(1, Relaxed) == 1 {
-        let _ = CONTROL.fetch_update(Release, Relaxed, |c| {
-            (c & SESSION_ON == 0 && CAPTURES.load(Relaxed) == 0).then_some(c & !ON)
-        });
-    }
-    out
-}

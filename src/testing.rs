@@ -60,6 +60,8 @@ pub fn capture_with<R>(f: impl FnOnce() -> R) -> (R, Capture) {
         overwritten: 0,
         dropped: 0,
         overruns,
+        samples: Vec::new(),
+        samples_lost: 0,
     };
     let base = MetaBase { cal, end_ticks: end.ticks, mode: RecordMode::Stream, filters: String::new() };
     let trace = build::build(base, vec![input], collector::site_by_id);

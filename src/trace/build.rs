@@ -19,6 +19,25 @@ pub(crate) struct ThreadInput {
     /// Stream: calls in dropped batches.
     pub dropped: u64,
     pub overruns: u64,
+    /// (ns since session start, shadow depth, cut, frames), in time order.
+    pub samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
+    pub samples_lost: u64,
+}
+
+impl ThreadInput {
+    /// A thread with samples but no traced calls.
+    pub fn empty(tid: u32, name: String) -> ThreadInput {
+        ThreadInput {
+            tid,
+            name,
+            records: Vec::new(),
+            overwritten: 0,
+            dropped: 0,
+            overruns: 0,
+            samples: Vec::new(),
+            samples_lost: 0,
+        }
+    }
 }
 
 pub(crate) struct MetaBase {
@@ -115,8 +134,18 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
     };
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
-    for (t, input) in inputs.into_iter().enumerate() {
+    for (t, mut input) in inputs.into_iter().enumerate() {
         let t = t as u32;
+        let samples = std::mem::take(&mut input.samples);
+        let n_samples = samples.len() as u64;
+        let mut samples = samples.into_iter().peekable();
+        // Samples go into the pre-order call stream by time: before the first
+        // call that starts after them.
+        let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
+            while let Some(s) = samples.next_if(|s| s.0 < until) {
+                enc.push(&Event::Sample(super::Sample { thread: t, ts_ns: s.0, shadow_depth: s.1, cut: s.2, frames: s.3 }));
+            }
+        };
         let recs = &input.records;
         let n = recs.len();
         // Restore full timestamps; separate whole-future records from the call tree.
@@ -169,6 +198,7 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
                 let r = recs[tree[k as usize] as usize];
                 let s = start[tree[k as usize] as usize];
                 let start_ns = cal.ns(s);
+                emit_samples_before(&mut enc, start_ns);
                 match r.kind() {
                     kind::LOST => enc.push(&Event::Lost(Lost {
                         thread: t,
@@ -214,6 +244,7 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
                 }
             }
         }
+        emit_samples_before(&mut enc, u64::MAX);
         futures.sort_by_key(|&i| start[i as usize]);
         for &i in &futures {
             let r = recs[i as usize];
@@ -235,8 +266,8 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
             calls,
             lost: input.dropped + input.overwritten,
             overruns: input.overruns,
-            samples: 0,
-            samples_lost: 0,
+            samples: n_samples,
+            samples_lost: input.samples_lost,
         });
     }
     let meta = TraceMeta {
@@ -297,7 +328,7 @@ mod tests {
             rec(60, 1, 30, 3),                                            // c
             rec(0, 0, 100, 0),                                            // main
         ];
-        let input = ThreadInput { tid: 1, name: "t".into(), records, overwritten: 0, dropped: 7, overruns: 0 };
+        let input = ThreadInput { records, dropped: 7, ..ThreadInput::empty(1, "t".into()) };
         let base = MetaBase { cal: cal(), end_ticks: 1_000_200, mode: RecordMode::Stream, filters: String::new() };
         let t = build(base, vec![input], |_| None);
         let got: Vec<String> = t
