@@ -153,3 +153,22 @@ fn bad_sample_sources_are_clear_errors() {
     let err = Session::start(cfg).err().unwrap().to_string();
     assert!(err.contains("FGTRACE_SAMPLE"), "{err}");
 }
+
+#[test]
+fn timer_sampling_at_10khz_delivers_nearly_every_sample() {
+    check(Sampling::timer(10_000), 10_000.0);
+}
+
+#[path = "../examples/stress_sampler.rs"]
+#[allow(dead_code)]
+mod stress;
+
+/// The stress example, short: 4 threads in deep recursion at 10 kHz, in
+/// back-to-back sessions; every sample must be a plausible stack.
+/// (`cargo run --release --example stress_sampler` runs it for 60 s.)
+#[test]
+fn stress_deep_recursion_at_10khz_gives_no_garbage_stacks() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (sessions, samples) = stress::stress(4, 10_000, true).unwrap();
+    assert!(sessions >= 2 && samples > 1000, "{sessions} sessions, {samples} samples");
+}

@@ -26,23 +26,49 @@ pub fn overhead_mark(ns: u64) -> char {
 /// the whole microseconds, then decimals truncated (not rounded) so that at most
 /// 7 digits are shown: `1.382`, `33998.59`, `119760.2`, `3594274`.
 pub fn ftrace_usecs(ns: u64) -> String {
-    let mut s = (ns / 1000).to_string();
-    if s.len() < 7 {
-        let decimals = (7 - s.len()).min(3);
-        let rem = format!("{:03}", ns % 1000);
-        s.push('.');
-        s.push_str(&rem[..decimals]);
-    }
+    let mut s = String::with_capacity(12);
+    push_ftrace_usecs(&mut s, ns);
     s
+}
+
+/// [`ftrace_usecs`] appended to `out` without allocating (the graph's hot
+/// path prints one per line); returns the number of characters written.
+pub fn push_ftrace_usecs(out: &mut String, ns: u64) -> usize {
+    let mut buf = [0u8; 24];
+    let mut i = buf.len();
+    let mut us = ns / 1000;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (us % 10) as u8;
+        us /= 10;
+        if us == 0 {
+            break;
+        }
+    }
+    let int_len = buf.len() - i;
+    let mut end = buf.len();
+    let mut tmp = [0u8; 24];
+    tmp[..int_len].copy_from_slice(&buf[i..]);
+    end = end.min(int_len);
+    if int_len < 7 {
+        let decimals = (7 - int_len).min(3);
+        let rem = ns % 1000;
+        let digits = [b'0' + (rem / 100) as u8, b'0' + (rem / 10 % 10) as u8, b'0' + (rem % 10) as u8];
+        tmp[end] = b'.';
+        tmp[end + 1..end + 1 + decimals].copy_from_slice(&digits[..decimals]);
+        end += 1 + decimals;
+    }
+    // SAFETY-free: only ASCII digits and '.'.
+    out.push_str(std::str::from_utf8(&tmp[..end]).unwrap_or(""));
+    end
 }
 
 /// The kernel's duration cell without the mark: number, ` us `, then spaces up
 /// to 8 characters of number (12 characters in all for numbers up to 8 wide).
 pub fn push_ftrace_duration(out: &mut String, ns: u64) {
-    let n = ftrace_usecs(ns);
-    out.push_str(&n);
+    let n = push_ftrace_usecs(out, ns);
     out.push_str(" us ");
-    for _ in n.len()..8 {
+    for _ in n..8 {
         out.push(' ');
     }
 }

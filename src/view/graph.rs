@@ -97,6 +97,8 @@ struct Open {
     unwound: bool,
 }
 
+const LINE_BUF: usize = 64 * 1024;
+
 /// Streams events into function-graph text. Holds only the open calls of each
 /// thread (bounded by call depth), so memory does not grow with the trace.
 pub struct GraphWriter<'a, W: Write> {
@@ -109,7 +111,11 @@ pub struct GraphWriter<'a, W: Write> {
     open: Vec<Vec<Open>>,
     /// Thread of the last line written, for the context-switch block.
     last: Option<u32>,
+    /// Lines not yet written (flushed in 64 KiB blocks: one `write` per line
+    /// would dominate on an unbuffered writer).
     line: String,
+    /// ` N) ` per thread.
+    numbers: Vec<String>,
 }
 
 impl<'a, W: Write> GraphWriter<'a, W> {
@@ -138,7 +144,8 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             num_width,
             open: Vec::new(),
             last: None,
-            line: String::with_capacity(256),
+            line: String::with_capacity(LINE_BUF + 1024),
+            numbers: Vec::new(),
         };
         g.header()?;
         Ok(g)
@@ -202,6 +209,8 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         for t in order.collect::<Vec<_>>() {
             self.close_to(t, 0)?;
         }
+        self.w.write_all(self.line.as_bytes())?;
+        self.line.clear();
         self.w.flush()?;
         Ok(self.w)
     }
@@ -308,7 +317,6 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             }
             self.last = Some(t);
         }
-        self.line.clear();
         if self.opts.abstime {
             self.line.push_str(&abs_time(ts));
             self.line.push_str(" |  ");
@@ -326,7 +334,6 @@ impl<'a, W: Write> GraphWriter<'a, W> {
 
     /// The kernel's `verif_pid` block: dashes, ` N)  prev  =>  next`, dashes, blank line.
     fn separator(&mut self, prev: u32, next: u32) -> io::Result<()> {
-        self.line.clear();
         self.line.push_str(SEPARATOR);
         self.thread_number(next);
         let (p, n) = (self.proc_label(prev), self.proc_label(next));
@@ -336,21 +343,24 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         self.line.push('\n');
         self.line.push_str(SEPARATOR);
         self.line.push('\n');
-        self.w.write_all(self.line.as_bytes())
+        Ok(())
     }
 
-    /// ` N) ` right-aligned like the kernel's `%*d)` CPU number.
+    /// ` N) ` right-aligned like the kernel's `%*d)` CPU number (formatted
+    /// once per thread: it starts every line).
     fn thread_number(&mut self, t: u32) {
-        let n = match self.opts.thread_column {
-            ThreadColumn::Index => t as u64,
-            _ => self
-                .meta
-                .threads
-                .get(t as usize)
-                .map_or(t as u64, |i| i.tid as u64),
-        };
-        self.line
-            .push_str(&format!(" {n:>w$}) ", w = self.num_width));
+        let t = t as usize;
+        if self.numbers.len() <= t {
+            let (opts, meta, w) = (self.opts, self.meta, self.num_width);
+            self.numbers.extend((self.numbers.len()..=t).map(|i| {
+                let n = match opts.thread_column {
+                    ThreadColumn::Index => i as u64,
+                    _ => meta.threads.get(i).map_or(i as u64, |th| th.tid as u64),
+                };
+                format!(" {n:>w$}) ")
+            }));
+        }
+        self.line.push_str(&self.numbers[t]);
     }
 
     /// `comm-pid` with the comm cut to 7 characters, as `print_graph_proc` does.
@@ -392,7 +402,11 @@ impl<'a, W: Write> GraphWriter<'a, W> {
 
     fn end_line(&mut self) -> io::Result<()> {
         self.line.push('\n');
-        self.w.write_all(self.line.as_bytes())
+        if self.line.len() >= LINE_BUF {
+            self.w.write_all(self.line.as_bytes())?;
+            self.line.clear();
+        }
+        Ok(())
     }
 }
 
