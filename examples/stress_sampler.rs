@@ -25,7 +25,7 @@ fn recurse(depth: u32, work: u64) -> u64 {
         }
         return x;
     }
-    if depth % 7 == 0 {
+    if depth % 41 == 0 {
         traced_level(depth - 1, work)
     } else {
         black_box(recurse(depth - 1, work)).wrapping_add(1)

@@ -18,6 +18,8 @@
 pub mod unwind;
 
 #[cfg(target_os = "linux")]
+mod buildid;
+#[cfg(target_os = "linux")]
 pub mod maps;
 #[cfg(target_os = "linux")]
 mod perf;
@@ -473,8 +475,15 @@ mod running {
                 b.active.store(false, Release);
             }
         }
-        // Let a signal already in flight finish its handler.
-        std::thread::sleep(Duration::from_millis(2));
+        // Wait for handlers already running (a preempted one can take long).
+        let deadline = Instant::now() + Duration::from_millis(500);
+        for t in &st.threads {
+            if let Some(b) = t.buf {
+                while b.busy.load(Acquire) != 0 && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            }
+        }
         for t in &mut st.threads {
             if let Some(b) = t.buf {
                 b.drain(&mut t.raw);

@@ -9,7 +9,7 @@
 use super::unwind::{self, Regs, StackBounds};
 use crate::clock::ticks;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Frames kept per sample (innermost first); deeper stacks are truncated.
 pub const MAX_FRAMES: usize = 127;
@@ -26,6 +26,9 @@ pub struct SampleBuf {
     pub head: AtomicU64,
     pub tail: AtomicU64,
     pub lost: AtomicU64,
+    /// Handlers currently using this buffer: the sampler waits for zero
+    /// after deactivating it, before draining or reusing it.
+    pub busy: AtomicU32,
     /// Stack range `[lo, hi)` once known; 0 = look it up by SP.
     lo: AtomicU64,
     hi: AtomicU64,
@@ -53,6 +56,7 @@ impl SampleBuf {
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            busy: AtomicU32::new(0),
             lo: AtomicU64::new(0),
             hi: AtomicU64::new(0),
         }
@@ -257,9 +261,14 @@ unsafe fn take_sample(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         _ => return,
     };
     let Some(buf) = buf.as_ref() else { return };
-    if !buf.active.load(Acquire) {
-        return;
+    buf.busy.fetch_add(1, AcqRel);
+    if buf.active.load(Acquire) {
+        fill(buf, t, uc);
     }
+    buf.busy.fetch_sub(1, Release);
+}
+
+unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
     let Some(regs) = regs_of(uc) else { return };
     let mut bounds = StackBounds { lo: buf.lo.load(Relaxed), hi: buf.hi.load(Acquire) };
     if bounds.hi == 0 || regs.sp < bounds.lo || regs.sp >= bounds.hi {
@@ -278,7 +287,8 @@ unsafe fn take_sample(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let cut = if depth == 0 { 0 } else { cut.map_or(0, |c| c as u64 + 1).min(0xffff) };
     header[0] = t;
     header[1] = (depth as u64) << 32 | cut << 16 | walk.len as u64;
-    buf.head.store(h + 1, Release);
+    // Publish only if nobody reset the buffer meanwhile.
+    let _ = buf.head.compare_exchange(h, h + 1, Release, Relaxed);
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
