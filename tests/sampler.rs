@@ -174,3 +174,29 @@ fn stress_deep_recursion_at_10khz_gives_no_garbage_stacks() {
     let (sessions, samples) = stress::stress(4, 10_000, true).unwrap();
     assert!(sessions >= 1 && samples > 1000, "{sessions} sessions, {samples} samples");
 }
+
+/// Hardware events sample where the CPU exposes a PMU; where it does not,
+/// `Session::start` must say so clearly (never a crash, never silence).
+#[test]
+fn hardware_event_sampling_works_or_fails_clearly() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for event in [fgtrace::sampler::PerfEvent::Cycles, fgtrace::sampler::PerfEvent::Instructions] {
+        match Session::start(Config::builtin().sampling(Sampling::perf(event, 200_000))) {
+            Ok(session) => {
+                busy(300, 7);
+                let trace = session.stop().unwrap();
+                let n = trace.samples().count();
+                println!("{}: {n} samples", event.name());
+                assert!(n > 10, "{} produced only {n} samples", event.name());
+                let r = ranges();
+                let hits = trace.samples().filter(|s| s.frames.iter().any(|&a| r.iter().any(|(_, lo, hi)| a >= *lo && a < *hi))).count();
+                assert!(hits * 2 > n, "most {} samples land in the work functions ({hits} of {n})", event.name());
+            }
+            Err(e) => {
+                let e = e.to_string();
+                println!("{}: {e}", event.name());
+                assert!(e.contains("perf_event_open") && (e.contains("PMU") || e.contains("paranoid")), "{e}");
+            }
+        }
+    }
+}

@@ -305,3 +305,25 @@ fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_perf_event_open_names_the_setting() {
+        let e = explain(io::Error::from_raw_os_error(libc::EACCES), "cycles");
+        let s = e.to_string();
+        assert!(s.contains("perf_event_open(cycles)") && s.contains("kernel.perf_event_paranoid"), "{s}");
+        let e = explain(io::Error::from_raw_os_error(libc::ENOENT), "cache-misses").to_string();
+        assert!(e.contains("no PMU"), "{e}");
+    }
+
+    #[test]
+    fn event_names_round_trip() {
+        for e in PerfEvent::ALL {
+            assert_eq!(PerfEvent::from_name(e.name()), Some(e));
+        }
+        assert_eq!(PerfEvent::from_name("cycels"), None);
+    }
+}
