@@ -4,6 +4,7 @@
 //! import) ends as folded lines, `root;child;leaf count`; this is the one
 //! place that knows inferno's options, so the views only say what to draw.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Write};
 
@@ -28,6 +29,9 @@ pub struct FlameOptions {
     pub width: Option<usize>,
     /// Frames narrower than this many pixels are omitted (inferno default 0.1).
     pub min_width: f64,
+    /// Fixed RGB colours by frame name (e.g. by where a frame came from),
+    /// through inferno's `PaletteMap`; other frames keep the palette's colour.
+    pub frame_colors: BTreeMap<String, [u8; 3]>,
 }
 
 impl Default for FlameOptions {
@@ -40,6 +44,7 @@ impl Default for FlameOptions {
             inverted: false,
             width: None,
             min_width: 0.1,
+            frame_colors: BTreeMap::new(),
         }
     }
 }
@@ -99,7 +104,14 @@ where
         return Err(FlameError::Empty);
     }
 
+    let mut palette = flamegraph::color::PaletteMap::default();
+    for (name, &[r, g, b]) in &opts.frame_colors {
+        palette.insert(name, flamegraph::color::Color { r, g, b });
+    }
     let mut options = flamegraph::Options::default();
+    if !opts.frame_colors.is_empty() {
+        options.palette_map = Some(&mut palette);
+    }
     options.title = opts.title.clone();
     options.subtitle = opts.subtitle.clone();
     options.count_name = opts.count_name.clone();
@@ -110,7 +122,13 @@ where
     if opts.inverted {
         options.direction = flamegraph::Direction::Inverted;
     }
-    flamegraph::from_lines(&mut options, lines.iter().map(AsRef::as_ref), out)?;
+    // inferno's flame chart draws its *last* line first: hand the lines over
+    // reversed so that input order is what ends up left to right.
+    if opts.flame_chart {
+        flamegraph::from_lines(&mut options, lines.iter().rev().map(AsRef::as_ref), out)?;
+    } else {
+        flamegraph::from_lines(&mut options, lines.iter().map(AsRef::as_ref), out)?;
+    }
     Ok(())
 }
 
@@ -135,7 +153,10 @@ mod tests {
         assert!(text.starts_with("<?xml"));
         assert!(text.contains("Zephyr perf: dump.txt"));
         assert!(text.contains("prog.elf"));
-        assert!(text.contains("<title>fib (3 samples, 75.00%)</title>"), "{text}");
+        assert!(
+            text.contains("<title>fib (3 samples, 75.00%)</title>"),
+            "{text}"
+        );
         assert!(text.contains("<title>main (4 samples, 100.00%)</title>"));
         assert!(text.contains("<title>all (4 samples, 100%)</title>"));
     }
