@@ -12,6 +12,16 @@ pub mod flame;
 pub mod format;
 pub mod graph;
 pub mod report;
+pub mod sampled;
+pub mod folded;
+pub mod chrome;
+pub mod diff;
+#[cfg(feature = "flame")]
+pub mod flame_svg;
+#[cfg(feature = "html")]
+pub mod html;
+#[cfg(feature = "plot")]
+pub mod plot;
 
 pub use graph::{write_graph, GraphOptions, GraphWriter, ThreadColumn};
 pub use report::{

@@ -2,12 +2,17 @@
 //! them. A thin layer: parse flags into the library's option structs, stream
 //! the file through a view, print one clear line on error.
 
+mod html;
+mod plot;
+mod pprof;
+mod progress;
+mod views;
 mod zephyr;
 
 use clap::{Parser, Subcommand};
-use fgtrace::trace::{TraceError, TraceReader};
+use fgtrace::trace::TraceError;
 use fgtrace::view::{self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel};
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -21,6 +26,12 @@ use std::process::ExitCode;
         fgtrace graph run.fgt --thread worker-1 --depth 3 --tail\n  \
         fgtrace report run.fgt --sort self        per-function statistics\n  \
         fgtrace info run.fgt                      what the trace holds\n  \
+        fgtrace flame run.fgt -o run.svg          flamegraph: traced + sampled\n  \
+        fgtrace chrome run.fgt -o run.json        for Perfetto UI\n  \
+        fgtrace diff before.fgt after.fgt         per-function changes\n  \
+        fgtrace pprof run.fgt -o run.pb.gz        samples for go tool pprof\n  \
+        fgtrace plot run.fgt -f parse -o parse.svg  per-call durations, slowest calls\n  \
+        fgtrace html run.fgt -o report.html       everything in one page\n  \
         fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks"
 )]
 struct Cli {
@@ -39,12 +50,45 @@ enum Cmd {
         fgtrace report run.fgt --ftrace --thread main")]
     Report(ReportArgs),
     /// Summary of a trace: program, clock, threads, calls, losses.
+    #[command(after_help = "Examples:\n  fgtrace info run.fgt\n  \
+        fgtrace info run.fgt > /dev/null && echo intact   checks every chunk")]
     Info {
         /// Trace file written by `Trace::save`.
         file: PathBuf,
     },
     /// Zephyr `perf printbuf` dump + ELF -> folded stacks or a flamegraph.
+    #[command(after_help = "Examples:\n  fgtrace zephyr perf_data.txt build/zephyr/zephyr.elf > out.folded\n  \
+        fgtrace zephyr perf_data.txt zephyr.elf --inline --svg perf.svg\n  \
+        fgtrace zephyr - zephyr.elf --aggregate < console.log")]
     Zephyr(zephyr::ZephyrArgs),
+    /// Flamegraph SVG or folded stacks: traced (exact ns), sampled, or combined.
+    #[command(after_help = "Examples:\n  fgtrace flame run.fgt -o run.svg              combined if the trace has samples\n  \
+        fgtrace flame run.fgt --traced --folded       folded stacks, ns of self time\n  \
+        fgtrace flame run.fgt --chart -o chart.svg    time order per thread\n  \
+        fgtrace flame run.fgt --sampled --per-thread -o samples.svg")]
+    Flame(views::FlameArgs),
+    /// Chrome Trace Event JSON for Perfetto UI and chrome://tracing.
+    #[command(after_help = "Examples:\n  fgtrace chrome run.fgt -o run.json\n  \
+        fgtrace chrome run.fgt --thread worker-* --no-samples -o workers.json")]
+    Chrome(views::ChromeArgs),
+    /// Compare two traces per function (calls, total, self); --flame for a differential flamegraph.
+    #[command(after_help = "Examples:\n  fgtrace diff before.fgt after.fgt\n  \
+        fgtrace diff before.fgt after.fgt --sort self\n  \
+        fgtrace diff before.fgt after.fgt --flame -o diff.svg")]
+    Diff(views::DiffArgs),
+    /// The samples as a gzipped pprof profile (profile.proto), symbolized.
+    #[command(after_help = "Examples:\n  fgtrace pprof run.fgt -o run.pb.gz && go tool pprof -top run.pb.gz\n  \
+        fgtrace pprof run.fgt --thread worker-* -o workers.pb.gz")]
+    Pprof(pprof::PprofArgs),
+    /// One function's per-call durations (SVG: by start time, histogram with p50/p99); slowest calls on stdout.
+    #[command(after_help = "Examples:\n  fgtrace plot run.fgt --function parse -o parse.svg\n  \
+        fgtrace plot run.fgt -f my_crate::parser::Parser::parse --top 20 -o parse.svg\n  \
+        fgtrace plot run.fgt -f handle --thread worker-* -o handle.svg")]
+    Plot(plot::PlotArgs),
+    /// One self-contained HTML page: summary, sortable table, flamegraph, duration plots, graph.
+    #[command(after_help = "Examples:\n  fgtrace html run.fgt -o report.html\n  \
+        fgtrace html run.fgt --thread worker-* --rows 50 -o workers.html")]
+    Html(html::HtmlArgs),
 }
 
 #[derive(clap::Args)]
@@ -100,8 +144,8 @@ fn threads(v: &[String]) -> Vec<ThreadSel> {
     v.iter().map(|s| s.parse().expect("infallible")).collect()
 }
 
-fn open(path: &Path) -> Result<TraceReader<io::BufReader<std::fs::File>>, String> {
-    TraceReader::open(path).map_err(|e| match e {
+fn open(path: &Path) -> Result<progress::Reader, String> {
+    progress::open(path, None).map_err(|e| match e {
         TraceError::Io(e) => format!("{}: {}", path.display(), e),
         e => format!("{}: {}", path.display(), e),
     })
@@ -118,6 +162,9 @@ fn io_err(path: &Path, e: TraceError) -> Option<String> {
 fn run(cli: Cli) -> Result<(), Option<String>> {
     let stdout = io::stdout();
     let out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    // Streamed text on the terminal would interleave with the bar.
+    let streams = matches!(cli.cmd, Cmd::Graph(_) | Cmd::Chrome(_));
+    progress::set_enabled(!(streams && io::stdout().is_terminal()));
     match cli.cmd {
         Cmd::Graph(a) => {
             let r = open(&a.file)?;
@@ -144,17 +191,25 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 threads: threads(&a.threads),
                 style: if a.ftrace { ReportStyle::Ftrace } else { ReportStyle::Table },
             };
-            view::write_report(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
+            let mut out = out;
+            view::write_report(&meta, r.events(), &opts, &mut out).map_err(|e| io_err(&a.file, e))?;
+            pprof::report_samples(&a.file, &opts, out)
         }
         Cmd::Info { file } => {
             let r = open(&file)?;
             info(&file, r, out).map_err(|e| io_err(&file, e))
         }
         Cmd::Zephyr(a) => zephyr::run(&a).map_err(Some),
+        Cmd::Pprof(a) => pprof::run(&a),
+        Cmd::Flame(a) => views::run_flame(&a, out),
+        Cmd::Chrome(a) => views::run_chrome(&a, out),
+        Cmd::Diff(a) => views::run_diff(&a, out),
+        Cmd::Plot(a) => plot::run(&a, out),
+        Cmd::Html(a) => html::run(&a),
     }
 }
 
-fn info(path: &Path, r: TraceReader<io::BufReader<std::fs::File>>, mut out: impl Write) -> Result<(), TraceError> {
+fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), TraceError> {
     let m = r.meta().clone();
     writeln!(out, "file:      {}", path.display())?;
     writeln!(out, "program:   {} (pid {})", m.program, m.pid)?;

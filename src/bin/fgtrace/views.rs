@@ -1,0 +1,385 @@
+//! `fgtrace flame`, `fgtrace chrome` and `fgtrace diff`: flag parsing into the
+//! library's options, one clear line on error.
+
+use super::{io_err, open, threads};
+use fgtrace::symbolize::Symbolizer;
+use fgtrace::trace::{TraceError, TraceMeta};
+use fgtrace::view::chrome::{write_chrome, ChromeOptions};
+use fgtrace::view::diff::{
+    differential_folded, differential_svg, write_diff, DiffOptions, DiffSort,
+};
+use fgtrace::view::flame::FlameOptions;
+use fgtrace::view::flame_svg::{chart_svg, folded_svg};
+use fgtrace::view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use std::fs::File;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct FlameArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Traced calls only, weighted by exact self time (ns).
+    #[arg(long, conflicts_with_all = ["sampled", "combined"])]
+    traced: bool,
+    /// Samples only, one count each.
+    #[arg(long, conflicts_with_all = ["traced", "combined"])]
+    sampled: bool,
+    /// Traced calls (exact ns) with the sampled frames below each one sharing
+    /// its self time. The default when the trace has both calls and samples.
+    #[arg(long, conflicts_with_all = ["traced", "sampled"])]
+    combined: bool,
+    /// Print folded stacks (`root;child;leaf count`) instead of an SVG.
+    #[arg(long)]
+    folded: bool,
+    /// A flame chart of the traced calls: time order per thread, x = time.
+    #[arg(long, conflicts_with_all = ["sampled", "combined"])]
+    chart: bool,
+    /// Start every stack with its thread (`name-tid`).
+    #[arg(long)]
+    per_thread: bool,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Traced frames as `Type::method` instead of `crate::module::Type::method`.
+    #[arg(long)]
+    short_names: bool,
+    /// Combined: join samples to calls by time alone, ignoring the sampler's
+    /// count of open traced calls.
+    #[arg(long)]
+    by_time: bool,
+    /// Title of the SVG.
+    #[arg(long)]
+    title: Option<String>,
+    /// SVG width in pixels.
+    #[arg(long)]
+    width: Option<usize>,
+    /// Icicle graph: roots at the top.
+    #[arg(long)]
+    inverted: bool,
+    /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct ChromeArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Leave the samples out.
+    #[arg(long)]
+    no_samples: bool,
+    /// Leave the async futures out.
+    #[arg(long)]
+    no_futures: bool,
+    /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct DiffArgs {
+    /// The "before" trace.
+    before: PathBuf,
+    /// The "after" trace.
+    after: PathBuf,
+    /// Sort by the absolute change of: total, self, calls; or by name.
+    #[arg(long, short = 's', default_value = "total")]
+    sort: String,
+    /// Only these threads (tid, or name glob), in both traces.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Draw a differential flamegraph (SVG) of traced self time instead of the table.
+    #[arg(long, conflicts_with = "folded")]
+    flame: bool,
+    /// Print the differential folded stacks (`stack before after`) instead of the table.
+    #[arg(long)]
+    folded: bool,
+    /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+/// Opens `-o` (or returns `stdout`); an SVG is not written to a terminal.
+fn output<'w>(
+    path: Option<&Path>,
+    stdout: &'w mut dyn Write,
+    svg: bool,
+) -> Result<Box<dyn Write + 'w>, Option<String>> {
+    match path {
+        Some(p) => {
+            let f =
+                File::create(p).map_err(|e| Some(format!("cannot create {}: {e}", p.display())))?;
+            Ok(Box::new(io::BufWriter::new(f)))
+        }
+        None if svg && io::stdout().is_terminal() => Err(Some(
+            "refusing to write an SVG to the terminal: give -o FILE.svg (or --folded)".into(),
+        )),
+        None => Ok(Box::new(stdout)),
+    }
+}
+
+fn write_err(path: Option<&Path>, e: io::Error) -> Option<String> {
+    match (path, e.kind()) {
+        (None, io::ErrorKind::BrokenPipe) => None,
+        (Some(p), _) => Some(format!("cannot write {}: {e}", p.display())),
+        (None, _) => Some(format!("cannot write the output: {e}")),
+    }
+}
+
+fn warn_symbols(sym: &Symbolizer) {
+    for w in sym.warnings() {
+        eprintln!("fgtrace: warning: {w}");
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Traced,
+    Sampled,
+    Combined,
+}
+
+fn kind(a: &FlameArgs, meta: &TraceMeta) -> Kind {
+    if a.traced || a.chart {
+        return Kind::Traced;
+    }
+    if a.sampled {
+        return Kind::Sampled;
+    }
+    if a.combined {
+        return Kind::Combined;
+    }
+    let samples: u64 = meta.threads.iter().map(|t| t.samples).sum();
+    // Counts in the metadata, else what it declares (sites, a sampling setup).
+    let calls = meta.total_calls() > 0 || !meta.sites.is_empty();
+    match (calls, samples > 0 || meta.sampling.is_some()) {
+        (true, true) => Kind::Combined,
+        (false, true) => Kind::Sampled,
+        _ => Kind::Traced,
+    }
+}
+
+pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
+    let kind = kind(a, &meta);
+    let fopts = FoldedOptions {
+        per_thread: a.per_thread,
+        threads: threads(&a.threads),
+        short_names: a.short_names,
+        trust_shadow_depth: !a.by_time,
+        sample_period_ns: None,
+    };
+    let name = a
+        .file
+        .file_name()
+        .unwrap_or(a.file.as_os_str())
+        .to_string_lossy();
+    let what = match (kind, a.chart) {
+        (_, true) => "Flame chart (traced)",
+        (Kind::Traced, _) => "Flame graph (traced)",
+        (Kind::Sampled, _) => "Flame graph (sampled)",
+        (Kind::Combined, _) => "Flame graph (traced + sampled)",
+    };
+    let mut flame = FlameOptions {
+        title: a.title.clone().unwrap_or_else(|| format!("{what}: {name}")),
+        width: a.width,
+        inverted: a.inverted,
+        ..FlameOptions::default()
+    };
+    let mut svg = Vec::new();
+    let read: Result<(), TraceError>;
+    if a.chart {
+        let mut b = ChartBuilder::new(&meta, &fopts);
+        read = b.extend(r.events());
+        let chart = b.finish();
+        let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
+        if a.folded {
+            chart
+                .write_to(&mut out)
+                .map_err(|e| write_err(a.output.as_deref(), e))?;
+        } else {
+            flame.count_name = "ns".into();
+            flame.subtitle = Some(format!(
+                "{} calls, time order per thread, x = ns since session start",
+                chart.summary().calls
+            ));
+            let drawn = chart_svg(&chart, &meta, &flame, &mut svg);
+            finish_svg(
+                drawn,
+                &svg,
+                &a.file,
+                read.as_ref().err(),
+                &mut out,
+                a.output.as_deref(),
+            )?;
+        }
+    } else {
+        let mut sym = Symbolizer::new(&meta.mappings);
+        let folded: Folded;
+        match kind {
+            Kind::Traced => {
+                let mut b = FoldedBuilder::traced(&meta, &fopts);
+                read = b.extend(r.events());
+                folded = b.finish();
+            }
+            Kind::Sampled => {
+                let mut b = FoldedBuilder::sampled(&meta, &fopts, &mut sym);
+                read = b.extend(r.events());
+                folded = b.finish();
+            }
+            Kind::Combined => {
+                let mut b = FoldedBuilder::combined(&meta, &fopts, &mut sym);
+                read = b.extend(r.events());
+                folded = b.finish();
+            }
+        }
+        warn_symbols(&sym);
+        let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
+        if a.folded {
+            folded
+                .write_to(&mut out)
+                .map_err(|e| write_err(a.output.as_deref(), e))?;
+        } else {
+            flame.count_name = folded.count_name().into();
+            flame.subtitle = Some(folded.subtitle());
+            let drawn = folded_svg(&folded, &flame, &mut svg);
+            finish_svg(
+                drawn,
+                &svg,
+                &a.file,
+                read.as_ref().err(),
+                &mut out,
+                a.output.as_deref(),
+            )?;
+        }
+    }
+    read.map_err(|e| io_err(&a.file, e))
+}
+
+/// Writes a rendered SVG; with nothing to draw, says so (unless the trace
+/// was damaged, whose error says more).
+fn finish_svg(
+    drawn: Result<(), fgtrace::view::flame::FlameError>,
+    svg: &[u8],
+    file: &Path,
+    damaged: Option<&TraceError>,
+    out: &mut dyn Write,
+    path: Option<&Path>,
+) -> Result<(), Option<String>> {
+    match drawn {
+        Ok(()) => out
+            .write_all(svg)
+            .and_then(|()| out.flush())
+            .map_err(|e| write_err(path, e)),
+        Err(_) if damaged.is_some() => Ok(()),
+        Err(e) => Err(Some(format!("{}: {e}", file.display()))),
+    }
+}
+
+pub fn run_chrome(a: &ChromeArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
+    let opts = ChromeOptions {
+        threads: threads(&a.threads),
+        samples: !a.no_samples,
+        futures: !a.no_futures,
+    };
+    let mut sym = Symbolizer::new(&meta.mappings);
+    let out = output(a.output.as_deref(), &mut stdout, false)?;
+    let res = write_chrome(&meta, r.events(), &mut sym, &opts, out);
+    warn_symbols(&sym);
+    match res {
+        Ok(_) => Ok(()),
+        Err(TraceError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Err(None),
+        Err(e) => Err(io_err(&a.file, e)),
+    }
+}
+
+pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let sort: DiffSort = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
+    let ra = open(&a.before)?;
+    let rb = open(&a.after)?;
+    let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
+    let (mut err_a, mut err_b) = (None, None);
+    let events_a = ra
+        .events()
+        .map_while(|e| e.map_err(|e| err_a = Some(e)).ok().map(Ok));
+    let events_b = rb
+        .events()
+        .map_while(|e| e.map_err(|e| err_b = Some(e)).ok().map(Ok));
+    let path = a.output.as_deref();
+    if a.flame || a.folded {
+        let fopts = FoldedOptions {
+            threads: threads(&a.threads),
+            ..FoldedOptions::default()
+        };
+        let mut b = FoldedBuilder::traced(&ma, &fopts);
+        b.extend(events_a).ok();
+        let before = b.finish();
+        let mut b = FoldedBuilder::traced(&mb, &fopts);
+        b.extend(events_b).ok();
+        let after = b.finish();
+        let mut out = output(path, &mut stdout, a.flame)?;
+        if a.folded {
+            differential_folded(&before, &after, &mut out).map_err(|e| write_err(path, e))?;
+        } else {
+            let name = |p: &Path| {
+                p.file_name()
+                    .unwrap_or(p.as_os_str())
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            let opts = FlameOptions {
+                title: format!(
+                    "Differential flame graph: {} -> {}",
+                    name(&a.before),
+                    name(&a.after)
+                ),
+                subtitle: Some(
+                    "traced self time; widths from the second trace, red grew, blue shrank".into(),
+                ),
+                count_name: "ns".into(),
+                ..FlameOptions::default()
+            };
+            let mut svg = Vec::new();
+            match differential_svg(&before, &after, &opts, &mut svg) {
+                Ok(()) => out
+                    .write_all(&svg)
+                    .and_then(|()| out.flush())
+                    .map_err(|e| write_err(path, e))?,
+                Err(_) if err_a.is_some() || err_b.is_some() => {}
+                Err(e) => {
+                    return Err(Some(format!(
+                        "{} vs {}: {e}",
+                        a.before.display(),
+                        a.after.display()
+                    )))
+                }
+            }
+        }
+    } else {
+        let opts = DiffOptions {
+            sort,
+            threads: threads(&a.threads),
+        };
+        let out = output(path, &mut stdout, false)?;
+        if let Err(e) = write_diff(&ma, events_a, &mb, events_b, &opts, out) {
+            return Err(match e {
+                TraceError::Io(e) => write_err(path, e),
+                e => Some(e.to_string()),
+            });
+        }
+    }
+    if let Some(e) = err_a {
+        return Err(io_err(&a.before, e));
+    }
+    if let Some(e) = err_b {
+        return Err(io_err(&a.after, e));
+    }
+    Ok(())
+}

@@ -1,0 +1,415 @@
+//! Two traces compared function by function (uftrace `report --diff`): calls,
+//! total and self time before and after, with the change in percent, sorted
+//! by the size of the change. Functions are matched by full name
+//! (`module::name`), so sites may be numbered differently in the two traces;
+//! a function only one trace has is shown as added or removed.
+//!
+//! With the `flame` feature, also a differential flamegraph: the traced
+//! folded stacks (self time, ns) of both traces through inferno's
+//! `differential` module, drawn with the "after" widths, red where time grew
+//! and blue where it shrank.
+
+use super::report::{ReportBuilder, ReportOptions};
+use super::ThreadSel;
+use crate::trace::{Event, TraceError, TraceMeta};
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::str::FromStr;
+
+/// What the rows are sorted by: the absolute change of a column, largest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DiffSort {
+    #[default]
+    Total,
+    SelfTime,
+    Calls,
+    /// A to Z.
+    Name,
+}
+
+impl FromStr for DiffSort {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "total" | "time" => DiffSort::Total,
+            "self" => DiffSort::SelfTime,
+            "calls" | "call" | "hit" => DiffSort::Calls,
+            "name" | "func" | "function" => DiffSort::Name,
+            _ => {
+                return Err(format!(
+                    "unknown sort column `{s}` (total, self, calls, name)"
+                ))
+            }
+        })
+    }
+}
+
+/// Diff options; `Default` sorts by the change of total time, all threads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiffOptions {
+    pub sort: DiffSort,
+    /// Only these threads (in both traces; empty: all).
+    pub threads: Vec<ThreadSel>,
+}
+
+/// One function's numbers in one trace; durations in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Side {
+    pub calls: u64,
+    pub total_ns: u64,
+    pub self_ns: u64,
+}
+
+/// One function, before and after. `None`: the function is not in that trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiffRow {
+    /// `module::name`.
+    pub name: String,
+    pub before: Option<Side>,
+    pub after: Option<Side>,
+}
+
+impl DiffRow {
+    fn get(&self, col: DiffSort) -> (i128, i128) {
+        let f = |s: &Option<Side>| -> i128 {
+            s.map_or(0, |s| match col {
+                DiffSort::Total | DiffSort::Name => s.total_ns as i128,
+                DiffSort::SelfTime => s.self_ns as i128,
+                DiffSort::Calls => s.calls as i128,
+            })
+        };
+        (f(&self.before), f(&self.after))
+    }
+
+    /// After minus before in `col` (absent counts as zero).
+    pub fn change(&self, col: DiffSort) -> i128 {
+        let (b, a) = self.get(col);
+        a - b
+    }
+
+    pub fn added(&self) -> bool {
+        self.before.is_none() && self.after.is_some()
+    }
+
+    pub fn removed(&self) -> bool {
+        self.before.is_some() && self.after.is_none()
+    }
+}
+
+/// Whole-trace numbers for the header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiffSummary {
+    pub program: String,
+    pub calls: u64,
+    pub duration_ns: u64,
+}
+
+/// The comparison, rows sorted as asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diff {
+    pub before: DiffSummary,
+    pub after: DiffSummary,
+    pub rows: Vec<DiffRow>,
+}
+
+/// Per full name, the summed report rows of one trace; stops at a read error.
+fn side(
+    meta: &TraceMeta,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    threads: &[ThreadSel],
+) -> (BTreeMap<String, Side>, DiffSummary, Option<TraceError>) {
+    let ropts = ReportOptions {
+        threads: threads.to_vec(),
+        ..ReportOptions::default()
+    };
+    let mut b = ReportBuilder::new(meta, &ropts);
+    let mut failed = None;
+    for ev in events {
+        match ev {
+            Ok(ev) => b.push(&ev),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let report = b.finish();
+    let mut by_name: BTreeMap<String, Side> = BTreeMap::new();
+    for f in &report.functions {
+        let name = meta
+            .sites
+            .get(f.site as usize)
+            .map_or_else(|| f.name.clone(), |s| s.full_name());
+        let s = by_name.entry(name).or_default();
+        s.calls += f.calls;
+        s.total_ns = s.total_ns.saturating_add(f.total_ns);
+        s.self_ns = s.self_ns.saturating_add(f.self_ns);
+    }
+    let summary = DiffSummary {
+        program: meta.program.clone(),
+        calls: report.calls,
+        duration_ns: meta.duration_ns,
+    };
+    (by_name, summary, failed)
+}
+
+/// Compares two event streams. On a read error in either, the comparison of
+/// what was read is returned with the first error.
+pub fn diff_with_error(
+    meta_a: &TraceMeta,
+    events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
+    meta_b: &TraceMeta,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    opts: &DiffOptions,
+) -> (Diff, Option<TraceError>) {
+    let (a, sa, ea) = side(meta_a, events_a, &opts.threads);
+    let (b, sb, eb) = side(meta_b, events_b, &opts.threads);
+    let mut rows: Vec<DiffRow> = Vec::new();
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        rows.push(DiffRow {
+            name: name.clone(),
+            before: a.get(name).copied(),
+            after: b.get(name).copied(),
+        });
+    }
+    let col = opts.sort;
+    rows.sort_by(|x, y| {
+        let primary = match col {
+            DiffSort::Name => std::cmp::Ordering::Equal,
+            _ => y.change(col).abs().cmp(&x.change(col).abs()),
+        };
+        primary.then_with(|| x.name.cmp(&y.name))
+    });
+    (
+        Diff {
+            before: sa,
+            after: sb,
+            rows,
+        },
+        ea.or(eb),
+    )
+}
+
+/// Compares two event streams; fails on the first read error.
+pub fn diff(
+    meta_a: &TraceMeta,
+    events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
+    meta_b: &TraceMeta,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    opts: &DiffOptions,
+) -> Result<Diff, TraceError> {
+    match diff_with_error(meta_a, events_a, meta_b, events_b, opts) {
+        (d, None) => Ok(d),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// `+12.34%`, `-3.00%`, `+inf%` from nothing.
+fn pct(before: u64, after: u64) -> String {
+    if before == 0 {
+        return if after == 0 {
+            "+0.00%".into()
+        } else {
+            "+inf%".into()
+        };
+    }
+    let p = (after as f64 - before as f64) / before as f64 * 100.0;
+    format!("{p:+.2}%")
+}
+
+fn time(ns: u64) -> String {
+    super::format::uftrace_time(ns)
+}
+
+impl Diff {
+    /// The table as text: per function, total, self and calls before, after,
+    /// and the change; `-` where the function is absent.
+    pub fn write(&self, mut w: impl Write) -> io::Result<()> {
+        let mut out = String::new();
+        let summary = |s: &DiffSummary| {
+            format!(
+                "{} ({} calls, session {})",
+                s.program,
+                s.calls,
+                time(s.duration_ns).trim()
+            )
+        };
+        out.push_str(&format!(
+            "# fgtrace diff: before {}\n",
+            summary(&self.before)
+        ));
+        out.push_str(&format!(
+            "#               after  {}\n",
+            summary(&self.after)
+        ));
+        let added = self.rows.iter().filter(|r| r.added()).count();
+        let removed = self.rows.iter().filter(|r| r.removed()).count();
+        out.push_str(&format!(
+            "# {} functions: {} in both, {added} added, {removed} removed\n#\n",
+            self.rows.len(),
+            self.rows.len() - added - removed
+        ));
+        let headers = [
+            "Total before",
+            "Total after",
+            "Total diff",
+            "Self before",
+            "Self after",
+            "Self diff",
+            "Calls before",
+            "Calls after",
+            "Calls diff",
+        ];
+        let dash = || "-".to_string();
+        let rows: Vec<(Vec<String>, String)> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let b = r.before.unwrap_or_default();
+                let a = r.after.unwrap_or_default();
+                let (dt, ds, dc) = match (&r.before, &r.after) {
+                    (None, Some(_)) => ("added".into(), "added".into(), format!("+{}", a.calls)),
+                    (Some(_), None) => {
+                        ("removed".into(), "removed".into(), format!("-{}", b.calls))
+                    }
+                    _ => (
+                        pct(b.total_ns, a.total_ns),
+                        pct(b.self_ns, a.self_ns),
+                        format!("{:+}", a.calls as i128 - b.calls as i128),
+                    ),
+                };
+                let cell =
+                    |s: &Option<Side>, f: fn(&Side) -> String| s.as_ref().map_or_else(dash, f);
+                let cells = vec![
+                    cell(&r.before, |s| time(s.total_ns)),
+                    cell(&r.after, |s| time(s.total_ns)),
+                    dt,
+                    cell(&r.before, |s| time(s.self_ns)),
+                    cell(&r.after, |s| time(s.self_ns)),
+                    ds,
+                    cell(&r.before, |s| s.calls.to_string()),
+                    cell(&r.after, |s| s.calls.to_string()),
+                    dc,
+                ];
+                (cells, r.name.clone())
+            })
+            .collect();
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+        for (cells, _) in &rows {
+            for (wd, c) in widths.iter_mut().zip(cells) {
+                *wd = (*wd).max(c.len());
+            }
+        }
+        for (h, wd) in headers.iter().zip(&widths) {
+            out.push_str(&format!("  {h:>wd$}"));
+        }
+        out.push_str("  Function\n");
+        for wd in &widths {
+            out.push_str(&format!("  {}", "=".repeat(*wd)));
+        }
+        out.push_str("  ========\n");
+        for (cells, name) in rows {
+            for (c, wd) in cells.iter().zip(&widths) {
+                out.push_str(&format!("  {c:>wd$}"));
+            }
+            out.push_str(&format!("  {name}\n"));
+        }
+        w.write_all(out.as_bytes())?;
+        w.flush()
+    }
+}
+
+/// Compares two event streams and writes the table. On a read error in
+/// either, the table of what was read is written, then the error returned.
+pub fn write_diff<W: Write>(
+    meta_a: &TraceMeta,
+    events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
+    meta_b: &TraceMeta,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    opts: &DiffOptions,
+    w: W,
+) -> Result<(), TraceError> {
+    let (d, failed) = diff_with_error(meta_a, events_a, meta_b, events_b, opts);
+    d.write(io::BufWriter::new(w))?;
+    failed.map_or(Ok(()), Err)
+}
+
+#[cfg(feature = "flame")]
+mod differential {
+    use super::super::flame::{render_svg, FlameError, FlameOptions};
+    use super::super::folded::Folded;
+    use std::io::{self, Write};
+
+    /// Differential folded lines (`stack before after`), from two traced
+    /// folded stacks (build them without `per_thread`: thread ids differ
+    /// between runs), through inferno's `differential` module.
+    pub fn differential_folded(
+        before: &Folded,
+        after: &Folded,
+        mut out: impl Write,
+    ) -> io::Result<()> {
+        let mut a = Vec::new();
+        before.write_to(&mut a)?;
+        let mut b = Vec::new();
+        after.write_to(&mut b)?;
+        let mut lines = Vec::new();
+        inferno::differential::from_readers(
+            inferno::differential::Options::default(),
+            &a[..],
+            &b[..],
+            &mut lines,
+        )?;
+        // inferno writes them in hash order: sort for stable output.
+        let text = String::from_utf8_lossy(&lines);
+        let mut sorted: Vec<&str> = text.lines().collect();
+        sorted.sort_unstable();
+        for l in sorted {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()
+    }
+
+    /// A differential flamegraph: widths from `after`, red where self time
+    /// grew, blue where it shrank (inferno's colouring of differential input).
+    pub fn differential_svg(
+        before: &Folded,
+        after: &Folded,
+        opts: &FlameOptions,
+        out: impl Write,
+    ) -> Result<(), FlameError> {
+        let mut lines = Vec::new();
+        differential_folded(before, after, &mut lines)?;
+        let text = String::from_utf8_lossy(&lines);
+        render_svg(text.lines(), opts, out)
+    }
+}
+
+#[cfg(feature = "flame")]
+pub use differential::{differential_folded, differential_svg};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_changes() {
+        assert_eq!(pct(100, 150), "+50.00%");
+        assert_eq!(pct(200, 100), "-50.00%");
+        assert_eq!(pct(0, 0), "+0.00%");
+        assert_eq!(pct(0, 5), "+inf%");
+        assert_eq!(pct(3, 3), "+0.00%");
+    }
+
+    #[test]
+    fn sort_columns_parse() {
+        assert_eq!("self".parse::<DiffSort>(), Ok(DiffSort::SelfTime));
+        assert_eq!("Total".parse::<DiffSort>(), Ok(DiffSort::Total));
+        assert!("avg"
+            .parse::<DiffSort>()
+            .unwrap_err()
+            .contains("unknown sort column"));
+    }
+}

@@ -1,0 +1,273 @@
+//! Two synthetic traces with known differences, compared per function and as
+//! a differential flamegraph.
+
+use fgtrace::trace::{
+    Call, Event, SiteInfo, ThreadInfo, Trace, TraceBuilder, TraceError, TraceMeta,
+};
+use fgtrace::view::diff::{diff, write_diff, DiffOptions, DiffSort, Side};
+use fgtrace::view::ok_events;
+
+fn site(name: &str) -> SiteInfo {
+    SiteInfo {
+        name: name.into(),
+        module_path: "app".into(),
+        file: "src/app.rs".into(),
+        line: 1,
+        is_async: false,
+    }
+}
+
+fn call(site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
+    Event::Call(Call {
+        thread: 0,
+        site,
+        depth,
+        start_ns,
+        dur_ns,
+        flags: 0,
+    })
+}
+
+fn meta(program: &str, sites: &[&str]) -> TraceMeta {
+    TraceMeta {
+        program: program.into(),
+        pid: 1,
+        duration_ns: 1_000_000,
+        sites: sites.iter().map(|s| site(s)).collect(),
+        threads: vec![ThreadInfo {
+            tid: 1,
+            name: "main".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Before: handle (100 us) x2, each with parse (30 us); old (80 us).
+fn before() -> Trace {
+    let mut b = TraceBuilder::new(meta("v1", &["handle", "parse", "old"]));
+    b.push(call(0, 0, 0, 100_000));
+    b.push(call(1, 1, 10_000, 30_000));
+    b.push(call(0, 0, 200_000, 100_000));
+    b.push(call(1, 1, 210_000, 30_000));
+    b.push(call(2, 0, 400_000, 80_000));
+    b.finish()
+}
+
+/// After (sites numbered differently): handle (150 us) x2, each with parse
+/// (50 us); no old; new (10 us).
+fn after() -> Trace {
+    let mut b = TraceBuilder::new(meta("v2", &["new", "parse", "handle"]));
+    b.push(call(2, 0, 0, 150_000));
+    b.push(call(1, 1, 10_000, 50_000));
+    b.push(call(2, 0, 200_000, 150_000));
+    b.push(call(1, 1, 210_000, 50_000));
+    b.push(call(0, 0, 400_000, 10_000));
+    b.finish()
+}
+
+fn side(calls: u64, total_ns: u64, self_ns: u64) -> Option<Side> {
+    Some(Side {
+        calls,
+        total_ns,
+        self_ns,
+    })
+}
+
+#[test]
+fn functions_match_by_full_name_and_sort_by_the_size_of_the_change() {
+    let (a, b) = (before(), after());
+    let opts = DiffOptions::default();
+    let d = diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        ok_events(b.events()),
+        &opts,
+    )
+    .unwrap();
+    let names: Vec<&str> = d.rows.iter().map(|r| r.name.as_str()).collect();
+    // Total changes: handle +100 us, old -80 us, parse +40 us, new +10 us.
+    assert_eq!(names, ["app::handle", "app::old", "app::parse", "app::new"]);
+    let row = |n: &str| d.rows.iter().find(|r| r.name == n).unwrap();
+    assert_eq!(row("app::handle").before, side(2, 200_000, 140_000));
+    assert_eq!(row("app::handle").after, side(2, 300_000, 200_000));
+    assert_eq!(row("app::handle").change(DiffSort::Total), 100_000);
+    assert!(row("app::old").removed() && row("app::new").added());
+    assert_eq!(row("app::new").before, None);
+
+    // By self time: old's 80 us beats handle's +60 us.
+    let opts = DiffOptions {
+        sort: DiffSort::SelfTime,
+        ..DiffOptions::default()
+    };
+    let d = diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        ok_events(b.events()),
+        &opts,
+    )
+    .unwrap();
+    let names: Vec<&str> = d.rows.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["app::old", "app::handle", "app::parse", "app::new"]);
+}
+
+#[test]
+fn the_table_shows_before_after_and_change() {
+    let (a, b) = (before(), after());
+    let mut out = Vec::new();
+    write_diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        ok_events(b.events()),
+        &DiffOptions::default(),
+        &mut out,
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = |n: &str| {
+        text.lines()
+            .find(|l| l.ends_with(&format!("  {n}")))
+            .unwrap_or_else(|| panic!("no row {n}:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        line("app::handle"),
+        "200.000 us 300.000 us +50.00% 140.000 us 200.000 us +42.86% 2 2 +0 app::handle"
+    );
+    assert_eq!(
+        line("app::old"),
+        "80.000 us - removed 80.000 us - removed 1 - -1 app::old"
+    );
+    assert_eq!(
+        line("app::new"),
+        "- 10.000 us added - 10.000 us added - 1 +1 app::new"
+    );
+    assert!(
+        text.contains("4 functions: 2 in both, 1 added, 1 removed"),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("# fgtrace diff: before v1 (5 calls"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_damaged_after_trace_shows_what_was_read_and_fails() {
+    let (a, b) = (before(), after());
+    let mut evs: Vec<Result<Event, TraceError>> = b.events().take(2).map(Ok).collect();
+    evs.push(Err(TraceError::Truncated {
+        offset: 10,
+        what: "chunk",
+    }));
+    let mut out = Vec::new();
+    let err = write_diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        evs,
+        &DiffOptions::default(),
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(matches!(err, TraceError::Truncated { .. }));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("app::handle"), "{text}");
+}
+
+#[cfg(feature = "flame")]
+#[test]
+fn differential_flamegraph_of_self_time() {
+    use fgtrace::view::diff::{differential_folded, differential_svg};
+    use fgtrace::view::flame::FlameOptions;
+    use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
+    let (a, b) = (before(), after());
+    let opts = FoldedOptions::default();
+    let mut fa = FoldedBuilder::traced(a.meta(), &opts);
+    fa.extend(ok_events(a.events())).unwrap();
+    let mut fb = FoldedBuilder::traced(b.meta(), &opts);
+    fb.extend(ok_events(b.events())).unwrap();
+    let (fa, fb) = (fa.finish(), fb.finish());
+    let mut out = Vec::new();
+    differential_folded(&fa, &fb, &mut out).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "app::handle 140000 200000\napp::handle;app::parse 60000 100000\napp::new 0 10000\napp::old 80000 0\n"
+    );
+    let mut svg = Vec::new();
+    let fo = FlameOptions {
+        count_name: "ns".into(),
+        ..FlameOptions::default()
+    };
+    differential_svg(&fa, &fb, &fo, &mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    std::fs::write(std::env::temp_dir().join("fgtrace-test-diff.svg"), &svg).ok();
+    // Widths from the after trace; the change relative to its total (310 us).
+    assert!(
+        svg.contains("<title>app::handle (300,000 ns, 96.77%; +19.35%)</title>"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("<title>app::parse (100,000 ns, 32.26%; +12.90%)</title>"),
+        "{svg}"
+    );
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn cli_diff_table_flame_and_errors() {
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("fgtrace-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pa, pb) = (dir.join("a.fgt"), dir.join("b.fgt"));
+    before().save(&pa).unwrap();
+    after().save(&pb).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (pa.to_str().unwrap(), pb.to_str().unwrap());
+
+    let out = run(&["diff", a, b, "--sort", "self"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().find(|l| l.contains("app::")).unwrap();
+    assert!(first.ends_with("app::old"), "{text}");
+
+    let svg = dir.join("d.svg");
+    let out = run(&["diff", a, b, "--flame", "-o", svg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("app::handle"));
+
+    for (args, expect) in [
+        (
+            vec!["diff", a, b, "--sort", "avg"],
+            "--sort: unknown sort column `avg`",
+        ),
+        (vec!["diff", a, "/nonexistent/x.fgt"], "/nonexistent/x.fgt"),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expect), "{err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
