@@ -14,9 +14,13 @@ pub mod probe;
 pub mod trace;
 pub mod view;
 
-#[cfg(feature = "symbolize")]
+#[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
 pub mod sampler;
+#[cfg(feature = "pprof")]
+pub mod pprof;
+#[cfg(feature = "symbolize")]
+pub mod symbolize;
 pub mod testing;
 
 pub use collector::{Error, Session};
