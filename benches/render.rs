@@ -63,8 +63,10 @@ fn child(view: &str, path: &str) {
     let meta = r.meta().clone();
     let mut sink = Sink(0);
     match view {
-        "graph" => view::write_graph(&meta, r.events(), &GraphOptions::default(), &mut sink).expect("graph"),
-        "report" => view::write_report(&meta, r.events(), &ReportOptions::default(), &mut sink).expect("report"),
+        "graph" => view::write_graph(&meta, r.events(), &GraphOptions::default(), &mut sink)
+            .expect("graph"),
+        "report" => view::write_report(&meta, r.events(), &ReportOptions::default(), &mut sink)
+            .expect("report"),
         "read" => {
             for e in r.events() {
                 e.expect("event");
@@ -106,17 +108,35 @@ fn main() {
         size as f64 / 1e6,
         size as f64 / total as f64
     );
-    println!("{:<8} {:>9} {:>12} {:>10} {:>12}", "view", "seconds", "peak RSS MB", "x file", "output MB");
+    println!(
+        "{:<8} {:>9} {:>12} {:>10} {:>12}",
+        "view", "seconds", "peak RSS MB", "x file", "output MB"
+    );
     for v in ["read", "graph", "report"] {
-        let out = Command::new(&args[0]).args(["--child", v, path.to_str().unwrap()]).output().expect("child");
+        let out = Command::new(&args[0])
+            .args(["--child", v, path.to_str().unwrap()])
+            .output()
+            .expect("child");
         let text = String::from_utf8_lossy(&out.stdout);
-        let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let f: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         if f.len() < 3 {
-            eprintln!("{v}: child failed: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "{v}: child failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             continue;
         }
         let rss = f[1] * 1024.0;
-        println!("{v:<8} {:>9.2} {:>12.1} {:>10.2} {:>12.1}", f[0], rss / 1e6, rss / size as f64, f[2] / 1e6);
+        println!(
+            "{v:<8} {:>9.2} {:>12.1} {:>10.2} {:>12.1}",
+            f[0],
+            rss / 1e6,
+            rss / size as f64,
+            f[2] / 1e6
+        );
     }
     std::fs::remove_file(&path).ok();
 }

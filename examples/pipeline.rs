@@ -404,7 +404,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&report_path, &report)?;
 
     let m = trace.meta();
-    println!("pipeline: {requests} requests parsed, {} malformed line(s)", bad.len());
+    println!(
+        "pipeline: {requests} requests parsed, {} malformed line(s)",
+        bad.len()
+    );
     for b in bad.iter().take(3) {
         println!("  malformed: {b}");
     }

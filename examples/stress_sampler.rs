@@ -56,7 +56,10 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<(u64, u64), String> {
     let threads: Vec<_> = (0..4u64)
         .map(|i| {
             let s = stop.clone();
-            std::thread::Builder::new().name(format!("stress-{i}")).spawn(move || worker(s, 0x51ed ^ i)).unwrap()
+            std::thread::Builder::new()
+                .name(format!("stress-{i}"))
+                .spawn(move || worker(s, 0x51ed ^ i))
+                .unwrap()
         })
         .collect();
     let start = Instant::now();
@@ -82,11 +85,19 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<(u64, u64), String> {
                 break;
             }
             if let Some(bad) = s.frames.iter().find(|&&a| !in_text(a)) {
-                result = Err(format!("frame {bad:#x} outside every executable mapping: {:x?}", s.frames));
+                result = Err(format!(
+                    "frame {bad:#x} outside every executable mapping: {:x?}",
+                    s.frames
+                ));
                 break;
             }
             // Return addresses into `recurse` lie within a few hundred bytes of its start.
-            if s.frames.iter().filter(|&&a| a > rec && a < rec + 2048).count() >= 5 {
+            if s.frames
+                .iter()
+                .filter(|&&a| a > rec && a < rec + 2048)
+                .count()
+                >= 5
+            {
                 deep += 1;
             }
         }
@@ -114,7 +125,9 @@ fn main() {
     let secs = args.next().and_then(|a| a.parse().ok()).unwrap_or(60);
     let hz = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match stress(secs, hz, false) {
-        Ok((sessions, n)) => println!("ok: {sessions} sessions, {n} samples checked, no garbage stacks"),
+        Ok((sessions, n)) => {
+            println!("ok: {sessions} sessions, {n} samples checked, no garbage stacks")
+        }
         Err(e) => {
             eprintln!("stress failed: {e}");
             std::process::exit(1);

@@ -45,7 +45,14 @@ pub struct RawCall(pub u64, pub u64);
 
 impl RawCall {
     #[inline(always)]
-    pub(crate) fn pack(start: u64, depth: u32, dur: u64, site: u32, unwound: bool, kind: u64) -> RawCall {
+    pub(crate) fn pack(
+        start: u64,
+        depth: u32,
+        dur: u64,
+        site: u32,
+        unwound: bool,
+        kind: u64,
+    ) -> RawCall {
         let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
         RawCall(
             (start & START_MASK) | ((depth as u64) << START_BITS),
@@ -123,7 +130,11 @@ impl ThreadBuf {
     }
 
     fn lock(&self) {
-        while self.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             std::hint::spin_loop();
         }
     }
@@ -180,14 +191,24 @@ mod tests {
 
     #[test]
     fn raw_call_packs_every_field() {
-        let r = RawCall::pack(0x3f_ffff_ffff_1234, 513, 1 << 40, MAX_SITES - 1, true, kind::POLL);
+        let r = RawCall::pack(
+            0x3f_ffff_ffff_1234,
+            513,
+            1 << 40,
+            MAX_SITES - 1,
+            true,
+            kind::POLL,
+        );
         assert_eq!(r.start_low(), 0x3f_ffff_ffff_1234 & START_MASK);
         assert_eq!(r.depth(), 513);
         assert_eq!(r.dur(), 1 << 40);
         assert_eq!(r.site(), MAX_SITES - 1);
         assert!(r.unwound());
         assert_eq!(r.kind(), kind::POLL);
-        assert_eq!(RawCall::pack(5, 0, u64::MAX, 3, false, kind::CALL).dur(), DUR_MAX);
+        assert_eq!(
+            RawCall::pack(5, 0, u64::MAX, 3, false, kind::CALL).dur(),
+            DUR_MAX
+        );
         assert_eq!(std::mem::size_of::<RawCall>(), 16);
     }
 
@@ -200,7 +221,10 @@ mod tests {
             b.published.store(i + 1, Ordering::Release);
         }
         let (recs, lost) = b.snapshot(true, 4);
-        assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), vec![6, 7, 8, 9]);
+        assert_eq!(
+            recs.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![6, 7, 8, 9]
+        );
         assert_eq!(lost, 6);
         let (recs, lost) = b.snapshot(true, 3);
         assert_eq!((recs.len(), lost), (3, 7));

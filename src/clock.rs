@@ -63,14 +63,20 @@ pub const SOURCE: &str = if cfg!(any(target_arch = "x86_64", target_arch = "x86"
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock `perf_event` stamps samples with).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn unix_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// One simultaneous reading of the tick counter, `CLOCK_MONOTONIC` and the wall clock.
@@ -96,7 +102,11 @@ impl ClockPoint {
             }
         }
         let (_, ticks, mono_ns) = best.unwrap();
-        ClockPoint { ticks, mono_ns, unix_ns: unix_ns() }
+        ClockPoint {
+            ticks,
+            mono_ns,
+            unix_ns: unix_ns(),
+        }
     }
 }
 
@@ -112,7 +122,10 @@ pub struct Calibration {
 impl Calibration {
     /// A calibration starting now, using the process-wide rate measurement.
     pub fn start() -> Self {
-        Calibration { origin: ClockPoint::now(), ticks_per_ns: process_rate() }
+        Calibration {
+            origin: ClockPoint::now(),
+            ticks_per_ns: process_rate(),
+        }
     }
 
     /// Refines the rate with the whole session's span when it is long enough

@@ -30,7 +30,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::AlreadyRunning => write!(f, "an fgtrace session is already recording in this process"),
+            Error::AlreadyRunning => {
+                write!(f, "an fgtrace session is already recording in this process")
+            }
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
@@ -62,7 +64,12 @@ impl Active {
     pub fn register_thread(&self) -> Arc<ThreadBuf> {
         let (tid, name) = (os_tid(), thread_name());
         let mut threads = self.threads.lock();
-        let b = Arc::new(ThreadBuf::new(threads.len() as u32, tid, name, self.capacity));
+        let b = Arc::new(ThreadBuf::new(
+            threads.len() as u32,
+            tid,
+            name,
+            self.capacity,
+        ));
         threads.push(b.clone());
         b
     }
@@ -95,7 +102,10 @@ pub(crate) fn site_by_id(id: u32) -> Option<&'static Site> {
 
 /// The calling thread's `std::thread` name, or `tid-N`.
 pub(crate) fn thread_name() -> String {
-    std::thread::current().name().map(String::from).unwrap_or_else(|| format!("tid-{}", os_tid()))
+    std::thread::current()
+        .name()
+        .map(String::from)
+        .unwrap_or_else(|| format!("tid-{}", os_tid()))
 }
 
 /// The calling thread's OS id.
@@ -126,7 +136,11 @@ impl Gathered {
             self.records.resize_with(i + 1, Vec::new);
         }
         // SAFETY: the first `len` slots of a handed-off batch were written.
-        self.records[i].extend(b.storage[..b.len].iter().map(|r| unsafe { r.assume_init() }));
+        self.records[i].extend(
+            b.storage[..b.len]
+                .iter()
+                .map(|r| unsafe { r.assume_init() }),
+        );
         b.storage
     }
 }
@@ -158,7 +172,11 @@ impl Session {
         }
         let gen = NEXT_GEN.fetch_add(1, Relaxed) & (u32::MAX >> 2);
         let flight = config.mode == RecordMode::FlightRecorder;
-        let capacity = if flight { config.flight_calls.next_power_of_two() } else { config.batch_calls };
+        let capacity = if flight {
+            config.flight_calls.next_power_of_two()
+        } else {
+            config.batch_calls
+        };
         let (batches, batches_rx) = bounded(config.max_batches_in_flight);
         let pool = config.max_batches_in_flight.min(64);
         let (recycle_tx, recycle_rx) = bounded(pool);
@@ -167,7 +185,10 @@ impl Session {
                 let _ = recycle_tx.try_send(buffer::new_storage(capacity));
             }
         }
-        let cal = Calibration { origin: ClockPoint::now(), ticks_per_ns: rate };
+        let cal = Calibration {
+            origin: ClockPoint::now(),
+            ticks_per_ns: rate,
+        };
         let filters = Filters::new(&config);
         let active = Arc::new(Active {
             gen,
@@ -251,7 +272,9 @@ impl Session {
         ACTIVE.write().take();
         self.stop.store(true, Release);
         let mut gathered = match self.collector.take() {
-            Some(h) => h.join().map_err(|_| Error::Collector("collector thread panicked".into()))?,
+            Some(h) => h
+                .join()
+                .map_err(|_| Error::Collector("collector thread panicked".into()))?,
             None => Gathered::default(),
         };
         while let Ok(b) = self.batches_rx.try_recv() {
@@ -312,7 +335,12 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if self.collector.is_some() || ACTIVE.read().as_ref().is_some_and(|a| a.gen == self.active.gen) {
+        if self.collector.is_some()
+            || ACTIVE
+                .read()
+                .as_ref()
+                .is_some_and(|a| a.gen == self.active.gen)
+        {
             let _ = self.shutdown();
         }
     }

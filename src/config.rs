@@ -54,15 +54,23 @@ impl Default for Config {
 }
 
 fn list(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Parses `10us`, `1.5ms`, `2s`, `500ns` (a bare number is microseconds, as ftrace's `tracing_thresh`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (try 10us, 1.5ms, 2s)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 10us, 1.5ms, 2s)"))?;
     let ns = match unit.trim() {
         "ns" => v,
         "" | "us" | "µs" => v * 1e3,
@@ -112,7 +120,9 @@ impl Config {
             match v.trim().parse::<u32>() {
                 Ok(0) => self.max_depth = None,
                 Ok(n) => self.max_depth = Some(n),
-                Err(_) => self.errors.push(format!("FGTRACE_DEPTH=`{v}` is not a number")),
+                Err(_) => self
+                    .errors
+                    .push(format!("FGTRACE_DEPTH=`{v}` is not a number")),
             }
         }
         if let Some(v) = get("FGTRACE_THRESHOLD") {
@@ -124,7 +134,9 @@ impl Config {
         if let Some(v) = get("FGTRACE_STACK") {
             match v.trim().parse::<u32>() {
                 Ok(n) if (1..=MAX_DEPTH).contains(&n) => self.stack_depth = n,
-                _ => self.errors.push(format!("FGTRACE_STACK=`{v}` must be a number from 1 to {MAX_DEPTH}")),
+                _ => self.errors.push(format!(
+                    "FGTRACE_STACK=`{v}` must be a number from 1 to {MAX_DEPTH}"
+                )),
             }
         }
         if let Some(v) = get("FGTRACE_SAMPLE") {
@@ -142,11 +154,15 @@ impl Config {
                 if let Some(n) = n.strip_prefix(':') {
                     match n.parse::<usize>() {
                         Ok(n) if n > 0 => self.flight_calls = n,
-                        _ => self.errors.push(format!("FGTRACE_MODE=`{v}`: expected flight:<calls per thread>")),
+                        _ => self.errors.push(format!(
+                            "FGTRACE_MODE=`{v}`: expected flight:<calls per thread>"
+                        )),
                     }
                 }
             } else {
-                self.errors.push(format!("FGTRACE_MODE=`{v}`: expected `stream` or `flight[:N]`"));
+                self.errors.push(format!(
+                    "FGTRACE_MODE=`{v}`: expected `stream` or `flight[:N]`"
+                ));
             }
         }
     }
@@ -203,7 +219,10 @@ impl Config {
         self
     }
     /// Record only inside these functions.
-    pub fn graph_functions<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
+    pub fn graph_functions<S: Into<String>>(
+        mut self,
+        patterns: impl IntoIterator<Item = S>,
+    ) -> Self {
         self.graph_functions = patterns.into_iter().map(Into::into).collect();
         self
     }
@@ -270,7 +289,10 @@ struct Pattern {
 
 impl Pattern {
     fn new(p: &str) -> Pattern {
-        Pattern { full_path: p.contains("::") && !p.starts_with('*'), m: WildMatch::new(p) }
+        Pattern {
+            full_path: p.contains("::") && !p.starts_with('*'),
+            m: WildMatch::new(p),
+        }
     }
     fn matches(&self, name: &str, full: &str) -> bool {
         if self.full_path {
@@ -317,7 +339,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> Config {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut c = Config::builtin();
         c.apply_env(|k| m.get(k).cloned());
         c
@@ -336,7 +361,11 @@ mod tests {
         assert_eq!(c.threshold, Some(Duration::from_micros(1500)));
         assert_eq!((c.mode, c.flight_calls), (RecordMode::FlightRecorder, 100));
         assert!(c.errors.is_empty());
-        let bad = env(&[("FGTRACE_DEPTH", "deep"), ("FGTRACE_THRESHOLD", "3 parsecs"), ("FGTRACE_MODE", "x")]);
+        let bad = env(&[
+            ("FGTRACE_DEPTH", "deep"),
+            ("FGTRACE_THRESHOLD", "3 parsecs"),
+            ("FGTRACE_MODE", "x"),
+        ]);
         assert_eq!(bad.errors.len(), 3, "{:?}", bad.errors);
     }
 

@@ -56,8 +56,21 @@ pub struct Site {
 }
 
 impl Site {
-    pub const fn new(name: &'static str, module_path: &'static str, file: &'static str, line: u32, is_async: bool) -> Site {
-        Site { name, module_path, file, line, is_async, cache: AtomicU64::new(0) }
+    pub const fn new(
+        name: &'static str,
+        module_path: &'static str,
+        file: &'static str,
+        line: u32,
+        is_async: bool,
+    ) -> Site {
+        Site {
+            name,
+            module_path,
+            file,
+            line,
+            is_async,
+            cache: AtomicU64::new(0),
+        }
     }
 
     /// The process-wide id of this site, assigned on first use.
@@ -71,7 +84,10 @@ impl Site {
     }
 
     pub(crate) fn set_cache(&self, gen: u32, id: u32, d: Decision) {
-        self.cache.store((gen as u64) << 32 | ((id as u64 + 1) << 8) | d as u64, Relaxed);
+        self.cache.store(
+            (gen as u64) << 32 | ((id as u64 + 1) << 8) | d as u64,
+            Relaxed,
+        );
     }
 
     pub(crate) fn set_id(&self, id: u32) {
@@ -99,7 +115,13 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    const ZERO: Frame = Frame { start: 0, sp: 0, site: 0, kind: 0, ctr: 0 };
+    const ZERO: Frame = Frame {
+        start: 0,
+        sp: 0,
+        site: 0,
+        kind: 0,
+        ctr: 0,
+    };
 }
 
 /// Everything a thread needs on the hot path, in one const-initialised
@@ -196,7 +218,10 @@ pub struct Guard {
 }
 
 impl Guard {
-    const OFF: Guard = Guard { slot: 0, _not_send: PhantomData };
+    const OFF: Guard = Guard {
+        slot: 0,
+        _not_send: PhantomData,
+    };
 }
 
 impl Drop for Guard {
@@ -237,7 +262,7 @@ fn enter_on(site: &'static Site, c: u32, kind: u8) -> Guard {
 #[inline(never)]
 fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, kind: u8) -> Guard {
     if st.capture {
-        let id = site.id();
+        let id = capture_site_id(site, false);
         if id >= MAX_SITES {
             return Guard::OFF;
         }
@@ -289,7 +314,10 @@ fn push(st: &mut ThreadState, cache: u64, mut kind: u8) -> Guard {
     // The clock is read last on entry and first on exit, so the probe's own
     // bookkeeping is outside the measured duration.
     f.start = ticks();
-    Guard { slot: d + 1, _not_send: PhantomData }
+    Guard {
+        slot: d + 1,
+        _not_send: PhantomData,
+    }
 }
 
 #[inline(always)]
@@ -298,7 +326,9 @@ fn stack_pointer() -> usize {
     {
         let sp: usize;
         // SAFETY: reads rsp, no memory access.
-        unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        unsafe {
+            core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+        };
         sp
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -321,7 +351,9 @@ fn overrun(st: &mut ThreadState) {
 #[cold]
 #[inline(never)]
 fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, kind: u8) -> Guard {
-    let Some(active) = collector::active(gen) else { return Guard::OFF };
+    let Some(active) = collector::active(gen) else {
+        return Guard::OFF;
+    };
     if st.gen != gen && !sync_thread(st, &active) {
         return Guard::OFF;
     }
@@ -341,14 +373,15 @@ fn sync_thread(st: &mut ThreadState, active: &Arc<Active>) -> bool {
     if st.gen == u32::MAX {
         return false; // thread is exiting
     }
-    if EXIT.try_with(|e| {
-        if let Some(h) = e.replace(None) {
-            e.set(Some(h));
-        } else {
-            e.set(Some(ExitHook));
-        }
-    })
-    .is_err()
+    if EXIT
+        .try_with(|e| {
+            if let Some(h) = e.replace(None) {
+                e.set(Some(h));
+            } else {
+                e.set(Some(ExitHook));
+            }
+        })
+        .is_err()
     {
         return false;
     }
@@ -359,7 +392,10 @@ fn sync_thread(st: &mut ThreadState, active: &Arc<Active>) -> bool {
         if !st.frames.is_null() {
             unsafe {
                 ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
-                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(st.frames, st.stack_cap as usize)));
+                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
+                    st.frames,
+                    st.stack_cap as usize,
+                )));
             }
         }
         st.frames = new;
@@ -422,7 +458,10 @@ fn exit(slot: u32) {
         if dur < st.threshold {
             return;
         }
-        write(st, RawCall::pack(f.start, slot - 1, dur, f.site, std::thread::panicking(), k));
+        write(
+            st,
+            RawCall::pack(f.start, slot - 1, dur, f.site, std::thread::panicking(), k),
+        );
     })
 }
 
@@ -468,9 +507,16 @@ fn handoff(st: &mut ThreadState, depth: u32) {
     // SAFETY: both set together in `sync_thread`.
     let (shared, active) = unsafe { (&*st.shared, &*st.active) };
     let len = st.count as usize;
-    let fresh = active.recycle_rx.try_recv().unwrap_or_else(|_| buffer::new_storage(len));
+    let fresh = active
+        .recycle_rx
+        .try_recv()
+        .unwrap_or_else(|_| buffer::new_storage(len));
     let full = shared.swap_storage(fresh);
-    let mut batch = buffer::Batch { thread: shared.index, storage: full, len };
+    let mut batch = buffer::Batch {
+        thread: shared.index,
+        storage: full,
+        len,
+    };
     let mut lost = 0;
     loop {
         match active.batches.try_send(batch) {
@@ -484,7 +530,11 @@ fn handoff(st: &mut ThreadState, depth: u32) {
                 // carries that count forward, so one marker covers the run.
                 // SAFETY: slot 0 of a full batch was written.
                 let first = unsafe { b.storage[0].assume_init() };
-                let carried = if first.kind() == kind::LOST { first.dur() } else { 0 };
+                let carried = if first.kind() == kind::LOST {
+                    first.dur()
+                } else {
+                    0
+                };
                 let calls = b.len as u64 - (carried > 0) as u64;
                 shared.dropped.fetch_add(calls, Relaxed);
                 lost = calls + carried;
@@ -498,7 +548,10 @@ fn handoff(st: &mut ThreadState, depth: u32) {
     st.buf = buf;
     st.count = 0;
     if lost > 0 {
-        write(st, RawCall::pack(ticks(), depth, lost, 0, false, kind::LOST));
+        write(
+            st,
+            RawCall::pack(ticks(), depth, lost, 0, false, kind::LOST),
+        );
     }
 }
 
@@ -518,12 +571,16 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
                 return;
             }
             if st.gen != gen {
-                let Some(active) = collector::active(gen) else { return };
+                let Some(active) = collector::active(gen) else {
+                    return;
+                };
                 if !sync_thread(st, &active) {
                     return;
                 }
             }
-            let Some(active) = (unsafe { st.active.as_ref() }) else { return };
+            let Some(active) = (unsafe { st.active.as_ref() }) else {
+                return;
+            };
             if active.filters.decide(site.name, site.module_path) == Decision::Skip {
                 return;
             }
@@ -533,7 +590,17 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
             return;
         }
         let polls = polls.min(buffer::MAX_DEPTH);
-        write(st, RawCall::pack(start, polls, end.wrapping_sub(start), id, cancelled, kind::FUTURE));
+        write(
+            st,
+            RawCall::pack(
+                start,
+                polls,
+                end.wrapping_sub(start),
+                id,
+                cancelled,
+                kind::FUTURE,
+            ),
+        );
     })
 }
 
@@ -551,7 +618,13 @@ pub struct TracedFuture<F> {
 
 impl<F> TracedFuture<F> {
     pub fn new(site: &'static Site, inner: F) -> Self {
-        TracedFuture { site, first: 0, polls: 0, done: false, inner }
+        TracedFuture {
+            site,
+            first: 0,
+            polls: 0,
+            done: false,
+            inner,
+        }
     }
 }
 
@@ -564,7 +637,11 @@ impl<F: Future> Future for TracedFuture<F> {
         if this.first == 0 && c & ON != 0 {
             this.first = ticks();
         }
-        let guard = if c & ON == 0 { Guard::OFF } else { enter_on(this.site, c, F_POLL) };
+        let guard = if c & ON == 0 {
+            Guard::OFF
+        } else {
+            enter_on(this.site, c, F_POLL)
+        };
         this.polls += 1;
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
         drop(guard);
@@ -606,3 +683,322 @@ pub fn current_depth() -> u32 {
     STATE.with(|c| unsafe { (*c.get()).depth })
 }
 
+// ---------------------------------------------------------------- captures
+
+/// Marks the guard of a call whose entry read a counter (bit 31 of the slot:
+/// shadow stacks are far shallower).
+const COUNTED: u32 = 1 << 31;
+
+/// Capture buffers: large enough that most captures never hand off.
+const CAPTURE_BUFFER: usize = 1 << 14;
+
+/// The per-thread state of a running capture that the hot path does not need.
+struct CaptureExtra {
+    /// The thread's perf counter (see `testing::counters`); null: no counters.
+    page: *const u8,
+    fd: i32,
+    /// Counter deltas, parallel to the record buffer (`CAPTURE_BUFFER` slots).
+    side: *mut u64,
+    /// Full record buffers handed off so far, oldest first.
+    batches: Vec<RawCall>,
+    /// Their counter deltas.
+    side_batches: Vec<u64>,
+}
+
+impl CaptureExtra {
+    const EMPTY: CaptureExtra = CaptureExtra {
+        page: ptr::null(),
+        fd: -1,
+        side: ptr::null_mut(),
+        batches: Vec::new(),
+        side_batches: Vec::new(),
+    };
+}
+
+thread_local! {
+    static EXTRA: UnsafeCell<CaptureExtra> = const { UnsafeCell::new(CaptureExtra::EMPTY) };
+}
+
+/// `site.id()`; a first call's registration is kept out of the counts (and
+/// `first` takes that path for calibration). One out-of-line copy, so that
+/// its cost is the one calibrated.
+#[inline(never)]
+pub(crate) fn capture_site_id(site: &'static Site, first: bool) -> u32 {
+    // Not `&&`: the calibration's forced path must load the cache too.
+    let known = (site.cache.load(Relaxed) >> 8) & 0xff_ffff != 0;
+    if known & !first {
+        return site.id();
+    }
+    capture_register(site)
+}
+
+/// The first call of a site: registration, uncounted.
+#[cold]
+#[inline(never)]
+fn capture_register(site: &'static Site) -> u32 {
+    let mut id = 0;
+    capture_uncounted(&mut || id = site.id());
+    id
+}
+
+/// Runs `f` without charging its instructions to the open calls (see
+/// `testing::counters::uncounted`). Not generic: one copy, one cost.
+#[cold]
+#[inline(never)]
+pub(crate) fn capture_uncounted(f: &mut dyn FnMut()) {
+    let (page, fd) = EXTRA.with(|x| unsafe { ((*x.get()).page, (*x.get()).fd) });
+    if page.is_null() {
+        return f();
+    }
+    // SAFETY: this thread's counter, mapped while the capture runs.
+    unsafe { crate::testing::counters::uncounted(page, fd, f) }
+}
+
+/// A capture's entry: with counters, the counter is read before `push` (whose
+/// clock read comes last), so neither measurement sees the other's probe.
+#[inline(always)]
+fn capture_push(st: &mut ThreadState, cache: u64, kind: u8) -> Guard {
+    let (page, fd) = EXTRA.with(|x| unsafe { ((*x.get()).page, (*x.get()).fd) });
+    if page.is_null() {
+        return push(st, cache, kind);
+    }
+    // SAFETY: the page stays mapped while the capture runs (`testing::counters`).
+    let ctr = unsafe { crate::testing::counters::read(page, fd) };
+    let mut g = push(st, cache, kind);
+    if g.slot != 0 {
+        // SAFETY: `push` just filled this slot.
+        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = ctr };
+        g.slot |= COUNTED;
+    }
+    g
+}
+
+/// A counted call's exit: the counter first, then what `exit` does. Capture
+/// frames are never hidden or graph roots (captures have no filters).
+#[inline(never)]
+fn exit_counted(st: &mut ThreadState, slot: u32, end: u64) {
+    let (now, side) = EXTRA.with(|x| unsafe {
+        let x = &*x.get();
+        (
+            if x.page.is_null() {
+                0
+            } else {
+                crate::testing::counters::read(x.page, x.fd)
+            },
+            x.side,
+        )
+    });
+    if st.depth != slot {
+        if st.depth < slot {
+            return;
+        }
+        drop_leaked(st, slot);
+    }
+    // SAFETY: slot <= depth <= stack_cap.
+    let f = unsafe { *st.frames.add(slot as usize - 1) };
+    st.depth = slot - 1;
+    let k = if f.kind == F_POLL {
+        kind::POLL
+    } else {
+        kind::CALL
+    };
+    if !side.is_null() && (st.count as usize) < CAPTURE_BUFFER {
+        // SAFETY: `write` puts this record at index `count` < CAPTURE_BUFFER.
+        unsafe { *side.add(st.count as usize) = now.wrapping_sub(f.ctr) };
+    }
+    write(
+        st,
+        RawCall::pack(
+            f.start,
+            slot - 1,
+            end.wrapping_sub(f.start),
+            f.site,
+            std::thread::panicking(),
+            k,
+        ),
+    );
+}
+
+/// A full capture buffer: its records (and counter deltas) move to the
+/// thread's batches, and recording continues at the start of the buffer.
+#[cold]
+fn capture_handoff(st: &mut ThreadState) {
+    capture_uncounted(&mut || {
+        // SAFETY: set in `capture_begin`, alive until `capture_end`.
+        let shared = unsafe { &*st.shared };
+        let (recs, _) = shared.snapshot(false, 0);
+        EXTRA.with(|x| {
+            let x = unsafe { &mut *x.get() };
+            if !x.side.is_null() {
+                // SAFETY: `side` has CAPTURE_BUFFER slots, `count` <= CAPTURE_BUFFER.
+                x.side_batches.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(x.side, st.count as usize)
+                });
+            }
+            x.batches.extend(recs);
+        });
+        shared.published.store(0, Release);
+        st.count = 0;
+    })
+}
+
+/// A thread's capture-related state, parked while another one is in place.
+struct Parked {
+    st: ThreadState,
+    extra: CaptureExtra,
+}
+
+/// The thread's state from before a capture, restored when it ends.
+pub(crate) struct SavedState(Parked);
+
+/// A capture taken off its thread between polls of a captured future.
+pub(crate) struct Suspended(Option<Parked>);
+
+impl Suspended {
+    /// A placeholder that holds no capture.
+    pub(crate) fn empty() -> Suspended {
+        Suspended(None)
+    }
+}
+
+/// A capture's counter source: the thread's perf event page and fd.
+#[derive(Clone, Copy)]
+pub(crate) struct CounterSrc {
+    pub page: *const u8,
+    pub fd: i32,
+}
+
+/// What a capture recorded on one thread.
+pub(crate) struct CaptureOut {
+    /// Oldest first (exit order).
+    pub records: Vec<RawCall>,
+    pub overruns: u64,
+    /// Counter deltas parallel to `records` (meaningless for future records).
+    pub counters: Option<Vec<u64>>,
+}
+
+/// Puts `p` in place on this thread and returns what was there.
+fn swap_in(p: Parked) -> Parked {
+    STATE.with(|cell| {
+        EXTRA.with(|x| {
+            // SAFETY: this thread's state; no probe runs while we swap.
+            let (st, x) = unsafe { (&mut *cell.get(), &mut *x.get()) };
+            Parked {
+                st: std::mem::replace(st, p.st),
+                extra: std::mem::replace(x, p.extra),
+            }
+        })
+    })
+}
+
+/// Switches the calling thread to record into a private buffer, whatever a
+/// session is doing: used by `fgtrace::testing::capture`. Nests. With
+/// `counters`, every call also gets the counter's entry-to-exit delta.
+pub(crate) fn capture_begin(stack_depth: u32, counters: Option<CounterSrc>) -> SavedState {
+    CAPTURES.fetch_add(1, Relaxed);
+    CONTROL.fetch_or(ON, Release);
+    let mut st = ThreadState::EMPTY;
+    st.frames =
+        Box::into_raw(vec![Frame::ZERO; stack_depth as usize].into_boxed_slice()) as *mut Frame;
+    st.stack_cap = stack_depth;
+    st.max_depth = u32::MAX;
+    let shared = Arc::new(ThreadBuf::new(
+        0,
+        collector::os_tid(),
+        collector::thread_name(),
+        CAPTURE_BUFFER,
+    ));
+    let (buf, len) = shared.storage_ptr();
+    st.buf = buf;
+    st.mask = u64::MAX;
+    st.limit = len.min(CAPTURE_BUFFER) as u64;
+    st.shared = Arc::into_raw(shared);
+    st.gen = CAPTURE_GEN;
+    st.capture = true;
+    let mut extra = CaptureExtra::EMPTY;
+    if let Some(c) = counters {
+        extra.page = c.page;
+        extra.fd = c.fd;
+        extra.side = Box::into_raw(vec![0u64; CAPTURE_BUFFER].into_boxed_slice()) as *mut u64;
+        // Fault the buffers in now: a page fault mid-call adds to the count
+        // of the calls open at the time (and whether one happens depends on
+        // what the allocator had at hand).
+        for i in (0..CAPTURE_BUFFER).step_by(256) {
+            // SAFETY: both buffers have CAPTURE_BUFFER slots; records are
+            // plain data, and these are written again before they are read.
+            unsafe {
+                buf.add(i).write(RawCall(0, 0));
+                extra.side.add(i).write_volatile(0);
+            }
+        }
+    }
+    SavedState(swap_in(Parked { st, extra }))
+}
+
+/// Takes the running capture off this thread (restoring the state from before
+/// it), to be resumed later, possibly on another thread.
+pub(crate) fn capture_suspend(saved: SavedState) -> Suspended {
+    Suspended(Some(swap_in(saved.0)))
+}
+
+/// Puts a suspended capture back in place on the calling thread; `counters`
+/// must be this thread's (a counter counts only its own thread).
+pub(crate) fn capture_resume(mut s: Suspended, counters: Option<CounterSrc>) -> SavedState {
+    let mut p = s.0.take().expect("a suspended capture");
+    if !p.extra.side.is_null() {
+        let c = counters.unwrap_or(CounterSrc {
+            page: ptr::null(),
+            fd: -1,
+        });
+        p.extra.page = c.page;
+        p.extra.fd = c.fd;
+    }
+    SavedState(swap_in(p))
+}
+
+/// Ends the capture on this thread: returns its records and restores the
+/// state from before `capture_begin`.
+pub(crate) fn capture_end(saved: SavedState) -> CaptureOut {
+    finish(swap_in(saved.0))
+}
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            finish(p);
+        }
+    }
+}
+
+/// Frees a capture's buffers and returns what it recorded.
+fn finish(mut p: Parked) -> CaptureOut {
+    // SAFETY: all three were made in `capture_begin` and are not in place on any thread.
+    let shared = unsafe { Arc::from_raw(p.st.shared) };
+    let (tail, _) = shared.snapshot(false, 0);
+    let mut records = std::mem::take(&mut p.extra.batches);
+    records.extend(tail);
+    let counters = (!p.extra.side.is_null()).then(|| {
+        let side =
+            unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p.extra.side, CAPTURE_BUFFER)) };
+        let mut v = std::mem::take(&mut p.extra.side_batches);
+        v.extend_from_slice(&side[..p.st.count as usize]);
+        v
+    });
+    unsafe {
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
+            p.st.frames,
+            p.st.stack_cap as usize,
+        )))
+    };
+    let overruns = shared.overruns.load(Relaxed);
+    if CAPTURES.fetch_sub(1, Relaxed) == 1 {
+        let _ = CONTROL.fetch_update(Release, Relaxed, |c| {
+            (c & SESSION_ON == 0 && CAPTURES.load(Relaxed) == 0).then_some(c & !ON)
+        });
+    }
+    CaptureOut {
+        records,
+        overruns,
+        counters,
+    }
+}

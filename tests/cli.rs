@@ -16,7 +16,10 @@ fn inner(i: u32) -> u32 {
 }
 
 fn fgtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fgtrace")).args(args).output().expect("run fgtrace")
+    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(args)
+        .output()
+        .expect("run fgtrace")
 }
 
 fn text(b: &[u8]) -> String {
@@ -30,7 +33,12 @@ fn record(dir: &Path) -> PathBuf {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
     outer(3);
-    std::thread::Builder::new().name("helper".into()).spawn(|| outer(2)).unwrap().join().unwrap();
+    std::thread::Builder::new()
+        .name("helper".into())
+        .spawn(|| outer(2))
+        .unwrap()
+        .join()
+        .unwrap();
     let trace = session.stop().unwrap();
     let path = dir.join("run.fgt");
     trace.save(&path).unwrap();
@@ -57,12 +65,19 @@ fn graph_report_and_info_render_a_saved_trace() {
     let out = fgtrace(&["report", p, "--sort", "calls"]);
     assert!(out.status.success());
     let r = text(&out.stdout);
-    let inner_line = r.lines().find(|l| l.ends_with(" inner")).expect("inner row");
+    let inner_line = r
+        .lines()
+        .find(|l| l.ends_with(" inner"))
+        .expect("inner row");
     assert_eq!(inner_line.split_whitespace().next(), Some("5"), "{r}");
 
     let out = fgtrace(&["info", p]);
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("calls:     7 (0 lost, 0 overruns)"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("calls:     7 (0 lost, 0 overruns)"),
+        "{}",
+        text(&out.stdout)
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -73,7 +73,10 @@ fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals(
     workload(1500);
     let trace = session.stop().unwrap();
     let meta = trace.meta();
-    let opts = FoldedOptions { short_names: true, ..FoldedOptions::default() };
+    let opts = FoldedOptions {
+        short_names: true,
+        ..FoldedOptions::default()
+    };
 
     let mut traced = Vec::new();
     traced_folded(meta, ok_events(trace.events()), &opts, &mut traced).unwrap();
@@ -90,8 +93,14 @@ fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals(
         let (stack, n) = line.rsplit_once(' ').unwrap();
         let n: u64 = n.parse().unwrap();
         let frames: Vec<&str> = stack.split(';').collect();
-        let Some(h) = frames.iter().position(|f| f.ends_with("helper")) else { continue };
-        match frames[..h].iter().rev().find(|f| **f == "parent_a" || **f == "parent_b") {
+        let Some(h) = frames.iter().position(|f| f.ends_with("helper")) else {
+            continue;
+        };
+        match frames[..h]
+            .iter()
+            .rev()
+            .find(|f| **f == "parent_a" || **f == "parent_b")
+        {
             Some(&"parent_a") => under_a += n,
             Some(_) => under_b += n,
             None => elsewhere += n,
@@ -99,10 +108,18 @@ fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals(
     }
     let ratio = under_a as f64 / under_b.max(1) as f64;
     println!("helper under parent_a: {under_a} ns, under parent_b: {under_b} ns, elsewhere {elsewhere} ns; ratio {ratio:.2}");
-    assert!((ratio / 3.0 - 1.0).abs() < 0.1, "ratio {ratio:.2}, expected 3");
-    assert!(elsewhere * 20 < under_a + under_b, "helper samples outside the parents: {elsewhere}");
+    assert!(
+        (ratio / 3.0 - 1.0).abs() < 0.1,
+        "ratio {ratio:.2}, expected 3"
+    );
+    assert!(
+        elsewhere * 20 < under_a + under_b,
+        "helper samples outside the parents: {elsewhere}"
+    );
     // Under parent_b the helper hangs below the innermost recursion level.
-    assert!(combined.lines().any(|l| l.contains("parent_b;parent_b;parent_b;parent_b;") && l.contains("helper")));
+    assert!(combined
+        .lines()
+        .any(|l| l.contains("parent_b;parent_b;parent_b;parent_b;") && l.contains("helper")));
 
     // Every traced path has the same total in both views.
     let t = prefix_sums(&traced);

@@ -50,7 +50,10 @@ fn busy(ms: u64, seed: u64) -> (u64, f64) {
 }
 
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
@@ -60,13 +63,23 @@ fn ranges() -> Vec<(&'static str, u64, u64)> {
     let exe = std::fs::read("/proc/self/exe").unwrap();
     let file = object::File::parse(&*exe).unwrap();
     let mut out = Vec::new();
-    for (name, addr) in [("work_three", work_three as *const () as u64), ("work_one", work_one as *const () as u64)] {
+    for (name, addr) in [
+        ("work_three", work_three as *const () as u64),
+        ("work_one", work_one as *const () as u64),
+    ] {
         let sym = file
             .symbols()
-            .find(|s| s.name().is_ok_and(|n| n.contains(name) && n.contains("sampler")))
+            .find(|s| {
+                s.name()
+                    .is_ok_and(|n| n.contains(name) && n.contains("sampler"))
+            })
             .unwrap_or_else(|| panic!("symbol {name}"));
         let bias = addr - sym.address();
-        out.push((name, sym.address() + bias, sym.address() + bias + sym.size()));
+        out.push((
+            name,
+            sym.address() + bias,
+            sym.address() + bias + sym.size(),
+        ));
     }
     out
 }
@@ -96,7 +109,11 @@ fn check(sampling: Sampling, rate: f64, tolerance: f64) {
     let r = ranges();
     let m = trace.meta();
     for (tid, cpu_s) in cpu {
-        let t = m.threads.iter().position(|t| t.tid == tid).expect("busy thread sampled") as u32;
+        let t = m
+            .threads
+            .iter()
+            .position(|t| t.tid == tid)
+            .expect("busy thread sampled") as u32;
         let samples: Vec<_> = trace
             .events()
             .filter_map(|e| match e {
@@ -121,13 +138,28 @@ fn check(sampling: Sampling, rate: f64, tolerance: f64) {
             counts[0],
             counts[1]
         );
-        assert!((ratio / 3.0 - 1.0).abs() < tolerance, "ratio {ratio:.2} on thread {tid}");
-        assert!(delivered > 0.9, "only {:.1}% of the samples delivered", delivered * 100.0);
+        assert!(
+            (ratio / 3.0 - 1.0).abs() < tolerance,
+            "ratio {ratio:.2} on thread {tid}"
+        );
+        assert!(
+            delivered > 0.9,
+            "only {:.1}% of the samples delivered",
+            delivered * 100.0
+        );
         // Every sample starts at the interrupted PC and walks into the work fns' callers.
         assert!(samples.iter().all(|s| !s.frames.is_empty()));
     }
-    assert_eq!(m.sampling.as_deref().map(|s| s.starts_with(if rate > 0.0 { "" } else { "?" })), Some(true));
-    assert!(!m.mappings.is_empty(), "mappings recorded for symbolization");
+    assert_eq!(
+        m.sampling
+            .as_deref()
+            .map(|s| s.starts_with(if rate > 0.0 { "" } else { "?" })),
+        Some(true)
+    );
+    assert!(
+        !m.mappings.is_empty(),
+        "mappings recorded for symbolization"
+    );
 }
 
 #[test]
@@ -137,7 +169,11 @@ fn timer_sampling_at_1khz_shows_the_true_proportions_per_thread() {
 
 #[test]
 fn perf_cpu_clock_sampling_shows_the_true_proportions_per_thread() {
-    check(Sampling::perf(fgtrace::sampler::PerfEvent::CpuClock, 1000), 1000.0, 0.2);
+    check(
+        Sampling::perf(fgtrace::sampler::PerfEvent::CpuClock, 1000),
+        1000.0,
+        0.2,
+    );
 }
 
 #[test]
@@ -172,7 +208,10 @@ mod stress;
 fn stress_deep_recursion_at_10khz_gives_no_garbage_stacks() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (sessions, samples) = stress::stress(4, 10_000, true).unwrap();
-    assert!(sessions >= 1 && samples > 1000, "{sessions} sessions, {samples} samples");
+    assert!(
+        sessions >= 1 && samples > 1000,
+        "{sessions} sessions, {samples} samples"
+    );
 }
 
 /// Hardware events sample where the CPU exposes a PMU; where it does not,
@@ -180,7 +219,10 @@ fn stress_deep_recursion_at_10khz_gives_no_garbage_stacks() {
 #[test]
 fn hardware_event_sampling_works_or_fails_clearly() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for event in [fgtrace::sampler::PerfEvent::Cycles, fgtrace::sampler::PerfEvent::Instructions] {
+    for event in [
+        fgtrace::sampler::PerfEvent::Cycles,
+        fgtrace::sampler::PerfEvent::Instructions,
+    ] {
         match Session::start(Config::builtin().sampling(Sampling::perf(event, 200_000))) {
             Ok(session) => {
                 busy(300, 7);
@@ -189,13 +231,27 @@ fn hardware_event_sampling_works_or_fails_clearly() {
                 println!("{}: {n} samples", event.name());
                 assert!(n > 10, "{} produced only {n} samples", event.name());
                 let r = ranges();
-                let hits = trace.samples().filter(|s| s.frames.iter().any(|&a| r.iter().any(|(_, lo, hi)| a >= *lo && a < *hi))).count();
-                assert!(hits * 2 > n, "most {} samples land in the work functions ({hits} of {n})", event.name());
+                let hits = trace
+                    .samples()
+                    .filter(|s| {
+                        s.frames
+                            .iter()
+                            .any(|&a| r.iter().any(|(_, lo, hi)| a >= *lo && a < *hi))
+                    })
+                    .count();
+                assert!(
+                    hits * 2 > n,
+                    "most {} samples land in the work functions ({hits} of {n})",
+                    event.name()
+                );
             }
             Err(e) => {
                 let e = e.to_string();
                 println!("{}: {e}", event.name());
-                assert!(e.contains("perf_event_open") && (e.contains("PMU") || e.contains("paranoid")), "{e}");
+                assert!(
+                    e.contains("perf_event_open") && (e.contains("PMU") || e.contains("paranoid")),
+                    "{e}"
+                );
             }
         }
     }

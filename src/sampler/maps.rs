@@ -36,7 +36,9 @@ pub fn parse(text: &str) -> Vec<MapLine> {
 }
 
 pub fn read_self() -> Vec<MapLine> {
-    std::fs::read_to_string("/proc/self/maps").map(|t| parse(&t)).unwrap_or_default()
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|t| parse(&t))
+        .unwrap_or_default()
 }
 
 /// Executable, file-backed (or vdso) mappings, as stored in a trace.
@@ -45,13 +47,23 @@ pub fn executable(lines: &[MapLine]) -> Vec<Mapping> {
         .iter()
         .filter(|m| m.perms.starts_with("r-x") || m.perms.starts_with("rwx"))
         .filter(|m| !m.path.is_empty())
-        .map(|m| Mapping { start: m.start, end: m.end, offset: m.offset, path: m.path.clone(), build_id: None })
+        .map(|m| Mapping {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            path: m.path.clone(),
+            build_id: super::buildid::of_path(&m.path),
+        })
         .collect()
 }
 
 /// Sorted `[start, end)` of executable mappings (the handler's text test).
 pub fn text_ranges(lines: &[MapLine]) -> Vec<(u64, u64)> {
-    let mut v: Vec<_> = lines.iter().filter(|m| m.perms.as_bytes().get(2) == Some(&b'x')).map(|m| (m.start, m.end)).collect();
+    let mut v: Vec<_> = lines
+        .iter()
+        .filter(|m| m.perms.as_bytes().get(2) == Some(&b'x'))
+        .map(|m| (m.start, m.end))
+        .collect();
     v.sort();
     v
 }
@@ -84,9 +96,24 @@ mod tests {
         assert_eq!(m.len(), 5);
         let exe = executable(&m);
         assert_eq!(exe.len(), 2);
-        assert_eq!((exe[0].start, exe[0].offset, exe[0].path.as_str()), (0x55d0c0001000, 0x1000, "/usr/bin/prog"));
-        assert_eq!(text_ranges(&m), vec![(0x55d0c0001000, 0x55d0c0005000), (0x7ffd000ff000, 0x7ffd00101000)]);
-        assert_eq!(stack_ranges(&m), vec![(0x7f0000000000, 0x7f0000800000), (0x7ffd00000000, 0x7ffd00021000)]);
+        assert_eq!(
+            (exe[0].start, exe[0].offset, exe[0].path.as_str()),
+            (0x55d0c0001000, 0x1000, "/usr/bin/prog")
+        );
+        assert_eq!(
+            text_ranges(&m),
+            vec![
+                (0x55d0c0001000, 0x55d0c0005000),
+                (0x7ffd000ff000, 0x7ffd00101000)
+            ]
+        );
+        assert_eq!(
+            stack_ranges(&m),
+            vec![
+                (0x7f0000000000, 0x7f0000800000),
+                (0x7ffd00000000, 0x7ffd00021000)
+            ]
+        );
         assert!(!read_self().is_empty());
     }
 }

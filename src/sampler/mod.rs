@@ -61,17 +61,28 @@ pub struct Sampling {
 impl Sampling {
     /// CPU-time sampling at `hz` per thread.
     pub fn timer(hz: u64) -> Sampling {
-        Sampling { source: Source::Timer, rate: hz.max(1), buffer: 4096, ring: false }
+        Sampling {
+            source: Source::Timer,
+            rate: hz.max(1),
+            buffer: 4096,
+            ring: false,
+        }
     }
     /// Wall-clock sampling at `hz` per thread.
     pub fn wall(hz: u64) -> Sampling {
-        Sampling { source: Source::Wall, ..Sampling::timer(hz) }
+        Sampling {
+            source: Source::Wall,
+            ..Sampling::timer(hz)
+        }
     }
     /// Sampling on a `perf_event` event: `rate` in Hz for `cpu-clock` and
     /// `task-clock`, events per sample for the others.
     #[cfg(target_os = "linux")]
     pub fn perf(event: PerfEvent, rate: u64) -> Sampling {
-        Sampling { source: Source::Perf(event), ..Sampling::timer(rate) }
+        Sampling {
+            source: Source::Perf(event),
+            ..Sampling::timer(rate)
+        }
     }
     /// Per-thread buffer size, in samples.
     pub fn buffer(mut self, samples: usize) -> Sampling {
@@ -98,7 +109,10 @@ impl Sampling {
         let s = s.trim();
         let (name, rate) = match s.split_once(':') {
             Some((n, r)) => {
-                let r: u64 = r.trim().parse().map_err(|_| format!("`{s}`: rate `{r}` is not a positive number"))?;
+                let r: u64 = r
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{s}`: rate `{r}` is not a positive number"))?;
                 if r == 0 {
                     return Err(format!("`{s}`: the rate must be positive"));
                 }
@@ -114,7 +128,10 @@ impl Sampling {
                 Some(e) => Sampling::perf(e, default_rate(e)),
                 None => {
                     let names: Vec<_> = PerfEvent::ALL.iter().map(|e| e.name()).collect();
-                    return Err(format!("unknown sample source `{n}` (timer, wall, {})", names.join(", ")));
+                    return Err(format!(
+                        "unknown sample source `{n}` (timer, wall, {})",
+                        names.join(", ")
+                    ));
                 }
             },
             #[cfg(not(target_os = "linux"))]
@@ -122,7 +139,9 @@ impl Sampling {
         };
         if let Some(r) = rate {
             if sp.is_clock() && r > 100_000 {
-                return Err(format!("`{s}`: {r} Hz is more than the 100 kHz fgtrace allows"));
+                return Err(format!(
+                    "`{s}`: {r} Hz is more than the 100 kHz fgtrace allows"
+                ));
             }
             sp.rate = r;
         }
@@ -184,7 +203,8 @@ pub(crate) use running::Sampler;
 /// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
 /// returns the trace (with any traced calls made meanwhile).
 pub fn record(duration: Duration, frequency_hz: u64) -> Result<crate::Trace, crate::Error> {
-    let session = crate::Session::start(crate::Config::builtin().sampling(Sampling::timer(frequency_hz)))?;
+    let session =
+        crate::Session::start(crate::Config::builtin().sampling(Sampling::timer(frequency_hz)))?;
     std::thread::sleep(duration);
     session.stop()
 }
@@ -208,7 +228,10 @@ mod running {
 
     fn take_buf(s: &Sampling) -> &'static SampleBuf {
         let mut pool = POOL.lock();
-        if let Some(i) = pool.iter().position(|b| b.ring == s.ring && b.capacity() == SampleBuf::slots_for(s.buffer)) {
+        if let Some(i) = pool
+            .iter()
+            .position(|b| b.ring == s.ring && b.capacity() == SampleBuf::slots_for(s.buffer))
+        {
             return pool.swap_remove(i);
         }
         drop(pool);
@@ -262,12 +285,17 @@ mod running {
     }
 
     fn comm(tid: u32) -> String {
-        std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim().to_string()).unwrap_or_default()
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
     }
 
     fn tids() -> Vec<u32> {
         std::fs::read_dir("/proc/self/task")
-            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -287,7 +315,11 @@ mod running {
             let period_ns = 1_000_000_000 / s.rate.max(1);
             let (hook, buf) = match s.source {
                 Source::Perf(e) => {
-                    let every = if e.is_clock() { perf::Every::Nanos(period_ns) } else { perf::Every::Events(s.rate) };
+                    let every = if e.is_clock() {
+                        perf::Every::Nanos(period_ns)
+                    } else {
+                        perf::Every::Events(s.rate)
+                    };
                     let ring = perf::Ring::open(e, every, tid as i32)?;
                     perf::enable(&ring.fd);
                     (Hook::Ring(ring), None)
@@ -327,7 +359,15 @@ mod running {
                     (Hook::Posix(PosixTimer(t)), Some(buf))
                 }
             };
-            self.threads.push(Registered { tid, name, buf, hook, raw: Vec::new(), ring_samples: Vec::new(), lost: 0 });
+            self.threads.push(Registered {
+                tid,
+                name,
+                buf,
+                hook,
+                raw: Vec::new(),
+                ring_samples: Vec::new(),
+                lost: 0,
+            });
             Ok(())
         }
 
@@ -364,21 +404,34 @@ mod running {
         }
     }
 
-    fn posix_timer(clock: libc::clockid_t, tid: u32, buf: &'static SampleBuf, period_ns: u64) -> io::Result<libc::timer_t> {
+    fn posix_timer(
+        clock: libc::clockid_t,
+        tid: u32,
+        buf: &'static SampleBuf,
+        period_ns: u64,
+    ) -> io::Result<libc::timer_t> {
         // SAFETY: timer_create/settime with a sigevent aimed at one thread.
         unsafe {
             let mut ev: libc::sigevent = std::mem::zeroed();
             ev.sigev_notify = libc::SIGEV_THREAD_ID;
             ev.sigev_signo = signal::signal_number();
-            ev.sigev_value = libc::sigval { sival_ptr: buf as *const _ as *mut _ };
+            ev.sigev_value = libc::sigval {
+                sival_ptr: buf as *const _ as *mut _,
+            };
             ev.sigev_notify_thread_id = tid as i32;
             let mut t: libc::timer_t = std::mem::zeroed();
             if libc::timer_create(clock, &mut ev, &mut t) != 0 {
                 return Err(io::Error::last_os_error());
             }
             buf.active.store(true, Release);
-            let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as _, tv_nsec: (period_ns % 1_000_000_000) as _ };
-            let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+            let ts = libc::timespec {
+                tv_sec: (period_ns / 1_000_000_000) as _,
+                tv_nsec: (period_ns % 1_000_000_000) as _,
+            };
+            let spec = libc::itimerspec {
+                it_interval: ts,
+                it_value: ts,
+            };
             if libc::timer_settime(t, 0, &spec, std::ptr::null_mut()) != 0 {
                 let e = io::Error::last_os_error();
                 libc::timer_delete(t);
@@ -393,40 +446,53 @@ mod running {
         /// the sampler thread. Fails with a clear error if nothing can be sampled.
         pub fn start(sampling: &Sampling) -> io::Result<Sampler> {
             if super::unwind::Arch::host().is_none() {
-                return Err(io::Error::new(io::ErrorKind::Unsupported, "fgtrace cannot sample on this CPU architecture"));
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "fgtrace cannot sample on this CPU architecture",
+                ));
             }
             signal::install()?;
             refresh_ranges();
-            let mut st = State { sampling: sampling.clone(), threads: Vec::new(), known: HashMap::new(), warned_fallback: false };
+            let mut st = State {
+                sampling: sampling.clone(),
+                threads: Vec::new(),
+                known: HashMap::new(),
+                warned_fallback: false,
+            };
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();
             let stop2 = stop.clone();
-            let handle = std::thread::Builder::new().name("fgtrace-sampler".into()).spawn(move || {
-                let me = own_tid();
-                let first = st.scan(me);
-                let ok = first.is_ok();
-                let _ = tx.send(first.map(|_| ()));
-                if !ok {
-                    return st;
-                }
-                let mut last_scan = Instant::now();
-                let mut last_maps = Instant::now();
-                while !stop2.load(Acquire) {
-                    std::thread::sleep(Duration::from_millis(5));
-                    if last_scan.elapsed() >= Duration::from_millis(50) {
-                        let new = st.scan(me).unwrap_or(false);
-                        if new || last_maps.elapsed() >= Duration::from_millis(500) {
-                            refresh_ranges();
-                            last_maps = Instant::now();
-                        }
-                        last_scan = Instant::now();
+            let handle = std::thread::Builder::new()
+                .name("fgtrace-sampler".into())
+                .spawn(move || {
+                    let me = own_tid();
+                    let first = st.scan(me);
+                    let ok = first.is_ok();
+                    let _ = tx.send(first.map(|_| ()));
+                    if !ok {
+                        return st;
                     }
-                    st.drain();
-                }
-                st
-            })?;
+                    let mut last_scan = Instant::now();
+                    let mut last_maps = Instant::now();
+                    while !stop2.load(Acquire) {
+                        std::thread::sleep(Duration::from_millis(5));
+                        if last_scan.elapsed() >= Duration::from_millis(50) {
+                            let new = st.scan(me).unwrap_or(false);
+                            if new || last_maps.elapsed() >= Duration::from_millis(500) {
+                                refresh_ranges();
+                                last_maps = Instant::now();
+                            }
+                            last_scan = Instant::now();
+                        }
+                        st.drain();
+                    }
+                    st
+                })?;
             match rx.recv() {
-                Ok(Ok(())) => Ok(Sampler { stop, handle: Some(handle) }),
+                Ok(Ok(())) => Ok(Sampler {
+                    stop,
+                    handle: Some(handle),
+                }),
                 Ok(Err(e)) => {
                     stop.store(true, Release);
                     if let Ok(st) = handle.join() {
@@ -445,7 +511,11 @@ mod running {
             let st = self.handle.take().and_then(|h| h.join().ok());
             match st {
                 Some(st) => finish(st, Some(cal)),
-                None => Sampled { threads: Vec::new(), mappings: Vec::new(), description: String::new() },
+                None => Sampled {
+                    threads: Vec::new(),
+                    mappings: Vec::new(),
+                    description: String::new(),
+                },
             }
         }
     }
@@ -503,8 +573,11 @@ mod running {
                 give_back(b);
             }
             let Some(cal) = cal else { continue };
-            let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> =
-                t.raw.into_iter().map(|s| (cal.ns(s.ticks), s.shadow_depth, s.cut, s.frames)).collect();
+            let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
+                .raw
+                .into_iter()
+                .map(|s| (cal.ns(s.ticks), s.shadow_depth, s.cut, s.frames))
+                .collect();
             samples.extend(t.ring_samples.into_iter().map(|s| {
                 let mut frames = s.chain;
                 if frames.first() != Some(&s.ip) {
@@ -513,9 +586,18 @@ mod running {
                 (cal.mono_to_ns(s.time_mono_ns), 0, None, frames)
             }));
             samples.sort_by_key(|s| s.0);
-            threads.push(ThreadSamples { tid: t.tid, name: t.name, samples, lost: t.lost });
+            threads.push(ThreadSamples {
+                tid: t.tid,
+                name: t.name,
+                samples,
+                lost: t.lost,
+            });
         }
         let mappings = maps::executable(&maps::read_self());
-        Sampled { threads, mappings, description }
+        Sampled {
+            threads,
+            mappings,
+            description,
+        }
     }
 }

@@ -62,22 +62,38 @@ impl PerfEvent {
 
     fn type_config(self) -> (u32, u64) {
         match self {
-            PerfEvent::CpuClock => (sys::bindings::PERF_TYPE_SOFTWARE, sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64),
-            PerfEvent::TaskClock => (sys::bindings::PERF_TYPE_SOFTWARE, sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64),
-            PerfEvent::PageFaults => (sys::bindings::PERF_TYPE_SOFTWARE, sys::bindings::PERF_COUNT_SW_PAGE_FAULTS as u64),
-            PerfEvent::ContextSwitches => {
-                (sys::bindings::PERF_TYPE_SOFTWARE, sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES as u64)
-            }
-            PerfEvent::Cycles => (sys::bindings::PERF_TYPE_HARDWARE, sys::bindings::PERF_COUNT_HW_CPU_CYCLES as u64),
-            PerfEvent::Instructions => {
-                (sys::bindings::PERF_TYPE_HARDWARE, sys::bindings::PERF_COUNT_HW_INSTRUCTIONS as u64)
-            }
-            PerfEvent::CacheMisses => {
-                (sys::bindings::PERF_TYPE_HARDWARE, sys::bindings::PERF_COUNT_HW_CACHE_MISSES as u64)
-            }
-            PerfEvent::BranchMisses => {
-                (sys::bindings::PERF_TYPE_HARDWARE, sys::bindings::PERF_COUNT_HW_BRANCH_MISSES as u64)
-            }
+            PerfEvent::CpuClock => (
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
+            ),
+            PerfEvent::TaskClock => (
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64,
+            ),
+            PerfEvent::PageFaults => (
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                sys::bindings::PERF_COUNT_SW_PAGE_FAULTS as u64,
+            ),
+            PerfEvent::ContextSwitches => (
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
+            ),
+            PerfEvent::Cycles => (
+                sys::bindings::PERF_TYPE_HARDWARE,
+                sys::bindings::PERF_COUNT_HW_CPU_CYCLES as u64,
+            ),
+            PerfEvent::Instructions => (
+                sys::bindings::PERF_TYPE_HARDWARE,
+                sys::bindings::PERF_COUNT_HW_INSTRUCTIONS as u64,
+            ),
+            PerfEvent::CacheMisses => (
+                sys::bindings::PERF_TYPE_HARDWARE,
+                sys::bindings::PERF_COUNT_HW_CACHE_MISSES as u64,
+            ),
+            PerfEvent::BranchMisses => (
+                sys::bindings::PERF_TYPE_HARDWARE,
+                sys::bindings::PERF_COUNT_HW_BRANCH_MISSES as u64,
+            ),
         }
     }
 }
@@ -117,7 +133,10 @@ pub fn explain(err: io::Error, what: &str) -> io::Error {
         Some(libc::ENOSYS) => "this kernel has no perf_event_open".to_string(),
         _ => String::new(),
     };
-    io::Error::new(err.kind(), format!("perf_event_open({what}) failed: {err}; {hint}"))
+    io::Error::new(
+        err.kind(),
+        format!("perf_event_open({what}) failed: {err}; {hint}"),
+    )
 }
 
 fn attr(event: PerfEvent, every: Every) -> sys::bindings::perf_event_attr {
@@ -137,7 +156,8 @@ fn attr(event: PerfEvent, every: Every) -> sys::bindings::perf_event_attr {
 
 fn open(a: &mut sys::bindings::perf_event_attr, tid: i32, what: &str) -> io::Result<Fd> {
     // SAFETY: valid attr; pid = tid, cpu = -1 (any), no group.
-    let fd = unsafe { sys::perf_event_open(a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
+    let fd =
+        unsafe { sys::perf_event_open(a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
     if fd < 0 {
         return Err(explain(io::Error::last_os_error(), what));
     }
@@ -160,7 +180,10 @@ pub fn open_signal_timer(event: PerfEvent, every: Every, tid: i32, signal: i32) 
     let mut a = attr(event, every);
     a.__bindgen_anon_2.wakeup_events = 1;
     let fd = open(&mut a, tid, event.name())?;
-    let owner = FOwnerEx { type_: F_OWNER_TID, pid: tid };
+    let owner = FOwnerEx {
+        type_: F_OWNER_TID,
+        pid: tid,
+    };
     // SAFETY: plain fcntl calls on our descriptor.
     unsafe {
         if libc::fcntl(fd.0, F_SETOWN_EX, &owner) != 0
@@ -224,15 +247,27 @@ impl Ring {
         let len = page * (RING_PAGES + 1);
         // SAFETY: mapping the event's ring, as perf_event_open(2) describes.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.0,
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                format!("mmap of the perf ring failed: {} (raise kernel.perf_event_mlock_kb?)", io::Error::last_os_error()),
-            ));
+            return Err(io::Error::other(format!(
+                "mmap of the perf ring failed: {} (raise kernel.perf_event_mlock_kb?)",
+                io::Error::last_os_error()
+            )));
         }
-        Ok(Ring { fd, base: base as *mut u8, len, data_size: (page * RING_PAGES) as u64 })
+        Ok(Ring {
+            fd,
+            base: base as *mut u8,
+            len,
+            data_size: (page * RING_PAGES) as u64,
+        })
     }
 
     fn header(&self) -> *mut sys::bindings::perf_event_mmap_page {
@@ -281,7 +316,11 @@ impl Ring {
                     }
                     chain.push(a);
                 }
-                out.push(RingSample { ip, time_mono_ns: time, chain });
+                out.push(RingSample {
+                    ip,
+                    time_mono_ns: time,
+                    chain,
+                });
             } else if ty == sys::bindings::PERF_RECORD_LOST {
                 lost += u64_at(body + 8);
             }
@@ -314,7 +353,10 @@ mod tests {
     fn a_refused_perf_event_open_names_the_setting() {
         let e = explain(io::Error::from_raw_os_error(libc::EACCES), "cycles");
         let s = e.to_string();
-        assert!(s.contains("perf_event_open(cycles)") && s.contains("kernel.perf_event_paranoid"), "{s}");
+        assert!(
+            s.contains("perf_event_open(cycles)") && s.contains("kernel.perf_event_paranoid"),
+            "{s}"
+        );
         let e = explain(io::Error::from_raw_os_error(libc::ENOENT), "cache-misses").to_string();
         assert!(e.contains("no PMU"), "{e}");
     }

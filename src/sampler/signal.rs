@@ -81,16 +81,15 @@ impl SampleBuf {
     }
 
     /// Handler side: the next slot to fill, or `None` when full (stop mode).
-    fn reserve(&self) -> Option<(u64, &mut [u64; SLOT_WORDS])> {
+    fn reserve(&self) -> Option<(u64, *mut [u64; SLOT_WORDS])> {
         let h = self.head.load(Relaxed);
         if !self.ring && h - self.tail.load(Acquire) >= self.cap() {
             self.lost.fetch_add(1, Relaxed);
             return None;
         }
-        // SAFETY: single producer; the consumer never reads slot `h` before
-        // `head` passes it.
-        let slot = unsafe { &mut *self.slots[(h % self.cap()) as usize].get() };
-        Some((h, slot))
+        // The caller is the single producer; the consumer never reads slot
+        // `h` before `head` passes it.
+        Some((h, self.slots[(h % self.cap()) as usize].get()))
     }
 
     /// Drainer side: copies out complete samples (stop mode), or at stop the
@@ -123,7 +122,8 @@ impl SampleBuf {
 /// Buffers by perf-event file descriptor (the handler finds its buffer from
 /// `si_fd`; POSIX timers pass the pointer in `si_value` instead).
 pub const MAX_FDS: usize = 1 << 16;
-static BY_FD: [AtomicPtr<SampleBuf>; MAX_FDS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_FDS];
+static BY_FD: [AtomicPtr<SampleBuf>; MAX_FDS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_FDS];
 
 pub fn bind_fd(fd: i32, buf: &'static SampleBuf) -> bool {
     match BY_FD.get(fd as usize) {
@@ -158,7 +158,11 @@ unsafe impl Sync for Ranges {}
 
 impl Ranges {
     const fn new() -> Ranges {
-        Ranges { seq: AtomicU64::new(0), len: AtomicUsize::new(0), r: [const { UnsafeCell::new((0, 0)) }; RANGES] }
+        Ranges {
+            seq: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            r: [const { UnsafeCell::new((0, 0)) }; RANGES],
+        }
     }
 
     /// Replaces the ranges (sorted by start) — sampler thread only.
@@ -236,7 +240,11 @@ const SI_TIMER: i32 = -2;
 const POLL_IN: i32 = 1;
 const POLL_HUP: i32 = 6;
 /// Offset of `si_fd` (SIGPOLL) and `si_value` (timers) in `siginfo_t`.
-const SI_WORD: usize = if cfg!(target_pointer_width = "64") { 24 } else { 12 };
+const SI_WORD: usize = if cfg!(target_pointer_width = "64") {
+    24
+} else {
+    12
+};
 
 extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: errno is thread-local; restore it so the interrupted code sees no change.
@@ -270,21 +278,39 @@ unsafe fn take_sample(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
 
 unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
     let Some(regs) = regs_of(uc) else { return };
-    let mut bounds = StackBounds { lo: buf.lo.load(Relaxed), hi: buf.hi.load(Acquire) };
+    let mut bounds = StackBounds {
+        lo: buf.lo.load(Relaxed),
+        hi: buf.hi.load(Acquire),
+    };
     if bounds.hi == 0 || regs.sp < bounds.lo || regs.sp >= bounds.hi {
         match STACKS.find(regs.sp) {
             Some((lo, hi)) => bounds = StackBounds { lo, hi },
-            None => bounds = StackBounds { lo: regs.sp, hi: regs.sp },
+            None => {
+                bounds = StackBounds {
+                    lo: regs.sp,
+                    hi: regs.sp,
+                }
+            }
         }
     }
     let (depth, split_sp) = crate::probe::shadow_top();
-    let Some((h, slot)) = buf.reserve() else { return };
-    let Some(arch) = unwind::Arch::host() else { return };
+    let Some((h, slot)) = buf.reserve() else {
+        return;
+    };
+    // SAFETY: see `reserve`: this handler is the slot's only writer.
+    let slot = &mut *slot;
+    let Some(arch) = unwind::Arch::host() else {
+        return;
+    };
     let mem = unwind::RawMemory::new(bounds);
     let is_text = |a: u64| TEXT.find(a).is_some();
     let (header, frames) = slot.split_at_mut(2);
     let (walk, cut) = unwind::walk_split(arch, &regs, bounds, &mem, is_text, frames, split_sp);
-    let cut = if depth == 0 { 0 } else { cut.map_or(0, |c| c as u64 + 1).min(0xffff) };
+    let cut = if depth == 0 {
+        0
+    } else {
+        cut.map_or(0, |c| c as u64 + 1).min(0xffff)
+    };
     header[0] = t;
     header[1] = (depth as u64) << 32 | cut << 16 | walk.len as u64;
     // Publish only if nobody reset the buffer meanwhile.
@@ -319,7 +345,12 @@ unsafe fn regs_of(uc: *mut libc::c_void) -> Option<Regs> {
 unsafe fn regs_of(uc: *mut libc::c_void) -> Option<Regs> {
     let uc = &*(uc as *const libc::ucontext_t);
     let m = &uc.uc_mcontext;
-    Some(Regs { pc: m.pc, fp: m.regs[29], sp: m.sp, lr: Some(m.regs[30]) })
+    Some(Regs {
+        pc: m.pc,
+        fp: m.regs[29],
+        sp: m.sp,
+        lr: Some(m.regs[30]),
+    })
 }
 
 #[cfg(all(target_os = "linux", target_arch = "riscv64"))]
@@ -327,12 +358,22 @@ unsafe fn regs_of(uc: *mut libc::c_void) -> Option<Regs> {
     let uc = &*(uc as *const libc::ucontext_t);
     let g = &uc.uc_mcontext.__gregs;
     // __gregs: pc, ra, sp, gp, tp, t0-t2, s0/fp, ...
-    Some(Regs { pc: g[0], fp: g[8], sp: g[2], lr: Some(g[1]) })
+    Some(Regs {
+        pc: g[0],
+        fp: g[8],
+        sp: g[2],
+        lr: Some(g[1]),
+    })
 }
 
 #[cfg(not(all(
     target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "x86", target_arch = "aarch64", target_arch = "riscv64")
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
 )))]
 unsafe fn regs_of(_uc: *mut libc::c_void) -> Option<Regs> {
     None
@@ -358,6 +399,7 @@ mod tests {
         let b = SampleBuf::new(16, false);
         for i in 0..20u64 {
             if let Some((h, s)) = b.reserve() {
+                let s = unsafe { &mut *s };
                 s[0] = i;
                 s[1] = 1;
                 b.head.store(h + 1, Release);
@@ -370,13 +412,17 @@ mod tests {
         let r = SampleBuf::new(16, true);
         for i in 0..20u64 {
             let (h, s) = r.reserve().unwrap();
+            let s = unsafe { &mut *s };
             s[0] = i;
             s[1] = 0;
             r.head.store(h + 1, Release);
         }
         let mut out = Vec::new();
         r.drain(&mut out);
-        assert_eq!(out.iter().map(|s| s.ticks).collect::<Vec<_>>(), (4..20).collect::<Vec<_>>());
+        assert_eq!(
+            out.iter().map(|s| s.ticks).collect::<Vec<_>>(),
+            (4..20).collect::<Vec<_>>()
+        );
         assert_eq!(r.lost.load(Relaxed), 4);
     }
 }

@@ -3,7 +3,10 @@
 //! from exit order (how probes write them) to pre-order (how views read them).
 
 use super::format::{self, ChunkEncoder};
-use super::{flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo, Trace, TraceMeta};
+use super::{
+    flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
+    Trace, TraceMeta,
+};
 use crate::buffer::{kind, RawCall, START_MASK};
 use crate::clock::{self, Calibration};
 use crate::probe::Site;
@@ -58,7 +61,10 @@ pub struct TraceBuilder {
 impl TraceBuilder {
     pub fn new(meta: TraceMeta) -> Self {
         let n = meta.threads.len();
-        TraceBuilder { meta, events: vec![Vec::new(); n] }
+        TraceBuilder {
+            meta,
+            events: vec![Vec::new(); n],
+        }
     }
 
     /// Adds an event; events of one thread must come in pre-order (calls) and
@@ -91,13 +97,17 @@ impl TraceBuilder {
                             _ => None,
                         })
                         .unwrap_or(false);
-                    c.flags = (c.flags & !flags::HAS_CHILDREN) | if next_deeper { flags::HAS_CHILDREN } else { 0 };
+                    c.flags = (c.flags & !flags::HAS_CHILDREN)
+                        | if next_deeper { flags::HAS_CHILDREN } else { 0 };
                 }
                 enc.push(&e);
             }
             chunks.extend(enc.finish());
         }
-        Trace { meta: self.meta, chunks: format::interleave(chunks) }
+        Trace {
+            meta: self.meta,
+            chunks: format::interleave(chunks),
+        }
     }
 }
 
@@ -111,7 +121,11 @@ fn full_ticks(low: u64, origin: u64) -> u64 {
     }
 }
 
-pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u32) -> Option<&'static Site>) -> Trace {
+pub(crate) fn build(
+    base: MetaBase,
+    inputs: Vec<ThreadInput>,
+    site_of: impl Fn(u32) -> Option<&'static Site>,
+) -> Trace {
     let cal = base.cal;
     let origin = cal.origin.ticks;
     let mut sites: Vec<SiteInfo> = Vec::new();
@@ -126,7 +140,13 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
                     line: s.line,
                     is_async: s.is_async,
                 },
-                None => SiteInfo { name: format!("[site {id}]"), module_path: String::new(), file: String::new(), line: 0, is_async: false },
+                None => SiteInfo {
+                    name: format!("[site {id}]"),
+                    module_path: String::new(),
+                    file: String::new(),
+                    line: 0,
+                    is_async: false,
+                },
             };
             sites.push(info);
             sites.len() as u32 - 1
@@ -143,7 +163,13 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
         // call that starts after them.
         let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
             while let Some(s) = samples.next_if(|s| s.0 < until) {
-                enc.push(&Event::Sample(super::Sample { thread: t, ts_ns: s.0, shadow_depth: s.1, cut: s.2, frames: s.3 }));
+                enc.push(&Event::Sample(super::Sample {
+                    thread: t,
+                    ts_ns: s.0,
+                    shadow_depth: s.1,
+                    cut: s.2,
+                    frames: s.3,
+                }));
             }
         };
         let recs = &input.records;
@@ -187,8 +213,17 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
         let mut enc = ChunkEncoder::new(t);
         let mut calls = 0u64;
         if input.overwritten > 0 {
-            let at = recs.first().map(|r| cal.ns(full_ticks(r.start_low(), origin))).unwrap_or(0);
-            enc.push(&Event::Lost(Lost { thread: t, depth: 0, at_ns: at, count: input.overwritten, kind: LossKind::Overwritten }));
+            let at = recs
+                .first()
+                .map(|r| cal.ns(full_ticks(r.start_low(), origin)))
+                .unwrap_or(0);
+            enc.push(&Event::Lost(Lost {
+                thread: t,
+                depth: 0,
+                at_ns: at,
+                count: input.overwritten,
+                kind: LossKind::Overwritten,
+            }));
         }
         // Pre-order walk: roots left to right, children left to right.
         let mut work: Vec<u32> = Vec::new();
@@ -288,7 +323,10 @@ pub(crate) fn build(base: MetaBase, inputs: Vec<ThreadInput>, site_of: impl Fn(u
         sampling: None,
         mappings: Vec::new(),
     };
-    Trace { meta, chunks: format::interleave(chunks) }
+    Trace {
+        meta,
+        chunks: format::interleave(chunks),
+    }
 }
 
 #[cfg(test)]
@@ -306,7 +344,14 @@ mod tests {
     }
 
     fn cal() -> Calibration {
-        Calibration { origin: ClockPoint { ticks: 1_000_000, mono_ns: 0, unix_ns: 0 }, ticks_per_ns: 1.0 }
+        Calibration {
+            origin: ClockPoint {
+                ticks: 1_000_000,
+                mono_ns: 0,
+                unix_ns: 0,
+            },
+            ticks_per_ns: 1.0,
+        }
     }
 
     fn rec(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
@@ -320,27 +365,53 @@ mod tests {
         // main(0..100) { a(10..40) { b(20..30) } lost(50) c(60..90) { d(70..80) } }
         // where the parent of x(52..54) was lost.
         let records = vec![
-            rec(20, 2, 10, 2),                                            // b
-            rec(10, 1, 30, 1),                                            // a
-            rec(52, 3, 2, 5),                                             // x (orphan, parent lost)
+            rec(20, 2, 10, 2),                                         // b
+            rec(10, 1, 30, 1),                                         // a
+            rec(52, 3, 2, 5),                                          // x (orphan, parent lost)
             RawCall::pack(1_000_000 + 55, 1, 7, 0, false, kind::LOST), // lost marker
-            rec(70, 2, 10, 4),                                            // d
-            rec(60, 1, 30, 3),                                            // c
-            rec(0, 0, 100, 0),                                            // main
+            rec(70, 2, 10, 4),                                         // d
+            rec(60, 1, 30, 3),                                         // c
+            rec(0, 0, 100, 0),                                         // main
         ];
-        let input = ThreadInput { records, dropped: 7, ..ThreadInput::empty(1, "t".into()) };
-        let base = MetaBase { cal: cal(), end_ticks: 1_000_200, mode: RecordMode::Stream, filters: String::new() };
+        let input = ThreadInput {
+            records,
+            dropped: 7,
+            ..ThreadInput::empty(1, "t".into())
+        };
+        let base = MetaBase {
+            cal: cal(),
+            end_ticks: 1_000_200,
+            mode: RecordMode::Stream,
+            filters: String::new(),
+        };
         let t = build(base, vec![input], |_| None);
         let got: Vec<String> = t
             .events()
             .map(|e| match e {
-                Event::Call(c) => format!("{}{}@{}{}", "  ".repeat(c.depth as usize), c.site, c.start_ns, if c.has_children() { "{" } else { "" }),
+                Event::Call(c) => format!(
+                    "{}{}@{}{}",
+                    "  ".repeat(c.depth as usize),
+                    c.site,
+                    c.start_ns,
+                    if c.has_children() { "{" } else { "" }
+                ),
                 Event::Lost(l) => format!("{}lost{}", "  ".repeat(l.depth as usize), l.count),
                 _ => "?".into(),
             })
             .collect();
         // Site indices are assigned in order of appearance: main=0, a=1, b=2, x=3, c=4, d=5.
-        assert_eq!(got, vec!["0@0{", "  1@10{", "    2@20", "      3@52", "  lost7", "  4@60{", "    5@70"]);
+        assert_eq!(
+            got,
+            vec![
+                "0@0{",
+                "  1@10{",
+                "    2@20",
+                "      3@52",
+                "  lost7",
+                "  4@60{",
+                "    5@70"
+            ]
+        );
         assert_eq!(t.meta().threads[0].calls, 6);
         assert_eq!(t.meta().threads[0].lost, 7);
     }

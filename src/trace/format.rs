@@ -72,7 +72,9 @@ impl fmt::Display for TraceError {
             TraceError::Truncated { offset, what } => {
                 write!(f, "trace file is truncated at byte {offset} (in {what})")
             }
-            TraceError::Corrupt { offset, what } => write!(f, "trace file is corrupt at byte {offset}: {what}"),
+            TraceError::Corrupt { offset, what } => {
+                write!(f, "trace file is corrupt at byte {offset}: {what}")
+            }
         }
     }
 }
@@ -101,7 +103,11 @@ impl Chunk {
     /// Decodes the chunk's events.
     pub fn decode(&self) -> Result<Vec<Event>, TraceError> {
         let mut out = Vec::with_capacity(self.count as usize);
-        let mut d = Decoder { buf: &self.payload, pos: 0, base: self.offset };
+        let mut d = Decoder {
+            buf: &self.payload,
+            pos: 0,
+            base: self.offset,
+        };
         let mut depth: i64 = 0;
         let mut start: i64 = 0;
         for _ in 0..self.count {
@@ -165,7 +171,11 @@ impl Chunk {
                         let mut prev: i64 = 0;
                         for i in 0..n {
                             let v = d.varint()?;
-                            let a = if i == 0 { v as i64 } else { prev.wrapping_add(unzigzag(v)) };
+                            let a = if i == 0 {
+                                v as i64
+                            } else {
+                                prev.wrapping_add(unzigzag(v))
+                            };
                             frames.push(a as u64);
                             prev = a;
                         }
@@ -183,14 +193,21 @@ impl Chunk {
                             return Err(d.corrupt(format!("{n} counters on one call")));
                         }
                         let values = (0..n).map(|_| d.varint()).collect::<Result<Vec<_>, _>>()?;
-                        out.push(Event::Counters(CallCounters { thread: self.thread, values }));
+                        out.push(Event::Counters(CallCounters {
+                            thread: self.thread,
+                            values,
+                        }));
                     }
                     k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
                 },
             }
         }
         if d.pos != d.buf.len() {
-            return Err(d.corrupt(format!("{} bytes left over after {} events", d.buf.len() - d.pos, self.count)));
+            return Err(d.corrupt(format!(
+                "{} bytes left over after {} events",
+                d.buf.len() - d.pos,
+                self.count
+            )));
         }
         Ok(out)
     }
@@ -207,7 +224,16 @@ pub struct ChunkEncoder {
 
 impl ChunkEncoder {
     pub fn new(thread: u32) -> Self {
-        ChunkEncoder { thread, chunk: Chunk { thread, ..Chunk::default() }, depth: 0, start: 0, done: Vec::new() }
+        ChunkEncoder {
+            thread,
+            chunk: Chunk {
+                thread,
+                ..Chunk::default()
+            },
+            depth: 0,
+            start: 0,
+            done: Vec::new(),
+        }
     }
 
     fn begin(&mut self, depth: u32, t: u64, kind: u64, fl: u8, changes_depth: bool) {
@@ -217,11 +243,18 @@ impl ChunkEncoder {
         if self.chunk.count == 0 {
             self.chunk.first_ns = t;
         }
-        let dd = if changes_depth { depth as i64 - self.depth } else { 0 };
+        let dd = if changes_depth {
+            depth as i64 - self.depth
+        } else {
+            0
+        };
         if changes_depth {
             self.depth = depth as i64;
         }
-        put_varint(&mut self.chunk.payload, zigzag(dd) << 5 | ((fl as u64 & 7) << 2) | kind);
+        put_varint(
+            &mut self.chunk.payload,
+            zigzag(dd) << 5 | ((fl as u64 & 7) << 2) | kind,
+        );
         self.chunk.count += 1;
     }
 
@@ -250,7 +283,10 @@ impl ChunkEncoder {
                 self.begin(l.depth, l.at_ns, EV_LOST, 0, true);
                 self.time(l.at_ns);
                 put_varint(&mut self.chunk.payload, l.count);
-                put_varint(&mut self.chunk.payload, matches!(l.kind, LossKind::Overwritten) as u64);
+                put_varint(
+                    &mut self.chunk.payload,
+                    matches!(l.kind, LossKind::Overwritten) as u64,
+                );
             }
             Event::Counters(c) => self.counters(c),
             Event::Sample(s) => {
@@ -263,7 +299,14 @@ impl ChunkEncoder {
                 let mut prev = 0i64;
                 for (i, &a) in s.frames.iter().enumerate() {
                     let a = a as i64;
-                    put_varint(&mut self.chunk.payload, if i == 0 { a as u64 } else { zigzag(a.wrapping_sub(prev)) });
+                    put_varint(
+                        &mut self.chunk.payload,
+                        if i == 0 {
+                            a as u64
+                        } else {
+                            zigzag(a.wrapping_sub(prev))
+                        },
+                    );
                     prev = a;
                 }
             }
@@ -284,7 +327,13 @@ impl ChunkEncoder {
 
     fn flush(&mut self) {
         if self.chunk.count > 0 {
-            let c = std::mem::replace(&mut self.chunk, Chunk { thread: self.thread, ..Chunk::default() });
+            let c = std::mem::replace(
+                &mut self.chunk,
+                Chunk {
+                    thread: self.thread,
+                    ..Chunk::default()
+                },
+            );
             self.done.push(c);
         }
         self.depth = 0;
@@ -352,12 +401,21 @@ impl TraceReader<io::BufReader<std::fs::File>> {
 impl<R: Read> TraceReader<R> {
     /// Reads the header and metadata from `r`.
     pub fn new(r: R) -> Result<Self, TraceError> {
-        let mut t = TraceReader { r, offset: 0, meta: TraceMeta::default(), chunks: 0, done: false };
+        let mut t = TraceReader {
+            r,
+            offset: 0,
+            meta: TraceMeta::default(),
+            chunks: 0,
+            done: false,
+        };
         let mut magic = [0u8; 8];
         let n = t.read_up_to(&mut magic)?;
         if n < 8 || &magic != MAGIC {
             if n < 8 && MAGIC.starts_with(&magic[..n]) && n > 0 {
-                return Err(TraceError::Truncated { offset: n as u64, what: "file header" });
+                return Err(TraceError::Truncated {
+                    offset: n as u64,
+                    what: "file header",
+                });
             }
             return Err(TraceError::NotATrace);
         }
@@ -368,17 +426,25 @@ impl<R: Read> TraceReader<R> {
         let len_at = t.offset;
         let len = t.u32le("file header")?;
         if len > MAX_META {
-            return Err(TraceError::Corrupt { offset: len_at, what: format!("metadata length {len} is implausible") });
+            return Err(TraceError::Corrupt {
+                offset: len_at,
+                what: format!("metadata length {len} is implausible"),
+            });
         }
         let meta_at = t.offset;
         let mut json = vec![0u8; len as usize];
         t.exact(&mut json, "metadata")?;
         let crc = t.u32le("metadata checksum")?;
         if crc != crc32fast::hash(&json) {
-            return Err(TraceError::Corrupt { offset: meta_at, what: "metadata checksum mismatch".into() });
+            return Err(TraceError::Corrupt {
+                offset: meta_at,
+                what: "metadata checksum mismatch".into(),
+            });
         }
-        t.meta = serde_json::from_slice(&json)
-            .map_err(|e| TraceError::Corrupt { offset: meta_at, what: format!("metadata is not valid: {e}") })?;
+        t.meta = serde_json::from_slice(&json).map_err(|e| TraceError::Corrupt {
+            offset: meta_at,
+            what: format!("metadata is not valid: {e}"),
+        })?;
         Ok(t)
     }
 
@@ -400,7 +466,10 @@ impl<R: Read> TraceReader<R> {
         let at = self.offset;
         let mut kind = [0u8; 1];
         if self.read_up_to(&mut kind)? == 0 {
-            return Err(TraceError::Truncated { offset: at, what: "chunk header (the end marker is missing)" });
+            return Err(TraceError::Truncated {
+                offset: at,
+                what: "chunk header (the end marker is missing)",
+            });
         }
         match kind[0] {
             KIND_EVENTS => {}
@@ -417,32 +486,55 @@ impl<R: Read> TraceReader<R> {
                 self.done = true;
                 return Ok(None);
             }
-            k => return Err(TraceError::Corrupt { offset: at, what: format!("unknown chunk kind 0x{k:02x}") }),
+            k => {
+                return Err(TraceError::Corrupt {
+                    offset: at,
+                    what: format!("unknown chunk kind 0x{k:02x}"),
+                })
+            }
         }
         let thread = self.varint("chunk header")?;
         let count = self.varint("chunk header")?;
         let first_ns = self.varint("chunk header")?;
         let len = self.varint("chunk header")?;
         let crc = self.u32le("chunk header")?;
-        if thread >= self.meta.threads.len() as u64 || count > CHUNK_EVENTS as u64 * 4 || len > MAX_PAYLOAD {
+        if thread >= self.meta.threads.len() as u64
+            || count > CHUNK_EVENTS as u64 * 4
+            || len > MAX_PAYLOAD
+        {
             return Err(TraceError::Corrupt {
                 offset: at,
-                what: format!("implausible chunk header (thread {thread}, {count} events, {len} bytes)"),
+                what: format!(
+                    "implausible chunk header (thread {thread}, {count} events, {len} bytes)"
+                ),
             });
         }
         let payload_at = self.offset;
         let mut payload = vec![0u8; len as usize];
         self.exact(&mut payload, "chunk payload")?;
         if crc32fast::hash(&payload) != crc {
-            return Err(TraceError::Corrupt { offset: payload_at, what: "chunk checksum mismatch".into() });
+            return Err(TraceError::Corrupt {
+                offset: payload_at,
+                what: "chunk checksum mismatch".into(),
+            });
         }
         self.chunks += 1;
-        Ok(Some(Chunk { thread: thread as u32, count: count as u32, first_ns, payload, offset: payload_at }))
+        Ok(Some(Chunk {
+            thread: thread as u32,
+            count: count as u32,
+            first_ns,
+            payload,
+            offset: payload_at,
+        }))
     }
 
     /// Streams every event; stops at the first error (after yielding everything before it).
     pub fn events(self) -> Events<R> {
-        Events { reader: self, pending: Vec::new().into_iter(), failed: false }
+        Events {
+            reader: self,
+            pending: Vec::new().into_iter(),
+            failed: false,
+        }
     }
 
     fn read_up_to(&mut self, buf: &mut [u8]) -> Result<usize, TraceError> {
@@ -462,7 +554,10 @@ impl<R: Read> TraceReader<R> {
     fn exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), TraceError> {
         let n = self.read_up_to(buf)?;
         if n < buf.len() {
-            return Err(TraceError::Truncated { offset: self.offset, what });
+            return Err(TraceError::Truncated {
+                offset: self.offset,
+                what,
+            });
         }
         Ok(())
     }
@@ -487,7 +582,10 @@ impl<R: Read> TraceReader<R> {
                 return Ok(v);
             }
         }
-        Err(TraceError::Corrupt { offset: at, what: format!("overlong number in {what}") })
+        Err(TraceError::Corrupt {
+            offset: at,
+            what: format!("overlong number in {what}"),
+        })
     }
 }
 
@@ -508,7 +606,11 @@ impl<R: Read> Iterator for Events<R> {
             if self.failed {
                 return None;
             }
-            match self.reader.next_chunk().and_then(|c| c.map(|c| c.decode()).transpose()) {
+            match self
+                .reader
+                .next_chunk()
+                .and_then(|c| c.map(|c| c.decode()).transpose())
+            {
                 Ok(Some(evs)) => self.pending = evs.into_iter(),
                 Ok(None) => return None,
                 Err(e) => {
@@ -528,7 +630,10 @@ struct Decoder<'a> {
 
 impl Decoder<'_> {
     fn corrupt(&self, what: String) -> TraceError {
-        TraceError::Corrupt { offset: self.base + self.pos as u64, what }
+        TraceError::Corrupt {
+            offset: self.base + self.pos as u64,
+            what,
+        }
     }
     fn varint(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
@@ -549,7 +654,10 @@ impl Decoder<'_> {
                 return Ok(v);
             }
         }
-        Err(TraceError::Corrupt { offset: self.base + start as u64, what: "overlong number".into() })
+        Err(TraceError::Corrupt {
+            offset: self.base + start as u64,
+            what: "overlong number".into(),
+        })
     }
     fn u32(&mut self) -> Result<u32, TraceError> {
         let v = self.varint()?;
@@ -583,21 +691,72 @@ mod tests {
 
     fn sample_trace() -> Trace {
         let mut meta = TraceMeta::default();
-        meta.threads.push(ThreadInfo { tid: 7, name: "main".into(), calls: 3, ..Default::default() });
+        meta.threads.push(ThreadInfo {
+            tid: 7,
+            name: "main".into(),
+            calls: 3,
+            ..Default::default()
+        });
         let evs = vec![
-            Event::Call(Call { thread: 0, site: 0, depth: 0, start_ns: 1000, dur_ns: 500, flags: flags::HAS_CHILDREN }),
-            Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1100, dur_ns: 20, flags: 0 }),
-            Event::Sample(Sample { thread: 0, ts_ns: 1130, shadow_depth: 1, cut: Some(1), frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7] }),
-            Event::Lost(Lost { thread: 0, depth: 1, at_ns: 1200, count: 42, kind: LossKind::Dropped }),
-            Event::Call(Call { thread: 0, site: 1, depth: 1, start_ns: 1300, dur_ns: 30, flags: flags::UNWOUND }),
-            Event::Counters(CallCounters { thread: 0, values: vec![12345, 0] }),
-            Event::Future(FutureSpan { thread: 0, site: 2, start_ns: 900, dur_ns: 9000, polls: 3, cancelled: true }),
+            Event::Call(Call {
+                thread: 0,
+                site: 0,
+                depth: 0,
+                start_ns: 1000,
+                dur_ns: 500,
+                flags: flags::HAS_CHILDREN,
+            }),
+            Event::Call(Call {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                start_ns: 1100,
+                dur_ns: 20,
+                flags: 0,
+            }),
+            Event::Sample(Sample {
+                thread: 0,
+                ts_ns: 1130,
+                shadow_depth: 1,
+                cut: Some(1),
+                frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7],
+            }),
+            Event::Lost(Lost {
+                thread: 0,
+                depth: 1,
+                at_ns: 1200,
+                count: 42,
+                kind: LossKind::Dropped,
+            }),
+            Event::Call(Call {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                start_ns: 1300,
+                dur_ns: 30,
+                flags: flags::UNWOUND,
+            }),
+            Event::Counters(CallCounters {
+                thread: 0,
+                values: vec![12345, 0],
+            }),
+            Event::Future(FutureSpan {
+                thread: 0,
+                site: 2,
+                start_ns: 900,
+                dur_ns: 9000,
+                polls: 3,
+                cancelled: true,
+            }),
         ];
         let mut enc = ChunkEncoder::new(0);
         for e in &evs {
             enc.push(e);
         }
-        Trace { meta, chunks: enc.finish() }
+        Trace {
+            meta,
+            chunks: enc.finish(),
+        }
     }
 
     #[test]
@@ -607,7 +766,10 @@ mod tests {
         t.write_to(&mut bytes).unwrap();
         let back = Trace::read_from(&bytes[..]).unwrap();
         assert_eq!(back.meta(), t.meta());
-        assert_eq!(back.events().collect::<Vec<_>>(), t.events().collect::<Vec<_>>());
+        assert_eq!(
+            back.events().collect::<Vec<_>>(),
+            t.events().collect::<Vec<_>>()
+        );
         assert_eq!(t.events().count(), 7);
     }
 
@@ -629,7 +791,9 @@ mod tests {
         let err = Trace::read_from(&bad[..]).unwrap_err().to_string();
         assert!(err.contains("corrupt at byte"), "{err}");
         // Foreign file.
-        let err = Trace::read_from(&b"\x7fELF\x02\x01\x01\0\0\0\0\0"[..]).unwrap_err().to_string();
+        let err = Trace::read_from(&b"\x7fELF\x02\x01\x01\0\0\0\0\0"[..])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not an fgtrace"), "{err}");
     }
 
@@ -648,6 +812,10 @@ mod tests {
             }));
         }
         let bytes: usize = enc.finish().iter().map(|c| c.payload.len()).sum();
-        assert!(bytes as u64 <= 5 * n, "{} bytes per call", bytes as f64 / n as f64);
+        assert!(
+            bytes as u64 <= 5 * n,
+            "{} bytes per call",
+            bytes as f64 / n as f64
+        );
     }
 }

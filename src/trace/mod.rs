@@ -153,7 +153,10 @@ impl TraceMeta {
         }
     }
     pub fn site_name(&self, site: u32) -> &str {
-        self.sites.get(site as usize).map(|s| s.name.as_str()).unwrap_or("[unknown site]")
+        self.sites
+            .get(site as usize)
+            .map(|s| s.name.as_str())
+            .unwrap_or("[unknown site]")
     }
 }
 
@@ -297,7 +300,9 @@ impl Trace {
 
     /// All events, chunk by chunk (threads interleaved by time, each thread in pre-order).
     pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
-        self.chunks.iter().flat_map(|c| c.decode().expect("in-memory chunks are well formed"))
+        self.chunks
+            .iter()
+            .flat_map(|c| c.decode().expect("in-memory chunks are well formed"))
     }
 
     /// All calls, in the order of [`Trace::events`].
