@@ -11,7 +11,9 @@ mod zephyr;
 
 use clap::{Parser, Subcommand};
 use fgtrace::trace::TraceError;
-use fgtrace::view::{self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel};
+use fgtrace::view::{
+    self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel,
+};
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,7 +32,7 @@ use std::process::ExitCode;
         fgtrace chrome run.fgt -o run.json        for Perfetto UI\n  \
         fgtrace diff before.fgt after.fgt         per-function changes\n  \
         fgtrace pprof run.fgt -o run.pb.gz        samples for go tool pprof\n  \
-        fgtrace plot run.fgt -f parse -o parse.svg  per-call durations, slowest calls\n  \
+        fgtrace plot run.fgt -f parse -o p.svg    per-call durations, slowest calls\n  \
         fgtrace html run.fgt -o report.html       everything in one page\n  \
         fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks"
 )]
@@ -42,12 +44,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Print the function graph in ftrace's function_graph format.
-    #[command(after_help = "Examples:\n  fgtrace graph run.fgt\n  fgtrace graph run.fgt --abstime --proc --tail\n  \
-        fgtrace graph run.fgt --thread 4242 --thresh 100us")]
+    #[command(
+        after_help = "Examples:\n  fgtrace graph run.fgt\n  fgtrace graph run.fgt --abstime --proc --tail\n  \
+        fgtrace graph run.fgt --thread 4242 --thresh 100us"
+    )]
     Graph(GraphArgs),
     /// Per-function statistics: calls, total, self, avg, min, max, p50, p99, s^2.
-    #[command(after_help = "Examples:\n  fgtrace report run.fgt\n  fgtrace report run.fgt --sort calls\n  \
-        fgtrace report run.fgt --ftrace --thread main")]
+    #[command(
+        after_help = "Examples:\n  fgtrace report run.fgt\n  fgtrace report run.fgt --sort calls\n  \
+        fgtrace report run.fgt --ftrace --thread main"
+    )]
     Report(ReportArgs),
     /// Summary of a trace: program, clock, threads, calls, losses.
     #[command(after_help = "Examples:\n  fgtrace info run.fgt\n  \
@@ -57,15 +63,19 @@ enum Cmd {
         file: PathBuf,
     },
     /// Zephyr `perf printbuf` dump + ELF -> folded stacks or a flamegraph.
-    #[command(after_help = "Examples:\n  fgtrace zephyr perf_data.txt build/zephyr/zephyr.elf > out.folded\n  \
+    #[command(
+        after_help = "Examples:\n  fgtrace zephyr perf_data.txt build/zephyr/zephyr.elf > out.folded\n  \
         fgtrace zephyr perf_data.txt zephyr.elf --inline --svg perf.svg\n  \
-        fgtrace zephyr - zephyr.elf --aggregate < console.log")]
+        fgtrace zephyr - zephyr.elf --aggregate < console.log"
+    )]
     Zephyr(zephyr::ZephyrArgs),
     /// Flamegraph SVG or folded stacks: traced (exact ns), sampled, or combined.
-    #[command(after_help = "Examples:\n  fgtrace flame run.fgt -o run.svg              combined if the trace has samples\n  \
+    #[command(
+        after_help = "Examples:\n  fgtrace flame run.fgt -o run.svg              combined if the trace has samples\n  \
         fgtrace flame run.fgt --traced --folded       folded stacks, ns of self time\n  \
         fgtrace flame run.fgt --chart -o chart.svg    time order per thread\n  \
-        fgtrace flame run.fgt --sampled --per-thread -o samples.svg")]
+        fgtrace flame run.fgt --sampled --per-thread -o samples.svg"
+    )]
     Flame(views::FlameArgs),
     /// Chrome Trace Event JSON for Perfetto UI and chrome://tracing.
     #[command(after_help = "Examples:\n  fgtrace chrome run.fgt -o run.json\n  \
@@ -77,13 +87,17 @@ enum Cmd {
         fgtrace diff before.fgt after.fgt --flame -o diff.svg")]
     Diff(views::DiffArgs),
     /// The samples as a gzipped pprof profile (profile.proto), symbolized.
-    #[command(after_help = "Examples:\n  fgtrace pprof run.fgt -o run.pb.gz && go tool pprof -top run.pb.gz\n  \
-        fgtrace pprof run.fgt --thread worker-* -o workers.pb.gz")]
+    #[command(
+        after_help = "Examples:\n  fgtrace pprof run.fgt -o run.pb.gz && go tool pprof -top run.pb.gz\n  \
+        fgtrace pprof run.fgt --thread worker-* -o workers.pb.gz"
+    )]
     Pprof(pprof::PprofArgs),
     /// One function's per-call durations (SVG: by start time, histogram with p50/p99); slowest calls on stdout.
-    #[command(after_help = "Examples:\n  fgtrace plot run.fgt --function parse -o parse.svg\n  \
+    #[command(
+        after_help = "Examples:\n  fgtrace plot run.fgt --function parse -o parse.svg\n  \
         fgtrace plot run.fgt -f my_crate::parser::Parser::parse --top 20 -o parse.svg\n  \
-        fgtrace plot run.fgt -f handle --thread worker-* -o handle.svg")]
+        fgtrace plot run.fgt -f handle --thread worker-* -o handle.svg"
+    )]
     Plot(plot::PlotArgs),
     /// One self-contained HTML page: summary, sortable table, flamegraph, duration plots, graph.
     #[command(after_help = "Examples:\n  fgtrace html run.fgt -o report.html\n  \
@@ -170,7 +184,11 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
             let r = open(&a.file)?;
             let meta = r.meta().clone();
             let opts = GraphOptions {
-                thread_column: if a.thread_index { ThreadColumn::Index } else { ThreadColumn::Tid },
+                thread_column: if a.thread_index {
+                    ThreadColumn::Index
+                } else {
+                    ThreadColumn::Tid
+                },
                 proc: a.proc,
                 abstime: a.abstime,
                 tail: a.tail,
@@ -189,10 +207,15 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 sort_by,
                 reverse: a.reverse,
                 threads: threads(&a.threads),
-                style: if a.ftrace { ReportStyle::Ftrace } else { ReportStyle::Table },
+                style: if a.ftrace {
+                    ReportStyle::Ftrace
+                } else {
+                    ReportStyle::Table
+                },
             };
             let mut out = out;
-            view::write_report(&meta, r.events(), &opts, &mut out).map_err(|e| io_err(&a.file, e))?;
+            view::write_report(&meta, r.events(), &opts, &mut out)
+                .map_err(|e| io_err(&a.file, e))?;
             pprof::report_samples(&a.file, &opts, out)
         }
         Cmd::Info { file } => {
@@ -213,7 +236,11 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
     let m = r.meta().clone();
     writeln!(out, "file:      {}", path.display())?;
     writeln!(out, "program:   {} (pid {})", m.program, m.pid)?;
-    writeln!(out, "clock:     {} at {:.4} GHz", m.clock.source, m.clock.ticks_per_ns)?;
+    writeln!(
+        out,
+        "clock:     {} at {:.4} GHz",
+        m.clock.source, m.clock.ticks_per_ns
+    )?;
     writeln!(out, "duration:  {:.3} ms", m.duration_ns as f64 / 1e6)?;
     writeln!(out, "mode:      {:?}", m.mode)?;
     if !m.filters.is_empty() {

@@ -1,0 +1,491 @@
+//! Sampled addresses to function names, source lines and inlined frames, from
+//! the binaries the traced process had mapped ([`TraceMeta::mappings`]).
+//!
+//! A process address is turned into the file's own (link-time) address the
+//! way perf does it: into a file offset through the mapping, then into a
+//! virtual address through the `PT_LOAD` segment holding that offset. That
+//! address is looked up in the file's DWARF with `addr2line` (every inlined
+//! function, innermost first, with file:line), or in its symbol table
+//! (`.symtab`, else `.dynsym`) when there is no DWARF, or in a separate debug
+//! file found by build id under `/usr/lib/debug/.build-id/`.
+//!
+//! Symbolizing happens after the fact, possibly on another day: a binary
+//! that is gone or was rebuilt (its GNU build id differs from the recorded
+//! one) gives `[unknown]` frames and one warning naming it, never a wrong
+//! name or a panic.
+//!
+//! [`TraceMeta::mappings`]: crate::TraceMeta::mappings
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::bridge::elf::FuncSymbols;
+use crate::trace::Mapping;
+
+/// The name of a frame nothing could name.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// One resolved frame. An address yields several when functions were
+/// inlined there: innermost first, the last one (`inlined == false`) is the
+/// function the machine code belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled function name (Rust without the hash), `[unknown]`, or a
+    /// pseudo-mapping such as `[vdso]`.
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// This function was inlined into the next frame.
+    pub inlined: bool,
+}
+
+impl Frame {
+    fn named(name: impl Into<String>) -> Frame {
+        Frame {
+            name: name.into(),
+            file: None,
+            line: None,
+            inlined: false,
+        }
+    }
+
+    /// Nothing named this address.
+    pub fn is_unknown(&self) -> bool {
+        self.name.starts_with(UNKNOWN)
+    }
+}
+
+/// Resolves addresses of one traced process against its mapped files,
+/// caching each file's tables and each address's answer.
+pub struct Symbolizer {
+    /// Sorted by start.
+    maps: Vec<Mapping>,
+    /// Per path; `None` once the file was found unusable (and warned about).
+    files: HashMap<String, Option<Binary>>,
+    cache: HashMap<(u64, bool), Box<[Frame]>>,
+    warnings: Vec<String>,
+    verbose: bool,
+    debug_dirs: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("mappings", &self.maps.len())
+            .field("files", &self.files.len())
+            .field("cached", &self.cache.len())
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Symbolizer {
+    /// A symbolizer for a process with these executable mappings. Files are
+    /// opened lazily, on the first address that falls in them.
+    pub fn new(mappings: &[Mapping]) -> Symbolizer {
+        let mut maps = mappings.to_vec();
+        maps.sort_by_key(|m| m.start);
+        Symbolizer {
+            maps,
+            files: HashMap::new(),
+            cache: HashMap::new(),
+            warnings: Vec::new(),
+            verbose: false,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+        }
+    }
+
+    /// Name unknown frames `[unknown] <path>+0x<file offset>` (or
+    /// `[unknown] 0x<address>` outside every mapping) instead of `[unknown]`,
+    /// to tell them apart when hunting for missing symbols.
+    pub fn verbose(mut self, yes: bool) -> Symbolizer {
+        self.verbose = yes;
+        self.cache.clear();
+        self
+    }
+
+    /// Where to look for separate debug files by build id
+    /// (`<dir>/.build-id/ab/cdef....debug`); `/usr/lib/debug` by default.
+    pub fn debug_dirs(mut self, dirs: Vec<PathBuf>) -> Symbolizer {
+        self.debug_dirs = dirs;
+        self.files.clear();
+        self.cache.clear();
+        self
+    }
+
+    /// The frames at `addr`, innermost first. `is_return_address`: `addr` was
+    /// found on the stack (every frame of a sample but the first), so the call
+    /// is the instruction before it: look up `addr - 1`.
+    pub fn frames(&mut self, addr: u64, is_return_address: bool) -> &[Frame] {
+        let key = (addr, is_return_address);
+        if !self.cache.contains_key(&key) {
+            let frames = self.resolve(addr, is_return_address).into_boxed_slice();
+            self.cache.insert(key, frames);
+        }
+        &self.cache[&key]
+    }
+
+    /// A whole sampled stack (`Sample::frames`: the interrupted PC, then
+    /// return addresses), inlined frames expanded, innermost first.
+    pub fn stack(&mut self, addrs: &[u64]) -> Vec<Frame> {
+        let mut out = Vec::with_capacity(addrs.len());
+        for (i, &a) in addrs.iter().enumerate() {
+            out.extend_from_slice(self.frames(a, i > 0));
+        }
+        out
+    }
+
+    /// The mapping holding `addr`, with its index in address order.
+    pub fn mapping(&self, addr: u64) -> Option<(usize, &Mapping)> {
+        let i = self
+            .maps
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = &self.maps[i];
+        (addr < m.end).then_some((i, m))
+    }
+
+    /// The mappings, sorted by start address (indexes of [`Self::mapping`]).
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.maps
+    }
+
+    /// One line per file that could not be used (gone, rebuilt, not ELF).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn unknown(&self, at: Option<(&str, u64)>, addr: u64) -> Vec<Frame> {
+        if !self.verbose {
+            return vec![Frame::named(UNKNOWN)];
+        }
+        vec![Frame::named(match at {
+            Some((path, off)) => format!("{UNKNOWN} {path}+{off:#x}"),
+            None => format!("{UNKNOWN} {addr:#x}"),
+        })]
+    }
+
+    fn resolve(&mut self, addr: u64, is_return_address: bool) -> Vec<Frame> {
+        let probe = if is_return_address {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
+        let Some((_, m)) = self.mapping(probe) else {
+            return self.unknown(None, addr);
+        };
+        if m.path.starts_with('[') {
+            return vec![Frame::named(m.path.clone())];
+        }
+        let (path, off) = (m.path.clone(), probe - m.start + m.offset);
+        let build_id = m.build_id.clone();
+        if !self.files.contains_key(&path) {
+            let bin = match Binary::open(&path, build_id.as_deref(), &self.debug_dirs) {
+                Ok(b) => Some(b),
+                Err(why) => {
+                    self.warnings
+                        .push(format!("{path}: {why}: its frames are shown as {UNKNOWN}"));
+                    None
+                }
+            };
+            self.files.insert(path.clone(), bin);
+        }
+        let frames = match &self.files[&path] {
+            Some(bin) => bin.vaddr(off).map(|va| bin.lookup(va)).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if frames.is_empty() {
+            return self.unknown(Some((&path, off)), addr);
+        }
+        frames
+    }
+}
+
+impl crate::view::folded::Resolve for Symbolizer {
+    fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String> {
+        Symbolizer::frames(self, addr, is_return_address)
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+}
+
+/// `PT_LOAD`: file bytes `[offset, offset + size)` are at `vaddr`.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+}
+
+/// What one mapped file contributes: its layout, symbols and DWARF.
+struct Binary {
+    loads: Vec<Load>,
+    symbols: FuncSymbols,
+    dwarf: Option<addr2line::Loader>,
+}
+
+impl Binary {
+    /// Reads the file's segments, build id and symbol table (pieces of the
+    /// file, not all of it) and indexes its DWARF. `Err` is the reason to warn.
+    fn open(path: &str, want_id: Option<&str>, debug_dirs: &[PathBuf]) -> Result<Binary, String> {
+        let f = File::open(path).map_err(|e| format!("cannot open ({e})"))?;
+        let data = object::ReadCache::new(f);
+        let obj =
+            object::File::parse(&data).map_err(|e| format!("not a readable ELF file ({e})"))?;
+        let have_id = obj.build_id().ok().flatten().map(hex);
+        if let Some(want) = want_id {
+            match &have_id {
+                Some(have) if have == want => {}
+                Some(have) => {
+                    return Err(format!(
+                        "build id {have} differs from the traced {want} (rebuilt since the trace was taken?)"
+                    ))
+                }
+                None => return Err(format!("has no build id, the traced file had {want} (replaced?)")),
+            }
+        }
+        let loads = obj
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                Load {
+                    offset,
+                    size,
+                    vaddr: s.address(),
+                }
+            })
+            .collect();
+
+        let mut entries = functions(obj.symbols());
+        if entries.is_empty() {
+            entries = functions(obj.dynamic_symbols());
+        }
+
+        let has_dwarf = obj.section_by_name(".debug_info").is_some();
+        let debug_file = if has_dwarf {
+            Some(PathBuf::from(path))
+        } else {
+            have_id
+                .as_deref()
+                .and_then(|id| separate_debug_file(id, debug_dirs))
+        };
+        // A separate debug file keeps the full symbol table a stripped binary lost.
+        if let (false, Some(dbg)) = (has_dwarf, &debug_file) {
+            if let Some(more) = debug_symbols(dbg) {
+                if !more.is_empty() {
+                    entries = more;
+                }
+            }
+        }
+        // DWARF that cannot be read still leaves the symbol table: no warning.
+        let dwarf = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
+        let symbols = FuncSymbols::from_table(entries.iter().map(|(a, s, n)| (*a, *s, n.as_str())));
+        Ok(Binary {
+            loads,
+            symbols,
+            dwarf,
+        })
+    }
+
+    /// File offset to link-time virtual address, through the `PT_LOAD` holding it.
+    fn vaddr(&self, off: u64) -> Option<u64> {
+        let l = self
+            .loads
+            .iter()
+            .find(|l| off >= l.offset && off - l.offset < l.size)?;
+        Some(off - l.offset + l.vaddr)
+    }
+
+    fn lookup(&self, va: u64) -> Vec<Frame> {
+        // (raw DWARF name, frame): names are picked once the outermost is known.
+        let mut found: Vec<(Option<String>, Frame)> = Vec::new();
+        if let Some(Ok(mut it)) = self.dwarf.as_ref().map(|d| d.find_frames(va)) {
+            while let Ok(Some(f)) = it.next() {
+                let raw =
+                    (f.function.as_ref()).and_then(|n| n.raw_name().ok().map(|n| n.into_owned()));
+                let (file, line) = match &f.location {
+                    Some(l) => (l.file.map(str::to_owned), l.line),
+                    None => (None, None),
+                };
+                found.push((
+                    raw,
+                    Frame {
+                        name: String::new(),
+                        file,
+                        line,
+                        inlined: true,
+                    },
+                ));
+            }
+        }
+        let symbol = || self.symbols.lookup(va).map(demangle);
+        let last = found.len().saturating_sub(1);
+        let mut out: Vec<Frame> = Vec::with_capacity(found.len());
+        for (i, (raw, mut f)) in found.into_iter().enumerate() {
+            f.inlined = i < last;
+            f.name = pick_name(raw.as_deref(), i == last, symbol);
+            out.push(f);
+        }
+        if out.is_empty() {
+            if let Some(name) = symbol() {
+                let loc = self
+                    .dwarf
+                    .as_ref()
+                    .and_then(|d| d.find_location(va).ok().flatten());
+                out.push(Frame {
+                    name,
+                    file: loc.as_ref().and_then(|l| l.file.map(str::to_owned)),
+                    line: loc.and_then(|l| l.line),
+                    inlined: false,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The name of a DWARF frame. A mangled (linkage) name is complete. A plain
+/// `DW_AT_name` is not: Rust's `line-tables-only` debug info (the release
+/// profile's usual setting) names `busy` for `app::busy` and
+/// `{closure#0}` for closures, so the function that owns the code takes the
+/// symbol table's name when there is one. Inlined frames have only DWARF.
+fn pick_name(
+    raw: Option<&str>,
+    outermost: bool,
+    symbol: impl FnOnce() -> Option<String>,
+) -> String {
+    match raw {
+        Some(r) if is_mangled(r) => demangle(r),
+        Some(r) if !outermost => r.to_owned(),
+        _ => symbol()
+            .or_else(|| raw.map(str::to_owned))
+            .unwrap_or_else(|| UNKNOWN.to_owned()),
+    }
+}
+
+fn is_mangled(name: &str) -> bool {
+    name.starts_with("_Z") || name.starts_with("_R") || name.starts_with("__Z")
+}
+
+/// `<dir>/.build-id/ab/cdef...debug`, the layout distributions ship debug info in.
+fn separate_debug_file(build_id: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
+    if build_id.len() < 3 {
+        return None;
+    }
+    let (head, tail) = build_id.split_at(2);
+    dirs.iter()
+        .map(|d| d.join(".build-id").join(head).join(format!("{tail}.debug")))
+        .find(|p| p.is_file())
+}
+
+fn debug_symbols(path: &Path) -> Option<Vec<(u64, u64, String)>> {
+    let data = object::ReadCache::new(File::open(path).ok()?);
+    let obj = object::File::parse(&data).ok()?;
+    Some(functions(obj.symbols()))
+}
+
+/// `(address, size, raw name)` of the defined functions, in table order.
+fn functions<'d, S: ObjectSymbol<'d>>(syms: impl Iterator<Item = S>) -> Vec<(u64, u64, String)> {
+    syms.filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.size() > 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_owned())))
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Rust names without the hash (`{:#}`), C++ names demangled when
+/// `addr2line`'s demangler can, anything else as is.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    addr2line::demangle(name, addr2line::gimli::DW_LANG_C_plus_plus)
+        .unwrap_or_else(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(start: u64, end: u64, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            offset: 0,
+            path: path.into(),
+            build_id: None,
+        }
+    }
+
+    #[test]
+    fn addresses_outside_mappings_and_pseudo_mappings() {
+        let mut s = Symbolizer::new(&[
+            map(0x1000, 0x2000, "[vdso]"),
+            map(0x5000, 0x6000, "/nonexistent/lib.so"),
+        ]);
+        assert_eq!(s.frames(0x1800, false)[0].name, "[vdso]");
+        assert_eq!(s.frames(0x1000, false)[0].name, "[vdso]");
+        // A return address just past a mapping still belongs to it.
+        assert_eq!(s.frames(0x2000, true)[0].name, "[vdso]");
+        assert_eq!(s.frames(0x2000, false)[0].name, UNKNOWN);
+        assert_eq!(s.frames(0x10, false)[0].name, UNKNOWN);
+        assert!(s.warnings().is_empty());
+        assert_eq!(s.frames(0x5010, false)[0].name, UNKNOWN);
+        assert_eq!(s.frames(0x5020, false)[0].name, UNKNOWN);
+        assert_eq!(
+            s.warnings().len(),
+            1,
+            "one warning per file: {:?}",
+            s.warnings()
+        );
+        assert!(
+            s.warnings()[0].contains("/nonexistent/lib.so"),
+            "{:?}",
+            s.warnings()
+        );
+
+        let mut v = Symbolizer::new(&[map(0x5000, 0x6000, "/nonexistent/lib.so")]).verbose(true);
+        assert_eq!(
+            v.frames(0x5010, true)[0].name,
+            "[unknown] /nonexistent/lib.so+0xf"
+        );
+        assert_eq!(v.frames(0x10, false)[0].name, "[unknown] 0x10");
+    }
+
+    #[test]
+    fn outermost_plain_dwarf_names_defer_to_the_symbol_table() {
+        let sym = || Some("app::busy".to_owned());
+        let none = || None;
+        assert_eq!(pick_name(Some("busy"), true, sym), "app::busy");
+        assert_eq!(pick_name(Some("busy"), true, none), "busy");
+        assert_eq!(
+            pick_name(Some("{closure#0}"), false, sym),
+            "{closure#0}",
+            "inlined: DWARF only"
+        );
+        assert_eq!(
+            pick_name(Some("_ZN3app4busy17h0123456789abcdefE"), true, || Some(
+                "other".into()
+            )),
+            "app::busy"
+        );
+        assert_eq!(pick_name(None, false, sym), "app::busy");
+        assert_eq!(pick_name(None, true, none), UNKNOWN);
+    }
+
+    #[test]
+    fn demangles_rust_without_hash_and_cpp() {
+        assert_eq!(
+            demangle("_ZN7fgtrace4view6report5write17h0123456789abcdefE"),
+            "fgtrace::view::report::write"
+        );
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("main"), "main");
+    }
+}
