@@ -647,7 +647,7 @@ mod svg {
         assert!(
             parse
                 .0
-                .contains("app::parse (src/app.rs:10): starts at 0.100 us, lasts 0.200 us"),
+                .contains("app::parse (200 ns, 20.00%; app::parse src/app.rs:10: starts at 0.100 us, lasts 0.200 us)"),
             "{}",
             parse.0
         );

@@ -319,9 +319,21 @@ fn annotate(svg: &str, titles: &HashMap<(usize, u64), String>, inverted: bool) -
         }
         let depth = (dy / f.fh) as usize;
         if let Some(t) = titles.get(&(depth, f.x)) {
-            out.push_str(&svg[copied..f.text_end]);
-            out.push_str(" | ");
-            out.push_str(&escape(t));
+            // inferno's script labels a frame with its title minus the final
+            // `(...)`, so the details go inside those parentheses, and must
+            // not contain any of their own.
+            let extra = escape(t).replace(['(', ')'], "");
+            if svg[..f.text_end].ends_with(')') {
+                out.push_str(&svg[copied..f.text_end - 1]);
+                out.push_str("; ");
+                out.push_str(&extra);
+                out.push(')');
+            } else {
+                out.push_str(&svg[copied..f.text_end]);
+                out.push_str(" (");
+                out.push_str(&extra);
+                out.push(')');
+            }
             copied = f.text_end;
         }
     }
