@@ -6,7 +6,7 @@
 //! evaluator), and aggregate per-path statistics; the main thread merges the
 //! results. Every interesting fn carries `#[fgtrace::traced]`.
 //!
-//! `cargo run --release --example pipeline` records it, saves the trace to
+//! `cargo run --release --example pipeline [lines]` (100000 by default) records it, saves the trace to
 //! `target/fgtrace-demo/pipeline.fgt`, writes the function graph and the
 //! per-function report next to it, and prints an excerpt of the graph.
 
@@ -379,13 +379,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(20_000);
+        .unwrap_or(100_000);
     let out_dir = PathBuf::from(
         std::env::var("FGTRACE_OUT").unwrap_or_else(|_| "target/fgtrace-demo".into()),
     );
     std::fs::create_dir_all(&out_dir)?;
 
-    let session = fgtrace::Session::start(fgtrace::Config::default())?;
+    // Trace the #[traced] fns and sample stacks at 999 Hz per thread (unless
+    // FGTRACE_SAMPLE says otherwise), so every view has something to show.
+    let mut config = fgtrace::Config::default();
+    if std::env::var_os("FGTRACE_SAMPLE").is_none() {
+        config = config.sampling(fgtrace::sampler::Sampling::timer(999));
+    }
+    let session = fgtrace::Session::start(config)?;
     let (requests, bad) = run_pipeline(n);
     let trace = session.stop()?;
 
@@ -412,8 +418,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  malformed: {b}");
     }
     println!(
-        "recorded {} calls on {} threads in {:.1} ms ({} lost, {} overruns), {} bytes on disk",
+        "recorded {} calls and {} samples on {} threads in {:.1} ms ({} lost, {} overruns), {} bytes on disk",
         m.total_calls(),
+        m.threads.iter().map(|t| t.samples).sum::<u64>(),
         m.threads.len(),
         m.duration_ns as f64 / 1e6,
         m.total_lost(),
@@ -431,9 +438,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for line in String::from_utf8_lossy(&report).lines().take(12) {
         println!("{line}");
     }
-    println!(
-        "\nmore: cargo run --features cli -- graph {} | less",
-        trace_path.display()
-    );
+    let t = trace_path.display();
+    println!("\nnext, with the fgtrace command (cargo run --release --features cli -- ...):");
+    println!("  graph {t} | less          the whole function graph");
+    println!("  flame {t} -o flame.svg    combined traced + sampled flamegraph");
+    println!("  html {t} -o report.html   everything in one page");
+    println!("  plot {t} -f LineParser::parse_line -o durations.svg");
     Ok(())
 }

@@ -53,6 +53,8 @@ pub(crate) struct Active {
     pub max_depth: u32,
     pub threshold_ticks: u64,
     pub block_when_full: bool,
+    /// Stacks are sampled too: threads register with the sampler on first use.
+    pub sampling: bool,
     pub batches: Sender<Batch>,
     pub recycle_tx: Sender<Storage>,
     pub recycle_rx: Receiver<Storage>,
@@ -200,6 +202,7 @@ impl Session {
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             block_when_full: config.block_when_full,
+            sampling: config.sampling.is_some(),
             batches,
             recycle_tx,
             recycle_rx,

@@ -419,6 +419,10 @@ fn sync_thread(st: &mut ThreadState, active: &Arc<Active>) -> bool {
     st.shared = Arc::into_raw(shared);
     st.active = Arc::into_raw(active.clone());
     st.gen = active.gen;
+    #[cfg(target_os = "linux")]
+    if active.sampling {
+        crate::sampler::register_current_thread();
+    }
     true
 }
 
@@ -853,6 +857,11 @@ pub(crate) struct SavedState(Parked);
 
 /// A capture taken off its thread between polls of a captured future.
 pub(crate) struct Suspended(Option<Parked>);
+
+// SAFETY: a suspended capture is in place on no thread: its buffers (owned
+// through raw pointers) are reachable only through this value, and the
+// counter page it names is replaced by the resuming thread's own.
+unsafe impl Send for Suspended {}
 
 impl Suspended {
     /// A placeholder that holds no capture.

@@ -197,7 +197,7 @@ pub(crate) struct Sampled {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use running::Sampler;
+pub(crate) use running::{register_current_thread, Sampler};
 
 /// Samples the whole process for `duration` at `frequency_hz` per thread
 /// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
@@ -277,7 +277,8 @@ mod running {
     /// The running sampler: a thread that registers threads and drains buffers.
     pub(crate) struct Sampler {
         stop: Arc<AtomicBool>,
-        handle: Option<JoinHandle<State>>,
+        handle: Option<JoinHandle<()>>,
+        state: Arc<Mutex<State>>,
     }
 
     fn own_tid() -> u32 {
@@ -453,63 +454,79 @@ mod running {
             }
             signal::install()?;
             refresh_ranges();
-            let mut st = State {
+            let state = Arc::new(Mutex::new(State {
                 sampling: sampling.clone(),
                 threads: Vec::new(),
                 known: HashMap::new(),
                 warned_fallback: false,
-            };
+            }));
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();
-            let stop2 = stop.clone();
+            let (stop2, st) = (stop.clone(), state.clone());
             let handle = std::thread::Builder::new()
                 .name("fgtrace-sampler".into())
                 .spawn(move || {
                     let me = own_tid();
-                    let first = st.scan(me);
+                    let first = st.lock().scan(me);
                     let ok = first.is_ok();
                     let _ = tx.send(first.map(|_| ()));
                     if !ok {
-                        return st;
+                        return;
                     }
                     let mut last_scan = Instant::now();
                     let mut last_maps = Instant::now();
                     while !stop2.load(Acquire) {
                         std::thread::sleep(Duration::from_millis(5));
-                        if last_scan.elapsed() >= Duration::from_millis(50) {
-                            let new = st.scan(me).unwrap_or(false);
+                        // Threads that run traced code register themselves on
+                        // their first call; the rescan catches the others.
+                        if last_scan.elapsed() >= Duration::from_millis(20) {
+                            let new = st.lock().scan(me).unwrap_or(false);
                             if new || last_maps.elapsed() >= Duration::from_millis(500) {
                                 refresh_ranges();
                                 last_maps = Instant::now();
                             }
                             last_scan = Instant::now();
                         }
-                        st.drain();
+                        st.lock().drain();
                     }
-                    st
                 })?;
+            let sampler = Sampler {
+                stop,
+                handle: Some(handle),
+                state,
+            };
             match rx.recv() {
-                Ok(Ok(())) => Ok(Sampler {
-                    stop,
-                    handle: Some(handle),
-                }),
+                Ok(Ok(())) => {
+                    *CURRENT.lock() = Some(sampler.state.clone());
+                    Ok(sampler)
+                }
                 Ok(Err(e)) => {
-                    stop.store(true, Release);
-                    if let Ok(st) = handle.join() {
-                        finish(st, None);
-                    }
+                    drop(sampler);
                     Err(e)
                 }
                 Err(_) => Err(io::Error::other("the sampler thread failed to start")),
             }
         }
 
+        /// Joins the sampler thread and takes the state back.
+        fn shut(&mut self) -> Option<State> {
+            let h = self.handle.take()?;
+            CURRENT.lock().take();
+            self.stop.store(true, Release);
+            let _ = h.join();
+            let mut st = self.state.lock();
+            Some(State {
+                sampling: st.sampling.clone(),
+                threads: std::mem::take(&mut st.threads),
+                known: std::mem::take(&mut st.known),
+                warned_fallback: st.warned_fallback,
+            })
+        }
+
         /// Stops every timer and event, drains what is left, converts the
         /// timestamps to the session's clock.
         pub fn stop(mut self, cal: &Calibration) -> Sampled {
-            self.stop.store(true, Release);
-            let st = self.handle.take().and_then(|h| h.join().ok());
-            match st {
+            match self.shut() {
                 Some(st) => finish(st, Some(cal)),
                 None => Sampled {
                     threads: Vec::new(),
@@ -520,13 +537,29 @@ mod running {
         }
     }
 
+    /// The running sampler, for threads registering themselves.
+    static CURRENT: Mutex<Option<Arc<Mutex<State>>>> = Mutex::new(None);
+
+    /// Registers the calling thread with the running sampler, if any (from
+    /// the probe's once-per-thread slow path), so a thread is sampled from its
+    /// first traced call rather than from the next rescan.
+    pub(crate) fn register_current_thread() {
+        let Some(state) = CURRENT.lock().clone() else {
+            return;
+        };
+        let tid = own_tid();
+        let mut st = state.lock();
+        if st.known.insert(tid, ()).is_none() {
+            let _ = st.register(tid);
+            drop(st);
+            refresh_ranges();
+        }
+    }
+
     impl Drop for Sampler {
         fn drop(&mut self) {
-            if let Some(h) = self.handle.take() {
-                self.stop.store(true, Release);
-                if let Ok(st) = h.join() {
-                    finish(st, None);
-                }
+            if let Some(st) = self.shut() {
+                finish(st, None);
             }
         }
     }
