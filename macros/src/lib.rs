@@ -10,6 +10,7 @@
 use proc_macro::TokenStream;
 
 mod args;
+mod budget;
 mod expand;
 #[cfg(test)]
 mod tests;
@@ -38,4 +39,11 @@ pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::notrace(attr.into(), item.into()).into()
+}
+
+/// A test's performance budget, checked on a capture of its body; re-exported
+/// as `fgtrace::testing::budget` (see there).
+#[proc_macro_attribute]
+pub fn budget(attr: TokenStream, item: TokenStream) -> TokenStream {
+    budget::budget(attr.into(), item.into()).into()
 }

@@ -1,0 +1,494 @@
+//! Retired user-space instructions per call, for captures that ask for them.
+//!
+//! Each capturing thread opens one `perf_event` counter on itself
+//! (`PERF_COUNT_HW_INSTRUCTIONS`, user space only), maps its first page and
+//! reads it with `rdpmc` under the page's seqlock: no syscall per read on
+//! bare metal. Where the counter is not on a PMU register at that moment
+//! (or on CPUs without user `rdpmc`) a `read(2)` of the fd gives the same
+//! count. Instruction counts are deterministic for a given binary and input,
+//! unlike time; they are what CI budgets should use where the CPU exposes them.
+//!
+//! Each read is expensive inside a VM that traps `rdpmc` (about 8 µs here), so
+//! counters are off unless a capture asks for them.
+
+use crate::probe::{self, CounterSrc, Site};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+/// Whether a capture counts instructions per call.
+///
+/// The environment variable `FGTRACE_COUNTERS` overrides what the code asks
+/// for: `off` makes counters unavailable everywhere (what a container or a VM
+/// without a PMU gives, to test the skip path), `required` turns `Auto` into
+/// `Required` (for CI machines known to have counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Counters {
+    /// No counters (the default: cheaper calls, and durations without the
+    /// counter reads of callees in them).
+    #[default]
+    Off,
+    /// Count where the CPU allows it; otherwise instruction assertions are
+    /// skipped with a message on stderr.
+    Auto,
+    /// Count, or panic when the capture starts if counting is impossible.
+    Required,
+}
+
+/// What a capture's instruction counts are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CounterStatus {
+    /// Not asked for ([`Counters::Off`]).
+    Off,
+    /// Asked for, but this machine cannot count; the reason.
+    Unavailable(String),
+    /// Retired user-space instructions per call, the probes' own excluded.
+    Instructions,
+}
+
+impl CounterStatus {
+    pub fn is_counting(&self) -> bool {
+        matches!(self, CounterStatus::Instructions)
+    }
+}
+
+/// `FGTRACE_COUNTERS`, read at every capture (cheap, and tests may set it).
+fn env_mode() -> Option<&'static str> {
+    match std::env::var("FGTRACE_COUNTERS")
+        .ok()?
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "off" | "0" | "no" | "false" => Some("off"),
+        "required" | "require" => Some("required"),
+        _ => None,
+    }
+}
+
+/// The counter source and status for a capture starting on this thread.
+/// Panics when counters are required and unavailable.
+#[track_caller]
+pub(crate) fn resolve(mode: Counters) -> (Option<CounterSrc>, CounterStatus) {
+    if mode == Counters::Off {
+        return (None, CounterStatus::Off);
+    }
+    let env = env_mode();
+    let required = mode == Counters::Required || env == Some("required");
+    let got = if env == Some("off") {
+        Err("counters forced off by FGTRACE_COUNTERS=off".to_string())
+    } else {
+        thread_counter().and_then(|src| overhead(src).map(|_| src))
+    };
+    match got {
+        Ok(src) => (Some(src), CounterStatus::Instructions),
+        Err(why) if required => {
+            panic!("fgtrace: instruction counters are required but unavailable: {why}")
+        }
+        Err(why) => (None, CounterStatus::Unavailable(why)),
+    }
+}
+
+/// The calling thread's counter, if it has one (for resuming a capture on
+/// another thread); never panics.
+pub(crate) fn this_thread() -> Option<CounterSrc> {
+    if env_mode() == Some("off") {
+        return None;
+    }
+    thread_counter().ok()
+}
+
+/// One thread's open counter.
+struct ThreadCounter {
+    fd: i32,
+    page: *mut libc::c_void,
+}
+
+impl Drop for ThreadCounter {
+    fn drop(&mut self) {
+        // SAFETY: mapped and opened in `open`, used by no capture any more
+        // (the thread is exiting).
+        unsafe {
+            libc::munmap(self.page, page_size());
+            libc::close(self.fd);
+        }
+    }
+}
+
+thread_local! {
+    /// Opened on first use, kept for the thread's life: captures repeat.
+    static COUNTER: RefCell<Option<Result<ThreadCounter, String>>> = const { RefCell::new(None) };
+}
+
+fn thread_counter() -> Result<CounterSrc, String> {
+    COUNTER.with(|c| {
+        let mut c = c.borrow_mut();
+        let c = c.get_or_insert_with(open);
+        match c {
+            Ok(t) => Ok(CounterSrc {
+                page: t.page as *const u8,
+                fd: t.fd,
+            }),
+            Err(e) => Err(e.clone()),
+        }
+    })
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+#[cfg(target_os = "linux")]
+fn open() -> Result<ThreadCounter, String> {
+    use perf_event_open_sys as sys;
+    // SAFETY: a zeroed perf_event_attr is valid; the syscall reads `size` bytes.
+    let fd = unsafe {
+        let mut a: sys::bindings::perf_event_attr = std::mem::zeroed();
+        a.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
+        a.type_ = sys::bindings::PERF_TYPE_HARDWARE;
+        a.config = sys::bindings::PERF_COUNT_HW_INSTRUCTIONS as u64;
+        a.set_exclude_kernel(1);
+        a.set_exclude_hv(1);
+        sys::perf_event_open(
+            &mut a,
+            0,
+            -1,
+            -1,
+            sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        let hint = match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+                " (no hardware PMU: a VM or container without one)"
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                " (not permitted: perf_event_paranoid, or a seccomp filter)"
+            }
+            _ => "",
+        };
+        return Err(format!("perf_event_open(instructions) failed: {e}{hint}"));
+    }
+    // SAFETY: maps the event's metadata page read-only.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page_size(),
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        unsafe { libc::close(fd) };
+        return Err(format!("mmap of the perf_event page failed: {e}"));
+    }
+    let t = ThreadCounter { fd, page };
+    // A vPMU that accepts the event but never counts would make every
+    // budget pass: check that the counter moves.
+    let a = unsafe { read(t.page as *const u8, t.fd) };
+    std::hint::black_box((0..64u64).fold(0u64, |s, i| {
+        s.wrapping_mul(31).wrapping_add(std::hint::black_box(i))
+    }));
+    let b = unsafe { read(t.page as *const u8, t.fd) };
+    if b.wrapping_sub(a) == 0 || b.wrapping_sub(a) > 1 << 40 {
+        return Err(
+            "the instruction counter does not count here (a virtual PMU that reads 0)".into(),
+        );
+    }
+    Ok(t)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open() -> Result<ThreadCounter, String> {
+    Err("instruction counters need Linux perf_event".into())
+}
+
+/// The head of `struct perf_event_mmap_page` (`linux/perf_event.h`), as far
+/// as self-monitoring reads it.
+#[repr(C)]
+#[allow(dead_code)]
+struct PageHead {
+    version: u32,
+    compat_version: u32,
+    lock: u32,
+    index: u32,
+    offset: i64,
+    time_enabled: u64,
+    time_running: u64,
+    capabilities: u64,
+    pmc_width: u16,
+}
+
+/// `cap_user_rdpmc` in `capabilities`.
+const CAP_USER_RDPMC: u64 = 1 << 2;
+
+thread_local! {
+    /// Failed seqlock rounds of this thread's reads so far.
+    static RETRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Instructions this thread spent in work no call should be charged for
+    /// (`uncounted`).
+    static EXCLUDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Instructions of one failed seqlock round (measured by `calibrate`).
+static RETRY_COST: AtomicU64 = AtomicU64::new(0);
+/// What a call of `uncounted` costs its callers beyond its `[a, b]` window
+/// (its own reads, the bookkeeping): measured by `calibrate`.
+static UNCOUNTED_COST: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` without charging its instructions to the calls open around it:
+/// one-time work whose cost depends on what ran before (registering a site
+/// that another test may have registered first, growing a buffer), which
+/// would make counts differ between runs.
+///
+/// # Safety
+/// As for [`read`].
+pub(crate) unsafe fn uncounted(page: *const u8, fd: i32, f: &mut dyn FnMut()) {
+    let a = read_raw(page, fd, 0);
+    f();
+    let b = read_raw(page, fd, 0);
+    let spent = b.wrapping_sub(a).wrapping_add(UNCOUNTED_COST.load(Relaxed));
+    EXCLUDED.with(|e| e.set(e.get().wrapping_add(spent)));
+}
+
+/// The counter's value now, minus the instructions of every failed seqlock
+/// round this thread's reads have made so far: a round fails when the
+/// kernel moves the counter mid-read (likely where `rdpmc` traps to a
+/// hypervisor), and its instructions would otherwise land, at random, in the
+/// count of whichever calls were open.
+///
+/// # Safety
+/// `page` and `fd` come from this thread's open counter.
+#[inline(always)]
+pub(crate) unsafe fn read(page: *const u8, fd: i32) -> u64 {
+    let v = read_raw(page, fd, 0);
+    v.wrapping_sub(
+        RETRIES
+            .with(|r| r.get())
+            .wrapping_mul(RETRY_COST.load(Relaxed)),
+    )
+    .wrapping_sub(EXCLUDED.with(|e| e.get()))
+}
+
+/// The raw value; `force = 1` fails the first round (for calibration). One
+/// out-of-line copy, so every round costs the same wherever it is called from.
+#[inline(never)]
+unsafe fn read_raw(page: *const u8, fd: i32, force: u32) -> u64 {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        use std::ptr::{addr_of, read_volatile};
+        use std::sync::atomic::{compiler_fence, Ordering::SeqCst};
+        let p = page as *const PageHead;
+        // Opaque, so the optimizer cannot make a copy specialised for the
+        // calibration's `force = 1` whose rounds cost more or less.
+        let mut force = std::hint::black_box(force);
+        // The seqlock protocol of perf_event_mmap_page: retry if the kernel
+        // rescheduled the counter while we read it.
+        loop {
+            let seq = read_volatile(addr_of!((*p).lock));
+            compiler_fence(SeqCst);
+            let idx = read_volatile(addr_of!((*p).index));
+            let caps = read_volatile(addr_of!((*p).capabilities));
+            if caps & CAP_USER_RDPMC == 0 || idx == 0 {
+                return read_fd(fd);
+            }
+            let offset = read_volatile(addr_of!((*p).offset));
+            let width = read_volatile(addr_of!((*p).pmc_width)) as u32;
+            let (lo, hi): (u32, u32);
+            core::arch::asm!("rdpmc", in("ecx") idx - 1, out("eax") lo, out("edx") hi, options(nostack, preserves_flags));
+            let shift = 64u32.saturating_sub(width) & 63;
+            let pmc = (((hi as u64) << 32 | lo as u64) << shift) as i64 >> shift;
+            compiler_fence(SeqCst);
+            if read_volatile(addr_of!((*p).lock)) ^ force == seq {
+                return offset.wrapping_add(pmc) as u64;
+            }
+            force = 0;
+            RETRIES.with(|r| r.set(r.get() + 1));
+        }
+    }
+    #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
+    {
+        let _ = (page, force);
+        read_fd(fd)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (page, fd, force);
+        0
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[cold]
+#[inline(never)]
+fn read_fd(fd: i32) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes (the count, default read_format) into `v`.
+    let n = unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
+    if n == 8 {
+        v
+    } else {
+        0
+    }
+}
+
+/// What the probes themselves add to the counts, measured once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Overhead {
+    /// One failed seqlock round (subtracted by `read` itself).
+    pub retry: u64,
+    /// What `uncounted` adds beyond the work it excludes (subtracted too).
+    pub uncounted: u64,
+    /// Counted in an empty traced fn: probe work inside its own window.
+    pub floor: u64,
+    /// What one traced call adds to its caller's count beyond its own body:
+    /// both probes, entry to exit, including `floor`.
+    pub per_call: u64,
+}
+
+static OVERHEAD: OnceLock<Result<Overhead, String>> = OnceLock::new();
+
+/// The probes' overhead, calibrated on first use (on the calling thread).
+pub(crate) fn overhead(src: CounterSrc) -> Result<Overhead, String> {
+    OVERHEAD.get_or_init(|| calibrate(src)).clone()
+}
+
+/// The calibrated overhead if counters were ever used.
+pub(crate) fn known_overhead() -> Option<Overhead> {
+    OVERHEAD.get().and_then(|o| o.as_ref().ok().copied())
+}
+
+static CAL_LEAF: Site = Site::new("calibrate_leaf", module_path!(), file!(), line!(), false);
+static CAL_2: Site = Site::new("calibrate_2", module_path!(), file!(), line!(), false);
+static CAL_10: Site = Site::new("calibrate_10", module_path!(), file!(), line!(), false);
+
+/// Shaped like a `#[traced]` fn: the guard first, then the body.
+#[inline(never)]
+fn cal_leaf() {
+    let _g = probe::enter(&CAL_LEAF);
+}
+
+/// Two and ten calls written out (a loop's iterations would be charged to
+/// the probes): their difference is eight traced calls.
+#[inline(never)]
+fn cal_2() {
+    let _g = probe::enter(&CAL_2);
+    cal_leaf();
+    cal_leaf();
+}
+
+#[inline(never)]
+fn cal_10() {
+    let _g = probe::enter(&CAL_10);
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+    cal_leaf();
+}
+
+/// Measures, in this order: a failed seqlock round, what `uncounted` leaves
+/// behind, an empty traced fn's own count, and what a traced call adds to
+/// its caller. Minimum over rounds: a retry, an interrupt or a buffer
+/// hand-off only ever adds.
+fn calibrate(src: CounterSrc) -> Result<Overhead, String> {
+    // One failed round: a read that fails once, minus one that does not.
+    let (mut plain, mut forced) = (u64::MAX, u64::MAX);
+    for _ in 0..16 {
+        // SAFETY: this thread's counter.
+        unsafe {
+            let a = read_raw(src.page, src.fd, 0);
+            let b = read_raw(src.page, src.fd, 1);
+            let c = read_raw(src.page, src.fd, 0);
+            let d = read_raw(src.page, src.fd, 0);
+            forced = forced.min(b.wrapping_sub(a));
+            plain = plain.min(d.wrapping_sub(c));
+        }
+    }
+    RETRY_COST.store(forced.saturating_sub(plain), Relaxed);
+    // What a first call's uncounted registration still leaves in its
+    // callers' windows, beyond what an ordinary call's id lookup costs.
+    CAL_LEAF.id();
+    let saved = probe::capture_begin(8, Some(src));
+    let (mut fast, mut slow) = (u64::MAX, u64::MAX);
+    for _ in 0..16 {
+        // SAFETY: this thread's counter.
+        unsafe {
+            let a = read(src.page, src.fd);
+            probe::capture_site_id(&CAL_LEAF, false);
+            let b = read(src.page, src.fd);
+            probe::capture_site_id(&CAL_LEAF, true);
+            let c = read(src.page, src.fd);
+            fast = fast.min(b.wrapping_sub(a));
+            slow = slow.min(c.wrapping_sub(b));
+        }
+    }
+    probe::capture_end(saved);
+    UNCOUNTED_COST.store(slow.saturating_sub(fast), Relaxed);
+    let (mut floor, mut per8) = (u64::MAX, u64::MAX);
+    for _ in 0..5 {
+        let saved = probe::capture_begin(8, Some(src));
+        cal_2();
+        cal_10();
+        let out = probe::capture_end(saved);
+        let Some(ctr) = out.counters else {
+            return Err("calibration captured no counters".into());
+        };
+        let (mut d2, mut d10) = (None, None);
+        for (r, &d) in out.records.iter().zip(&ctr) {
+            match crate::collector::site_by_id(r.site()) {
+                Some(s) if std::ptr::eq(s, &CAL_LEAF) => floor = floor.min(d),
+                Some(s) if std::ptr::eq(s, &CAL_2) => d2 = Some(d),
+                Some(s) if std::ptr::eq(s, &CAL_10) => d10 = Some(d),
+                _ => {}
+            }
+        }
+        if let (Some(a), Some(b)) = (d2, d10) {
+            per8 = per8.min(b.saturating_sub(a));
+        }
+    }
+    if floor == u64::MAX || per8 == u64::MAX {
+        return Err("calibration recorded no calls".into());
+    }
+    Ok(Overhead {
+        retry: RETRY_COST.load(Relaxed),
+        uncounted: UNCOUNTED_COST.load(Relaxed),
+        floor,
+        per_call: per8 / 8,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_moves_and_calibration_is_stable() {
+        let Ok(src) = thread_counter() else {
+            eprintln!("no counters on this machine: nothing to check");
+            return;
+        };
+        let a = unsafe { read(src.page, src.fd) };
+        let b = unsafe { read(src.page, src.fd) };
+        assert!(b > a);
+        let o = overhead(src).unwrap();
+        assert!(o.per_call >= o.floor && o.floor > 0, "{o:?}");
+        // Calibrating again measures the same costs; `uncounted` is then
+        // already compensated, so what it leaves behind is nothing.
+        let again = calibrate(src).unwrap();
+        assert_eq!(
+            again,
+            Overhead { uncounted: 0, ..o },
+            "a second calibration differs"
+        );
+    }
+}
