@@ -16,9 +16,9 @@ pub mod view;
 
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
-pub mod sampler;
 #[cfg(feature = "pprof")]
 pub mod pprof;
+pub mod sampler;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
 pub mod testing;

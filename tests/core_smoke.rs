@@ -22,7 +22,13 @@ fn smoke() {
     let t = s.stop().unwrap();
     for e in t.events().take(12) {
         if let Event::Call(c) = e {
-            println!("{}{} {} {}ns", "  ".repeat(c.depth as usize), t.meta().site_name(c.site), c.start_ns, c.dur_ns);
+            println!(
+                "{}{} {} {}ns",
+                "  ".repeat(c.depth as usize),
+                t.meta().site_name(c.site),
+                c.start_ns,
+                c.dur_ns
+            );
         }
     }
     println!("{:?}", t.meta().threads);

@@ -300,6 +300,14 @@ mod running {
             .unwrap_or_default()
     }
 
+    /// The link count of `/proc/self/task` (2 + threads): one `statx`, cheap
+    /// enough for every wake-up where a scan reads the whole directory. `None`
+    /// where procfs does not tell.
+    fn thread_count() -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/task").ok().map(|m| m.nlink())
+    }
+
     fn refresh_ranges() {
         let m = maps::read_self();
         signal::TEXT.publish(&maps::text_ranges(&m));
@@ -475,11 +483,18 @@ mod running {
                     }
                     let mut last_scan = Instant::now();
                     let mut last_maps = Instant::now();
+                    let mut last_count = thread_count();
                     while !stop2.load(Acquire) {
                         std::thread::sleep(Duration::from_millis(5));
                         // Threads that run traced code register themselves on
-                        // their first call; the rescan catches the others.
-                        if last_scan.elapsed() >= Duration::from_millis(20) {
+                        // their first call; the rescan catches the others, at
+                        // once when the thread count changed (so a new thread
+                        // is sampled within about 5 ms), else periodically (a
+                        // thread that replaced one that exited).
+                        let count = thread_count();
+                        let changed = count.is_some() && count != last_count;
+                        if changed || last_scan.elapsed() >= Duration::from_millis(20) {
+                            last_count = count;
                             let new = st.lock().scan(me).unwrap_or(false);
                             if new || last_maps.elapsed() >= Duration::from_millis(500) {
                                 refresh_ranges();

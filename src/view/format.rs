@@ -53,7 +53,11 @@ pub fn push_ftrace_usecs(out: &mut String, ns: u64) -> usize {
     if int_len < 7 {
         let decimals = (7 - int_len).min(3);
         let rem = ns % 1000;
-        let digits = [b'0' + (rem / 100) as u8, b'0' + (rem / 10 % 10) as u8, b'0' + (rem % 10) as u8];
+        let digits = [
+            b'0' + (rem / 100) as u8,
+            b'0' + (rem / 10 % 10) as u8,
+            b'0' + (rem % 10) as u8,
+        ];
         tmp[end] = b'.';
         tmp[end + 1..end + 1 + decimals].copy_from_slice(&digits[..decimals]);
         end += 1 + decimals;

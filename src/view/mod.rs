@@ -7,21 +7,21 @@
 //! memory. When the stream fails part-way, a view still renders everything read
 //! before the damage, then returns the error.
 
-#[cfg(feature = "flame")]
-pub mod flame;
-pub mod format;
-pub mod graph;
-pub mod report;
-pub mod sampled;
-pub mod folded;
 pub mod chrome;
 pub mod diff;
 #[cfg(feature = "flame")]
+pub mod flame;
+#[cfg(feature = "flame")]
 pub mod flame_svg;
+pub mod folded;
+pub mod format;
+pub mod graph;
 #[cfg(feature = "html")]
 pub mod html;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod report;
+pub mod sampled;
 
 pub use graph::{write_graph, GraphOptions, GraphWriter, ThreadColumn};
 pub use report::{
