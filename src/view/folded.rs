@@ -1138,6 +1138,8 @@ pub struct Chart {
     /// (stack node, ns), threads one after the other.
     pub(crate) lines: Vec<(u32, u64)>,
     /// Where each call's frame begins: (line index, position in its path, call).
+    /// Read by the SVG renderer (feature `flame`) for the tooltips.
+    #[cfg_attr(not(feature = "flame"), allow(dead_code))]
     pub(crate) starts: Vec<(u32, u32, ChartCall)>,
     summary: FoldedSummary,
 }
