@@ -6,10 +6,13 @@
 //! ```
 //!
 //! The trace is recorded for real (a recursive fib on two threads), saved,
-//! then `graph`, `report` and the traced flamegraph's folded stacks are
-//! rendered from the file, streaming, to a sink.
+//! then `graph`, `report` and the traced flamegraph (folded stacks and SVG)
+//! are rendered from the file, streaming, to a sink.
 
 use fgtrace::trace::TraceReader;
+use fgtrace::view::flame::FlameOptions;
+use fgtrace::view::flame_svg::folded_svg;
+use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
 use fgtrace::view::{self, GraphOptions, ReportOptions};
 use std::io::{self, Write};
 use std::process::Command;
@@ -67,6 +70,18 @@ fn child(view: &str, path: &str) {
             .expect("graph"),
         "report" => view::write_report(&meta, r.events(), &ReportOptions::default(), &mut sink)
             .expect("report"),
+        "flame" => {
+            // Traced folded stacks (exact ns) and the SVG inferno draws from them.
+            let mut b = FoldedBuilder::traced(&meta, &FoldedOptions::default());
+            b.extend(r.events()).expect("events");
+            let folded = b.finish();
+            let opts = FlameOptions {
+                title: "render bench".into(),
+                count_name: "ns".into(),
+                ..FlameOptions::default()
+            };
+            folded_svg(&folded, &opts, &mut sink).expect("svg");
+        }
         "read" => {
             for e in r.events() {
                 e.expect("event");
@@ -112,7 +127,7 @@ fn main() {
         "{:<8} {:>9} {:>12} {:>10} {:>12}",
         "view", "seconds", "peak RSS MB", "x file", "output MB"
     );
-    for v in ["read", "graph", "report"] {
+    for v in ["read", "graph", "report", "flame"] {
         let out = Command::new(&args[0])
             .args(["--child", v, path.to_str().unwrap()])
             .output()
