@@ -349,10 +349,16 @@ impl Drop for Session {
     }
 }
 
+const MIN_NAP: Duration = Duration::from_micros(500);
+const MAX_NAP: Duration = Duration::from_millis(10);
+
 /// The collector thread: polls for batches (so traced threads never have to
 /// wake it with a syscall), keeps their records, recycles their storage.
 fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> Gathered {
     let mut g = Gathered::default();
+    // Poll fast while batches arrive, back off to 10 ms while idle: an idle
+    // session should cost (almost) nothing, a busy one never waits long.
+    let mut nap = MIN_NAP;
     loop {
         let mut got = false;
         while let Ok(b) = rx.try_recv() {
@@ -363,8 +369,11 @@ fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> G
         if stop.load(Acquire) {
             return g;
         }
-        if !got {
-            std::thread::sleep(Duration::from_micros(500));
+        if got {
+            nap = MIN_NAP;
+        } else {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(MAX_NAP);
         }
     }
 }
