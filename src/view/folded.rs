@@ -957,6 +957,18 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
     }
 
     /// Closes the open calls, shares self time out to samples, sums subtrees.
+    /// Reads `events`, then writes the folded text to `out`: everything read
+    /// before a stream error is written, then the error is returned.
+    pub fn write(
+        mut self,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+        out: impl Write,
+    ) -> Result<(), TraceError> {
+        let read = self.extend(events);
+        self.finish().write_to(out)?;
+        read
+    }
+
     pub fn finish(mut self) -> Folded {
         for t in 0..self.threads.len() {
             self.pop_to(t as u32, 0);
@@ -1066,10 +1078,7 @@ pub fn traced_folded<W: Write>(
     opts: &FoldedOptions,
     out: W,
 ) -> Result<(), TraceError> {
-    let mut b = FoldedBuilder::traced(meta, opts);
-    let read = b.extend(events);
-    b.finish().write_to(out)?;
-    read
+    FoldedBuilder::traced(meta, opts).write(events, out)
 }
 
 /// Sampled stacks as folded text (one count per sample), into `out`.
@@ -1080,10 +1089,7 @@ pub fn sampled_folded<W: Write, R: Resolve>(
     opts: &FoldedOptions,
     out: W,
 ) -> Result<(), TraceError> {
-    let mut b = FoldedBuilder::sampled(meta, opts, resolver);
-    let read = b.extend(events);
-    b.finish().write_to(out)?;
-    read
+    FoldedBuilder::sampled(meta, opts, resolver).write(events, out)
 }
 
 /// Combined stacks as folded text (ns; see the module doc), into `out`.
@@ -1094,10 +1100,7 @@ pub fn combined_folded<W: Write, R: Resolve>(
     opts: &FoldedOptions,
     out: W,
 ) -> Result<(), TraceError> {
-    let mut b = FoldedBuilder::combined(meta, opts, resolver);
-    let read = b.extend(events);
-    b.finish().write_to(out)?;
-    read
+    FoldedBuilder::combined(meta, opts, resolver).write(events, out)
 }
 
 /// One traced call as the chart drew it.
