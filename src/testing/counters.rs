@@ -484,11 +484,16 @@ mod tests {
         assert!(o.per_call >= o.floor && o.floor > 0, "{o:?}");
         // Calibrating again measures the same costs; `uncounted` is then
         // already compensated, so what it leaves behind is nothing.
+        // (An interrupt inside a calibration round adds a few instructions;
+        // under a loaded test run a round can miss its quiet minimum.)
         let again = calibrate(src).unwrap();
-        assert_eq!(
-            again,
-            Overhead { uncounted: 0, ..o },
-            "a second calibration differs"
+        let close = |x: u64, y: u64| x.abs_diff(y) <= 16;
+        assert!(
+            again.uncounted == 0
+                && close(again.retry, o.retry)
+                && close(again.floor, o.floor)
+                && close(again.per_call, o.per_call),
+            "a second calibration differs: {again:?} vs {o:?}"
         );
     }
 }
