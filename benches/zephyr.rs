@@ -18,7 +18,7 @@ const REPEAT: usize = 250;
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/zephyr/x86_64")
+        .join("tests/fixtures/zephyr/x86_64")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -330,21 +330,47 @@ impl Binary {
             f.name = pick_name(raw.as_deref(), i == last, symbol);
             out.push(f);
         }
+        if let Some(f) = out.first_mut() {
+            if f.line.is_none() {
+                self.nearest_line(va, f);
+            }
+        }
         if out.is_empty() {
             if let Some(name) = symbol() {
                 let loc = self
                     .dwarf
                     .as_ref()
                     .and_then(|d| d.find_location(va).ok().flatten());
-                out.push(Frame {
+                let mut f = Frame {
                     name,
                     file: loc.as_ref().and_then(|l| l.file.map(str::to_owned)),
                     line: loc.and_then(|l| l.line),
                     inlined: false,
-                });
+                };
+                if f.line.is_none() {
+                    self.nearest_line(va, &mut f);
+                }
+                out.push(f);
             }
         }
         out
+    }
+
+    /// A line-table row with line 0 (code the compiler attributes to no line,
+    /// whose file name means nothing either): the nearest row before `va` in
+    /// the same function that has a real line, as `addr2line` and `perf` show.
+    fn nearest_line(&self, va: u64, f: &mut Frame) {
+        let (Some(dwarf), Some(start)) = (&self.dwarf, self.symbols.segment_start(va)) else {
+            return;
+        };
+        let Ok(rows) = dwarf.find_location_range(start, va) else {
+            return;
+        };
+        // Rows come in address order: the last one with a line is the nearest.
+        if let Some(loc) = rows.filter(|(_, _, l)| l.line.is_some()).last() {
+            f.file = loc.2.file.map(str::to_owned);
+            f.line = loc.2.line;
+        }
     }
 }
 
@@ -421,6 +447,45 @@ mod tests {
             path: path.into(),
             build_id: None,
         }
+    }
+
+    /// Every DWARF row with line 0 (code the compiler could not attribute)
+    /// inside a function of this test binary: the innermost frame still gets
+    /// the nearest real line before it, as `addr2line` and `perf` give.
+    #[test]
+    fn rows_with_line_zero_take_the_nearest_real_line_before_them() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let bin = Binary::open(exe.to_str().unwrap(), None, &[]).unwrap();
+        let dwarf = bin.dwarf.as_ref().expect("tests build with debug info");
+        let (mut zero_rows, mut checked) = (0, 0);
+        for (lo, len, loc) in dwarf.find_location_range(0, u64::MAX).unwrap() {
+            if loc.line.is_some() || bin.symbols.segment_start(lo).is_none() {
+                continue;
+            }
+            zero_rows += 1;
+            let start = bin.symbols.segment_start(lo).unwrap();
+            // Only rows with a real line before them in the same function.
+            let before = dwarf
+                .find_location_range(start, lo)
+                .unwrap()
+                .any(|(_, _, l)| l.line.is_some());
+            if !before {
+                continue;
+            }
+            if checked >= 2000 {
+                break;
+            }
+            for va in [lo, lo + len - 1] {
+                let frames = bin.lookup(va);
+                assert!(!frames.is_empty(), "{va:#x}");
+                assert!(frames[0].line.is_some(), "{va:#x}: {:?}", frames[0]);
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > 0,
+            "no line-0 rows after a real line in this binary ({zero_rows} line-0 rows in all)"
+        );
     }
 
     #[test]

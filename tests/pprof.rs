@@ -8,6 +8,9 @@
 //! golang-go`) and fails, saying so, without it.
 #![cfg(all(target_os = "linux", feature = "cli"))]
 
+#[path = "support/tools.rs"]
+mod tools;
+
 use fgtrace::sampler::Sampling;
 use fgtrace::{Config, Session, Trace};
 use std::collections::HashMap;
@@ -356,18 +359,16 @@ fn the_profile_holds_every_sample_with_symbolized_locations() {
 fn go_tool_pprof_reads_it_and_names_the_hot_function() {
     let (path, out) = export("go", &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let go = Command::new("go")
+    let test = "go_tool_pprof_reads_it_and_names_the_hot_function";
+    let Some(go) = tools::tool("go", &["version"], "golang-go", test) else {
+        return;
+    };
+    let go = Command::new(go)
         .args(["tool", "pprof", "-top"])
         .arg(&path)
         .env("PPROF_BINARY_PATH", "/nonexistent")
-        .output();
-    let go = match go {
-        Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            panic!("this test needs Go's pprof: install it with `apt-get install -y golang-go`")
-        }
-        Err(e) => panic!("cannot run go: {e}"),
-    };
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run go: {e}"));
     let top = text(&go.stdout);
     println!("{top}{}", text(&go.stderr));
     assert!(

