@@ -1,83 +1,24 @@
-//! Per-thread record buffers: the compact 16-byte call record, and the
-//! buffer a thread writes into and the collector reads from.
+//! Per-thread record buffers: the buffer a thread writes into and the
+//! collector reads from (the record itself is the core's [`RawCall`]).
 //!
 //! A thread owns one [`ThreadBuf`] per session. It writes records into the
 //! current storage with plain stores and publishes the count with a release
 //! store (a plain `mov` on x86). Storage is swapped only under a spin flag
-//! that the owner takes once per batch and the collector takes once at stop,
-//! so the per-call path has no lock and no read-modify-write.
+//! that the owner takes once per batch (in the core's handoff hook, with the
+//! thread marked busy) and the collector takes at stop, so the per-call path
+//! has no lock and no read-modify-write.
+//!
+//! Stop protocol: the session first turns the control word off, then
+//! [`close`](ThreadBuf::close)s every buffer under its flag. A handoff that
+//! comes after that sends nothing (it would go into a channel nobody reads)
+//! and stops the thread's recording; one that came before has already sent
+//! its batch, which the session drains after closing. So no batch is lost at
+//! stop, and what the snapshot copies is never swapped away under it.
 
+pub use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-/// Kind of a raw record (2 bits).
-pub(crate) mod kind {
-    /// A completed call.
-    pub const CALL: u64 = 0;
-    /// One poll of an async fn.
-    pub const POLL: u64 = 1;
-    /// A whole future, first poll to completion (depth field = poll count).
-    pub const FUTURE: u64 = 2;
-    /// Records were lost here (duration field = count).
-    pub const LOST: u64 = 3;
-}
-
-const START_BITS: u32 = 54;
-const DEPTH_BITS: u32 = 10;
-const DUR_BITS: u32 = 43;
-const SITE_BITS: u32 = 18;
-pub(crate) const START_MASK: u64 = (1 << START_BITS) - 1;
-pub(crate) const MAX_DEPTH: u32 = (1 << DEPTH_BITS) - 1;
-pub(crate) const DUR_MAX: u64 = (1 << DUR_BITS) - 1;
-/// Most sites a process can have (site ids fit in 18 bits).
-pub(crate) const MAX_SITES: u32 = 1 << SITE_BITS;
-
-/// One call as the hot path writes it: 16 bytes.
-///
-/// * word 0: entry ticks (low 54 bits; the collector restores the high bits
-///   from the session origin) | depth (10 bits)
-/// * word 1: duration in ticks (43 bits, about 49 minutes at 3 GHz; longer
-///   calls saturate) | site id (18 bits) | unwound (1 bit) | kind (2 bits)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[repr(C)]
-pub struct RawCall(pub u64, pub u64);
-
-impl RawCall {
-    #[inline(always)]
-    pub(crate) fn pack(
-        start: u64,
-        depth: u32,
-        dur: u64,
-        site: u32,
-        unwound: bool,
-        kind: u64,
-    ) -> RawCall {
-        let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
-        RawCall(
-            (start & START_MASK) | ((depth as u64) << START_BITS),
-            dur | ((site as u64) << DUR_BITS) | ((unwound as u64) << 61) | (kind << 62),
-        )
-    }
-    pub(crate) fn start_low(self) -> u64 {
-        self.0 & START_MASK
-    }
-    pub(crate) fn depth(self) -> u32 {
-        (self.0 >> START_BITS) as u32
-    }
-    pub(crate) fn dur(self) -> u64 {
-        self.1 & DUR_MAX
-    }
-    pub(crate) fn site(self) -> u32 {
-        ((self.1 >> DUR_BITS) & (MAX_SITES as u64 - 1)) as u32
-    }
-    pub(crate) fn unwound(self) -> bool {
-        self.1 >> 61 & 1 != 0
-    }
-    pub(crate) fn kind(self) -> u64 {
-        self.1 >> 62
-    }
-}
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 pub(crate) type Storage = Box<[MaybeUninit<RawCall>]>;
 
@@ -94,8 +35,21 @@ pub(crate) struct Batch {
     pub len: usize,
 }
 
+/// Where a session's full batches go, and where fresh storage comes from.
+/// Threads hold it weakly: once the session is gone, a handoff stops.
+pub(crate) struct Outlet {
+    pub batches: crossbeam_channel::Sender<Batch>,
+    pub recycle_tx: crossbeam_channel::Sender<Storage>,
+    pub recycle_rx: crossbeam_channel::Receiver<Storage>,
+    /// Wait for the collector instead of dropping a batch.
+    pub block_when_full: bool,
+}
+
 /// The buffer one thread writes during one session, shared with the collector.
 pub(crate) struct ThreadBuf {
+    /// The session's outlet (weak: an idle thread does not keep a stopped
+    /// session alive).
+    pub outlet: std::sync::Weak<Outlet>,
     /// Index of the thread in the session's thread table.
     pub index: u32,
     pub tid: u32,
@@ -103,28 +57,50 @@ pub(crate) struct ThreadBuf {
     /// True while the owner or the collector swaps or reads `storage`.
     lock: AtomicBool,
     storage: UnsafeCell<Storage>,
+    /// Set under `lock` at stop: no more batches.
+    closed: UnsafeCell<bool>,
+    /// `published` when the buffer was closed: what the session keeps.
+    final_count: UnsafeCell<usize>,
     /// Stream mode: records valid in `storage`. Flight recorder: records ever written.
-    pub published: AtomicU64,
-    pub overruns: AtomicU64,
+    pub published: AtomicUsize,
+    pub overruns: AtomicUsize,
     /// Calls lost in dropped batches.
     pub dropped: AtomicU64,
 }
 
-// SAFETY: `storage` is only swapped under `lock`; the owner writes slots at or
-// above `published`, the collector reads slots below it (release/acquire).
+// SAFETY: `storage`, `closed` and `final_count` are only touched under
+// `lock`; the owner writes slots at or above `published`, the collector reads
+// slots below it (release/acquire).
 unsafe impl Sync for ThreadBuf {}
 unsafe impl Send for ThreadBuf {}
 
+/// What [`ThreadBuf::swap_if_open`] did.
+pub(crate) enum Swap {
+    /// The full storage, to send; the fresh one is in place.
+    Full(Storage),
+    /// The buffer is closed: nothing was swapped, `fresh` comes back.
+    Closed(#[allow(dead_code)] Storage),
+}
+
 impl ThreadBuf {
-    pub fn new(index: u32, tid: u32, name: String, capacity: usize) -> ThreadBuf {
+    pub fn new(
+        index: u32,
+        tid: u32,
+        name: String,
+        capacity: usize,
+        outlet: std::sync::Weak<Outlet>,
+    ) -> ThreadBuf {
         ThreadBuf {
+            outlet,
             index,
             tid,
             name,
             lock: AtomicBool::new(false),
             storage: UnsafeCell::new(new_storage(capacity)),
-            published: AtomicU64::new(0),
-            overruns: AtomicU64::new(0),
+            closed: UnsafeCell::new(false),
+            final_count: UnsafeCell::new(0),
+            published: AtomicUsize::new(0),
+            overruns: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
         }
     }
@@ -143,45 +119,101 @@ impl ThreadBuf {
         self.lock.store(false, Ordering::Release);
     }
 
-    /// The owner's write pointer into the current storage.
-    pub fn storage_ptr(&self) -> (*mut RawCall, usize) {
+    /// Runs `f` under the flag.
+    pub fn locked<R>(&self, f: impl FnOnce() -> R) -> R {
         self.lock();
-        // SAFETY: under the lock nobody swaps the storage.
-        let s = unsafe { &mut *self.storage.get() };
-        let r = (s.as_mut_ptr() as *mut RawCall, s.len());
+        let r = f();
         self.unlock();
         r
     }
 
-    /// Owner only: swaps in `fresh` and returns the full storage.
-    pub fn swap_storage(&self, fresh: Storage) -> Storage {
-        self.lock();
-        // SAFETY: under the lock.
-        let old = std::mem::replace(unsafe { &mut *self.storage.get() }, fresh);
-        self.published.store(0, Ordering::Release);
-        self.unlock();
-        old
+    /// The owner's write pointer into the current storage.
+    pub fn storage_ptr(&self) -> (*mut RawCall, usize) {
+        self.locked(|| {
+            // SAFETY: under the lock nobody swaps the storage.
+            let s = unsafe { &mut *self.storage.get() };
+            (s.as_mut_ptr() as *mut RawCall, s.len())
+        })
     }
 
-    /// Collector: copies out what is published. `flight` = ring semantics:
-    /// returns the last `capacity` records in order and how many were overwritten.
+    /// Owner only, under the flag taken with [`locked`](Self::locked): swaps
+    /// in `fresh` unless the buffer is closed.
+    ///
+    /// # Safety
+    /// The caller holds the flag.
+    pub unsafe fn swap_if_open(&self, fresh: Storage) -> Swap {
+        if *self.closed.get() {
+            return Swap::Closed(fresh);
+        }
+        let old = std::mem::replace(&mut *self.storage.get(), fresh);
+        self.published.store(0, Ordering::Release);
+        Swap::Full(old)
+    }
+
+    /// Owner only (captures): the records published so far, and the count reset.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub fn take_published(&self) -> Vec<RawCall> {
+        self.locked(|| {
+            let n = self.published.load(Ordering::Acquire);
+            // SAFETY: under the lock; slots below `n` were written.
+            let s = unsafe { &*self.storage.get() };
+            let out = s[..n.min(s.len())]
+                .iter()
+                .map(|r| unsafe { r.assume_init() })
+                .collect();
+            self.published.store(0, Ordering::Release);
+            out
+        })
+    }
+
+    /// Session stop: no more batches from this buffer; returns nothing, the
+    /// records stay for [`snapshot`](Self::snapshot).
+    pub fn close(&self) {
+        self.locked(|| unsafe {
+            *self.closed.get() = true;
+            *self.final_count.get() = self.published.load(Ordering::Acquire);
+        })
+    }
+
+    /// Copies out what was published when the buffer was closed (or now,
+    /// if it never was). `flight` = ring semantics: the last `keep` records
+    /// in order, and how many older ones were overwritten. The owner may
+    /// still be writing the ring (a call that was open at stop): records it
+    /// may have overwritten while they were copied are dropped and counted
+    /// as overwritten, never returned torn.
     pub fn snapshot(&self, flight: bool, keep: usize) -> (Vec<RawCall>, u64) {
-        self.lock();
-        let n = self.published.load(Ordering::Acquire);
-        // SAFETY: under the lock; slots below `n` were fully written before
-        // `published` was released.
-        let s = unsafe { &*self.storage.get() };
-        let cap = s.len() as u64;
-        let keep = (keep as u64).min(cap);
-        let read = |i: u64| unsafe { s[(i % cap) as usize].assume_init() };
-        let (out, lost) = if flight {
+        self.locked(|| {
+            // SAFETY: under the lock.
+            let (closed, fin) = unsafe { (*self.closed.get(), *self.final_count.get()) };
+            let n = if closed {
+                fin
+            } else {
+                self.published.load(Ordering::Acquire)
+            };
+            // SAFETY: under the lock nobody swaps the storage.
+            let s = unsafe { &*self.storage.get() };
+            let cap = s.len();
+            if cap == 0 {
+                return (Vec::new(), 0);
+            }
+            let read = |i: usize| {
+                // SAFETY: slot written before `published` covered it; a
+                // volatile read, since the owner may be rewriting it (ring).
+                unsafe { std::ptr::read_volatile(s[i % cap].as_ptr()) }
+            };
+            if !flight {
+                return ((0..n.min(cap)).map(read).collect(), 0);
+            }
+            let keep = keep.min(cap);
             let first = n.saturating_sub(keep);
-            ((first..n).map(read).collect(), first)
-        } else {
-            ((0..n.min(cap)).map(read).collect(), 0)
-        };
-        self.unlock();
-        (out, lost)
+            let out: Vec<RawCall> = (first..n).map(read).collect();
+            // The owner may be writing index `now` (reserved before it is
+            // published), which reuses the slot of `now - cap`.
+            let now = self.published.load(Ordering::Acquire);
+            let valid_from = (now + 1).saturating_sub(cap).max(first);
+            let skip = valid_from.saturating_sub(first).min(out.len());
+            (out[skip..].to_vec(), (first + skip) as u64)
+        })
     }
 }
 
@@ -190,43 +222,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn raw_call_packs_every_field() {
-        let r = RawCall::pack(
-            0x3f_ffff_ffff_1234,
-            513,
-            1 << 40,
-            MAX_SITES - 1,
-            true,
-            kind::POLL,
-        );
-        assert_eq!(r.start_low(), 0x3f_ffff_ffff_1234 & START_MASK);
-        assert_eq!(r.depth(), 513);
-        assert_eq!(r.dur(), 1 << 40);
-        assert_eq!(r.site(), MAX_SITES - 1);
-        assert!(r.unwound());
-        assert_eq!(r.kind(), kind::POLL);
-        assert_eq!(
-            RawCall::pack(5, 0, u64::MAX, 3, false, kind::CALL).dur(),
-            DUR_MAX
-        );
-        assert_eq!(std::mem::size_of::<RawCall>(), 16);
-    }
-
-    #[test]
     fn flight_snapshot_keeps_the_last_records_in_order() {
-        let b = ThreadBuf::new(0, 1, "t".into(), 4);
+        let b = ThreadBuf::new(0, 1, "t".into(), 4, std::sync::Weak::new());
         let (p, cap) = b.storage_ptr();
-        for i in 0..10u64 {
-            unsafe { p.add((i % cap as u64) as usize).write(RawCall(i, 0)) };
+        for i in 0..10usize {
+            unsafe { p.add(i % cap).write(RawCall(i as u64, 0)) };
             b.published.store(i + 1, Ordering::Release);
         }
         let (recs, lost) = b.snapshot(true, 4);
-        assert_eq!(
-            recs.iter().map(|r| r.0).collect::<Vec<_>>(),
-            vec![6, 7, 8, 9]
-        );
-        assert_eq!(lost, 6);
+        // Index 6 shares its slot with index 10, which the owner may be
+        // writing: only 7, 8, 9 are safe to keep.
+        assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), vec![7, 8, 9]);
+        assert_eq!(lost, 7);
         let (recs, lost) = b.snapshot(true, 3);
         assert_eq!((recs.len(), lost), (3, 7));
+    }
+
+    #[test]
+    fn a_closed_buffer_keeps_what_was_published_at_close() {
+        let b = ThreadBuf::new(0, 1, "t".into(), 8, std::sync::Weak::new());
+        let (p, _) = b.storage_ptr();
+        for i in 0..3usize {
+            unsafe { p.add(i).write(RawCall(i as u64, 0)) };
+            b.published.store(i + 1, Ordering::Release);
+        }
+        b.close();
+        // A call that was open at stop ends afterwards.
+        unsafe { p.add(3).write(RawCall(3, 0)) };
+        b.published.store(4, Ordering::Release);
+        let (recs, _) = b.snapshot(false, 0);
+        assert_eq!(recs.len(), 3);
+        let fresh = new_storage(8);
+        assert!(matches!(
+            b.locked(|| unsafe { b.swap_if_open(fresh) }),
+            Swap::Closed(_)
+        ));
     }
 }

@@ -11,55 +11,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Reads the raw cycle counter. Costs one instruction on x86 (about 10 ns on the
-/// VMs we measure on); no syscall, no lock.
-#[inline(always)]
-pub fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc is available on every x86_64 CPU.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(target_arch = "x86")]
-    {
-        // SAFETY: every i586+ CPU has rdtsc; Rust's i686 targets require it.
-        unsafe { core::arch::x86::_rdtsc() }
-    }
-    #[cfg(target_arch = "riscv64")]
-    {
-        let t: u64;
-        // SAFETY: rdtime reads the time CSR, readable from user mode on Linux.
-        unsafe { core::arch::asm!("rdtime {}", out(reg) t, options(nomem, nostack)) };
-        t
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let t: u64;
-        // SAFETY: the virtual counter is readable from EL0 on Linux.
-        unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) t, options(nomem, nostack)) };
-        t
-    }
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "riscv64",
-        target_arch = "aarch64"
-    )))]
-    {
-        monotonic_ns()
-    }
-}
-
-/// Name of the counter `ticks()` reads, stored in trace files.
-pub const SOURCE: &str = if cfg!(any(target_arch = "x86_64", target_arch = "x86")) {
-    "tsc"
-} else if cfg!(target_arch = "riscv64") {
-    "rdtime"
-} else if cfg!(target_arch = "aarch64") {
-    "cntvct_el0"
-} else {
-    "monotonic"
-};
+pub use fgtrace_core::clock::{ticks, SOURCE};
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock `perf_event` stamps samples with).
 pub fn monotonic_ns() -> u64 {

@@ -1,15 +1,17 @@
 //! Session lifecycle: start recording, gather the threads' batches on a
 //! collector thread, and turn everything into a [`Trace`] at stop.
 
-use crate::buffer::{self, Batch, RawCall, Storage, ThreadBuf};
+use crate::buffer::{self, Batch, Outlet, RawCall, Storage, ThreadBuf};
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
-use crate::probe::{self, Site, CONTROL, ON, SESSION_ON};
 use crate::trace::{build, RecordMode, Trace};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crate::{recorder, thread};
+use crossbeam_channel::{bounded, Receiver};
+use fgtrace_core::control;
+use fgtrace_core::site::Site;
 use parking_lot::{Mutex, RwLock};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -42,7 +44,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// What the hot path needs to know about the running session.
+/// What the hooks need to know about the running session.
 pub(crate) struct Active {
     pub gen: u32,
     pub filters: Filters,
@@ -52,77 +54,63 @@ pub(crate) struct Active {
     pub stack_depth: u32,
     pub max_depth: u32,
     pub threshold_ticks: u64,
-    pub block_when_full: bool,
     /// Stacks are sampled too: threads register with the sampler on first use.
     pub sampling: bool,
-    pub batches: Sender<Batch>,
-    pub recycle_tx: Sender<Storage>,
-    pub recycle_rx: Receiver<Storage>,
-    threads: Mutex<Vec<Arc<ThreadBuf>>>,
+    pub outlet: Arc<Outlet>,
+    /// The threads' buffers; `None` once the session is stopping.
+    threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
+}
+
+/// Sessions whose state is still allocated (for tests: a stopped session is
+/// freed even while threads that recorded into it idle).
+pub(crate) static LIVE_SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        LIVE_SESSIONS.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Active {
-    /// A buffer for the calling thread (slow path, once per thread per session).
-    pub fn register_thread(&self) -> Arc<ThreadBuf> {
-        let (tid, name) = (os_tid(), thread_name());
+    /// A buffer for the calling thread (slow path, once per thread per
+    /// session); `None` once the session is stopping.
+    pub fn register_thread(&self) -> Option<Arc<ThreadBuf>> {
+        let (tid, name) = (thread::os_tid(), thread::name());
         let mut threads = self.threads.lock();
+        let threads = threads.as_mut()?;
         let b = Arc::new(ThreadBuf::new(
             threads.len() as u32,
             tid,
             name,
             self.capacity,
+            Arc::downgrade(&self.outlet),
         ));
         threads.push(b.clone());
-        b
+        Some(b)
+    }
+
+    /// Closes every thread's buffer (no more batches) and returns them; no
+    /// thread registers after this.
+    fn close(&self) -> Vec<Arc<ThreadBuf>> {
+        let threads = self.threads.lock().take().unwrap_or_default();
+        for t in &threads {
+            t.close();
+        }
+        threads
     }
 }
 
 static ACTIVE: RwLock<Option<Arc<Active>>> = RwLock::new(None);
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
-static SITES: Mutex<Vec<&'static Site>> = Mutex::new(Vec::new());
 
 /// The session of generation `gen`, if it is still the active one.
 pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
     ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()
 }
 
-/// Assigns a process-wide id to a site (slow path, once per site).
-pub(crate) fn register_site(site: &'static Site) -> u32 {
-    let mut sites = SITES.lock();
-    if let Some(i) = sites.iter().position(|s| std::ptr::eq(*s, site)) {
-        return i as u32;
-    }
-    let id = sites.len() as u32;
-    sites.push(site);
-    site.set_id(id);
-    id
-}
-
+/// The site with id `id` (cold: walks the core's registry).
 pub(crate) fn site_by_id(id: u32) -> Option<&'static Site> {
-    SITES.lock().get(id as usize).copied()
-}
-
-/// The calling thread's `std::thread` name, or `tid-N`.
-pub(crate) fn thread_name() -> String {
-    std::thread::current()
-        .name()
-        .map(String::from)
-        .unwrap_or_else(|| format!("tid-{}", os_tid()))
-}
-
-/// The calling thread's OS id.
-pub(crate) fn os_tid() -> u32 {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid has no preconditions.
-        unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        static NEXT: AtomicU32 = AtomicU32::new(1);
-        thread_local!(static TID: u32 = NEXT.fetch_add(1, Relaxed));
-        TID.with(|t| *t)
-    }
+    fgtrace_core::site::site_by_id(id)
 }
 
 /// Records of one thread gathered so far.
@@ -164,18 +152,41 @@ pub struct Session {
 impl Session {
     /// Starts recording every `#[traced]` call that passes `config`'s filters.
     pub fn start(config: Config) -> Result<Session, Error> {
+        Self::start_with(config, spawn_collector)
+    }
+
+    fn start_with(
+        config: Config,
+        spawn: impl FnOnce(
+            Receiver<Batch>,
+            Arc<AtomicBool>,
+            Arc<Active>,
+        ) -> std::io::Result<JoinHandle<Gathered>>,
+    ) -> Result<Session, Error> {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
+        recorder::install();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
         if slot.is_some() {
             return Err(Error::AlreadyRunning);
         }
-        let gen = NEXT_GEN.fetch_add(1, Relaxed) & (u32::MAX >> 2);
+        let gen = NEXT_GEN.fetch_add(1, Relaxed) & control::GEN_MASK;
         let flight = config.mode == RecordMode::FlightRecorder;
         let capacity = if flight {
-            config.flight_calls.next_power_of_two()
+            // One slot more than kept: the slot a call open at stop may be
+            // rewriting is never one the snapshot needs.
+            config
+                .flight_calls
+                .checked_add(1)
+                .and_then(usize::checked_next_power_of_two)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "flight recorder of {} calls per thread is too large",
+                        config.flight_calls
+                    ))
+                })?
         } else {
             config.batch_calls
         };
@@ -192,6 +203,7 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
+        LIVE_SESSIONS.fetch_add(1, Relaxed);
         let active = Arc::new(Active {
             gen,
             has_graph: filters.has_graph_functions(),
@@ -201,24 +213,23 @@ impl Session {
             stack_depth: config.stack_depth,
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
-            block_when_full: config.block_when_full,
             sampling: config.sampling.is_some(),
-            batches,
-            recycle_tx,
-            recycle_rx,
-            threads: Mutex::new(Vec::new()),
+            outlet: Arc::new(Outlet {
+                batches,
+                recycle_tx,
+                recycle_rx,
+                block_when_full: config.block_when_full,
+            }),
+            threads: Mutex::new(Some(Vec::new())),
         });
-        *slot = Some(active.clone());
-        drop(slot);
         let stop = Arc::new(AtomicBool::new(false));
+        // Everything that can fail comes before the session is published:
+        // a failure leaves no session behind.
         let collector = if flight {
             None
         } else {
-            let (rx, stop, act) = (batches_rx.clone(), stop.clone(), active.clone());
-            let h = std::thread::Builder::new()
-                .name("fgtrace-collector".into())
-                .spawn(move || collect(rx, stop, act))
-                .map_err(|e| Error::Collector(e.to_string()))?;
+            let h = spawn(batches_rx.clone(), stop.clone(), active.clone())
+                .map_err(|e| Error::Collector(format!("cannot start the collector thread: {e}")))?;
             Some(h)
         };
         #[cfg(target_os = "linux")]
@@ -226,7 +237,6 @@ impl Session {
             Some(s) => match crate::sampler::Sampler::start(s) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    ACTIVE.write().take();
                     stop.store(true, Release);
                     if let Some(h) = collector {
                         let _ = h.join();
@@ -238,10 +248,11 @@ impl Session {
         };
         #[cfg(not(target_os = "linux"))]
         if config.sampling.is_some() {
-            ACTIVE.write().take();
             return Err(Error::Sampler("sampling needs Linux".into()));
         }
-        CONTROL.store(gen << 2 | SESSION_ON | ON, Release);
+        *slot = Some(active.clone());
+        drop(slot);
+        control::session_on(gen);
         Ok(Session {
             active,
             cal,
@@ -256,12 +267,12 @@ impl Session {
 
     /// Pauses recording (ftrace's `tracing_on = 0`); probes cost one load and a branch.
     pub fn pause(&self) {
-        probe::control_session_off();
+        control::session_off();
     }
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
-        CONTROL.store(self.active.gen << 2 | SESSION_ON | ON, Release);
+        control::session_on(self.active.gen);
     }
 
     /// Stops recording and returns the trace.
@@ -271,8 +282,12 @@ impl Session {
 
     fn shutdown(&mut self) -> Result<Trace, Error> {
         let end = ClockPoint::now();
-        probe::control_session_off();
+        control::session_off();
         ACTIVE.write().take();
+        // Close every buffer before the collector stops and the channel is
+        // drained: a handoff either sent its batch before (drained below)
+        // or finds its buffer closed and sends nothing.
+        let threads = self.active.close();
         self.stop.store(true, Release);
         let mut gathered = match self.collector.take() {
             Some(h) => h
@@ -288,7 +303,6 @@ impl Session {
         let sampled = self.sampler.take().map(|s| s.stop(&self.cal));
         #[cfg(not(target_os = "linux"))]
         let sampled: Option<crate::sampler::Sampled> = None;
-        let threads = self.active.threads.lock().clone();
         let mut inputs = Vec::with_capacity(threads.len());
         for t in &threads {
             let (tail, overwritten) = t.snapshot(self.active.flight, self.config.flight_calls);
@@ -301,7 +315,7 @@ impl Session {
                 records: recs,
                 overwritten,
                 dropped: t.dropped.load(Relaxed),
-                overruns: t.overruns.load(Relaxed),
+                overruns: t.overruns.load(Relaxed) as u64,
                 samples: Vec::new(),
                 samples_lost: 0,
             });
@@ -343,6 +357,7 @@ impl Drop for Session {
                 .read()
                 .as_ref()
                 .is_some_and(|a| a.gen == self.active.gen)
+            || self.active.threads.lock().is_some()
         {
             let _ = self.shutdown();
         }
@@ -354,7 +369,19 @@ const MAX_NAP: Duration = Duration::from_millis(10);
 
 /// The collector thread: polls for batches (so traced threads never have to
 /// wake it with a syscall), keeps their records, recycles their storage.
+fn spawn_collector(
+    rx: Receiver<Batch>,
+    stop: Arc<AtomicBool>,
+    active: Arc<Active>,
+) -> std::io::Result<JoinHandle<Gathered>> {
+    std::thread::Builder::new()
+        .name("fgtrace-collector".into())
+        .spawn(move || collect(rx, stop, active))
+}
+
 fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> Gathered {
+    // Nothing this thread does (and no traced allocator it calls) is recorded.
+    fgtrace_core::probe::mark_internal_thread();
     let mut g = Gathered::default();
     // Poll fast while batches arrive, back off to 10 ms while idle: an idle
     // session should cost (almost) nothing, a busy one never waits long.
@@ -363,7 +390,7 @@ fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> G
         let mut got = false;
         while let Ok(b) = rx.try_recv() {
             let s = g.add(b);
-            let _ = active.recycle_tx.try_send(s);
+            let _ = active.outlet.recycle_tx.try_send(s);
             got = true;
         }
         if stop.load(Acquire) {

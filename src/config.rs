@@ -19,6 +19,7 @@
 
 use crate::buffer::MAX_DEPTH;
 use crate::trace::RecordMode;
+pub(crate) use fgtrace_core::site::Decision;
 use std::time::Duration;
 use wildmatch::WildMatch;
 
@@ -258,20 +259,6 @@ impl Config {
         }
         parts.join(" ")
     }
-}
-
-/// What a session does with calls of one site (cached per site on the hot path).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Decision {
-    /// Record the call.
-    Record = 1,
-    /// Do not record it; its callees may be recorded.
-    Skip = 2,
-    /// Hide it and its whole subtree.
-    Hide = 3,
-    /// Record it and enable recording below it (graph function).
-    GraphRoot = 4,
 }
 
 /// Compiled name patterns.

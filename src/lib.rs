@@ -1,17 +1,33 @@
 //! fgtrace: a function-graph tracer and stack sampler for Rust.
 //!
-//! Data flows one way: `#[traced]` probes ([`probe`]) push and pop a per-thread
-//! shadow stack and write fixed-size call records into per-thread buffers
-//! ([`buffer`]); the [`collector`] gathers them into a [`Trace`], which is
-//! saved and loaded in the fgtrace file format ([`trace::format`]) and rendered
-//! by the [`view`]s. The sampler joins at the `Trace`: same clock, same threads.
+//! Data flows one way: `#[traced]` probes (the `no_std` core,
+//! [`fgtrace_core`]) push and pop a per-thread shadow stack and write
+//! fixed-size call records into per-thread buffers ([`buffer`]); the
+//! [`collector`] gathers them into a [`Trace`], which is saved and loaded in
+//! the fgtrace file format ([`trace::format`]) and rendered by the views
+//! (feature `views`). The sampler joins at the `Trace`: same clock, same
+//! threads.
+//!
+//! Layers, each importing only the ones below it (`tests/layers.rs` checks
+//! that no module imports in a cycle):
+//!
+//! | layer | where | feature |
+//! |---|---|---|
+//! | recording core: clock, sites, control word, shadow stack, guard, records, unwinders | `fgtrace-core` (`no_std`) | always |
+//! | runtime: [`Session`], [`Config`], collector, buffers, sampler, [`Trace`] and its file format | this crate | always |
+//! | analysis: views, symbolize, pprof, bridges | this crate | `views`, `symbolize`, `pprof`, ... |
+//! | `testing`: captures and assertions | this crate | `testing` |
+//! | the `fgtrace` command | `fgtrace-cli` | |
 
 pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
-pub mod probe;
+mod recorder;
+mod thread;
 pub mod trace;
+
+#[cfg(feature = "views")]
 pub mod view;
 
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
@@ -21,16 +37,35 @@ pub mod pprof;
 pub mod sampler;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use collector::{Error, Session};
 pub use config::Config;
 pub use trace::{Call, Event, Trace, TraceMeta};
 
+pub use fgtrace_core as core;
 pub use fgtrace_macros::{notrace, traced};
+
+/// The recording core's hot path, for code that instruments itself by hand.
+pub mod probe {
+    pub use fgtrace_core::probe::{current_depth, enter, Guard, TracedFuture};
+    pub use fgtrace_core::site::Site;
+}
 
 /// What `#[traced]` expands to. Not a public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::probe::{enter, Guard, Site, TracedFuture};
+    pub use fgtrace_core::probe::{enter, Guard, TracedFuture};
+    pub use fgtrace_core::site::Site;
+
+    /// Sessions whose state is still allocated, and shadow stacks alive in
+    /// the process (for tests of the stop protocol).
+    pub fn live_counts() -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            crate::collector::LIVE_SESSIONS.load(Relaxed),
+            crate::recorder::LIVE_STACKS.load(Relaxed),
+        )
+    }
 }

@@ -15,7 +15,7 @@
 //! `/proc/self/task`, so threads started later are sampled too), drains the
 //! buffers, and hands the samples to the session at stop.
 
-pub mod unwind;
+pub use fgtrace_core::unwind;
 
 #[cfg(target_os = "linux")]
 mod buildid;
@@ -282,7 +282,7 @@ mod running {
     }
 
     fn own_tid() -> u32 {
-        crate::collector::os_tid()
+        crate::thread::os_tid()
     }
 
     fn comm(tid: u32) -> String {

@@ -293,7 +293,7 @@ unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
             }
         }
     }
-    let (depth, split_sp) = crate::probe::shadow_top();
+    let (depth, split_sp) = fgtrace_core::probe::shadow_top();
     let Some((h, slot)) = buf.reserve() else {
         return;
     };

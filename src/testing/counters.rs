@@ -11,7 +11,9 @@
 //! Each read is expensive inside a VM that traps `rdpmc` (about 8 µs here), so
 //! counters are off unless a capture asks for them.
 
-use crate::probe::{self, CounterSrc, Site};
+use crate::recorder::{self, CounterSrc};
+use fgtrace_core::probe::{self as core_probe, Counter};
+use fgtrace_core::site::Site;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -127,6 +129,8 @@ fn thread_counter() -> Result<CounterSrc, String> {
             Ok(t) => Ok(CounterSrc {
                 page: t.page as *const u8,
                 fd: t.fd,
+                read: read_counter,
+                uncounted: uncounted_counter,
             }),
             Err(e) => Err(e.clone()),
         }
@@ -274,6 +278,16 @@ pub(crate) unsafe fn read(page: *const u8, fd: i32) -> u64 {
     .wrapping_sub(EXCLUDED.with(|e| e.get()))
 }
 
+/// [`read`] as the core's [`Counter`] calls it.
+unsafe fn read_counter(c: &Counter) -> u64 {
+    read(c.page, c.fd)
+}
+
+/// [`uncounted`] as the core's [`Counter`] calls it.
+unsafe fn uncounted_counter(c: &Counter, f: &mut dyn FnMut()) {
+    uncounted(c.page, c.fd, f)
+}
+
 /// The raw value; `force = 1` fails the first round (for calibration). One
 /// out-of-line copy, so every round costs the same wherever it is called from.
 #[inline(never)]
@@ -369,21 +383,21 @@ static CAL_10: Site = Site::new("calibrate_10", module_path!(), file!(), line!()
 /// Shaped like a `#[traced]` fn: the guard first, then the body.
 #[inline(never)]
 fn cal_leaf() {
-    let _g = probe::enter(&CAL_LEAF);
+    let _g = core_probe::enter(&CAL_LEAF);
 }
 
 /// Two and ten calls written out (a loop's iterations would be charged to
 /// the probes): their difference is eight traced calls.
 #[inline(never)]
 fn cal_2() {
-    let _g = probe::enter(&CAL_2);
+    let _g = core_probe::enter(&CAL_2);
     cal_leaf();
     cal_leaf();
 }
 
 #[inline(never)]
 fn cal_10() {
-    let _g = probe::enter(&CAL_10);
+    let _g = core_probe::enter(&CAL_10);
     cal_leaf();
     cal_leaf();
     cal_leaf();
@@ -418,28 +432,28 @@ fn calibrate(src: CounterSrc) -> Result<Overhead, String> {
     // What a first call's uncounted registration still leaves in its
     // callers' windows, beyond what an ordinary call's id lookup costs.
     CAL_LEAF.id();
-    let saved = probe::capture_begin(8, Some(src));
+    let saved = recorder::capture_begin(8, Some(src));
     let (mut fast, mut slow) = (u64::MAX, u64::MAX);
     for _ in 0..16 {
         // SAFETY: this thread's counter.
         unsafe {
             let a = read(src.page, src.fd);
-            probe::capture_site_id(&CAL_LEAF, false);
+            core_probe::capture_site_id(&CAL_LEAF, false);
             let b = read(src.page, src.fd);
-            probe::capture_site_id(&CAL_LEAF, true);
+            core_probe::capture_site_id(&CAL_LEAF, true);
             let c = read(src.page, src.fd);
             fast = fast.min(b.wrapping_sub(a));
             slow = slow.min(c.wrapping_sub(b));
         }
     }
-    probe::capture_end(saved);
+    recorder::capture_end(saved);
     UNCOUNTED_COST.store(slow.saturating_sub(fast), Relaxed);
     let (mut floor, mut per8) = (u64::MAX, u64::MAX);
     for _ in 0..5 {
-        let saved = probe::capture_begin(8, Some(src));
+        let saved = recorder::capture_begin(8, Some(src));
         cal_2();
         cal_10();
-        let out = probe::capture_end(saved);
+        let out = recorder::capture_end(saved);
         let Some(ctr) = out.counters else {
             return Err("calibration captured no counters".into());
         };

@@ -95,8 +95,7 @@ pub use runs::{Runs, Stat, Summary};
 pub use fgtrace_macros::budget;
 
 use crate::clock::ClockPoint;
-use crate::collector;
-use crate::probe::{self, CaptureOut, SavedState, Suspended};
+use crate::recorder::{self, CaptureOut, SavedState, Suspended};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::future::Future;
@@ -306,7 +305,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         CURRENT.with(|c| c.borrow_mut().pop());
         if let Some(s) = self.0.take() {
-            probe::capture_end(s);
+            recorder::capture_end(s);
         }
     }
 }
@@ -318,14 +317,14 @@ fn run_part<R>(
     f: impl FnOnce() -> R,
 ) -> (R, Part, counters::CounterStatus) {
     let (src, status) = counters::resolve(mode);
-    let running = Running::start(sink, probe::capture_begin(CAPTURE_STACK, src));
+    let running = Running::start(sink, recorder::capture_begin(CAPTURE_STACK, src));
     let r = f();
-    let out = probe::capture_end(running.take());
+    let out = recorder::capture_end(running.take());
     (
         r,
         Part {
-            tid: collector::os_tid(),
-            name: collector::thread_name(),
+            tid: crate::thread::os_tid(),
+            name: crate::thread::name(),
             out,
         },
         status,
@@ -431,14 +430,14 @@ impl<F: Future> Future for CaptureFuture<F> {
             None => {
                 let origin = ClockPoint::now();
                 let (src, status) = counters::resolve(this.mode);
-                let saved = probe::capture_begin(CAPTURE_STACK, src);
+                let saved = recorder::capture_begin(CAPTURE_STACK, src);
                 let st = AsyncState {
                     parked: Suspended::empty(),
                     sink: Sink::new(this.mode),
                     origin,
                     status,
-                    tid: collector::os_tid(),
-                    name: collector::thread_name(),
+                    tid: crate::thread::os_tid(),
+                    name: crate::thread::name(),
                 };
                 (saved, st)
             }
@@ -449,7 +448,7 @@ impl<F: Future> Future for CaptureFuture<F> {
                     None
                 };
                 let parked = std::mem::replace(&mut st.parked, Suspended::empty());
-                (probe::capture_resume(parked, src), st)
+                (recorder::capture_resume(parked, src), st)
             }
         };
         let running = Running::start(&st.sink, saved);
@@ -458,12 +457,12 @@ impl<F: Future> Future for CaptureFuture<F> {
         match r {
             Poll::Pending => {
                 let mut st = st;
-                st.parked = probe::capture_suspend(saved);
+                st.parked = recorder::capture_suspend(saved);
                 this.state = Some(st);
                 Poll::Pending
             }
             Poll::Ready(v) => {
-                let out = probe::capture_end(saved);
+                let out = recorder::capture_end(saved);
                 let end = ClockPoint::now();
                 let mut parts = vec![Part {
                     tid: st.tid,
@@ -481,15 +480,17 @@ impl<F: Future> Future for CaptureFuture<F> {
 mod tests {
     use super::*;
 
-    static LEAF: probe::Site = probe::Site::new("leaf", module_path!(), file!(), line!(), false);
-    static ROOT: probe::Site = probe::Site::new("root", module_path!(), file!(), line!(), false);
+    static LEAF: fgtrace_core::site::Site =
+        fgtrace_core::site::Site::new("leaf", module_path!(), file!(), line!(), false);
+    static ROOT: fgtrace_core::site::Site =
+        fgtrace_core::site::Site::new("root", module_path!(), file!(), line!(), false);
 
     fn leaf() {
-        let _g = probe::enter(&LEAF);
+        let _g = fgtrace_core::probe::enter(&LEAF);
     }
 
     fn root(n: usize) {
-        let _g = probe::enter(&ROOT);
+        let _g = fgtrace_core::probe::enter(&ROOT);
         for _ in 0..n {
             leaf();
         }
@@ -557,7 +558,7 @@ mod tests {
         });
         assert!(r.is_err());
         assert!(link().is_none());
-        assert_eq!(probe::current_depth(), 0);
+        assert_eq!(fgtrace_core::probe::current_depth(), 0);
         assert_eq!(capture(|| root(2)).calls("leaf"), 2);
     }
 }

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::buffer::{kind, RawCall, START_MASK};
 use crate::clock::{self, Calibration};
-use crate::probe::Site;
+use fgtrace_core::site::Site;
 use std::collections::HashMap;
 
 /// One thread's records as gathered, oldest first.

@@ -4,9 +4,8 @@
 //!
 //! Needs Debian's `chromium` package (CI installs it); without it the
 //! browser tests fail, saying so. `FGTRACE_CHROMIUM` names another binary.
-#![cfg(feature = "cli")]
 
-#[path = "support/tools.rs"]
+#[path = "../../tests/support/tools.rs"]
 mod tools;
 
 use fgtrace::view::html::HtmlOptions;

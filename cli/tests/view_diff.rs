@@ -180,7 +180,6 @@ fn a_damaged_after_trace_shows_what_was_read_and_fails() {
     assert!(text.contains("app::handle"), "{text}");
 }
 
-#[cfg(feature = "flame")]
 #[test]
 fn differential_flamegraph_of_self_time() {
     use fgtrace::view::diff::{differential_folded, differential_svg};
@@ -218,7 +217,6 @@ fn differential_flamegraph_of_self_time() {
     );
 }
 
-#[cfg(feature = "cli")]
 #[test]
 fn cli_diff_table_flame_and_errors() {
     use std::process::Command;

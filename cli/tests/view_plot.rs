@@ -1,7 +1,6 @@
 //! `fgtrace plot` and `view::plot` over a recorded trace: the slowest calls
 //! with their call paths, the SVG's two panels, name resolution, and one
 //! clear error line for bad input.
-#![cfg(feature = "cli")]
 
 use fgtrace::view::ok_events;
 use fgtrace::view::plot::{write_plot, PlotOptions};

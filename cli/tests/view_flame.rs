@@ -538,7 +538,6 @@ fn the_chart_is_time_ordered_and_each_call_as_wide_as_it_lasted() {
     );
 }
 
-#[cfg(feature = "flame")]
 mod svg {
     use super::*;
     use fgtrace::view::flame::{render_svg, FlameOptions};
@@ -668,7 +667,6 @@ mod svg {
     }
 }
 
-#[cfg(feature = "cli")]
 #[test]
 fn cli_flame_folded_svg_and_errors() {
     use std::process::Command;

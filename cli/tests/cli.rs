@@ -1,6 +1,5 @@
 //! The `fgtrace` binary over a trace recorded here: output, and one clear
 //! error line with a non-zero exit for every kind of bad input.
-#![cfg(feature = "cli")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

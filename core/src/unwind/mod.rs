@@ -26,7 +26,7 @@
 //! arithmetic is checked), and with [`RawMemory`] no read outside the bounds.
 //!
 //! ```
-//! use fgtrace::sampler::unwind::{walk, Arch, Regs, SliceMemory, StackBounds};
+//! use fgtrace_core::unwind::{walk, Arch, Regs, SliceMemory, StackBounds};
 //!
 //! // An x86_64 stack at 0x1000: two frame records {saved rbp, return address}.
 //! let mut image = [0u8; 64];
@@ -205,9 +205,9 @@ impl Memory for RawMemory {
         // anything about memory the interrupted code owns.
         let v = unsafe {
             if word_size == 4 {
-                u64::from(std::ptr::read_volatile(ptr as *const u32))
+                u64::from(core::ptr::read_volatile(ptr as *const u32))
             } else {
-                std::ptr::read_volatile(ptr as *const u64)
+                core::ptr::read_volatile(ptr as *const u64)
             }
         };
         Some(v)

@@ -330,7 +330,6 @@ fn a_damaged_stream_still_gives_valid_json_then_the_error() {
         .any(|e| e["ph"] == "X"));
 }
 
-#[cfg(feature = "cli")]
 #[test]
 fn cli_writes_the_file_and_fails_cleanly_on_bad_input() {
     use std::process::Command;

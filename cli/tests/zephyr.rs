@@ -1,10 +1,9 @@
 //! `fgtrace zephyr`: byte-identity with Zephyr's `stackcollapse.py` on the
 //! shared fixtures, recovery from console pastes, ELF checks, and the extras
 //! (aggregate, inline, SVG), through the library and the CLI glue.
-#![cfg(feature = "cli")]
 
 #[allow(dead_code)]
-#[path = "../src/bin/fgtrace/zephyr.rs"]
+#[path = "../src/zephyr.rs"]
 mod cli;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +25,7 @@ const NO_MERGE: CollapseOptions = CollapseOptions {
 };
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zephyr")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("tests/fixtures/zephyr")
 }
 
 fn read(path: impl AsRef<Path>) -> Vec<u8> {

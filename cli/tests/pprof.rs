@@ -6,9 +6,9 @@
 //! field by field; then `go tool pprof -top` must read it and name
 //! `work_three` as the top function. That step needs Go (`apt-get install
 //! golang-go`) and fails, saying so, without it.
-#![cfg(all(target_os = "linux", feature = "cli"))]
+#![cfg(target_os = "linux")]
 
-#[path = "support/tools.rs"]
+#[path = "../../tests/support/tools.rs"]
 mod tools;
 
 use fgtrace::sampler::Sampling;

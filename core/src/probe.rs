@@ -1,0 +1,845 @@
+//! The hot path: the per-thread (per-hart) state, the shadow stack, the
+//! entry/exit guard and the record writer.
+//!
+//! Cost model, when recording: entry is one relaxed load of the control word,
+//! two relaxed loads of the site (decision word, id), a thread-local access,
+//! a shadow-stack push and one clock read; exit is one clock read, a pop,
+//! one 16-byte record store and one release store of the record count. No
+//! allocation, no lock, no syscall. When recording is off, entry is one
+//! relaxed load and a branch, and the guard's drop is a branch on a zero slot.
+//!
+//! Everything that needs more (a thread's first call in a session, a site's
+//! first filter decision, handing a full buffer over, releasing a thread's
+//! buffers when it exits) is asked of the [`Hooks`] the layer above installs,
+//! on `#[cold]` paths. While a hook runs, the thread's state is marked busy
+//! ([`GEN_BUSY`]): any traced call it makes (a traced global allocator, a
+//! traced function in a signal handler) is not recorded, so fgtrace never
+//! recurses into itself and never waits on itself.
+//!
+//! Re-entrancy on the hot path itself (a signal or interrupt handler that
+//! runs traced code between two instructions of a probe): `push` reserves
+//! its shadow-stack slot, and `write` its record slot, before filling them,
+//! so a nested probe uses the next slot and leaves both intact. Every frame
+//! carries a serial, and a guard pops only the frame with its own serial, so
+//! a stale guard (a stackful coroutine resumed on another stack, a leaked
+//! guard) never pops or records somebody else's call.
+
+use crate::clock::ticks;
+use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
+use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::site::{Decision, Site};
+use core::future::Future;
+use core::marker::PhantomData;
+use core::pin::Pin;
+use core::ptr;
+use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
+use core::task::{Context, Poll};
+
+/// Frame flag: one poll of an async fn.
+const F_POLL: u32 = 1;
+/// Frame flag: a graph function (recording enabled below it).
+const F_GRAPH: u32 = 2;
+/// Frame flag: hidden with its subtree (nothing recorded).
+const F_HIDE: u32 = 4;
+const SERIAL_MASK: u32 = 0xff_ffff;
+
+/// One open call on the shadow stack (32 bytes).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Frame {
+    /// Entry ticks.
+    pub start: u64,
+    /// Stack pointer at entry: the sampler compares sampled frame addresses with it.
+    pub sp: usize,
+    /// Counter reading at entry; written only by captures with counters.
+    pub ctr: u64,
+    /// Site id.
+    pub site: u32,
+    /// `serial << 8 | flags`.
+    pub tag: u32,
+}
+
+impl Frame {
+    /// An empty frame, to fill shadow stacks with.
+    pub const ZERO: Frame = Frame {
+        start: 0,
+        sp: 0,
+        ctr: 0,
+        site: 0,
+        tag: 0,
+    };
+}
+
+/// `ThreadState::gen` of a thread that never joined a session (or left it).
+pub const GEN_NONE: u32 = u32::MAX;
+/// `ThreadState::gen` while fgtrace's own code runs on the thread: probes are off.
+pub const GEN_BUSY: u32 = u32::MAX - 1;
+/// `ThreadState::gen` of a thread that is exiting, or of one of fgtrace's
+/// own threads: probes stay off for good.
+pub const GEN_DEAD: u32 = u32::MAX - 2;
+/// `ThreadState::gen` of a thread recording into a capture.
+pub const GEN_CAPTURE: u32 = u32::MAX - 3;
+
+/// A per-call counter that captures (and sessions with counters) read at
+/// entry and exit of every call.
+pub struct Counter {
+    /// Reads the counter. Must be cheap, re-entrant and lock-free.
+    pub read: unsafe fn(&Counter) -> u64,
+    /// The counter's mapped page (perf_event: the `perf_event_mmap_page`).
+    pub page: *const u8,
+    /// Its file descriptor (the fallback `read`).
+    pub fd: i32,
+    /// Runs `f` without charging its cost to the calls open on this thread.
+    pub uncounted: unsafe fn(&Counter, f: &mut dyn FnMut()),
+}
+
+/// Everything a thread needs on the hot path, in one const-initialised
+/// thread-local (no lazy-init check, no destructor registration per access).
+///
+/// The layer above fills it in [`Hooks::join`] and [`Hooks::handoff`]; the
+/// hot path only moves `depth`, `count` and the counters.
+#[derive(Debug)]
+#[repr(C)]
+pub struct ThreadState {
+    /// The session generation this state belongs to, or one of `GEN_*`.
+    pub gen: u32,
+    /// Recording into a thread-local capture rather than a session.
+    pub capture: bool,
+    /// The session has graph functions: record only below one.
+    pub has_graph: bool,
+    /// Frames on the shadow stack.
+    pub depth: u32,
+    /// Open hidden frames.
+    pub hide: u32,
+    /// Open graph-function frames.
+    pub graph: u32,
+    /// Shadow-stack capacity; deeper calls count as overruns.
+    pub stack_cap: u32,
+    /// Calls at this depth or deeper are not recorded.
+    pub max_depth: u32,
+    /// Serial of the last frame pushed.
+    pub serial: u32,
+    /// The shadow stack: `stack_cap` frames.
+    pub frames: *mut Frame,
+    /// Calls shorter than this many ticks are not recorded.
+    pub threshold: u64,
+    /// Where records go; null: nowhere (the buffer was closed).
+    pub buf: *mut RawCall,
+    /// Records written to `buf` (stream) or ever (a ring: `mask` < capacity).
+    pub count: usize,
+    /// Index mask into `buf`: all ones for a straight buffer, capacity - 1 for a ring.
+    pub mask: usize,
+    /// `count` at which [`Hooks::handoff`] runs (`usize::MAX`: never).
+    pub limit: usize,
+    /// Where `count` is published (release) for readers on other threads.
+    pub published: *const AtomicUsize,
+    /// Calls deeper than `stack_cap`, counted.
+    pub overruns: *const AtomicUsize,
+    /// The layer above's per-thread object (its buffer), opaque here.
+    pub owner: *const (),
+    /// A per-call counter, or null.
+    pub counter: *const Counter,
+    /// Counter deltas parallel to `buf` (`limit` slots), or null.
+    pub side: *mut u64,
+}
+
+impl ThreadState {
+    /// A thread that has not recorded yet.
+    pub const EMPTY: ThreadState = ThreadState {
+        gen: GEN_NONE,
+        capture: false,
+        has_graph: false,
+        depth: 0,
+        hide: 0,
+        graph: 0,
+        stack_cap: 0,
+        max_depth: 0,
+        serial: 0,
+        frames: ptr::null_mut(),
+        threshold: 0,
+        buf: ptr::null_mut(),
+        count: 0,
+        mask: 0,
+        limit: 0,
+        published: ptr::null(),
+        overruns: ptr::null(),
+        owner: ptr::null(),
+        counter: ptr::null(),
+        side: ptr::null_mut(),
+    };
+}
+
+/// What the core asks of the layer above (the `fgtrace` runtime, a board's
+/// firmware support). Every hook runs on a cold path with the thread marked
+/// busy, so it may allocate, lock and call traced code: nothing it does is
+/// recorded.
+pub struct Hooks {
+    /// The thread's first traced call in session generation `gen` (or after
+    /// its state was reset): set up `st` (shadow stack, buffer, limits) and
+    /// return `true`, or `false` to record nothing now. The core sets
+    /// `st.gen` afterwards.
+    pub join: fn(st: &mut ThreadState, gen: u32) -> bool,
+    /// A site's filter decision in generation `gen` (cached in the site by
+    /// the core); `None` when that session is gone.
+    pub decide: fn(site: &'static Site, gen: u32) -> Option<Decision>,
+    /// `st.count` reached `st.limit`: hand the buffer over and set `buf`,
+    /// `count` (and `side`) anew. Leaving `buf` null stops recording on
+    /// this thread.
+    pub handoff: fn(st: &mut ThreadState),
+    /// The thread exits (or is detached): release what `join` set up.
+    pub release: fn(st: &mut ThreadState),
+    /// Runs `f` so that its cost is not charged to the counters of the calls
+    /// open on this thread (captures with counters); otherwise just `f()`.
+    pub uncounted: fn(f: &mut dyn FnMut()),
+}
+
+static HOOKS: AtomicPtr<Hooks> = AtomicPtr::new(ptr::null_mut());
+
+/// Installs the layer above's hooks (once per process, before recording).
+pub fn install_hooks(h: &'static Hooks) {
+    HOOKS.store(h as *const Hooks as *mut Hooks, Release);
+}
+
+#[inline]
+fn hooks() -> Option<&'static Hooks> {
+    // SAFETY: only `&'static Hooks` are stored.
+    unsafe { HOOKS.load(Acquire).as_ref() }
+}
+
+#[cfg(any(feature = "std", test))]
+std::thread_local! {
+    static STATE: core::cell::UnsafeCell<ThreadState> =
+        const { core::cell::UnsafeCell::new(ThreadState::EMPTY) };
+    /// Releases the thread's buffers when it exits (armed on its first join).
+    static EXIT: core::cell::Cell<Option<ExitHook>> = const { core::cell::Cell::new(None) };
+}
+
+/// Where the state of the running hart is, on targets without `std`.
+///
+/// The platform (a board's firmware support) defines
+/// `#[no_mangle] fn __fgtrace_state() -> *mut ThreadState` returning the
+/// running hart's own state (one static per hart); interrupt handlers on that
+/// hart share it, which the hot path's slot reservation makes safe.
+#[cfg(not(any(feature = "std", test)))]
+pub mod platform {
+    use super::ThreadState;
+    extern "Rust" {
+        /// The running hart's state.
+        pub fn __fgtrace_state() -> *mut ThreadState;
+    }
+}
+
+#[inline(always)]
+fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    #[cfg(any(feature = "std", test))]
+    {
+        // SAFETY: only this thread touches its state (a signal handler that
+        // interrupts it runs on this thread, after the probe's slot reservation).
+        STATE.with(|c| f(unsafe { &mut *c.get() }))
+    }
+    #[cfg(not(any(feature = "std", test)))]
+    {
+        // SAFETY: the platform's promise (see `platform`).
+        f(unsafe { &mut *platform::__fgtrace_state() })
+    }
+}
+
+/// Runs `f` on this thread's state. For the layer above's cold paths
+/// (captures swap states in and out; tests inspect them).
+///
+/// # Safety
+/// No probe of this thread may run inside `f` with the state half changed;
+/// `f` must leave a state the hot path can use.
+pub unsafe fn with_thread_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    with_state(f)
+}
+
+/// Marks the calling thread as one of fgtrace's own (a collector, a sampler):
+/// probes on it are off for good, whatever it calls.
+pub fn mark_internal_thread() {
+    with_state(|st| st.gen = GEN_DEAD);
+}
+
+#[cfg(any(feature = "std", test))]
+struct ExitHook;
+
+#[cfg(any(feature = "std", test))]
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|c| {
+            // SAFETY: the owning thread; no probe runs during TLS teardown.
+            let st = unsafe { &mut *c.get() };
+            st.gen = GEN_DEAD;
+            if let Some(h) = hooks() {
+                (h.release)(st);
+            }
+        });
+    }
+}
+
+/// Records the exit of a call when dropped (also during unwinding, which
+/// marks the call as unwound).
+#[must_use = "the call ends when the guard is dropped"]
+pub struct Guard {
+    /// Shadow-stack slot + 1 (bit 31: counted), or 0 when nothing was pushed.
+    slot: u32,
+    /// The frame's serial.
+    serial: u32,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Guard {
+    const OFF: Guard = Guard {
+        slot: 0,
+        serial: 0,
+        _not_send: PhantomData,
+    };
+}
+
+impl Drop for Guard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.slot != 0 {
+            exit(self.slot, self.serial);
+        }
+    }
+}
+
+/// Entry probe: what `#[traced]` calls first in every instrumented fn.
+#[inline(always)]
+pub fn enter(site: &'static Site) -> Guard {
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return Guard::OFF;
+    }
+    enter_on(site, c, 0)
+}
+
+#[inline(always)]
+fn enter_on(site: &'static Site, c: u32, flags: u32) -> Guard {
+    let dw = site.decision_word();
+    let id = site.known_id();
+    let gen = control::generation(c);
+    with_state(|st| {
+        if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
+            if let Some(id) = id {
+                return push(st, id, dw & 7, flags);
+            }
+        }
+        enter_other(st, site, c, flags)
+    })
+}
+
+/// Everything but a recording session's steady state: a capturing thread, a
+/// busy or exiting thread, or a first call.
+#[inline(never)]
+fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) -> Guard {
+    if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+        return Guard::OFF;
+    }
+    if st.capture {
+        let id = capture_site_id(site, false);
+        if id >= MAX_SITES {
+            return Guard::OFF;
+        }
+        return capture_push(st, id, flags);
+    }
+    if c & SESSION_ON == 0 {
+        return Guard::OFF;
+    }
+    enter_slow(st, site, control::generation(c), flags)
+}
+
+#[inline(always)]
+fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32) -> Guard {
+    if st.hide != 0 {
+        return Guard::OFF;
+    }
+    match Decision::from_bits(decision) {
+        Some(Decision::Record) => {
+            if st.has_graph && st.graph == 0 {
+                return Guard::OFF;
+            }
+        }
+        Some(Decision::GraphRoot) => flags |= F_GRAPH,
+        Some(Decision::Hide) => flags |= F_HIDE,
+        _ => return Guard::OFF,
+    }
+    let d = st.depth;
+    if d >= st.max_depth {
+        return Guard::OFF;
+    }
+    if d >= st.stack_cap {
+        overrun(st);
+        return Guard::OFF;
+    }
+    if flags & F_HIDE != 0 {
+        st.hide += 1;
+    }
+    if flags & F_GRAPH != 0 {
+        st.graph += 1;
+    }
+    let serial = st.serial.wrapping_add(1) & SERIAL_MASK;
+    st.serial = serial;
+    // Reserve the slot before filling it: a handler that interrupts us from
+    // here on pushes above it.
+    st.depth = d + 1;
+    compiler_fence(SeqCst);
+    // SAFETY: d < stack_cap, the frames array has stack_cap entries.
+    let f = unsafe { &mut *st.frames.add(d as usize) };
+    f.site = id;
+    f.tag = serial << 8 | flags;
+    f.sp = stack_pointer();
+    // The sampler's signal handler may read this frame: keep the compiler
+    // from sinking the stores below.
+    compiler_fence(Release);
+    // The clock is read last on entry and first on exit, so the probe's own
+    // bookkeeping is outside the measured duration.
+    f.start = ticks();
+    Guard {
+        slot: d + 1,
+        serial,
+        _not_send: PhantomData,
+    }
+}
+
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads a register, no memory access.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "x86")]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::asm!("mov {}, esp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::asm!("mv {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "riscv32",
+        target_arch = "aarch64"
+    )))]
+    {
+        let marker = 0u8;
+        sp = ptr::addr_of!(marker) as usize;
+    }
+    sp
+}
+
+#[cold]
+#[inline(never)]
+fn overrun(st: &mut ThreadState) {
+    // SAFETY: set with the buffer by the layer above, alive while it is.
+    if let Some(o) = unsafe { st.overruns.as_ref() } {
+        o.fetch_add(1, Relaxed);
+    }
+}
+
+/// Runs a hook with the thread marked busy, then restores `gen` (or sets
+/// what the hook's result says).
+#[inline(always)]
+fn busy<R>(st: &mut ThreadState, f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    let gen = st.gen;
+    st.gen = GEN_BUSY;
+    let r = f(st);
+    st.gen = gen;
+    r
+}
+
+/// First call of a site or thread in this session: join the session, get
+/// the site's decision, then push.
+#[cold]
+#[inline(never)]
+fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+    if st.gen != gen && !join(st, gen) {
+        return Guard::OFF;
+    }
+    let id = site.id();
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    match decision(st, site, gen) {
+        Some(d) => push(st, id, d as u32, flags),
+        None => Guard::OFF,
+    }
+}
+
+/// Joins this thread to session `gen` through [`Hooks::join`].
+#[cold]
+fn join(st: &mut ThreadState, gen: u32) -> bool {
+    let Some(h) = hooks() else {
+        return false;
+    };
+    #[cfg(any(feature = "std", test))]
+    {
+        let armed = busy(st, |_| {
+            EXIT.try_with(|e| {
+                if let Some(x) = e.take() {
+                    e.set(Some(x));
+                } else {
+                    e.set(Some(ExitHook));
+                }
+            })
+            .is_ok()
+        });
+        if !armed {
+            return false; // the thread is exiting
+        }
+    }
+    let ok = busy(st, |st| (h.join)(st, gen));
+    if ok {
+        st.gen = gen;
+    }
+    ok
+}
+
+/// The site's decision in `gen`: cached, or asked of [`Hooks::decide`].
+#[inline]
+fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decision> {
+    if let Some(d) = site.decision(gen) {
+        return Some(d);
+    }
+    let h = hooks()?;
+    let d = busy(st, |_| (h.decide)(site, gen))?;
+    site.set_decision(gen, d);
+    Some(d)
+}
+
+#[inline(always)]
+fn exit(slot: u32, serial: u32) {
+    let end = ticks();
+    with_state(|st| {
+        if st.depth == slot {
+            // SAFETY: slot <= depth <= stack_cap.
+            let f = unsafe { *st.frames.add(slot as usize - 1) };
+            if f.tag >> 8 == serial {
+                st.depth = slot - 1;
+                return finish(st, f, slot - 1, end);
+            }
+        }
+        exit_other(st, slot, serial, end)
+    })
+}
+
+/// Everything but the matching top frame: a counted capture call, leaked
+/// guards above this one, or a stale guard whose frame is gone.
+#[inline(never)]
+fn exit_other(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    if slot & COUNTED != 0 {
+        return exit_counted(st, slot & !COUNTED, serial, end);
+    }
+    if let Some(f) = pop_to(st, slot, serial) {
+        finish(st, f, slot - 1, end);
+    }
+}
+
+/// Pops frames down to `slot` if the frame there is this guard's (frames
+/// above it belong to leaked guards); `None` for a stale guard.
+#[cold]
+fn pop_to(st: &mut ThreadState, slot: u32, serial: u32) -> Option<Frame> {
+    if st.depth < slot {
+        return None; // the frame is gone (thread state was reset)
+    }
+    // SAFETY: slot <= depth <= stack_cap.
+    let f = unsafe { *st.frames.add(slot as usize - 1) };
+    if f.tag >> 8 != serial {
+        return None; // another call reuses the slot: not ours to pop
+    }
+    while st.depth > slot {
+        st.depth -= 1;
+        // SAFETY: depth < stack_cap.
+        let tag = unsafe { (*st.frames.add(st.depth as usize)).tag };
+        unflag(st, tag);
+    }
+    st.depth = slot - 1;
+    Some(f)
+}
+
+#[inline(always)]
+fn unflag(st: &mut ThreadState, tag: u32) {
+    if tag & F_HIDE != 0 {
+        st.hide -= 1;
+    }
+    if tag & F_GRAPH != 0 {
+        st.graph -= 1;
+    }
+}
+
+/// The popped frame's record.
+#[inline(always)]
+fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
+    if f.tag & (F_HIDE | F_GRAPH) != 0 {
+        unflag(st, f.tag);
+        if f.tag & F_HIDE != 0 {
+            return;
+        }
+    }
+    let k = if f.tag & F_POLL != 0 {
+        kind::POLL
+    } else {
+        kind::CALL
+    };
+    let dur = end.wrapping_sub(f.start);
+    if dur < st.threshold {
+        return;
+    }
+    write(
+        st,
+        RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
+    );
+}
+
+#[inline(always)]
+fn panicking() -> bool {
+    #[cfg(any(feature = "std", test))]
+    {
+        std::thread::panicking()
+    }
+    #[cfg(not(any(feature = "std", test)))]
+    {
+        false
+    }
+}
+
+/// Appends a record. The slot is reserved before it is written, so a handler
+/// that interrupts this and records too takes the next slot.
+#[inline(always)]
+fn write(st: &mut ThreadState, rec: RawCall) {
+    if st.buf.is_null() {
+        return;
+    }
+    let i = st.count;
+    st.count = i + 1;
+    compiler_fence(SeqCst);
+    // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
+    unsafe { st.buf.add(i & st.mask).write(rec) };
+    // SAFETY: `published` is alive while `buf` is set.
+    unsafe { (*st.published).store(st.count, Release) };
+    if i + 1 == st.limit {
+        handoff(st);
+    }
+}
+
+/// A full buffer: [`Hooks::handoff`] swaps in the next one.
+#[cold]
+#[inline(never)]
+fn handoff(st: &mut ThreadState) {
+    match hooks() {
+        Some(h) => busy(st, |st| (h.handoff)(st)),
+        None => st.buf = ptr::null_mut(),
+    }
+}
+
+/// Records an async fn's whole future (first poll to completion or drop),
+/// under the same filters as a call at the current depth, with no allocation
+/// once the site's decision is cached.
+#[cold]
+fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
+    let end = ticks();
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return;
+    }
+    with_state(|st| {
+        if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+            return;
+        }
+        let (id, d) = if st.capture {
+            (capture_site_id(site, false), Decision::Record)
+        } else {
+            let gen = control::generation(c);
+            if c & SESSION_ON == 0 || (st.gen != gen && !join(st, gen)) {
+                return;
+            }
+            let id = site.id();
+            match decision(st, site, gen) {
+                Some(d) => (id, d),
+                None => return,
+            }
+        };
+        if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
+            return;
+        }
+        match d {
+            Decision::Skip | Decision::Hide => return,
+            Decision::Record if st.has_graph && st.graph == 0 => return,
+            _ => {}
+        }
+        let dur = end.wrapping_sub(start);
+        if dur < st.threshold {
+            return;
+        }
+        let polls = polls.min(MAX_DEPTH);
+        write(
+            st,
+            RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
+        );
+    })
+}
+
+/// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call
+/// on the polling thread's shadow stack (never held across `.await`), and the
+/// whole future, first poll to completion, is recorded once, on whichever
+/// thread finishes it.
+pub struct TracedFuture<F> {
+    site: &'static Site,
+    first: u64,
+    polls: u32,
+    done: bool,
+    inner: F,
+}
+
+impl<F> TracedFuture<F> {
+    /// Wraps `inner` (what `#[traced]` does to an `async fn`'s body).
+    pub fn new(site: &'static Site, inner: F) -> Self {
+        TracedFuture {
+            site,
+            first: 0,
+            polls: 0,
+            done: false,
+            inner,
+        }
+    }
+}
+
+impl<F: Future> Future for TracedFuture<F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
+        let this = unsafe { self.get_unchecked_mut() };
+        let c = CONTROL.load(Relaxed);
+        if this.first == 0 && c & ON_MASK != 0 {
+            this.first = ticks();
+        }
+        let guard = if c & ON_MASK == 0 {
+            Guard::OFF
+        } else {
+            enter_on(this.site, c, F_POLL)
+        };
+        this.polls += 1;
+        // SAFETY: see above.
+        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        drop(guard);
+        if r.is_ready() {
+            this.done = true;
+            if this.first != 0 {
+                record_future(this.site, this.first, this.polls, false);
+            }
+        }
+        r
+    }
+}
+
+impl<F> Drop for TracedFuture<F> {
+    fn drop(&mut self) {
+        if !self.done && self.first != 0 {
+            record_future(self.site, self.first, self.polls, true);
+        }
+    }
+}
+
+/// For the sampler's signal handler (on this thread): the shadow-stack depth
+/// and the stack pointer the innermost open traced call recorded at entry.
+pub fn shadow_top() -> (u32, u64) {
+    with_state(|st| {
+        let d = st.depth.min(st.stack_cap);
+        if d == 0 || st.frames.is_null() {
+            (0, u64::MAX)
+        } else {
+            // SAFETY: d <= stack_cap.
+            (d, unsafe { (*st.frames.add(d as usize - 1)).sp } as u64)
+        }
+    })
+}
+
+/// Shadow-stack depth of the current thread.
+pub fn current_depth() -> u32 {
+    with_state(|st| st.depth)
+}
+
+// ---------------------------------------------------------------- captures
+
+/// Marks the guard of a call whose entry read a counter (bit 31 of the slot:
+/// shadow stacks are far shallower).
+const COUNTED: u32 = 1 << 31;
+
+/// `site.id()`; a first call's registration is kept out of the counts (and
+/// `first` takes that path for calibration). One out-of-line copy, so that
+/// its cost is the one calibrated.
+#[inline(never)]
+pub fn capture_site_id(site: &'static Site, first: bool) -> u32 {
+    // Not `&&`: the calibration's forced path must load the id too.
+    let known = site.known_id();
+    if known.is_some() & !first {
+        return site.id();
+    }
+    capture_register(site)
+}
+
+/// The first call of a site: registration, uncounted.
+#[cold]
+#[inline(never)]
+fn capture_register(site: &'static Site) -> u32 {
+    let mut id = 0;
+    match hooks() {
+        Some(h) => (h.uncounted)(&mut || id = site.id()),
+        None => id = site.id(),
+    }
+    id
+}
+
+/// A capture's entry: with counters, the counter is read before `push` (whose
+/// clock read comes last), so neither measurement sees the other's probe.
+#[inline(always)]
+fn capture_push(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
+    // SAFETY: the counter outlives the capture that set it.
+    let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
+        return push(st, id, Decision::Record as u32, flags);
+    };
+    // SAFETY: the counter's own contract.
+    let v = unsafe { (ctr.read)(ctr) };
+    let mut g = push(st, id, Decision::Record as u32, flags);
+    if g.slot != 0 {
+        // SAFETY: `push` just filled this slot.
+        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
+        g.slot |= COUNTED;
+    }
+    g
+}
+
+/// A counted call's exit: the counter first, then what `exit` does. Capture
+/// frames are never hidden or graph roots (captures have no filters).
+#[inline(never)]
+fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    // SAFETY: as in `capture_push`.
+    let now = match unsafe { st.counter.as_ref() } {
+        Some(c) => unsafe { (c.read)(c) },
+        None => 0,
+    };
+    let Some(f) = pop_to(st, slot, serial) else {
+        return;
+    };
+    if !st.side.is_null() && st.count < st.limit {
+        // SAFETY: `write` puts this record at index `count` < limit, and
+        // `side` has `limit` slots.
+        unsafe { *st.side.add(st.count) = now.wrapping_sub(f.ctr) };
+    }
+    finish(st, f, slot - 1, end);
+}
+
+#[cfg(test)]
+mod tests;

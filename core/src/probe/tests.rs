@@ -1,0 +1,250 @@
+//! The hot path against a small in-test runtime: hooks that give every
+//! thread a fixed buffer, decide by name prefix, and (when asked) run traced
+//! code inside themselves.
+
+use super::*;
+use core::sync::atomic::{AtomicBool, AtomicU32};
+use std::boxed::Box;
+use std::cell::Cell;
+use std::vec::Vec;
+
+const CAP: usize = 64;
+
+static JOINS: AtomicU32 = AtomicU32::new(0);
+
+std::thread_local! {
+    /// Run traced code inside every hook on this thread.
+    static REENTER: Cell<bool> = const { Cell::new(false) };
+    static HANDOFFS: Cell<u32> = const { Cell::new(0) };
+}
+
+static INNER: Site = Site::new("inner", "t", "t.rs", 1, false);
+
+fn reenter() {
+    if REENTER.with(|r| r.get()) {
+        // Would recurse forever (or record into a half-set buffer) if the
+        // core let it through.
+        let _g = enter(&INNER);
+        let _v: Vec<u8> = Vec::with_capacity(16);
+    }
+}
+
+fn join(st: &mut ThreadState, _gen: u32) -> bool {
+    reenter();
+    JOINS.fetch_add(1, Relaxed);
+    if st.frames.is_null() {
+        st.frames = Box::leak(std::vec![Frame::ZERO; 16].into_boxed_slice()).as_mut_ptr();
+        st.stack_cap = 16;
+    }
+    let buf = Box::leak(std::vec![RawCall::default(); CAP].into_boxed_slice());
+    st.buf = buf.as_mut_ptr();
+    st.count = 0;
+    st.mask = usize::MAX;
+    st.limit = CAP;
+    st.max_depth = u32::MAX;
+    st.published = Box::leak(Box::new(AtomicUsize::new(0)));
+    st.overruns = Box::leak(Box::new(AtomicUsize::new(0)));
+    true
+}
+
+fn decide(site: &'static Site, _gen: u32) -> Option<Decision> {
+    reenter();
+    let n = site.name;
+    Some(if n.starts_with("hide") {
+        Decision::Hide
+    } else if n.starts_with("graph") {
+        Decision::GraphRoot
+    } else if n.starts_with("skip") {
+        Decision::Skip
+    } else {
+        Decision::Record
+    })
+}
+
+fn handoff(st: &mut ThreadState) {
+    reenter();
+    HANDOFFS.with(|h| h.set(h.get() + 1));
+    st.count = 0;
+}
+
+fn release(_: &mut ThreadState) {}
+
+fn uncounted(f: &mut dyn FnMut()) {
+    f()
+}
+
+static HOOKS_FOR_TESTS: Hooks = Hooks {
+    join,
+    decide,
+    handoff,
+    release,
+    uncounted,
+};
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// One "session" for the whole test binary; each test works on its own thread.
+fn start() {
+    if !STARTED.swap(true, SeqCst) {
+        install_hooks(&HOOKS_FOR_TESTS);
+        control::session_on(3);
+    }
+}
+
+/// (site name, kind, depth) of every record this thread wrote so far.
+fn records() -> Vec<(&'static str, u64, u32)> {
+    unsafe {
+        with_thread_state(|st| {
+            (0..st.count)
+                .map(|i| {
+                    let r = *st.buf.add(i);
+                    let name = crate::site::site_by_id(r.site()).map_or("?", |s| s.name);
+                    (name, r.kind(), r.depth())
+                })
+                .collect()
+        })
+    }
+}
+
+fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+    start();
+    std::thread::spawn(f).join().unwrap();
+}
+
+static A: Site = Site::new("a", "t", "t.rs", 10, false);
+static B: Site = Site::new("b", "t", "t.rs", 11, false);
+static C: Site = Site::new("c", "t", "t.rs", 12, false);
+static D: Site = Site::new("d", "t", "t.rs", 13, false);
+
+#[test]
+fn a_stale_guard_never_pops_a_frame_that_reused_its_slot() {
+    on_own_thread(|| {
+        let a = enter(&A);
+        let b = enter(&B);
+        drop(a); // a's exit pops the leaked b with it
+        assert_eq!(current_depth(), 0);
+        let c = enter(&C);
+        let d = enter(&D); // d takes the slot b had
+        assert_eq!(current_depth(), 2);
+        drop(b); // stale: must leave d alone
+        assert_eq!(current_depth(), 2, "the stale guard popped d");
+        drop(d);
+        drop(c);
+        let names: Vec<_> = records().iter().map(|r| r.0).collect();
+        assert_eq!(names, ["a", "d", "c"]);
+    });
+}
+
+#[test]
+fn traced_code_inside_hooks_is_not_recorded_and_does_not_recurse() {
+    static OUTER: Site = Site::new("outer_reentrant", "t", "t.rs", 20, false);
+    on_own_thread(|| {
+        REENTER.with(|r| r.set(true));
+        // join, decide and (after CAP records) handoff all run traced code.
+        for _ in 0..CAP + 3 {
+            let _g = enter(&OUTER);
+        }
+        assert_eq!(HANDOFFS.with(|h| h.get()), 1);
+        let recs = records();
+        assert!(recs.iter().all(|r| r.0 == "outer_reentrant"), "{recs:?}");
+        assert_eq!(recs.len(), 3, "3 records after the handoff");
+        assert_eq!(current_depth(), 0);
+    });
+}
+
+#[test]
+fn a_graph_root_async_fn_keeps_its_poll_kind_and_future_record() {
+    static G: Site = Site::new("graph_async", "t", "t.rs", 30, true);
+    on_own_thread(|| {
+        let mut fut = core::pin::pin!(TracedFuture::new(&G, async { 7 }));
+        let mut cx = Context::from_waker(core::task::Waker::noop());
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(7));
+        let recs = records();
+        assert_eq!(
+            recs,
+            [
+                ("graph_async", kind::POLL, 0),
+                ("graph_async", kind::FUTURE, 1)
+            ]
+        );
+    });
+}
+
+#[test]
+fn future_records_obey_notrace_skip_depth_and_threshold() {
+    static HIDDEN: Site = Site::new("hide_async", "t", "t.rs", 40, true);
+    static SKIPPED: Site = Site::new("skip_async", "t", "t.rs", 41, true);
+    static PLAIN: Site = Site::new("plain_async", "t", "t.rs", 42, true);
+    fn run(site: &'static Site) {
+        let mut fut = core::pin::pin!(TracedFuture::new(site, async {}));
+        let mut cx = Context::from_waker(core::task::Waker::noop());
+        let _ = fut.as_mut().poll(&mut cx);
+    }
+    on_own_thread(|| {
+        run(&HIDDEN);
+        run(&SKIPPED);
+        assert_eq!(records(), []);
+        run(&PLAIN);
+        assert_eq!(records().len(), 2, "poll and future");
+        // Depth limit: neither the poll nor the future at depth >= 0.
+        unsafe { with_thread_state(|st| st.max_depth = 0) };
+        run(&PLAIN);
+        assert_eq!(records().len(), 2);
+        // Threshold: an instant future is below a huge threshold.
+        unsafe {
+            with_thread_state(|st| {
+                st.max_depth = u32::MAX;
+                st.threshold = u64::MAX;
+            })
+        };
+        run(&PLAIN);
+        assert_eq!(records().len(), 2);
+    });
+}
+
+#[test]
+fn hidden_subtrees_and_graph_functions() {
+    static H: Site = Site::new("hide_me", "t", "t.rs", 50, false);
+    static GR: Site = Site::new("graph_root", "t", "t.rs", 51, false);
+    on_own_thread(|| {
+        {
+            let _h = enter(&H);
+            let _a = enter(&A);
+        }
+        assert_eq!(records(), []);
+        unsafe { with_thread_state(|st| st.has_graph = true) };
+        {
+            let _a = enter(&A); // outside any graph function: not recorded
+        }
+        {
+            let _g = enter(&GR);
+            let _b = enter(&B);
+        }
+        assert_eq!(
+            records(),
+            [("b", kind::CALL, 1), ("graph_root", kind::CALL, 0)]
+        );
+    });
+}
+
+#[test]
+fn a_handler_that_records_between_reservation_and_write_takes_the_next_slot() {
+    // What a signal handler would do in the middle of `write`: simulated by
+    // writing a record while the outer one has reserved its slot.
+    on_own_thread(|| {
+        let _a = enter(&A);
+        drop(_a);
+        unsafe {
+            with_thread_state(|st| {
+                let i = st.count;
+                st.count = i + 1; // the outer reservation
+                write(st, RawCall::pack(1, 0, 1, B.id(), false, kind::CALL));
+                st.buf
+                    .add(i)
+                    .write(RawCall::pack(2, 0, 1, C.id(), false, kind::CALL));
+            })
+        };
+        let names: Vec<_> = records().iter().map(|r| r.0).collect();
+        assert_eq!(names, ["a", "c", "b"]);
+    });
+}

@@ -1,0 +1,101 @@
+//! The call record the hot path writes: 16 bytes, no pointers, so a buffer of
+//! them can be copied, shipped over a wire or dumped as it is.
+
+/// Kind of a raw record (2 bits).
+pub mod kind {
+    /// A completed call.
+    pub const CALL: u64 = 0;
+    /// One poll of an async fn.
+    pub const POLL: u64 = 1;
+    /// A whole future, first poll to completion (depth field = poll count).
+    pub const FUTURE: u64 = 2;
+    /// Records were lost here (duration field = count).
+    pub const LOST: u64 = 3;
+}
+
+const START_BITS: u32 = 54;
+const DEPTH_BITS: u32 = 10;
+const DUR_BITS: u32 = 43;
+const SITE_BITS: u32 = 18;
+/// The bits of the entry time a record keeps.
+pub const START_MASK: u64 = (1 << START_BITS) - 1;
+/// The deepest depth (or poll count) a record can say.
+pub const MAX_DEPTH: u32 = (1 << DEPTH_BITS) - 1;
+/// The longest duration a record can say, in ticks; longer calls saturate.
+pub const DUR_MAX: u64 = (1 << DUR_BITS) - 1;
+/// Most sites a process can have (site ids fit in 18 bits).
+pub const MAX_SITES: u32 = 1 << SITE_BITS;
+
+/// One call as the hot path writes it: 16 bytes.
+///
+/// * word 0: entry ticks (low 54 bits; the collector restores the high bits
+///   from the session origin) | depth (10 bits)
+/// * word 1: duration in ticks (43 bits, about 49 minutes at 3 GHz; longer
+///   calls saturate) | site id (18 bits) | unwound (1 bit) | kind (2 bits)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct RawCall(pub u64, pub u64);
+
+impl RawCall {
+    /// Packs the fields; the duration saturates at [`DUR_MAX`].
+    #[inline(always)]
+    pub fn pack(start: u64, depth: u32, dur: u64, site: u32, unwound: bool, kind: u64) -> RawCall {
+        let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
+        RawCall(
+            (start & START_MASK) | ((depth as u64) << START_BITS),
+            dur | ((site as u64) << DUR_BITS) | ((unwound as u64) << 61) | (kind << 62),
+        )
+    }
+    /// The low [`START_MASK`] bits of the entry ticks.
+    pub fn start_low(self) -> u64 {
+        self.0 & START_MASK
+    }
+    /// Shadow-stack depth of the call (poll count of a future).
+    pub fn depth(self) -> u32 {
+        (self.0 >> START_BITS) as u32
+    }
+    /// Duration in ticks (a count for [`kind::LOST`]).
+    pub fn dur(self) -> u64 {
+        self.1 & DUR_MAX
+    }
+    /// The site id.
+    pub fn site(self) -> u32 {
+        ((self.1 >> DUR_BITS) & (MAX_SITES as u64 - 1)) as u32
+    }
+    /// The call ended by unwinding (a panic), or the future was cancelled.
+    pub fn unwound(self) -> bool {
+        self.1 >> 61 & 1 != 0
+    }
+    /// One of [`kind`].
+    pub fn kind(self) -> u64 {
+        self.1 >> 62
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_call_packs_every_field() {
+        let r = RawCall::pack(
+            0x3f_ffff_ffff_1234,
+            513,
+            1 << 40,
+            MAX_SITES - 1,
+            true,
+            kind::POLL,
+        );
+        assert_eq!(r.start_low(), 0x3f_ffff_ffff_1234 & START_MASK);
+        assert_eq!(r.depth(), 513);
+        assert_eq!(r.dur(), 1 << 40);
+        assert_eq!(r.site(), MAX_SITES - 1);
+        assert!(r.unwound());
+        assert_eq!(r.kind(), kind::POLL);
+        assert_eq!(
+            RawCall::pack(5, 0, u64::MAX, 3, false, kind::CALL).dur(),
+            DUR_MAX
+        );
+        assert_eq!(core::mem::size_of::<RawCall>(), 16);
+    }
+}

@@ -1,0 +1,474 @@
+//! The runtime's side of the recording core: the [`Hooks`] the core calls on
+//! its cold paths (a thread joining a session, a site's filter decision, a
+//! full buffer, a thread exiting), and thread-local captures for
+//! `fgtrace::testing`, which swap a private [`ThreadState`] in and out.
+//!
+//! Every hook runs with the thread marked busy by the core, so it may
+//! allocate, lock and call traced code (a traced global allocator) without
+//! being recorded or recursing.
+
+use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
+use crate::collector;
+#[cfg(feature = "testing")]
+use fgtrace_core::probe::Counter;
+use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
+use fgtrace_core::site::{Decision, Site};
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::Arc;
+
+static HOOKS: Hooks = Hooks {
+    join,
+    decide,
+    handoff,
+    release,
+    uncounted,
+};
+
+/// Installs the hooks (idempotent; before any session or capture starts).
+pub(crate) fn install() {
+    core_probe::install_hooks(&HOOKS);
+}
+
+/// Shadow stacks alive in the process (for tests: they are freed when their
+/// thread exits).
+pub(crate) static LIVE_STACKS: AtomicUsize = AtomicUsize::new(0);
+
+fn alloc_frames(n: u32) -> *mut Frame {
+    LIVE_STACKS.fetch_add(1, Relaxed);
+    Box::into_raw(vec![Frame::ZERO; n as usize].into_boxed_slice()) as *mut Frame
+}
+
+/// # Safety
+/// `frames` came from `alloc_frames(n)`.
+unsafe fn free_frames(frames: *mut Frame, n: u32) {
+    if !frames.is_null() {
+        LIVE_STACKS.fetch_sub(1, Relaxed);
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
+            frames, n as usize,
+        )));
+    }
+}
+
+/// Joins this thread to the session `gen`: a buffer, the session's limits,
+/// and a shadow stack that keeps any frames still open from before.
+fn join(st: &mut ThreadState, gen: u32) -> bool {
+    let Some(active) = collector::active(gen) else {
+        return false;
+    };
+    let Some(shared) = active.register_thread() else {
+        return false; // the session is stopping
+    };
+    drop_buffer(st);
+    let cap = active.stack_depth;
+    if st.frames.is_null() || st.stack_cap < cap {
+        let new = alloc_frames(cap);
+        if !st.frames.is_null() {
+            // SAFETY: both hold at least `depth.min(cap)` frames.
+            unsafe {
+                ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
+                free_frames(st.frames, st.stack_cap);
+            }
+        }
+        st.frames = new;
+        st.stack_cap = cap;
+    }
+    st.depth = st.depth.min(st.stack_cap);
+    let (buf, len) = shared.storage_ptr();
+    st.buf = buf;
+    st.count = 0;
+    if active.flight {
+        st.mask = len - 1;
+        st.limit = usize::MAX;
+    } else {
+        st.mask = usize::MAX;
+        st.limit = len;
+    }
+    st.max_depth = active.max_depth;
+    st.threshold = active.threshold_ticks;
+    st.has_graph = active.has_graph;
+    st.published = &shared.published;
+    st.overruns = &shared.overruns;
+    st.owner = Arc::into_raw(shared) as *const ();
+    #[cfg(target_os = "linux")]
+    if active.sampling {
+        crate::sampler::register_current_thread();
+    }
+    true
+}
+
+fn decide(site: &'static Site, gen: u32) -> Option<Decision> {
+    let active = collector::active(gen)?;
+    Some(active.filters.decide(site.name, site.module_path))
+}
+
+/// Drops the thread's reference to its session buffer (the records stay in
+/// the session's `ThreadBuf` for the collector).
+fn drop_buffer(st: &mut ThreadState) {
+    if !st.owner.is_null() && !st.capture {
+        // SAFETY: made by Arc::into_raw in `join`.
+        unsafe { drop(Arc::from_raw(st.owner as *const ThreadBuf)) };
+    }
+    st.owner = ptr::null();
+    st.buf = ptr::null_mut();
+    st.published = ptr::null();
+    st.overruns = ptr::null();
+    st.count = 0;
+    st.limit = 0;
+}
+
+/// The thread exits: its buffer reference and its shadow stack go.
+fn release(st: &mut ThreadState) {
+    if st.capture {
+        return; // a capture's buffers belong to the capture
+    }
+    drop_buffer(st);
+    // SAFETY: made by `alloc_frames(stack_cap)`.
+    unsafe { free_frames(st.frames, st.stack_cap) };
+    st.frames = ptr::null_mut();
+    st.stack_cap = 0;
+    st.depth = 0;
+}
+
+/// Runs `f` outside the counts of the capture's counter, if it has one.
+fn uncounted(f: &mut dyn FnMut()) {
+    #[cfg(feature = "testing")]
+    {
+        let counter = EXTRA.with(|x| {
+            // SAFETY: this thread's extras; read only.
+            unsafe { (*x.get()).counter.as_deref().map(|c| c as *const Counter) }
+        });
+        if let Some(c) = counter {
+            // SAFETY: the counter lives as long as the capture in place.
+            return unsafe { ((*c).uncounted)(&*c, f) };
+        }
+    }
+    f()
+}
+
+/// A full buffer: hand it to the collector and continue in a fresh one. If
+/// the collector has fallen behind, drop the batch, count it, and leave a
+/// `LOST` marker in its place. After the session closed the buffer, stop.
+fn handoff(st: &mut ThreadState) {
+    if st.capture {
+        #[cfg(feature = "testing")]
+        capture_handoff(st);
+        return;
+    }
+    // SAFETY: set in `join`, alive while `buf` is.
+    let shared = unsafe { &*(st.owner as *const ThreadBuf) };
+    let Some(outlet) = shared.outlet.upgrade() else {
+        st.buf = ptr::null_mut();
+        return;
+    };
+    let len = st.count;
+    let fresh = outlet
+        .recycle_rx
+        .try_recv()
+        .unwrap_or_else(|_| buffer::new_storage(len));
+    let lost = shared.locked(|| {
+        // SAFETY: under the flag.
+        match unsafe { shared.swap_if_open(fresh) } {
+            Swap::Closed(_) => None,
+            Swap::Full(full) => Some(send(&outlet, shared, full, len)),
+        }
+    });
+    let Some(lost) = lost else {
+        // Closed: the session kept what was published; calls that end
+        // from here on end after the session did.
+        st.buf = ptr::null_mut();
+        return;
+    };
+    let (buf, _) = shared.storage_ptr();
+    st.buf = buf;
+    st.count = 0;
+    if lost > 0 {
+        let depth = st.depth.min(buffer::MAX_DEPTH);
+        let marker = RawCall::pack(
+            fgtrace_core::clock::ticks(),
+            depth,
+            lost,
+            0,
+            false,
+            buffer::kind::LOST,
+        );
+        // SAFETY: the fresh storage has room; nothing is published yet.
+        unsafe { buf.write(marker) };
+        st.count = 1;
+        shared.published.store(1, Release);
+    }
+}
+
+/// Sends a full batch (under the buffer's flag, so that stop, which closes
+/// every buffer before it drains the channel, cannot miss it). Returns the
+/// number of calls lost when the channel was full.
+fn send(outlet: &Outlet, shared: &ThreadBuf, full: buffer::Storage, len: usize) -> u64 {
+    let mut batch = Batch {
+        thread: shared.index,
+        storage: full,
+        len,
+    };
+    loop {
+        match outlet.batches.try_send(batch) {
+            Ok(()) => return 0,
+            Err(crossbeam_channel::TrySendError::Full(b)) if outlet.block_when_full => {
+                batch = b;
+                std::thread::yield_now();
+            }
+            Err(crossbeam_channel::TrySendError::Full(b))
+            | Err(crossbeam_channel::TrySendError::Disconnected(b)) => {
+                // A batch that starts with the marker of an earlier drop
+                // carries that count forward, so one marker covers the run.
+                // SAFETY: slot 0 of a full batch was written.
+                let first = unsafe { b.storage[0].assume_init() };
+                let carried = if first.kind() == buffer::kind::LOST {
+                    first.dur()
+                } else {
+                    0
+                };
+                let calls = b.len as u64 - (carried > 0) as u64;
+                shared.dropped.fetch_add(calls, Relaxed);
+                let _ = outlet.recycle_tx.try_send(b.storage);
+                return calls + carried;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- captures
+
+#[cfg(feature = "testing")]
+pub(crate) use captures::*;
+
+/// Thread-local captures for `fgtrace::testing`.
+#[cfg(feature = "testing")]
+mod captures {
+    use super::*;
+    use crate::thread;
+    use fgtrace_core::control;
+    use fgtrace_core::probe::GEN_CAPTURE;
+
+    /// Capture buffers: large enough that most captures never hand off.
+    const CAPTURE_BUFFER: usize = 1 << 14;
+
+    /// The per-thread state of a running capture that the hot path does not need.
+    pub(super) struct CaptureExtra {
+        /// The thread's counter (see `testing::counters`), boxed so the core
+        /// can point at it; `None`: no counters.
+        pub(super) counter: Option<Box<Counter>>,
+        /// Counter deltas, parallel to the record buffer (`CAPTURE_BUFFER` slots).
+        side: Option<Box<[u64]>>,
+        /// Full record buffers handed off so far, oldest first.
+        batches: Vec<RawCall>,
+        /// Their counter deltas.
+        side_batches: Vec<u64>,
+        /// The capture's buffer.
+        shared: Option<Arc<ThreadBuf>>,
+    }
+
+    impl CaptureExtra {
+        const EMPTY: CaptureExtra = CaptureExtra {
+            counter: None,
+            side: None,
+            batches: Vec::new(),
+            side_batches: Vec::new(),
+            shared: None,
+        };
+    }
+
+    thread_local! {
+        pub(super) static EXTRA: std::cell::UnsafeCell<CaptureExtra> =
+            const { std::cell::UnsafeCell::new(CaptureExtra::EMPTY) };
+    }
+
+    /// A full capture buffer: its records (and counter deltas) move to the
+    /// thread's batches, and recording continues at the start of the buffer.
+    pub(super) fn capture_handoff(st: &mut ThreadState) {
+        uncounted(&mut || {
+            EXTRA.with(|x| {
+                // SAFETY: this thread's capture extras; no probe runs here (busy).
+                let x = unsafe { &mut *x.get() };
+                if let Some(side) = &x.side {
+                    x.side_batches.extend_from_slice(&side[..st.count]);
+                }
+                if let Some(shared) = &x.shared {
+                    x.batches.extend(shared.take_published());
+                }
+            });
+            st.count = 0;
+        })
+    }
+
+    /// A thread's capture-related state, parked while another one is in place.
+    struct Parked {
+        st: ThreadState,
+        extra: CaptureExtra,
+    }
+
+    /// The thread's state from before a capture, restored when it ends.
+    pub(crate) struct SavedState(Parked);
+
+    /// A capture taken off its thread between polls of a captured future.
+    pub(crate) struct Suspended(Option<Parked>);
+
+    // SAFETY: a suspended capture is in place on no thread: its buffers (owned
+    // through raw pointers) are reachable only through this value, and the
+    // counter it names is replaced by the resuming thread's own.
+    unsafe impl Send for Suspended {}
+
+    impl Suspended {
+        /// A placeholder that holds no capture.
+        pub(crate) fn empty() -> Suspended {
+            Suspended(None)
+        }
+    }
+
+    /// A capture's counter source: the thread's perf event page and fd, and how
+    /// to read it.
+    #[derive(Clone, Copy)]
+    pub(crate) struct CounterSrc {
+        pub page: *const u8,
+        pub fd: i32,
+        pub read: unsafe fn(&Counter) -> u64,
+        pub uncounted: unsafe fn(&Counter, &mut dyn FnMut()),
+    }
+
+    /// What a capture recorded on one thread.
+    pub(crate) struct CaptureOut {
+        /// Oldest first (exit order).
+        pub records: Vec<RawCall>,
+        pub overruns: u64,
+        /// Counter deltas parallel to `records` (meaningless for future records).
+        pub counters: Option<Vec<u64>>,
+    }
+
+    /// Puts `p` in place on this thread and returns what was there.
+    fn swap_in(p: Parked) -> Parked {
+        EXTRA.with(|x| {
+            // SAFETY: this thread's state; no probe runs while we swap.
+            unsafe {
+                core_probe::with_thread_state(|st| Parked {
+                    st: std::mem::replace(st, p.st),
+                    extra: std::mem::replace(&mut *x.get(), p.extra),
+                })
+            }
+        })
+    }
+
+    /// Switches the calling thread to record into a private buffer, whatever a
+    /// session is doing: used by `fgtrace::testing::capture`. Nests. With
+    /// `counters`, every call also gets the counter's entry-to-exit delta.
+    pub(crate) fn capture_begin(stack_depth: u32, counters: Option<CounterSrc>) -> SavedState {
+        install();
+        assert!(
+            control::capture_begin(),
+            "more than {} fgtrace captures at once",
+            control::MAX_CAPTURES
+        );
+        let mut st = ThreadState::EMPTY;
+        st.frames = alloc_frames(stack_depth);
+        st.stack_cap = stack_depth;
+        st.max_depth = u32::MAX;
+        let shared = Arc::new(ThreadBuf::new(
+            0,
+            thread::os_tid(),
+            thread::name(),
+            CAPTURE_BUFFER,
+            std::sync::Weak::new(),
+        ));
+        let (buf, len) = shared.storage_ptr();
+        st.buf = buf;
+        st.mask = usize::MAX;
+        st.limit = len.min(CAPTURE_BUFFER);
+        st.published = &shared.published;
+        st.overruns = &shared.overruns;
+        st.owner = Arc::as_ptr(&shared) as *const ();
+        st.gen = GEN_CAPTURE;
+        st.capture = true;
+        let mut extra = CaptureExtra::EMPTY;
+        extra.shared = Some(shared);
+        if let Some(c) = counters {
+            let counter = Box::new(Counter {
+                read: c.read,
+                page: c.page,
+                fd: c.fd,
+                uncounted: c.uncounted,
+            });
+            st.counter = &*counter;
+            extra.counter = Some(counter);
+            let mut side = vec![0u64; CAPTURE_BUFFER].into_boxed_slice();
+            st.side = side.as_mut_ptr();
+            extra.side = Some(side);
+            // Fault the buffers in now: a page fault mid-call adds to the count
+            // of the calls open at the time (and whether one happens depends on
+            // what the allocator had at hand).
+            for i in (0..CAPTURE_BUFFER).step_by(256) {
+                // SAFETY: the buffer has CAPTURE_BUFFER slots; records are plain
+                // data, and these are written again before they are read.
+                unsafe { buf.add(i).write(RawCall(0, 0)) };
+            }
+        }
+        SavedState(swap_in(Parked { st, extra }))
+    }
+
+    /// Takes the running capture off this thread (restoring the state from before
+    /// it), to be resumed later, possibly on another thread.
+    pub(crate) fn capture_suspend(saved: SavedState) -> Suspended {
+        Suspended(Some(swap_in(saved.0)))
+    }
+
+    /// Puts a suspended capture back in place on the calling thread; `counters`
+    /// must be this thread's (a counter counts only its own thread).
+    pub(crate) fn capture_resume(mut s: Suspended, counters: Option<CounterSrc>) -> SavedState {
+        let mut p = s.0.take().expect("a suspended capture");
+        if let Some(counter) = &mut p.extra.counter {
+            match counters {
+                Some(c) => {
+                    counter.page = c.page;
+                    counter.fd = c.fd;
+                    counter.read = c.read;
+                    counter.uncounted = c.uncounted;
+                }
+                None => {
+                    p.st.counter = ptr::null();
+                }
+            }
+        }
+        SavedState(swap_in(p))
+    }
+
+    /// Ends the capture on this thread: returns its records and restores the
+    /// state from before `capture_begin`.
+    pub(crate) fn capture_end(saved: SavedState) -> CaptureOut {
+        finish(swap_in(saved.0))
+    }
+
+    impl Drop for Suspended {
+        fn drop(&mut self) {
+            if let Some(p) = self.0.take() {
+                finish(p);
+            }
+        }
+    }
+
+    /// Frees a capture's buffers and returns what it recorded.
+    fn finish(mut p: Parked) -> CaptureOut {
+        let shared = p.extra.shared.take().expect("a capture has a buffer");
+        let mut records = std::mem::take(&mut p.extra.batches);
+        records.extend(shared.take_published());
+        let counters = p.extra.side.take().map(|side| {
+            let mut v = std::mem::take(&mut p.extra.side_batches);
+            v.extend_from_slice(&side[..p.st.count.min(side.len())]);
+            v
+        });
+        // SAFETY: made by `alloc_frames(stack_cap)` in `capture_begin`.
+        unsafe { free_frames(p.st.frames, p.st.stack_cap) };
+        let overruns = shared.overruns.load(Relaxed) as u64;
+        control::capture_end();
+        CaptureOut {
+            records,
+            overruns,
+            counters,
+        }
+    }
+}
