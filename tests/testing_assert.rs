@@ -88,7 +88,7 @@ fn an_exceeded_max_fails_with_the_graph_of_the_slowest_call() {
     let msg = panic_message(|| cap.assert_max("parse_headers", Duration::from_micros(200)));
     assert!(msg.starts_with("fgtrace: `parse_headers` took "), "{msg}");
     assert!(
-        msg.contains("over its budget of 200.000 us (1 of 3 calls over)"),
+        msg.contains("over its budget of 200 us (1 of 3 calls over)"),
         "{msg}"
     );
     assert!(msg.contains("at handle > parse_headers (thread "), "{msg}");
@@ -130,8 +130,7 @@ fn exceeded_total_percentile_and_self_budgets_fail() {
     });
     let msg = panic_message(|| cap.assert_total("slow_part", Duration::from_micros(10)));
     assert!(
-        msg.contains("`slow_part` took")
-            && msg.contains("in 1 calls, over its budget of 10.000 us"),
+        msg.contains("`slow_part` took") && msg.contains("in 1 calls, over its budget of 10 us"),
         "{msg}"
     );
     assert!(msg.contains("slow_part();"), "{msg}");

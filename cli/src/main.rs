@@ -11,6 +11,7 @@ mod zephyr;
 
 use clap::{Parser, Subcommand};
 use fgtrace::trace::TraceError;
+use fgtrace::view::format::human_duration;
 use fgtrace::view::{
     self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel,
 };
@@ -241,7 +242,7 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
         "clock:     {} at {:.4} GHz",
         m.clock.source, m.clock.ticks_per_ns
     )?;
-    writeln!(out, "duration:  {:.3} ms", m.duration_ns as f64 / 1e6)?;
+    writeln!(out, "duration:  {}", human_duration(m.duration_ns))?;
     writeln!(out, "mode:      {:?}", m.mode)?;
     if !m.filters.is_empty() {
         writeln!(out, "filters:   {}", m.filters)?;

@@ -2,7 +2,7 @@
 //! assertions whose failure message shows the offending call's graph.
 
 use super::counters::{self, CounterStatus};
-use super::render::{self, fmt_ns};
+use super::render;
 use super::Part;
 use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration, ClockPoint};
@@ -11,6 +11,7 @@ use crate::trace::build::{self, MetaBase, ThreadInput};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, RecordMode, SiteInfo, Trace, TraceBuilder,
 };
+use crate::view::format::human_duration;
 use std::io::Write;
 use std::time::Duration;
 
@@ -508,8 +509,8 @@ impl Capture {
                 .count();
             fail(format!(
                 "`{name}` took {} in its slowest call, over its budget of {} ({over} of {} calls over)\n\n{}",
-                fmt_ns(worst.dur_ns),
-                fmt_dur(budget),
+                human_duration(worst.dur_ns),
+                human_duration(nanos(budget)),
                 units.len(),
                 render::unit(self, &worst)
             ));
@@ -525,10 +526,10 @@ impl Capture {
             let worst = *units.iter().max_by_key(|u| u.dur_ns).expect("called");
             fail(format!(
                 "`{name}` took {} in {} calls, over its budget of {}; its longest call ({}):\n\n{}",
-                fmt_dur(total),
+                human_duration(nanos(total)),
                 units.len(),
-                fmt_dur(budget),
-                fmt_ns(worst.dur_ns),
+                human_duration(nanos(budget)),
+                human_duration(worst.dur_ns),
                 render::unit(self, &worst)
             ));
         }
@@ -544,10 +545,10 @@ impl Capture {
             let worst = *units.iter().max_by_key(|u| u.self_ns).expect("called");
             fail(format!(
                 "`{name}` spent {} in its own code over {} calls, over its budget of {}; the call with most ({}):\n\n{}",
-                fmt_dur(total),
+                human_duration(nanos(total)),
                 units.len(),
-                fmt_dur(budget),
-                fmt_ns(worst.self_ns),
+                human_duration(nanos(budget)),
+                human_duration(worst.self_ns),
                 render::unit(self, &worst)
             ));
         }
@@ -562,8 +563,8 @@ impl Capture {
         if u.dur_ns > budget.as_nanos() as u64 {
             fail(format!(
                 "p{p} of `{name}` over {n} calls is {}, over its budget of {}; the call at that rank:\n\n{}",
-                fmt_ns(u.dur_ns),
-                fmt_dur(budget),
+                human_duration(u.dur_ns),
+                human_duration(nanos(budget)),
                 render::unit(self, &u)
             ));
         }
@@ -586,9 +587,9 @@ impl Capture {
             let worst = *units.iter().max_by_key(|u| u.dur_ns).expect("called");
             fail(format!(
                 "`{a}` took {} = {:.3} x `{b}`'s {}, over the allowed ratio {max}; the longest call of `{a}`:\n\n{}",
-                fmt_dur(ta),
+                human_duration(nanos(ta)),
                 ta.as_secs_f64() / tb.as_secs_f64(),
-                fmt_dur(tb),
+                human_duration(nanos(tb)),
                 render::unit(self, &worst)
             ));
         }
@@ -768,8 +769,9 @@ fn ns(n: u64) -> Duration {
     Duration::from_nanos(n)
 }
 
-pub(super) fn fmt_dur(d: Duration) -> String {
-    fmt_ns(d.as_nanos().min(u64::MAX as u128) as u64)
+/// Whole nanoseconds of `d`, saturating at `u64::MAX` (584 years).
+pub(super) fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 /// Panics with the fgtrace prefix, at the caller's location.

@@ -4,6 +4,7 @@
 
 use super::query::{Capture, Unit};
 use crate::trace::Event;
+use crate::view::format::human_duration;
 use crate::view::{self, GraphOptions, ThreadColumn};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -11,16 +12,6 @@ use std::fmt::Write;
 /// Graph lines kept in a message: the first `HEAD` and the last `TAIL`.
 const HEAD: usize = 60;
 const TAIL: usize = 15;
-
-/// `850 ns`, `312.504 us`, `1.250 ms`, `2.000 s`.
-pub(super) fn fmt_ns(ns: u64) -> String {
-    match ns {
-        0..=999 => format!("{ns} ns"),
-        1_000..=999_999 => format!("{:.3} us", ns as f64 / 1e3),
-        1_000_000..=999_999_999 => format!("{:.3} ms", ns as f64 / 1e6),
-        _ => format!("{:.3} s", ns as f64 / 1e9),
-    }
-}
 
 /// What each line of the graph body is, in the order `GraphWriter` prints.
 enum Line {
@@ -254,7 +245,7 @@ fn callees(cap: &Capture, i: usize) -> String {
         let _ = writeln!(
             out,
             "  {:>12} {:>6.1}%  {calls:>9}  {name}{instr}",
-            fmt_ns(ns),
+            human_duration(ns),
             ns as f64 * 100.0 / total
         );
     };

@@ -2,8 +2,9 @@
 //! metric is computed per run, then the median (or minimum, or maximum) run
 //! is what the assertion sees, and a failure shows that run's graph.
 
-use super::query::{fail, fmt_dur, Capture, CounterCheck, Unit};
-use super::render::{self, fmt_ns};
+use super::query::{fail, nanos, Capture, CounterCheck, Unit};
+use super::render;
+use crate::view::format::human_duration;
 use std::time::Duration;
 
 /// Which run a [`Summary`] takes.
@@ -186,7 +187,7 @@ impl<'a> Summary<'a> {
         self.check(
             &format!("the slowest call of `{name}`"),
             nanos(budget),
-            fmt_ns,
+            |v| human_duration(v).to_string(),
             |c| nanos(c.max(name)),
             |c| c.units(name).into_iter().max_by_key(|u| u.dur_ns),
         );
@@ -199,7 +200,7 @@ impl<'a> Summary<'a> {
         self.check(
             &format!("the total time of `{name}`"),
             nanos(budget),
-            fmt_ns,
+            |v| human_duration(v).to_string(),
             |c| nanos(c.total(name)),
             |c| c.units(name).into_iter().max_by_key(|u| u.dur_ns),
         );
@@ -212,7 +213,7 @@ impl<'a> Summary<'a> {
         self.check(
             &format!("the self time of `{name}`"),
             nanos(budget),
-            fmt_ns,
+            |v| human_duration(v).to_string(),
             |c| nanos(c.self_total(name)),
             |c| c.units(name).into_iter().max_by_key(|u| u.self_ns),
         );
@@ -225,7 +226,7 @@ impl<'a> Summary<'a> {
         self.check(
             &format!("p{p} of `{name}`"),
             nanos(budget),
-            fmt_ns,
+            |v| human_duration(v).to_string(),
             |c| nanos(c.percentile(name, p)),
             |c| c.rank(name, p).map(|r| r.0),
         );
@@ -249,8 +250,8 @@ impl<'a> Summary<'a> {
                 self.stat.label(),
                 self.runs.len(),
                 i + 1,
-                fmt_dur(r.total(a)),
-                fmt_dur(r.total(b)),
+                human_duration(nanos(r.total(a))),
+                human_duration(nanos(r.total(b))),
             ));
         }
     }
@@ -294,8 +295,4 @@ impl<'a> Summary<'a> {
         );
         CounterCheck::Passed
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
 }

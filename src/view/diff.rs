@@ -9,6 +9,7 @@
 //! `differential` module, drawn with the "after" widths, red where time grew
 //! and blue where it shrank.
 
+use super::format::{human_duration, uftrace_time};
 use super::report::{ReportBuilder, ReportOptions};
 use super::ThreadSel;
 use crate::trace::{Event, TraceError, TraceMeta};
@@ -220,10 +221,6 @@ fn pct(before: u64, after: u64) -> String {
     format!("{p:+.2}%")
 }
 
-fn time(ns: u64) -> String {
-    super::format::uftrace_time(ns)
-}
-
 impl Diff {
     /// The table as text: per function, total, self and calls before, after,
     /// and the change; `-` where the function is absent.
@@ -234,7 +231,7 @@ impl Diff {
                 "{} ({} calls, session {})",
                 s.program,
                 s.calls,
-                time(s.duration_ns).trim()
+                human_duration(s.duration_ns)
             )
         };
         out.push_str(&format!(
@@ -284,11 +281,11 @@ impl Diff {
                 let cell =
                     |s: &Option<Side>, f: fn(&Side) -> String| s.as_ref().map_or_else(dash, f);
                 let cells = vec![
-                    cell(&r.before, |s| time(s.total_ns)),
-                    cell(&r.after, |s| time(s.total_ns)),
+                    cell(&r.before, |s| uftrace_time(s.total_ns)),
+                    cell(&r.after, |s| uftrace_time(s.total_ns)),
                     dt,
-                    cell(&r.before, |s| time(s.self_ns)),
-                    cell(&r.after, |s| time(s.self_ns)),
+                    cell(&r.before, |s| uftrace_time(s.self_ns)),
+                    cell(&r.after, |s| uftrace_time(s.self_ns)),
                     ds,
                     cell(&r.before, |s| s.calls.to_string()),
                     cell(&r.after, |s| s.calls.to_string()),

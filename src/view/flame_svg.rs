@@ -18,7 +18,7 @@
 
 use super::flame::{render_svg, FlameError, FlameOptions};
 use super::folded::{Chart, Folded, Origin, Tree};
-use super::format::uftrace_time;
+use super::format::human_duration;
 use crate::trace::TraceMeta;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -125,10 +125,6 @@ impl Drawing {
     }
 }
 
-fn time(ns: u64) -> String {
-    uftrace_time(ns).trim().to_string()
-}
-
 /// Tooltip additions of one node of stacks built by [`Folded`].
 fn node_title(f: &Folded, node: u32) -> Option<String> {
     let n = &f.tree.nodes[node as usize];
@@ -139,8 +135,8 @@ fn node_title(f: &Folded, node: u32) -> Option<String> {
                 "traced: {} call{}, total {}, self {}",
                 n.calls,
                 if n.calls == 1 { "" } else { "s" },
-                time(n.total_ns),
-                time(n.self_ns)
+                human_duration(n.total_ns),
+                human_duration(n.self_ns)
             );
             if combined {
                 s.push_str(&format!(", {} samples", n.samples));
@@ -220,8 +216,8 @@ pub fn chart_svg(
             };
             Some(format!(
                 "{full} ({loc}): starts at {}, lasts {}{}",
-                time(c.start_ns),
-                time(c.dur_ns),
+                human_duration(c.start_ns),
+                human_duration(c.dur_ns),
                 if c.unwound { ", unwound" } else { "" }
             ))
         };

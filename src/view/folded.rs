@@ -41,7 +41,7 @@
 //! taken outside any traced call keep their whole stack and weigh one sampling
 //! period each (from `meta.sampling`, e.g. `cpu-clock@999Hz`).
 
-use super::format::uftrace_time;
+use super::format::human_duration;
 use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, Lost, Sample, SiteInfo, TraceError, TraceMeta};
 use std::collections::HashMap;
@@ -590,7 +590,7 @@ impl Folded {
                     parts.push(format!(
                         "{} outside traced calls at {}{} each",
                         s.untraced,
-                        uftrace_time(s.period_ns).trim(),
+                        human_duration(s.period_ns),
                         if s.period_assumed { " (assumed)" } else { "" }
                     ));
                 }

@@ -1,9 +1,93 @@
 //! Number and column formatting shared by the text views, written to match the
 //! tools people already read (the kernel's `function_graph`, uftrace) digit for
-//! digit, so the views can be diffed against theirs.
+//! digit, so the views can be diffed against theirs; and [`human_duration`],
+//! the one format for durations in running text (captions, tooltips, test
+//! failure messages), outside those fixed columns.
 
 use crate::trace::TraceMeta;
-use std::fmt::Write;
+use std::fmt::{self, Write};
+
+/// A duration for people to read, in running text: `850 ns`, `1.5 us`,
+/// `312.504 us`, `1.25 ms`, `2 s`.
+///
+/// Below 1 us, whole nanoseconds; from there, the largest of `us`, `ms` and `s`
+/// that keeps the whole part at least 1, with at most three decimals,
+/// truncated (like the ftrace and uftrace columns, so `999999 ns` is
+/// `999.999 us`, never `1000 us`) and trailing zeros dropped. Seconds do not
+/// roll over into minutes. ASCII `us`, as in the ftrace graph that failure
+/// messages show next to these.
+///
+/// For fixed-width columns use [`uftrace_time`] or [`push_ftrace_duration`]
+/// instead: they print a fixed number of decimals so that the digits line up.
+///
+/// Formats without allocating (`write!(out, "{}", human_duration(ns))`);
+/// width, fill and alignment apply as for a `str` (`{:>12}`).
+pub fn human_duration(ns: u64) -> HumanDuration {
+    HumanDuration(ns)
+}
+
+/// Nanoseconds that display as [`human_duration`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HumanDuration(pub u64);
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The longest text is u64::MAX: `18446744073.709 s`, 17 bytes.
+        let mut buf = StackStr::<24>::new();
+        let ns = self.0;
+        let (per_unit, unit) = match ns {
+            0..=999 => (1, "ns"),
+            1_000..=999_999 => (1_000, "us"),
+            1_000_000..=999_999_999 => (1_000_000, "ms"),
+            _ => (1_000_000_000, "s"),
+        };
+        write!(buf, "{}", ns / per_unit)?;
+        // Thousandths of the unit, truncated; none for whole nanoseconds.
+        let mut frac = ns % per_unit / (per_unit / 1000).max(1);
+        if per_unit > 1 && frac != 0 {
+            let mut digits = 3;
+            while frac % 10 == 0 {
+                frac /= 10;
+                digits -= 1;
+            }
+            write!(buf, ".{frac:0digits$}")?;
+        }
+        write!(buf, " {unit}")?;
+        f.pad(buf.as_str())
+    }
+}
+
+/// A fixed-size, stack-allocated `fmt::Write` target for short ASCII text.
+struct StackStr<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackStr<N> {
+    fn new() -> Self {
+        StackStr {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are ever copied in, so the bytes are valid UTF-8.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> Write for StackStr<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
 
 /// ftrace's overhead mark for a duration: strict greater-than on nanoseconds
 /// (`trace_find_mark`), so exactly 10 us gets no `+`.
@@ -80,6 +164,9 @@ pub fn push_ftrace_duration(out: &mut String, ns: u64) {
 /// uftrace's time format (`%3d.%03d` with `us`, `ms` or ` s`): the unit is the
 /// largest that keeps the integer part under 1000. Unlike uftrace, zero prints
 /// as `0.000 us` rather than blanks, and seconds do not roll over into minutes.
+///
+/// A column format, for the uftrace-style tables: running text uses
+/// [`human_duration`].
 pub fn uftrace_time(ns: u64) -> String {
     let (int, frac, unit) = if ns < 1_000_000 {
         (ns / 1000, ns % 1000, "us")
@@ -226,6 +313,50 @@ mod tests {
         assert_eq!(uftrace_time(1_000_000_000), "  1.000  s");
         assert_eq!(uftrace_time(3_594_274_999), "  3.594  s");
         assert_eq!(uftrace_time(1_234_000_000_000), "1234.000  s");
+    }
+
+    #[test]
+    fn human_durations_at_unit_boundaries() {
+        let h = |ns: u64| human_duration(ns).to_string();
+        // Whole nanoseconds below 1 us.
+        assert_eq!(h(0), "0 ns");
+        assert_eq!(h(1), "1 ns");
+        assert_eq!(h(850), "850 ns");
+        assert_eq!(h(999), "999 ns");
+        // Microseconds: three decimals at most, truncated, zeros dropped.
+        assert_eq!(h(1_000), "1 us");
+        assert_eq!(h(1_001), "1.001 us");
+        assert_eq!(h(1_010), "1.01 us");
+        assert_eq!(h(1_500), "1.5 us");
+        assert_eq!(h(312_504), "312.504 us");
+        assert_eq!(h(999_900), "999.9 us");
+        assert_eq!(h(999_999), "999.999 us");
+        // Milliseconds: sub-microsecond digits are cut, never rounded up into
+        // the next unit.
+        assert_eq!(h(1_000_000), "1 ms");
+        assert_eq!(h(1_000_999), "1 ms");
+        assert_eq!(h(1_250_000), "1.25 ms");
+        assert_eq!(h(3_001_382), "3.001 ms");
+        assert_eq!(h(999_999_999), "999.999 ms");
+        // Seconds, which do not roll over into minutes or hours.
+        assert_eq!(h(1_000_000_000), "1 s");
+        assert_eq!(h(1_999_999_999), "1.999 s");
+        assert_eq!(h(12_340_000_000), "12.34 s");
+        assert_eq!(h(60_000_000_000), "60 s");
+        assert_eq!(h(3_600_000_000_000), "3600 s");
+        assert_eq!(h(u64::MAX), "18446744073.709 s");
+    }
+
+    #[test]
+    fn human_durations_pad_like_str() {
+        assert_eq!(format!("{:>10}|", human_duration(40)), "     40 ns|");
+        assert_eq!(format!("{:<10}|", human_duration(1_060)), "1.06 us   |");
+        assert_eq!(format!("{:*^9}", human_duration(2_000)), "**2 us***");
+        // Narrower than the text: nothing is cut.
+        assert_eq!(format!("{:3}", human_duration(312_504)), "312.504 us");
+        let mut out = String::from("took ");
+        write!(out, "{}", human_duration(u64::MAX)).unwrap();
+        assert_eq!(out, "took 18446744073.709 s");
     }
 
     #[test]

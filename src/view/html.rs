@@ -20,7 +20,7 @@
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
 use super::folded::{Folded, FoldedBuilder, FoldedOptions, Resolve};
-use super::format::uftrace_time;
+use super::format::human_duration;
 use super::graph::{GraphOptions, GraphWriter};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
@@ -302,10 +302,6 @@ fn program_name(p: &str) -> &str {
     p.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(p)
 }
 
-fn time(ns: u64) -> String {
-    uftrace_time(ns).trim().to_string()
-}
-
 /// `YYYY-MM-DD HH:MM:SS UTC` from Unix nanoseconds (civil-from-days).
 fn utc(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
@@ -473,7 +469,7 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
             "Program",
             format!("{} (pid {})", escape(&meta.program), meta.pid),
         ),
-        ("Duration", escape(&time(meta.duration_ns))),
+        ("Duration", human_duration(meta.duration_ns).to_string()),
         (
             "Threads",
             format!(
@@ -595,7 +591,7 @@ fn table(p: &mut String, report: &Report, rows: usize) {
         for ns in [
             f.total_ns, f.self_ns, f.avg_ns, f.min_ns, f.max_ns, f.p50_ns, f.p99_ns,
         ] {
-            let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", time(ns));
+            let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
         }
         p.push_str("</tr>\n");
     }
@@ -619,7 +615,7 @@ fn table(p: &mut String, report: &Report, rows: usize) {
                 f.polls
             );
             for ns in [f.total_ns, f.avg_ns, f.max_ns, f.p99_ns] {
-                let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", time(ns));
+                let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
             }
             let _ = writeln!(p, "<td data-v=\"{0}\">{0}</td></tr>", f.cancelled);
         }
@@ -707,8 +703,8 @@ fn duration_plots(
                     p,
                     "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     escape(&s.path_names(meta)),
-                    time(s.call.dur_ns),
-                    time(s.call.start_ns),
+                    human_duration(s.call.dur_ns),
+                    human_duration(s.call.start_ns),
                     escape(&meta.thread_label(s.call.thread))
                 );
             }
@@ -728,8 +724,8 @@ fn graph_section(p: &mut String, meta: &TraceMeta, root: Option<Root>, text: &st
                 "<p class=\"note\"><code>{}</code> on {}, {} starting at {}.</p>\n<pre class=\"graph\">{}</pre>",
                 escape(meta.site_name(r.site)),
                 escape(&meta.thread_label(r.thread)),
-                time(r.dur_ns),
-                time(r.start_ns),
+                human_duration(r.dur_ns),
+                human_duration(r.start_ns),
                 escape(text)
             );
         }

@@ -13,7 +13,7 @@
 //! Text is written as SVG `<text>` with a generic font family: no font file
 //! is read at render time (plotters' `ttf` feature is off).
 
-use super::format::uftrace_time;
+use super::format::{human_duration, uftrace_time};
 use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -428,30 +428,10 @@ impl<'a> DurationsBuilder<'a> {
     }
 }
 
-/// A duration for axis labels: three significant digits, unit from ns to s.
-pub fn human_ns(ns: f64) -> String {
-    let (v, unit) = if ns.abs() < 1e3 {
-        (ns, "ns")
-    } else if ns.abs() < 1e6 {
-        (ns / 1e3, "us")
-    } else if ns.abs() < 1e9 {
-        (ns / 1e6, "ms")
-    } else {
-        (ns / 1e9, "s")
-    };
-    let s = if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    };
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    format!("{s} {unit}")
+/// A log axis's tick label: the tick's value to the nearest nanosecond as a
+/// [`human_duration`] (ticks are powers of ten and their multiples).
+fn log_tick(v: &f64) -> String {
+    human_duration(v.max(0.0).round() as u64).to_string()
 }
 
 /// Durations spanning more than this factor get log scales.
@@ -527,10 +507,10 @@ pub fn durations_svg(
         );
         if log {
             let y = (lo / 1.5..hi * 1.5).log_scale();
-            scatter(&top, d, meta, span, y, &caption, &|v| human_ns(*v))?;
+            scatter(&top, d, meta, span, y, &caption, &log_tick)?;
             let edges = log_edges(lo, hi, HIST_BINS);
             let x = (edges[0] / 1.2..edges[HIST_BINS] * 1.2).log_scale();
-            counts_axis(&bottom, d, x, &Bins::new(d, &edges), &|v| human_ns(*v))?;
+            counts_axis(&bottom, d, x, &Bins::new(d, &edges), &log_tick)?;
         } else {
             // Equal durations still get an axis a few percent wide.
             let pad = if hi - lo < hi * 0.02 {
@@ -770,10 +750,10 @@ where
             format!(
                 "histogram{}: p50 {}, p99 {}, min {}, max {}",
                 if bins.log { " (log counts)" } else { "" },
-                uftrace_time(d.p50_ns).trim(),
-                uftrace_time(d.p99_ns).trim(),
-                uftrace_time(d.min_ns).trim(),
-                uftrace_time(d.max_ns).trim()
+                human_duration(d.p50_ns),
+                human_duration(d.p99_ns),
+                human_duration(d.min_ns),
+                human_duration(d.max_ns)
             ),
             ("sans-serif", 15).into_font(),
         )
@@ -821,9 +801,9 @@ where
         let (x, _) = chart.backend_coord(&(v, bins.base));
         let right_half = x > px.start + (px.end - px.start) * 7 / 10;
         let (text, anchor) = if right_half {
-            (format!("{label} {} ", uftrace_time(ns).trim()), HPos::Right)
+            (format!("{label} {} ", human_duration(ns)), HPos::Right)
         } else {
-            (format!(" {label} {}", uftrace_time(ns).trim()), HPos::Left)
+            (format!(" {label} {}", human_duration(ns)), HPos::Left)
         };
         let font = ("sans-serif", 13)
             .into_font()
@@ -850,9 +830,9 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
         d.name,
         d.calls.len(),
         if d.calls.len() == 1 { "" } else { "s" },
-        uftrace_time(d.p50_ns).trim(),
-        uftrace_time(d.p99_ns).trim(),
-        uftrace_time(d.max_ns).trim(),
+        human_duration(d.p50_ns),
+        human_duration(d.p99_ns),
+        human_duration(d.max_ns),
         if d.lost > 0 {
             format!(", LOST {} records", d.lost)
         } else {
@@ -999,6 +979,28 @@ mod tests {
         assert_eq!(d.slowest[0].call.dur_ns, 300);
         assert_eq!(d.slowest[1].path_names(&m), "parse;leaf");
         assert_eq!(d.slowest[1].call.thread, 1);
+
+        // Running text takes human durations; the table keeps uftrace's
+        // aligned columns.
+        let mut txt = Vec::new();
+        write_slowest(&d, &m, &mut txt).unwrap();
+        let txt = String::from_utf8(txt).unwrap();
+        assert!(
+            txt.lines()
+                .next()
+                .unwrap()
+                .ends_with(": 3 calls, p50 200 ns, p99 300 ns, max 300 ns"),
+            "{txt}"
+        );
+        assert!(
+            txt.contains("\n    0.300 us      0.600 us  main-1  main;leaf\n"),
+            "{txt}"
+        );
+        let svg = durations_svg(&d, &m, &PlotOptions::default()).unwrap();
+        assert!(
+            svg.contains("histogram: p50 200 ns, p99 300 ns, min 100 ns, max 300 ns"),
+            "{svg}"
+        );
     }
 
     #[test]
@@ -1009,10 +1011,14 @@ mod tests {
     }
 
     #[test]
-    fn human_units() {
-        assert_eq!(human_ns(0.0), "0 ns");
-        assert_eq!(human_ns(1500.0), "1.5 us");
-        assert_eq!(human_ns(250e6), "250 ms");
-        assert_eq!(human_ns(12.34e9), "12.3 s");
+    fn log_ticks_are_human_durations() {
+        assert_eq!(log_tick(&0.0), "0 ns");
+        assert_eq!(log_tick(&-3.0), "0 ns");
+        assert_eq!(log_tick(&100.0), "100 ns");
+        // Ticks computed as powers land a hair off the round value.
+        assert_eq!(log_tick(&999.999_999_9), "1 us");
+        assert_eq!(log_tick(&1500.0), "1.5 us");
+        assert_eq!(log_tick(&250e6), "250 ms");
+        assert_eq!(log_tick(&12.34e9), "12.34 s");
     }
 }

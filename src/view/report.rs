@@ -9,7 +9,7 @@
 //! call. Recursive calls count at every level, as in ftrace's profiler, so a
 //! recursive function's total can exceed the session.
 
-use super::format::{loss_lines, push_ftrace_duration, uftrace_time};
+use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, FutureSpan, Lost, Trace, TraceError, TraceMeta};
 use std::collections::BTreeMap;
@@ -608,9 +608,7 @@ impl Report {
             self.calls,
             self.threads,
             if self.threads == 1 { "" } else { "s" },
-            uftrace_time(self.duration_ns)
-                .trim_start()
-                .replace("  ", " ")
+            human_duration(self.duration_ns)
         );
         for l in &self.loss_lines {
             let _ = writeln!(out, "# {l}");
@@ -1099,7 +1097,7 @@ mod tests {
         // two spaces before each; uftrace times are 10 wide; s^2 = 7e6 ns^2 = 7 us^2.
         let want = "\
 # fgtrace report: demo (pid 7)
-# 3 calls on 1 thread, session 2.000 s
+# 3 calls on 1 thread, session 2 s
 # LOST 5 records on thread worker-101
 # (Overruns: 2) on thread worker-101: calls not recorded, shadow stack full
 #
