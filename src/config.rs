@@ -19,6 +19,8 @@
 
 use crate::buffer::MAX_DEPTH;
 use crate::trace::RecordMode;
+/// The largest flight recorder per thread: 2^30 calls (16 GiB of records).
+pub const MAX_FLIGHT_CALLS: usize = 1 << 30;
 pub(crate) use fgtrace_core::site::Decision;
 use std::time::Duration;
 use wildmatch::WildMatch;
@@ -154,9 +156,14 @@ impl Config {
                 self.mode = RecordMode::FlightRecorder;
                 if let Some(n) = n.strip_prefix(':') {
                     match n.parse::<usize>() {
-                        Ok(n) if n > 0 => self.flight_calls = n,
+                        Ok(n) if n > 0 && n <= MAX_FLIGHT_CALLS => self.flight_calls = n,
+                        Ok(n) if n > 0 => self.errors.push(format!(
+                            "FGTRACE_MODE=`{v}`: a flight recorder keeps at most \
+                             {MAX_FLIGHT_CALLS} calls per thread, not {n}"
+                        )),
                         _ => self.errors.push(format!(
-                            "FGTRACE_MODE=`{v}`: expected flight:<calls per thread>"
+                            "FGTRACE_MODE=`{v}`: expected flight:<calls per thread> \
+                             (1 to {MAX_FLIGHT_CALLS})"
                         )),
                     }
                 }
@@ -173,10 +180,18 @@ impl Config {
         self.mode = RecordMode::Stream;
         self
     }
-    /// Keep only the last `calls_per_thread` calls of each thread.
+    /// Keep only the last `calls_per_thread` calls of each thread (at most
+    /// [`MAX_FLIGHT_CALLS`]; more is an error from `Session::start`).
     pub fn flight_recorder(mut self, calls_per_thread: usize) -> Self {
         self.mode = RecordMode::FlightRecorder;
-        self.flight_calls = calls_per_thread.max(1);
+        if calls_per_thread > MAX_FLIGHT_CALLS {
+            self.errors.push(format!(
+                "flight_recorder({calls_per_thread}): a flight recorder keeps at most \
+                 {MAX_FLIGHT_CALLS} calls per thread"
+            ));
+        } else {
+            self.flight_calls = calls_per_thread.max(1);
+        }
         self
     }
     /// Calls per batch handed to the collector (stream mode).
