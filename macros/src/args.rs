@@ -1,9 +1,9 @@
-//! The options of `#[traced(...)]`.
+//! The options of `#[traced(...)]` and `#[notrace(...)]`.
 
 use proc_macro2::TokenStream;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
-use syn::{Attribute, Expr, ExprLit, Lit, LitStr, Meta};
+use syn::{parse_quote, Attribute, Expr, ExprLit, ExprPath, Lit, LitStr, Meta, Path};
 
 /// Options of one `#[traced(...)]`, each remembered with its span so misuse
 /// can be reported at the option.
@@ -13,6 +13,9 @@ pub(crate) struct Options {
     pub name: Option<LitStr>,
     /// `prefix = "..."`: replaces the type name in an impl block's `Type::method`.
     pub prefix: Option<LitStr>,
+    /// `crate = path`: where fgtrace is, for a renamed dependency or a facade
+    /// crate that re-exports it. `None` is `::fgtrace`.
+    pub krate: Option<Path>,
 }
 
 impl Options {
@@ -36,7 +39,15 @@ impl Options {
         }
     }
 
+    /// The path the expansion calls fgtrace by: `crate = path`, or `::fgtrace`.
+    pub(crate) fn crate_path(&self) -> Path {
+        crate_or_default(self.krate.as_ref())
+    }
+
     fn parse_one(&mut self, meta: ParseNestedMeta) -> syn::Result<()> {
+        if meta.path.is_ident("crate") {
+            return parse_crate(&meta, &mut self.krate, "traced");
+        }
         let (key, slot) = if meta.path.is_ident("name") {
             ("name", &mut self.name)
         } else if meta.path.is_ident("prefix") {
@@ -45,7 +56,8 @@ impl Options {
             let path = meta.path.get_ident().map(ToString::to_string);
             let what = path.map_or(String::new(), |p| format!(" `{p}`"));
             return Err(meta.error(format!(
-                "unknown #[traced] option{what}: expected `name = \"...\"` or `prefix = \"...\"`"
+                "unknown #[traced] option{what}: \
+                 expected `name = \"...\"`, `prefix = \"...\"` or `crate = path`"
             )));
         };
         if slot.is_some() {
@@ -65,4 +77,70 @@ impl Options {
             )),
         }
     }
+}
+
+/// Parses the tokens inside `#[notrace(...)]`: only `crate = path`, accepted
+/// so that code written against a renamed fgtrace can say so everywhere.
+pub(crate) fn parse_notrace(tokens: TokenStream) -> syn::Result<Option<Path>> {
+    let mut krate = None;
+    syn::meta::parser(|meta| {
+        if meta.path.is_ident("crate") {
+            parse_crate(&meta, &mut krate, "notrace")
+        } else {
+            let path = meta.path.get_ident().map(ToString::to_string);
+            let what = path.map_or(String::new(), |p| format!(" `{p}`"));
+            Err(meta.error(format!(
+                "unknown #[notrace] option{what}: the only option is `crate = path`"
+            )))
+        }
+    })
+    .parse2(tokens)?;
+    Ok(krate)
+}
+
+/// Parses a `#[notrace]` / `#[notrace(...)]` attribute found on a method of a
+/// traced impl block.
+pub(crate) fn notrace_from_attr(attr: &Attribute) -> syn::Result<Option<Path>> {
+    match &attr.meta {
+        Meta::Path(_) => Ok(None),
+        Meta::List(list) => parse_notrace(list.tokens.clone()),
+        Meta::NameValue(nv) => Err(syn::Error::new_spanned(
+            nv,
+            "expected `#[notrace]` or `#[notrace(crate = path)]`",
+        )),
+    }
+}
+
+/// `path`, or fgtrace's own `::fgtrace` when no `crate = ..` was given.
+pub(crate) fn crate_or_default(krate: Option<&Path>) -> Path {
+    match krate {
+        Some(path) => path.clone(),
+        None => parse_quote!(::fgtrace),
+    }
+}
+
+/// What `crate = ..` was expected to be, for error messages.
+pub(crate) const CRATE_EXPECTS: &str = "`crate` expects a path to the fgtrace crate, \
+     e.g. `crate = fgt` or `crate = ::my_facade::fgtrace`";
+
+/// `crate = path` of the attribute `attr` (`traced`, `notrace`).
+fn parse_crate(meta: &ParseNestedMeta, slot: &mut Option<Path>, attr: &str) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(meta.error(format!("duplicate #[{attr}] option `crate`")));
+    }
+    // Any expression, so that `crate = 5` or `crate = "fgt"` gets our message.
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Path(ExprPath {
+            attrs, qself, path, ..
+        }) if attrs.is_empty() && qself.is_none() && is_module_path(&path) => {
+            *slot = Some(path);
+            Ok(())
+        }
+        other => Err(syn::Error::new_spanned(other, CRATE_EXPECTS)),
+    }
+}
+
+/// A path a module can be at: no generic arguments.
+pub(crate) fn is_module_path(path: &Path) -> bool {
+    path.segments.iter().all(|s| s.arguments.is_none())
 }

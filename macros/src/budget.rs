@@ -20,6 +20,7 @@
 //!
 //! Several `#[budget]` attributes on one fn are merged by the outermost, so
 //! there is one capture (nested captures would hide calls from each other).
+//! With `crate = path` (in any of them) every `::fgtrace` above is `path`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -27,6 +28,8 @@ use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, LitInt, LitStr, Path, ReturnType, Token, Type};
+
+use crate::args::{crate_or_default, is_module_path, CRATE_EXPECTS};
 
 /// One `key = value`.
 struct KeyValue {
@@ -164,8 +167,12 @@ struct Spec {
     runs: Option<usize>,
     warmup: Option<usize>,
     stat: Option<TokenStream>,
-    limits: Vec<TokenStream>,
+    /// `(function, Limit variant, span of the limit's key)`; the path to
+    /// `Limit` is only known once every attribute has been read.
+    limits: Vec<(String, TokenStream, Span)>,
     counted: bool,
+    /// `crate = path`: where fgtrace is. `None` is `::fgtrace`.
+    krate: Option<Path>,
 }
 
 impl Spec {
@@ -183,8 +190,7 @@ impl Spec {
                     }
                     for kv in limits {
                         let limit = self.limit(&kv)?;
-                        let sp = kv.key.span();
-                        self.limits.push(quote_spanned!(sp=> (#name, ::fgtrace::testing::__budget::Limit::#limit)));
+                        self.limits.push((name.clone(), limit, kv.key.span()));
                     }
                 }
             }
@@ -213,10 +219,22 @@ impl Spec {
                     _ => return Err(syn::Error::new(v.span(), "`counters` is \"auto\", \"required\" or \"off\"")),
                 })
             }
+            "crate" => {
+                if self.krate.is_some() {
+                    return Err(syn::Error::new(
+                        kv.key.span(),
+                        "duplicate #[budget] option `crate`",
+                    ));
+                }
+                self.krate = Some(match v {
+                    Value::Path(p) if is_module_path(p) => p.clone(),
+                    _ => return Err(syn::Error::new(v.span(), CRATE_EXPECTS)),
+                })
+            }
             other => {
                 return Err(syn::Error::new(
                     kv.key.span(),
-                    format!("unknown option `{other}`: options are `runs`, `warmup`, `stat`, `counters`; limits go in `function(..)`"),
+                    format!("unknown option `{other}`: options are `runs`, `warmup`, `stat`, `counters`, `crate`; limits go in `function(..)`"),
                 ))
             }
         }
@@ -357,7 +375,10 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         quote!(Off)
     });
     let stat = spec.stat.clone().unwrap_or(quote!(Median));
-    let limits = &spec.limits;
+    let krate = crate_or_default(spec.krate.as_ref());
+    let limits = spec.limits.iter().map(
+        |(name, limit, sp)| quote_spanned!(*sp=> (#name, #krate::testing::__budget::Limit::#limit)),
+    );
     let block = &f.block;
     let ret = match &f.sig.output {
         ReturnType::Type(_, ty) if !has_impl_trait(ty) => quote!(-> #ty),
@@ -378,11 +399,11 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         quote!(__FGTRACE_BUDGET.once(move || #ret #block))
     };
     let body = quote!({
-        static __FGTRACE_BUDGET: ::fgtrace::testing::__budget::Spec = ::fgtrace::testing::__budget::Spec {
-            counters: ::fgtrace::testing::Counters::#counters,
+        static __FGTRACE_BUDGET: #krate::testing::__budget::Spec = #krate::testing::__budget::Spec {
+            counters: #krate::testing::Counters::#counters,
             runs: #runs,
             warmup: #warmup,
-            stat: ::fgtrace::testing::Stat::#stat,
+            stat: #krate::testing::Stat::#stat,
             limits: &[#(#limits),*],
         };
         #run

@@ -22,6 +22,10 @@
 //! starts with a never-taken `return` of a value of that type (the trick of
 //! tracing's `#[instrument]`), with `impl Trait` parts replaced by `_`.
 //!
+//! With `crate = path` every `::fgtrace` above is `path` instead (the user's
+//! tokens, so a wrong path is reported at the option); the items called under
+//! `__private` are the same.
+//!
 //! The user's tokens are moved, never re-printed, so errors in a body keep
 //! pointing at the user's code.
 
@@ -32,10 +36,10 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{
     parse_quote, parse_quote_spanned, Attribute, Block, GenericParam, ImplItem, ImplItemFn, Item,
-    ItemImpl, LitStr, ReturnType, Signature, Stmt, TraitItemFn, Type,
+    ItemImpl, LitStr, Path, ReturnType, Signature, Stmt, TraitItemFn, Type,
 };
 
-use crate::args::Options;
+use crate::args::{self, Options};
 
 const CONST_FN: &str = "#[traced] cannot instrument a `const fn`: probes read a clock at run time";
 const NOT_A_FN: &str = "#[traced] applies to fns and impl blocks";
@@ -56,13 +60,15 @@ pub(crate) fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// `#[notrace]` outside a traced impl block has nothing to do.
+/// `#[notrace]` outside a traced impl block has nothing to do but check its
+/// options.
 pub(crate) fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
-    if attr.is_empty() {
-        item
-    } else {
-        let err = syn::Error::new_spanned(attr, "#[notrace] takes no options").to_compile_error();
-        quote!(#err #item)
+    match args::parse_notrace(attr) {
+        Ok(_) => item,
+        Err(err) => {
+            let err = err.to_compile_error();
+            quote!(#err #item)
+        }
     }
 }
 
@@ -116,19 +122,22 @@ fn instrument_lone_fn(opts: &Options, sig: &Signature, block: &mut Block) -> syn
         Some(name) => name.clone(),
         None => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
     };
-    instrument(sig, block, &name)
+    instrument(sig, block, &name, &opts.crate_path())
 }
 
 /// Instruments every fn of an impl block, honouring per-method attributes.
+/// The block's `crate = ..` applies to every method (a method's own
+/// `#[traced(crate = ..)]` overrides it).
 fn instrument_impl(opts: &Options, imp: &mut ItemImpl) -> syn::Result<()> {
     let prefix = match &opts.prefix {
         Some(p) => p.value(),
         None => impl_type_name(imp),
     };
+    let krate = opts.crate_path();
     let mut errors: Option<syn::Error> = None;
     for item in &mut imp.items {
         if let ImplItem::Fn(f) = item {
-            if let Err(e) = instrument_method(&prefix, f) {
+            if let Err(e) = instrument_method(&prefix, &krate, f) {
                 match &mut errors {
                     Some(all) => all.combine(e),
                     None => errors = Some(e),
@@ -139,13 +148,12 @@ fn instrument_impl(opts: &Options, imp: &mut ItemImpl) -> syn::Result<()> {
     errors.map_or(Ok(()), Err)
 }
 
-fn instrument_method(prefix: &str, f: &mut ImplItemFn) -> syn::Result<()> {
-    let notrace = take_attrs(&mut f.attrs, "notrace");
-    let traced = take_attrs(&mut f.attrs, "traced");
+fn instrument_method(prefix: &str, krate: &Path, f: &mut ImplItemFn) -> syn::Result<()> {
+    let notrace = take_attrs(&mut f.attrs, "notrace", krate);
+    let traced = take_attrs(&mut f.attrs, "traced", krate);
     if let Some(attr) = notrace.first() {
-        if !matches!(attr.meta, syn::Meta::Path(_)) {
-            return Err(syn::Error::new_spanned(attr, "#[notrace] takes no options"));
-        }
+        // Its `crate = ..` has nothing to name here, but must be well formed.
+        args::notrace_from_attr(attr)?;
         if let Some(t) = traced.first() {
             return Err(syn::Error::new_spanned(
                 t,
@@ -165,11 +173,12 @@ fn instrument_method(prefix: &str, f: &mut ImplItemFn) -> syn::Result<()> {
         None => Options::default(),
     };
     reject_prefix(&opts)?;
+    let krate = opts.krate.as_ref().unwrap_or(krate);
     let name = opts.name.unwrap_or_else(|| {
         let method = f.sig.ident.unraw();
         LitStr::new(&format!("{prefix}::{method}"), f.sig.ident.span())
     });
-    instrument(&f.sig, &mut f.block, &name)
+    instrument(&f.sig, &mut f.block, &name, krate)
 }
 
 fn reject_prefix(opts: &Options) -> syn::Result<()> {
@@ -182,16 +191,18 @@ fn reject_prefix(opts: &Options) -> syn::Result<()> {
     }
 }
 
-/// Removes and returns the attributes `#[name]` / `#[fgtrace::name]`.
-fn take_attrs(attrs: &mut Vec<Attribute>, name: &str) -> Vec<Attribute> {
+/// Removes and returns the attributes `#[name]`, `#[fgtrace::name]` and
+/// `#[<krate>::name]` (`#[fgt::notrace]` in a `#[traced(crate = fgt)]` block).
+/// A leading `::` does not matter.
+fn take_attrs(attrs: &mut Vec<Attribute>, name: &str, krate: &Path) -> Vec<Attribute> {
+    let idents = |path: &Path| -> Vec<String> {
+        path.segments.iter().map(|s| s.ident.to_string()).collect()
+    };
+    let mut in_krate = idents(krate);
+    in_krate.push(name.to_string());
     let (taken, kept) = std::mem::take(attrs).into_iter().partition(|attr| {
-        let segments: Vec<String> = attr
-            .path()
-            .segments
-            .iter()
-            .map(|s| s.ident.to_string())
-            .collect();
-        segments == [name] || segments == ["fgtrace", name]
+        let segments = idents(attr.path());
+        segments == [name] || segments == ["fgtrace", name] || segments == in_krate
     });
     *attrs = kept;
     taken
@@ -253,8 +264,8 @@ fn item_head(item: &Item) -> TokenStream {
     }
 }
 
-/// Adds the probe to one fn body.
-fn instrument(sig: &Signature, block: &mut Block, name: &LitStr) -> syn::Result<()> {
+/// Adds the probe to one fn body; `krate` is where fgtrace is (`::fgtrace`).
+fn instrument(sig: &Signature, block: &mut Block, name: &LitStr, krate: &Path) -> syn::Result<()> {
     if let Some(kw) = &sig.constness {
         return Err(syn::Error::new(kw.span, CONST_FN));
     }
@@ -264,7 +275,7 @@ fn instrument(sig: &Signature, block: &mut Block, name: &LitStr) -> syn::Result<
     let line = quote_spanned!(here=> ::core::line!());
     let file = quote_spanned!(here=> ::core::file!());
     let site = quote! {{
-        static __FGTRACE_SITE: ::fgtrace::__private::Site = ::fgtrace::__private::Site::new(
+        static __FGTRACE_SITE: #krate::__private::Site = #krate::__private::Site::new(
             #name, ::core::module_path!(), #file, #line, #is_async,
         );
         &__FGTRACE_SITE
@@ -281,7 +292,7 @@ fn instrument(sig: &Signature, block: &mut Block, name: &LitStr) -> syn::Result<
         // to the body's end, so errors about "this function" point there.
         let async_move = quote_spanned!(sig.asyncness.span()=> async move);
         block.stmts = vec![Stmt::Expr(
-            parse_quote!(::fgtrace::__private::TracedFuture::new(#site, #async_move #inner).await),
+            parse_quote!(#krate::__private::TracedFuture::new(#site, #async_move #inner).await),
             None,
         )];
     } else {
@@ -295,7 +306,7 @@ fn instrument(sig: &Signature, block: &mut Block, name: &LitStr) -> syn::Result<
             .count();
         block.stmts.insert(
             at,
-            parse_quote!(let #guard = ::fgtrace::__private::enter(#site);),
+            parse_quote!(let #guard = #krate::__private::enter(#site);),
         );
     }
     Ok(())

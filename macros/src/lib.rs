@@ -4,8 +4,9 @@
 //! site descriptor plus a guard whose `Drop` records the exit, so `return`,
 //! `?` and unwinding are all covered without touching the user's code. An
 //! `async fn` instead wraps its body in `TracedFuture`, which probes every
-//! poll. The expansion only refers to `::fgtrace::__private`; see
-//! `expand.rs` for the exact shape.
+//! poll. The expansion only refers to `::fgtrace::__private` (or
+//! `<path>::__private` with `crate = path`); see `expand.rs` for the exact
+//! shape.
 
 use proc_macro::TokenStream;
 
@@ -25,6 +26,14 @@ mod tests;
 ///   Opt a method out with `#[notrace]`; rename one with `#[traced(name = "...")]`.
 ///   `const fn`s in the block are left alone: they cannot read a clock.
 ///
+/// `#[traced(crate = path)]` says where fgtrace is when it is not
+/// `::fgtrace`: a renamed dependency (`fgt = { package = "fgtrace", .. }`,
+/// then `#[fgt::traced(crate = fgt)]`) or a crate that re-exports it
+/// (`#[traced(crate = ::my_facade::fgtrace)]`). It combines with `name` and
+/// `prefix` in any order. On an `impl` block it applies to every method, and
+/// the block then also recognises `#[path::notrace]` and `#[path::traced]` on
+/// its methods (besides `#[notrace]` and `#[fgtrace::notrace]`).
+///
 /// `const fn`s, fns without a body and other items are rejected with a
 /// `compile_error!`.
 #[proc_macro_attribute]
@@ -35,14 +44,18 @@ pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// Excludes a method from a `#[traced]` impl block. The block's `#[traced]`
 /// removes this attribute (so inside such a block it needs no import, and an
 /// import used only there is reported unused); anywhere else it leaves the
-/// item unchanged.
+/// item unchanged. It accepts the same `crate = path` option as `#[traced]`
+/// (`#[fgt::notrace(crate = fgt)]`); the option only has to be well formed,
+/// since `#[notrace]` expands to nothing that names fgtrace.
 #[proc_macro_attribute]
 pub fn notrace(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::notrace(attr.into(), item.into()).into()
 }
 
 /// A test's performance budget, checked on a capture of its body; re-exported
-/// as `fgtrace::testing::budget` (see there).
+/// as `fgtrace::testing::budget` (see there). Like `#[traced]` it takes
+/// `crate = path` when fgtrace is not `::fgtrace`
+/// (`#[fgt::testing::budget(crate = fgt, handle(calls = 1))]`).
 #[proc_macro_attribute]
 pub fn budget(attr: TokenStream, item: TokenStream) -> TokenStream {
     budget::budget(attr.into(), item.into()).into()

@@ -1,21 +1,25 @@
 //! Expansion tests on token streams. Spans and the runtime are checked by the
 //! trybuild cases and `tests/macro_mock.rs` of the root package.
 
+use std::collections::BTreeSet;
+
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 use syn::visit_mut::VisitMut;
 use syn::{Expr, ImplItem, Item, ItemFn, ItemImpl, Lit, Stmt};
 
+use crate::budget::budget;
 use crate::expand::{notrace, traced};
 
-/// The `(name, is_async)` of every `Site::new(..)` in an expansion.
+/// The `(name, is_async)` of every `Site::new(..)` in an expansion, whatever
+/// the crate path before `__private` (see [`runtime_paths`] for that).
 fn sites(out: &TokenStream) -> Vec<(String, bool)> {
     struct Find(Vec<(String, bool)>);
     impl VisitMut for Find {
         fn visit_expr_call_mut(&mut self, call: &mut syn::ExprCall) {
             let is_site_new = matches!(&*call.func, Expr::Path(p)
                 if p.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>()
-                    == ["fgtrace", "__private", "Site", "new"]);
+                    .ends_with(&["__private".to_string(), "Site".to_string(), "new".to_string()]));
             if is_site_new {
                 let lit = |i: usize| match &call.args[i] {
                     Expr::Lit(l) => l.lit.clone(),
@@ -38,6 +42,45 @@ fn sites(out: &TokenStream) -> Vec<(String, bool)> {
         Err(_) => find.visit_impl_item_mut(&mut syn::parse2(out.clone()).expect("parses")),
     }
     find.0
+}
+
+/// Every path of an expansion into fgtrace's runtime, split at `module`
+/// (`__private` for `#[traced]`, `testing` for `#[budget]`):
+/// `{("::fgtrace", "__private::enter"), ..}`. Only the user's own paths have
+/// no such segment.
+fn runtime_paths(out: &TokenStream, module: &str) -> BTreeSet<(String, String)> {
+    struct Find<'m>(&'m str, BTreeSet<(String, String)>);
+    impl VisitMut for Find<'_> {
+        fn visit_path_mut(&mut self, path: &mut syn::Path) {
+            let idents: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            if let Some(at) = idents.iter().position(|i| i == self.0) {
+                let colon = if path.leading_colon.is_some() {
+                    "::"
+                } else {
+                    ""
+                };
+                let krate = format!("{colon}{}", idents[..at].join("::"));
+                self.1.insert((krate, idents[at..].join("::")));
+            }
+            syn::visit_mut::visit_path_mut(self, path);
+        }
+    }
+    let mut find = Find(module, BTreeSet::new());
+    let mut file: syn::File = syn::parse2(out.clone()).expect("parses");
+    find.visit_file_mut(&mut file);
+    find.1
+}
+
+/// The crate paths `#[traced]` called its runtime by.
+fn crates(out: &TokenStream) -> BTreeSet<String> {
+    runtime_paths(out, "__private")
+        .into_iter()
+        .map(|(krate, _)| krate)
+        .collect()
+}
+
+fn set<const N: usize>(items: [&str; N]) -> BTreeSet<String> {
+    items.iter().map(ToString::to_string).collect()
 }
 
 fn names(out: &TokenStream) -> Vec<String> {
@@ -398,4 +441,343 @@ fn notrace_alone_returns_the_item_unchanged() {
     assert!(notrace(quote!(x), item)
         .to_string()
         .contains("compile_error"));
+}
+
+#[test]
+fn crate_path_replaces_fgtrace_for_every_runtime_item() {
+    let sync = quote!(
+        fn f() -> u8 {
+            1
+        }
+    );
+    let async_fn = quote!(
+        async fn g() -> u8 {
+            1
+        }
+    );
+    let runtime = |attr: TokenStream, item: TokenStream| {
+        runtime_paths(&expand(attr, item), "__private")
+            .into_iter()
+            .map(|(krate, item)| format!("{krate}::{item}"))
+            .collect::<BTreeSet<_>>()
+    };
+    // The default, and the same items under every other path.
+    assert_eq!(
+        runtime(quote!(), sync.clone()),
+        set([
+            "::fgtrace::__private::Site",
+            "::fgtrace::__private::Site::new",
+            "::fgtrace::__private::enter",
+        ])
+    );
+    assert_eq!(
+        runtime(quote!(crate = fgt), sync.clone()),
+        set([
+            "fgt::__private::Site",
+            "fgt::__private::Site::new",
+            "fgt::__private::enter",
+        ])
+    );
+    assert_eq!(
+        runtime(quote!(crate = ::my_facade::fgtrace), async_fn.clone()),
+        set([
+            "::my_facade::fgtrace::__private::Site",
+            "::my_facade::fgtrace::__private::Site::new",
+            "::my_facade::fgtrace::__private::TracedFuture::new",
+        ])
+    );
+    assert_eq!(
+        crates(&expand(quote!(crate = crate::reexports::fgtrace), async_fn)),
+        set(["crate::reexports::fgtrace"])
+    );
+    // `crate` is a keyword; as a path it is this crate (`extern crate self as ..`).
+    assert_eq!(crates(&expand(quote!(crate = crate), sync)), set(["crate"]));
+}
+
+#[test]
+fn crate_path_combines_with_name_in_any_order() {
+    let f = || {
+        quote!(
+            fn f() {}
+        )
+    };
+    for attr in [
+        quote!(name = "parse", crate = fgt),
+        quote!(crate = fgt, name = "parse"),
+    ] {
+        let out = expand(attr.clone(), f());
+        assert_eq!(names(&out), ["parse"], "{attr}");
+        assert_eq!(crates(&out), set(["fgt"]), "{attr}");
+    }
+    for attr in [
+        quote!(prefix = "P", crate = fgt),
+        quote!(crate = fgt, prefix = "P"),
+    ] {
+        let out = expand(attr.clone(), quote!(impl S { fn m(&self) {} }));
+        assert_eq!(names(&out), ["P::m"], "{attr}");
+        assert_eq!(crates(&out), set(["fgt"]), "{attr}");
+    }
+}
+
+#[test]
+fn impl_block_crate_path_applies_to_every_method_and_finds_its_notrace() {
+    let item = quote! {
+        impl Parser {
+            fn plain(&self) {}
+            #[fgt::notrace]
+            fn skipped_by_crate_path(&self) -> u8 { 1 }
+            #[notrace(crate = fgt)]
+            fn skipped_with_option(&self) {}
+            #[fgt::notrace(crate = fgt)]
+            fn skipped_both(&self) {}
+            #[fgtrace::notrace]
+            fn skipped_by_fgtrace(&self) {}
+            #[notrace]
+            fn skipped_bare(&self) {}
+            #[fgt::traced(name = "custom")]
+            fn renamed(&self) {}
+            async fn load(&self) {}
+        }
+    };
+    let out = expand(quote!(crate = fgt), item);
+    assert_eq!(
+        sites(&out),
+        [
+            ("Parser::plain".to_string(), false),
+            ("custom".to_string(), false),
+            ("Parser::load".to_string(), true),
+        ]
+    );
+    assert_eq!(crates(&out), set(["fgt"]));
+    let got: ItemImpl = syn::parse2(out).unwrap();
+    for it in &got.items {
+        let ImplItem::Fn(f) = it else { continue };
+        assert!(f.attrs.is_empty(), "attributes removed: {}", s(f));
+        if f.sig.ident == "skipped_by_crate_path" {
+            assert_eq!(s(&f.block), s(&quote!({ 1 })));
+        }
+    }
+
+    // A multi-segment path: its `notrace` is that path plus `notrace`.
+    let facade = quote! {
+        impl Parser {
+            #[my_facade::fgtrace::notrace]
+            fn skipped(&self) {}
+            #[::my_facade::fgtrace::notrace]
+            fn skipped_too(&self) {}
+            fn kept(&self) {}
+        }
+    };
+    let out = expand(quote!(crate = ::my_facade::fgtrace), facade);
+    assert_eq!(names(&out), ["Parser::kept"]);
+    assert_eq!(crates(&out), set(["::my_facade::fgtrace"]));
+}
+
+#[test]
+fn a_method_crate_path_overrides_the_blocks() {
+    let item = quote! {
+        impl S {
+            #[traced(crate = other)]
+            fn own(&self) {}
+            fn inherited(&self) {}
+        }
+    };
+    let out = expand(quote!(crate = fgt), item);
+    assert_eq!(names(&out), ["S::own", "S::inherited"]);
+    assert_eq!(crates(&out), set(["other", "fgt"]));
+    let got: ItemImpl = syn::parse2(out).unwrap();
+    let ImplItem::Fn(own) = &got.items[0] else {
+        panic!()
+    };
+    assert_eq!(crates(&own.to_token_stream()), set(["other"]));
+}
+
+#[test]
+fn other_crates_attributes_are_left_alone() {
+    // Without `crate = fgt` the block cannot know `fgt::notrace` is its own;
+    // `other::notrace` must not be taken for fgtrace's either.
+    let item = quote! {
+        impl S {
+            #[other::notrace]
+            fn m(&self) {}
+        }
+    };
+    let out = expand(quote!(crate = fgt), item);
+    assert_eq!(names(&out), ["S::m"]);
+    let got: ItemImpl = syn::parse2(out).unwrap();
+    let ImplItem::Fn(m) = &got.items[0] else {
+        panic!()
+    };
+    assert_eq!(s(&m.attrs[0]), "# [other :: notrace]");
+}
+
+#[test]
+fn rejects_bad_crate_paths() {
+    let f = || {
+        quote!(
+            fn f() {}
+        )
+    };
+    let e = |attr, item| error(attr, item);
+    for bad in [
+        quote!(crate = 5),
+        quote!(crate = "fgt"),
+        quote!(crate = fgt::<u8>),
+        quote!(crate = <T as Trait>::fgtrace),
+        quote!(crate = a + b),
+    ] {
+        let msg = e(bad.clone(), f());
+        assert!(
+            msg.starts_with("`crate` expects a path to the fgtrace crate, e.g. `crate = fgt`"),
+            "{bad}: {msg}"
+        );
+    }
+    assert_eq!(
+        e(quote!(crate = fgt, crate = fgt), f()),
+        "duplicate #[traced] option `crate`"
+    );
+    assert_eq!(
+        e(quote!(crate = fgt, name = "x", crate = other), f()),
+        "duplicate #[traced] option `crate`"
+    );
+    assert!(e(quote!(krate = fgt), f()).contains("`prefix = \"...\"` or `crate = path`"));
+    let imp = quote!(impl S { fn m(&self) {} });
+    assert!(e(quote!(crate = 5), imp).contains("`crate` expects a path"));
+    let inner = quote!(impl S { #[traced(crate = 5)] fn m(&self) {} });
+    assert!(e(quote!(crate = fgt), inner).contains("`crate` expects a path"));
+}
+
+#[test]
+fn notrace_takes_only_a_crate_path() {
+    let item = quote!(
+        fn f() -> u8 {
+            1
+        }
+    );
+    for ok in [quote!(crate = fgt), quote!(crate = ::my_facade::fgtrace)] {
+        assert_eq!(
+            notrace(ok, item.clone()).to_string(),
+            item.to_string(),
+            "unchanged"
+        );
+    }
+    let message = |attr: TokenStream| {
+        let out = notrace(attr, item.clone());
+        let file: syn::File = syn::parse2(out).unwrap();
+        let [Item::Macro(mac), Item::Fn(kept)] = &file.items[..] else {
+            panic!("not a compile_error! and the item: {}", s(&file))
+        };
+        assert_eq!(s(kept), item.to_string(), "original item kept");
+        syn::parse2::<syn::LitStr>(mac.mac.tokens.clone())
+            .unwrap()
+            .value()
+    };
+    assert!(message(quote!(crate = 5)).starts_with("`crate` expects a path"));
+    assert_eq!(
+        message(quote!(crate = a, crate = b)),
+        "duplicate #[notrace] option `crate`"
+    );
+    assert_eq!(
+        message(quote!(name = "x")),
+        "unknown #[notrace] option `name`: the only option is `crate = path`"
+    );
+    // The same checks inside a traced impl block.
+    for (attr, msg) in [
+        (quote!(#[notrace(crate = 5)]), "`crate` expects a path"),
+        (
+            quote!(#[fgt::notrace(skip)]),
+            "unknown #[notrace] option `skip`",
+        ),
+        (
+            quote!(#[notrace = "x"]),
+            "expected `#[notrace]` or `#[notrace(crate = path)]`",
+        ),
+    ] {
+        let imp = quote!(impl S { #attr fn m(&self) {} });
+        let msg_got = error(quote!(crate = fgt), imp);
+        assert!(msg_got.starts_with(msg), "{attr}: {msg_got}");
+    }
+}
+
+#[test]
+fn budget_crate_path_replaces_fgtrace_for_every_runtime_item() {
+    let test_fn = || {
+        quote! {
+            #[test]
+            fn t() { work(); }
+        }
+    };
+    let runtime = |attr: TokenStream, item: TokenStream| {
+        runtime_paths(&budget(attr, item), "testing")
+            .into_iter()
+            .map(|(krate, item)| format!("{krate}::{item}"))
+            .collect::<BTreeSet<_>>()
+    };
+    let items = |krate: &str| {
+        [
+            "testing::Counters::Auto",
+            "testing::Stat::Median",
+            "testing::__budget::Limit::Calls",
+            "testing::__budget::Limit::Instructions",
+            "testing::__budget::Spec",
+        ]
+        .map(|item| format!("{krate}::{item}"))
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+    };
+    let limits = quote!(work(calls = 1, instructions = 10));
+    assert_eq!(runtime(limits.clone(), test_fn()), items("::fgtrace"));
+    assert_eq!(
+        runtime(quote!(crate = fgt, #limits), test_fn()),
+        items("fgt")
+    );
+    assert_eq!(
+        runtime(quote!(#limits, crate = ::my_facade::fgtrace), test_fn()),
+        items("::my_facade::fgtrace")
+    );
+    // Given in a stacked `#[budget]`, it applies to the merged one.
+    let stacked = quote! {
+        #[fgt::testing::budget(crate = fgt, work(instructions = 10))]
+        #[test]
+        fn t() { work(); }
+    };
+    assert_eq!(runtime(quote!(work(calls = 1)), stacked), items("fgt"));
+}
+
+#[test]
+fn budget_rejects_bad_crate_paths() {
+    let message = |attr: TokenStream, item: TokenStream| {
+        let out = budget(attr, item).to_string();
+        assert!(out.contains("compile_error"), "{out}");
+        out
+    };
+    let f = || {
+        quote!(
+            fn t() {}
+        )
+    };
+    for bad in [
+        quote!(crate = 5, f(calls = 1)),
+        quote!(crate = "fgt", f(calls = 1)),
+        quote!(crate = fgt::<u8>, f(calls = 1)),
+    ] {
+        let out = message(bad.clone(), f());
+        assert!(
+            out.contains("`crate` expects a path to the fgtrace crate"),
+            "{bad}: {out}"
+        );
+    }
+    let out = message(quote!(crate = fgt, crate = fgt, f(calls = 1)), f());
+    assert!(out.contains("duplicate #[budget] option `crate`"), "{out}");
+    let stacked = quote! {
+        #[budget(crate = other, f(calls = 1))]
+        fn t() {}
+    };
+    let out = message(quote!(crate = fgt, f(calls = 1)), stacked);
+    assert!(out.contains("duplicate #[budget] option `crate`"), "{out}");
+    let out = message(quote!(krate = fgt, f(calls = 1)), f());
+    assert!(
+        out.contains("options are `runs`, `warmup`, `stat`, `counters`, `crate`"),
+        "{out}"
+    );
 }

@@ -87,7 +87,9 @@ pub use runs::{Runs, Stat, Summary};
 /// Options: `runs = N` (sync fns; repeats the body, time and instruction
 /// limits then apply to the median run), `warmup = N` (default 1 with
 /// `runs`), `stat = "median" | "min" | "max"`, `counters = "auto" |
-/// "required" | "off"` (default `auto` when an instruction limit is given).
+/// "required" | "off"` (default `auto` when an instruction limit is given),
+/// `crate = path` where fgtrace is not `::fgtrace` (a renamed dependency:
+/// `#[fgt::testing::budget(crate = fgt, ..)]`).
 /// Several `#[budget]`s on one fn are merged into one capture. With
 /// `#[tokio::test]` put either attribute first: below it the budget wraps
 /// the runtime's `block_on` (one thread, captured whole); above it, the
