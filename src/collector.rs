@@ -404,3 +404,25 @@ fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> G
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A collector thread that cannot be spawned leaves no session behind:
+    /// the next `start` works.
+    #[test]
+    fn a_failed_collector_spawn_leaves_no_session_running() {
+        let failed = Session::start_with(Config::builtin(), |_, _, _| {
+            Err(std::io::Error::other("no threads left"))
+        });
+        match failed {
+            Err(Error::Collector(e)) => assert!(e.contains("no threads left"), "{e}"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("started without a collector"),
+        }
+        assert!(!control::session_is_on());
+        let s = Session::start(Config::builtin()).expect("a later session starts");
+        s.stop().unwrap();
+    }
+}
