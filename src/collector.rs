@@ -1,17 +1,18 @@
 //! Session lifecycle: start recording, gather the threads' batches on a
 //! collector thread, and turn everything into a [`Trace`] at stop.
 
-use crate::buffer::{self, Batch, Outlet, RawCall, Storage, ThreadBuf};
+use crate::active::{Active, ACTIVE, LIVE_SESSIONS};
+use crate::buffer::{self, Batch, Outlet, RawCall, Storage};
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
+use crate::recorder;
 use crate::trace::{build, RecordMode, Trace};
-use crate::{recorder, thread};
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
 use fgtrace_core::site::Site;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,69 +45,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// What the hooks need to know about the running session.
-pub(crate) struct Active {
-    pub gen: u32,
-    pub filters: Filters,
-    pub has_graph: bool,
-    pub flight: bool,
-    pub capacity: usize,
-    pub stack_depth: u32,
-    pub max_depth: u32,
-    pub threshold_ticks: u64,
-    /// Stacks are sampled too: threads register with the sampler on first use.
-    pub sampling: bool,
-    pub outlet: Arc<Outlet>,
-    /// The threads' buffers; `None` once the session is stopping.
-    threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
-}
-
-/// Sessions whose state is still allocated (for tests: a stopped session is
-/// freed even while threads that recorded into it idle).
-pub(crate) static LIVE_SESSIONS: AtomicUsize = AtomicUsize::new(0);
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        LIVE_SESSIONS.fetch_sub(1, Relaxed);
-    }
-}
-
-impl Active {
-    /// A buffer for the calling thread (slow path, once per thread per
-    /// session); `None` once the session is stopping.
-    pub fn register_thread(&self) -> Option<Arc<ThreadBuf>> {
-        let (tid, name) = (thread::os_tid(), thread::name());
-        let mut threads = self.threads.lock();
-        let threads = threads.as_mut()?;
-        let b = Arc::new(ThreadBuf::new(
-            threads.len() as u32,
-            tid,
-            name,
-            self.capacity,
-            Arc::downgrade(&self.outlet),
-        ));
-        threads.push(b.clone());
-        Some(b)
-    }
-
-    /// Closes every thread's buffer (no more batches) and returns them; no
-    /// thread registers after this.
-    fn close(&self) -> Vec<Arc<ThreadBuf>> {
-        let threads = self.threads.lock().take().unwrap_or_default();
-        for t in &threads {
-            t.close();
-        }
-        threads
-    }
-}
-
-static ACTIVE: RwLock<Option<Arc<Active>>> = RwLock::new(None);
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
-
-/// The session of generation `gen`, if it is still the active one.
-pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
-    ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()
-}
 
 /// The site with id `id` (cold: walks the core's registry).
 pub(crate) fn site_by_id(id: u32) -> Option<&'static Site> {
@@ -146,7 +85,7 @@ pub struct Session {
     collector: Option<JoinHandle<Gathered>>,
     batches_rx: Receiver<Batch>,
     #[cfg(target_os = "linux")]
-    sampler: Option<crate::sampler::Sampler>,
+    sampler: Option<crate::sampling::Sampler>,
 }
 
 impl Session {
@@ -234,7 +173,7 @@ impl Session {
         };
         #[cfg(target_os = "linux")]
         let sampler = match &config.sampling {
-            Some(s) => match crate::sampler::Sampler::start(s) {
+            Some(s) => match crate::sampling::Sampler::start(s) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stop.store(true, Release);
@@ -302,7 +241,7 @@ impl Session {
         #[cfg(target_os = "linux")]
         let sampled = self.sampler.take().map(|s| s.stop(&self.cal));
         #[cfg(not(target_os = "linux"))]
-        let sampled: Option<crate::sampler::Sampled> = None;
+        let sampled: Option<crate::sampling::Sampled> = None;
         let mut inputs = Vec::with_capacity(threads.len());
         for t in &threads {
             let (tail, overwritten) = t.snapshot(self.active.flight, self.config.flight_calls);
@@ -348,6 +287,17 @@ impl Session {
         trace.meta.mappings = mappings;
         Ok(trace)
     }
+}
+
+/// Samples the whole process for `duration` at `frequency_hz` per thread
+/// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
+/// returns the trace (with any traced calls made meanwhile).
+/// Also at `fgtrace::sampler::record`.
+pub fn record(duration: Duration, frequency_hz: u64) -> Result<Trace, Error> {
+    let session =
+        Session::start(Config::builtin().sampling(crate::sampling::Sampling::timer(frequency_hz)))?;
+    std::thread::sleep(duration);
+    session.stop()
 }
 
 impl Drop for Session {

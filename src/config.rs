@@ -41,7 +41,7 @@ pub struct Config {
     pub(crate) exclude: Vec<String>,
     pub(crate) graph_functions: Vec<String>,
     pub(crate) notrace: Vec<String>,
-    pub(crate) sampling: Option<crate::sampler::Sampling>,
+    pub(crate) sampling: Option<crate::sampling::Sampling>,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
 }
@@ -143,7 +143,7 @@ impl Config {
             }
         }
         if let Some(v) = get("FGTRACE_SAMPLE") {
-            match crate::sampler::Sampling::parse(&v) {
+            match crate::sampling::Sampling::parse(&v) {
                 Ok(s) => self.sampling = Some(s),
                 Err(e) => self.errors.push(format!("FGTRACE_SAMPLE: {e}")),
             }
@@ -244,7 +244,7 @@ impl Config {
     }
     /// Also sample stacks (see [`crate::sampler`]): `Sampling::timer(999)`,
     /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
-    pub fn sampling(mut self, s: crate::sampler::Sampling) -> Self {
+    pub fn sampling(mut self, s: crate::sampling::Sampling) -> Self {
         self.sampling = Some(s);
         self
     }

@@ -19,6 +19,7 @@
 //! | `testing`: captures and assertions | this crate | `testing` |
 //! | the `fgtrace` command | `fgtrace-cli` | |
 
+mod active;
 pub mod buffer;
 pub mod clock;
 pub mod collector;
@@ -34,13 +35,21 @@ pub mod view;
 pub mod bridge;
 #[cfg(feature = "pprof")]
 pub mod pprof;
-pub mod sampler;
+#[path = "sampler/mod.rs"]
+mod sampling;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use collector::{Error, Session};
+
+/// Stack sampling: sources, the signal handler, the perf_event ring, and
+/// [`record`](sampler::record) for a whole-process sampling run.
+pub mod sampler {
+    pub use crate::collector::record;
+    pub use crate::sampling::*;
+}
 pub use config::Config;
 pub use trace::{Call, Event, Trace, TraceMeta};
 
@@ -64,7 +73,7 @@ pub mod __private {
     pub fn live_counts() -> (usize, usize) {
         use std::sync::atomic::Ordering::Relaxed;
         (
-            crate::collector::LIVE_SESSIONS.load(Relaxed),
+            crate::active::LIVE_SESSIONS.load(Relaxed),
             crate::recorder::LIVE_STACKS.load(Relaxed),
         )
     }

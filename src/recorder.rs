@@ -7,8 +7,8 @@
 //! allocate, lock and call traced code (a traced global allocator) without
 //! being recorded or recursing.
 
+use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
-use crate::collector;
 #[cfg(feature = "testing")]
 use fgtrace_core::probe::Counter;
 use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
@@ -53,7 +53,7 @@ unsafe fn free_frames(frames: *mut Frame, n: u32) {
 /// Joins this thread to the session `gen`: a buffer, the session's limits,
 /// and a shadow stack that keeps any frames still open from before.
 fn join(st: &mut ThreadState, gen: u32) -> bool {
-    let Some(active) = collector::active(gen) else {
+    let Some(active) = active::active(gen) else {
         return false;
     };
     let Some(shared) = active.register_thread() else {
@@ -92,13 +92,13 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     st.owner = Arc::into_raw(shared) as *const ();
     #[cfg(target_os = "linux")]
     if active.sampling {
-        crate::sampler::register_current_thread();
+        crate::sampling::register_current_thread();
     }
     true
 }
 
 fn decide(site: &'static Site, gen: u32) -> Option<Decision> {
-    let active = collector::active(gen)?;
+    let active = active::active(gen)?;
     Some(active.filters.decide(site.name, site.module_path))
 }
 

@@ -29,7 +29,6 @@ use std::path::{Path, PathBuf};
 // The workspace itself.
 
 #[test]
-#[ignore = "enabled once the layered workspace lands"]
 fn no_import_cycles() {
     let graphs = workspace_graphs();
     for g in &graphs {

@@ -63,5 +63,8 @@ fn a_traced_global_allocator_is_recorded_without_recursing() {
         .calls()
         .filter(|c| meta.site_name(c.site) == "Traced::alloc_block" && c.depth == 1)
         .count();
-    assert!(inside as u64 + lost >= makes as u64, "{inside} allocations inside {makes} makes");
+    assert!(
+        inside as u64 + lost >= makes as u64,
+        "{inside} allocations inside {makes} makes"
+    );
 }

@@ -30,7 +30,6 @@ mod signal;
 pub use perf::PerfEvent;
 
 use std::fmt;
-use std::time::Duration;
 
 /// What drives the samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,16 +197,6 @@ pub(crate) struct Sampled {
 
 #[cfg(target_os = "linux")]
 pub(crate) use running::{register_current_thread, Sampler};
-
-/// Samples the whole process for `duration` at `frequency_hz` per thread
-/// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
-/// returns the trace (with any traced calls made meanwhile).
-pub fn record(duration: Duration, frequency_hz: u64) -> Result<crate::Trace, crate::Error> {
-    let session =
-        crate::Session::start(crate::Config::builtin().sampling(Sampling::timer(frequency_hz)))?;
-    std::thread::sleep(duration);
-    session.stop()
-}
 
 #[cfg(target_os = "linux")]
 mod running {

@@ -50,13 +50,14 @@
 #[doc(hidden)]
 #[path = "budget.rs"]
 pub mod __budget;
+mod captured;
 pub(crate) mod counters;
 mod query;
 mod render;
 mod runs;
 
+pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
-pub use query::{Capture, CounterCheck};
 pub use runs::{Runs, Stat, Summary};
 
 /// A test's performance budget as an attribute: the test body runs inside a

@@ -2,7 +2,7 @@
 //! (drawn by `view::graph`), with instructions per call added as trailing
 //! comments and marks on the lines an assertion is about.
 
-use super::query::{Capture, Unit};
+use super::captured::{Capture, Unit};
 use crate::trace::Event;
 use crate::view::format::human_duration;
 use crate::view::{self, GraphOptions, ThreadColumn};

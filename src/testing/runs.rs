@@ -2,7 +2,7 @@
 //! metric is computed per run, then the median (or minimum, or maximum) run
 //! is what the assertion sees, and a failure shows that run's graph.
 
-use super::query::{fail, nanos, Capture, CounterCheck, Unit};
+use super::captured::{fail, nanos, Capture, CounterCheck, Unit};
 use super::render;
 use crate::view::format::human_duration;
 use std::time::Duration;

@@ -7,7 +7,14 @@ use std::process::Command;
 
 fn tree(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "-p", "fgtrace-probe-only", "-e", "normal"])
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "fgtrace-probe-only",
+            "-e",
+            "normal",
+        ])
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -27,7 +34,16 @@ fn default_features_build_no_analysis_code() {
         .lines()
         .find(|l| l.starts_with("fgtrace v"))
         .expect("fgtrace in the tree");
-    for f in ["views", "testing", "symbolize", "flame", "plot", "html", "pprof", "cli"] {
+    for f in [
+        "views",
+        "testing",
+        "symbolize",
+        "flame",
+        "plot",
+        "html",
+        "pprof",
+        "cli",
+    ] {
         assert!(
             !fgtrace.contains(&format!("[{f}")) && !fgtrace.contains(&format!(",{f}")),
             "fgtrace is built with `{f}`: {fgtrace}"
@@ -35,8 +51,15 @@ fn default_features_build_no_analysis_code() {
     }
     let crates = tree(&["--prefix", "none", "-f", "{p}"]);
     for heavy in [
-        "inferno", "plotters", "object", "addr2line", "rustc-demangle", "flate2", "clap",
-        "indicatif", "fgtrace-cli",
+        "inferno",
+        "plotters",
+        "object",
+        "addr2line",
+        "rustc-demangle",
+        "flate2",
+        "clap",
+        "indicatif",
+        "fgtrace-cli",
     ] {
         assert!(
             !crates.lines().any(|l| l.starts_with(&format!("{heavy} v"))),
@@ -55,7 +78,11 @@ fn the_traced_program_records_its_calls() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(stdout.contains("300 fields, 100 calls"), "{stdout}");
     let t = fgtrace::Trace::load(&out).unwrap();

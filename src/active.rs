@@ -1,0 +1,73 @@
+//! The running session as the hooks see it: its generation, filters and
+//! limits, where its batches go, and its threads' buffers. Below the
+//! collector (which creates and stops sessions) and the recorder (the core's
+//! hooks, which look sessions up by generation).
+
+use crate::buffer::{Outlet, ThreadBuf};
+use crate::config::Filters;
+use crate::thread;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::Arc;
+
+/// What the hooks need to know about the running session.
+pub(crate) struct Active {
+    pub gen: u32,
+    pub filters: Filters,
+    pub has_graph: bool,
+    pub flight: bool,
+    pub capacity: usize,
+    pub stack_depth: u32,
+    pub max_depth: u32,
+    pub threshold_ticks: u64,
+    /// Stacks are sampled too: threads register with the sampler on first use.
+    pub sampling: bool,
+    pub outlet: Arc<Outlet>,
+    /// The threads' buffers; `None` once the session is stopping.
+    pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
+}
+
+/// Sessions whose state is still allocated (for tests: a stopped session is
+/// freed even while threads that recorded into it idle).
+pub(crate) static LIVE_SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        LIVE_SESSIONS.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Active {
+    /// A buffer for the calling thread (slow path, once per thread per
+    /// session); `None` once the session is stopping.
+    pub fn register_thread(&self) -> Option<Arc<ThreadBuf>> {
+        let (tid, name) = (thread::os_tid(), thread::name());
+        let mut threads = self.threads.lock();
+        let threads = threads.as_mut()?;
+        let b = Arc::new(ThreadBuf::new(
+            threads.len() as u32,
+            tid,
+            name,
+            self.capacity,
+            Arc::downgrade(&self.outlet),
+        ));
+        threads.push(b.clone());
+        Some(b)
+    }
+
+    /// Closes every thread's buffer (no more batches) and returns them; no
+    /// thread registers after this.
+    pub(crate) fn close(&self) -> Vec<Arc<ThreadBuf>> {
+        let threads = self.threads.lock().take().unwrap_or_default();
+        for t in &threads {
+            t.close();
+        }
+        threads
+    }
+}
+
+pub(crate) static ACTIVE: RwLock<Option<Arc<Active>>> = RwLock::new(None);
+/// The session of generation `gen`, if it is still the active one.
+pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
+    ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()
+}
