@@ -463,6 +463,8 @@ mod running {
             let handle = std::thread::Builder::new()
                 .name("fgtrace-sampler".into())
                 .spawn(move || {
+                    // Nothing this thread calls (a traced allocator) is recorded.
+                    fgtrace_core::probe::mark_internal_thread();
                     let me = own_tid();
                     let first = st.lock().scan(me);
                     let ok = first.is_ok();
