@@ -439,7 +439,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{line}");
     }
     let t = trace_path.display();
-    println!("\nnext, with the fgtrace command (cargo run --release --features cli -- ...):");
+    println!("\nnext, with the fgtrace command (cargo run --release -p fgtrace-cli -- ...):");
     println!("  graph {t} | less          the whole function graph");
     println!("  flame {t} -o flame.svg    combined traced + sampled flamegraph");
     println!("  html {t} -o report.html   everything in one page");

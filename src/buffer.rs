@@ -66,6 +66,9 @@ pub(crate) struct ThreadBuf {
     pub overruns: AtomicUsize,
     /// Calls lost in dropped batches.
     pub dropped: AtomicU64,
+    /// Calls a signal handler made inside a write that had taken the last
+    /// slot (the core's `ThreadState::dropped`).
+    pub nested_dropped: AtomicUsize,
 }
 
 // SAFETY: `storage`, `closed` and `final_count` are only touched under
@@ -102,6 +105,7 @@ impl ThreadBuf {
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            nested_dropped: AtomicUsize::new(0),
         }
     }
 

@@ -9,7 +9,6 @@ use crate::recorder;
 use crate::trace::{build, RecordMode, Trace};
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
-use fgtrace_core::site::Site;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
@@ -46,11 +45,6 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
-
-/// The site with id `id` (cold: walks the core's registry).
-pub(crate) fn site_by_id(id: u32) -> Option<&'static Site> {
-    fgtrace_core::site::site_by_id(id)
-}
 
 /// Records of one thread gathered so far.
 #[derive(Default)]
@@ -253,7 +247,7 @@ impl Session {
                 name: t.name.clone(),
                 records: recs,
                 overwritten,
-                dropped: t.dropped.load(Relaxed),
+                dropped: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64,
                 overruns: t.overruns.load(Relaxed) as u64,
                 samples: Vec::new(),
                 samples_lost: 0,
@@ -282,7 +276,7 @@ impl Session {
             mode: self.config.mode,
             filters: self.config.describe(),
         };
-        let mut trace = build::build(meta_base, inputs, site_by_id);
+        let mut trace = build::build(meta_base, inputs, build::registered_site);
         trace.meta.sampling = sampling;
         trace.meta.mappings = mappings;
         Ok(trace)

@@ -31,6 +31,8 @@ pub mod trace;
 #[cfg(feature = "views")]
 pub mod view;
 
+#[cfg(feature = "board")]
+pub mod board;
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
 #[cfg(feature = "pprof")]

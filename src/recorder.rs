@@ -89,6 +89,7 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     st.has_graph = active.has_graph;
     st.published = &shared.published;
     st.overruns = &shared.overruns;
+    st.dropped = &shared.nested_dropped;
     st.owner = Arc::into_raw(shared) as *const ();
     #[cfg(target_os = "linux")]
     if active.sampling {
@@ -113,6 +114,7 @@ fn drop_buffer(st: &mut ThreadState) {
     st.buf = ptr::null_mut();
     st.published = ptr::null();
     st.overruns = ptr::null();
+    st.dropped = ptr::null();
     st.count = 0;
     st.limit = 0;
 }
@@ -382,6 +384,7 @@ mod captures {
         st.limit = len.min(CAPTURE_BUFFER);
         st.published = &shared.published;
         st.overruns = &shared.overruns;
+        st.dropped = &shared.nested_dropped;
         st.owner = Arc::as_ptr(&shared) as *const ();
         st.gen = GEN_CAPTURE;
         st.capture = true;

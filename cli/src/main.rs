@@ -2,6 +2,7 @@
 //! them. A thin layer: parse flags into the library's option structs, stream
 //! the file through a view, print one clear line on error.
 
+mod board;
 mod html;
 mod plot;
 mod pprof;
@@ -35,7 +36,8 @@ use std::process::ExitCode;
         fgtrace pprof run.fgt -o run.pb.gz        samples for go tool pprof\n  \
         fgtrace plot run.fgt -f parse -o p.svg    per-call durations, slowest calls\n  \
         fgtrace html run.fgt -o report.html       everything in one page\n  \
-        fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks"
+        fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks\n  \
+        fgtrace board -o run.fgt --elf fw.elf -- qemu-system-riscv64 ...   a board's stream"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -100,6 +102,11 @@ enum Cmd {
         fgtrace plot run.fgt -f handle --thread worker-* -o handle.svg"
     )]
     Plot(plot::PlotArgs),
+    /// Decode a board's stream (bare-metal firmware with fgtrace-board) into traces.
+    #[command(
+        after_help = "Examples:\n  fgtrace board -o run.fgt --elf fw.elf -c 'record 0 2000' -- \\\n              qemu-system-riscv64 -machine virt -bios none -display none -monitor none -serial stdio -kernel fw.elf\n          fgtrace board -o run.fgt --elf fw.elf -c 'record 2000 999' /dev/ttyUSB0\n          fgtrace board -o run.fgt --elf fw.elf --tcp 127.0.0.1:4444\n          fgtrace board -o run.fgt --elf fw.elf capture.bin"
+    )]
+    Board(board::BoardArgs),
     /// One self-contained HTML page: summary, sortable table, flamegraph, duration plots, graph.
     #[command(after_help = "Examples:\n  fgtrace html run.fgt -o report.html\n  \
         fgtrace html run.fgt --thread worker-* --rows 50 -o workers.html")]
@@ -230,6 +237,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         Cmd::Diff(a) => views::run_diff(&a, out),
         Cmd::Plot(a) => plot::run(&a, out),
         Cmd::Html(a) => html::run(&a),
+        Cmd::Board(a) => board::run(&a).map_err(Some),
     }
 }
 

@@ -135,6 +135,10 @@ pub struct ThreadState {
     pub published: *const AtomicUsize,
     /// Calls deeper than `stack_cap`, counted.
     pub overruns: *const AtomicUsize,
+    /// Calls a nested handler could not record (see `write`), counted.
+    pub dropped: *const AtomicUsize,
+    /// A record is being written (see `write`).
+    pub writing: bool,
     /// The layer above's per-thread object (its buffer), opaque here.
     pub owner: *const (),
     /// A per-call counter, or null.
@@ -163,6 +167,8 @@ impl ThreadState {
         limit: 0,
         published: ptr::null(),
         overruns: ptr::null(),
+        dropped: ptr::null(),
+        writing: false,
         owner: ptr::null(),
         counter: ptr::null(),
         side: ptr::null_mut(),
@@ -226,6 +232,12 @@ pub mod platform {
     extern "Rust" {
         /// The running hart's state.
         pub fn __fgtrace_state() -> *mut ThreadState;
+        /// Masks interrupts on this hart; returns what to restore (feature `irq-mask`).
+        #[cfg(feature = "irq-mask")]
+        pub fn __fgtrace_irq_save() -> usize;
+        /// Restores what [`__fgtrace_irq_save`] returned.
+        #[cfg(feature = "irq-mask")]
+        pub fn __fgtrace_irq_restore(saved: usize);
     }
 }
 
@@ -615,22 +627,72 @@ fn panicking() -> bool {
     }
 }
 
-/// Appends a record. The slot is reserved before it is written, so a handler
-/// that interrupts this and records too takes the next slot.
+/// Appends a record.
+///
+/// Re-entrancy: a signal or interrupt handler on this thread may run traced
+/// code at any instruction. A write marks itself in progress (`writing`);
+/// a record made while one is (or while a full buffer waits for its
+/// handoff) is dropped and counted in `dropped`, never written over another
+/// or past the buffer. A handler that runs before the mark is set makes its
+/// whole write first; the interrupted write then reads the count and buffer
+/// afresh.
 #[inline(always)]
 fn write(st: &mut ThreadState, rec: RawCall) {
     if st.buf.is_null() {
         return;
     }
-    let i = st.count;
-    st.count = i + 1;
+    // On boards, an interrupt handler's traced call waits until the record is
+    // written (a few instructions).
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    // SAFETY (volatile): plain fields of this thread's state, read and
+    // written as the instructions a signal handler may interrupt.
+    if unsafe { ptr::read_volatile(&st.writing) } {
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        // SAFETY: as above.
+        unsafe {
+            platform::__fgtrace_irq_restore(saved)
+        };
+        return write_dropped(st);
+    }
+    unsafe { ptr::write_volatile(&mut st.writing, true) };
     compiler_fence(SeqCst);
+    let i = unsafe { ptr::read_volatile(&st.count) };
+    if i >= st.limit {
+        // A full buffer whose handoff has not run yet: this interrupted it.
+        unsafe { ptr::write_volatile(&mut st.writing, false) };
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        // SAFETY: as above.
+        unsafe {
+            platform::__fgtrace_irq_restore(saved)
+        };
+        return write_dropped(st);
+    }
     // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
     unsafe { st.buf.add(i & st.mask).write(rec) };
+    unsafe { ptr::write_volatile(&mut st.count, i + 1) };
     // SAFETY: `published` is alive while `buf` is set.
-    unsafe { (*st.published).store(st.count, Release) };
-    if i + 1 == st.limit {
+    unsafe { (*st.published).store(i + 1, Release) };
+    compiler_fence(SeqCst);
+    unsafe { ptr::write_volatile(&mut st.writing, false) };
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
+    if i + 1 >= st.limit {
         handoff(st);
+    }
+}
+
+/// A record made inside another write (see `write`): counted, not written.
+#[cold]
+#[inline(never)]
+fn write_dropped(st: &mut ThreadState) {
+    // SAFETY: set with the buffer by the layer above.
+    if let Some(d) = unsafe { st.dropped.as_ref() } {
+        d.fetch_add(1, Relaxed);
     }
 }
 

@@ -6,7 +6,6 @@ use super::counters::{self, CounterStatus};
 use super::Part;
 use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration, ClockPoint};
-use crate::collector;
 use crate::trace::build::{self, MetaBase, ThreadInput};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, RecordMode, SiteInfo, Trace, TraceBuilder,
@@ -129,7 +128,7 @@ impl Capture {
             mode: RecordMode::Stream,
             filters: String::new(),
         };
-        let trace = build::build(base, inputs, collector::site_by_id);
+        let trace = build::build(base, inputs, build::registered_site);
 
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
         let mut futures = Vec::new();

@@ -459,7 +459,7 @@ fn calibrate(src: CounterSrc) -> Result<Overhead, String> {
         };
         let (mut d2, mut d10) = (None, None);
         for (r, &d) in out.records.iter().zip(&ctr) {
-            match crate::collector::site_by_id(r.site()) {
+            match fgtrace_core::site::site_by_id(r.site()) {
                 Some(s) if std::ptr::eq(s, &CAL_LEAF) => floor = floor.min(d),
                 Some(s) if std::ptr::eq(s, &CAL_2) => d2 = Some(d),
                 Some(s) if std::ptr::eq(s, &CAL_10) => d10 = Some(d),

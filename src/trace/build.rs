@@ -121,10 +121,27 @@ fn full_ticks(low: u64, origin: u64) -> u64 {
     }
 }
 
+/// The registered site with id `id`, as a trace describes it.
+pub(crate) fn registered_site(id: u32) -> Option<SiteInfo> {
+    fgtrace_core::site::site_by_id(id).map(site_info)
+}
+
+fn site_info(s: &Site) -> SiteInfo {
+    SiteInfo {
+        name: s.name.to_string(),
+        module_path: s.module_path.to_string(),
+        file: s.file.to_string(),
+        line: s.line,
+        is_async: s.is_async,
+    }
+}
+
+/// `site_of` names the sites that records refer to by id (the process's
+/// registry, or a site table that came with the records).
 pub(crate) fn build(
     base: MetaBase,
     inputs: Vec<ThreadInput>,
-    site_of: impl Fn(u32) -> Option<&'static Site>,
+    site_of: impl Fn(u32) -> Option<SiteInfo>,
 ) -> Trace {
     let cal = base.cal;
     let origin = cal.origin.ticks;
@@ -133,13 +150,7 @@ pub(crate) fn build(
     let mut map_site = |id: u32| -> u32 {
         *site_index.entry(id).or_insert_with(|| {
             let info = match site_of(id) {
-                Some(s) => SiteInfo {
-                    name: s.name.to_string(),
-                    module_path: s.module_path.to_string(),
-                    file: s.file.to_string(),
-                    line: s.line,
-                    is_async: s.is_async,
-                },
+                Some(s) => s,
                 None => SiteInfo {
                     name: format!("[site {id}]"),
                     module_path: String::new(),

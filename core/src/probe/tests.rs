@@ -228,23 +228,45 @@ fn hidden_subtrees_and_graph_functions() {
 }
 
 #[test]
-fn a_handler_that_records_between_reservation_and_write_takes_the_next_slot() {
-    // What a signal handler would do in the middle of `write`: simulated by
-    // writing a record while the outer one has reserved its slot.
+fn a_record_made_inside_another_write_is_dropped_and_counted() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
     on_own_thread(|| {
         let _a = enter(&A);
         drop(_a);
         unsafe {
             with_thread_state(|st| {
-                let i = st.count;
-                st.count = i + 1; // the outer reservation
+                st.dropped = &DROPS;
+                let n = st.count;
+                // What a signal handler finds when it interrupts a write.
+                st.writing = true;
                 write(st, RawCall::pack(1, 0, 1, B.id(), false, kind::CALL));
-                st.buf
-                    .add(i)
-                    .write(RawCall::pack(2, 0, 1, C.id(), false, kind::CALL));
+                assert_eq!(st.count, n, "no slot taken");
+                assert_eq!(DROPS.load(Relaxed), 1, "counted");
+                st.writing = false;
+                write(st, RawCall::pack(1, 0, 1, B.id(), false, kind::CALL));
+                assert_eq!(st.count, n + 1, "written once the other write is done");
             })
         };
-        let names: Vec<_> = records().iter().map(|r| r.0).collect();
-        assert_eq!(names, ["a", "c", "b"]);
+    });
+}
+
+#[test]
+fn a_record_made_between_a_full_write_and_its_handoff_is_dropped_and_counted() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    on_own_thread(|| {
+        let _a = enter(&A);
+        drop(_a);
+        unsafe {
+            with_thread_state(|st| {
+                st.dropped = &DROPS;
+                // The interrupted write filled the buffer; its handoff has
+                // not run yet.
+                st.count = st.limit;
+                (*st.published).store(st.limit, Relaxed);
+                write(st, RawCall::pack(1, 0, 1, B.id(), false, kind::CALL));
+                assert_eq!(st.count, st.limit, "nothing written past the buffer");
+                assert_eq!(DROPS.load(Relaxed), 1);
+            })
+        };
     });
 }

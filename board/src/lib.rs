@@ -1,0 +1,29 @@
+//! fgtrace on a board: `#[traced]` firmware records into static per-hart
+//! buffers and streams framed records, samples and its site table over any
+//! byte sink (a UART); the host's `fgtrace board` decodes the stream into an
+//! ordinary trace.
+//!
+//! * [`wire`]: the framed format, shared by the target's encoder and the
+//!   host's decoder: a sync word, a sequence number, a length and a CRC per
+//!   frame, so a host that attaches late or loses bytes resynchronises.
+//! * [`runtime`] (feature `riscv`): the recording runtime for RISC-V machine
+//!   mode: per-hart state and buffers, the core's hooks, stream and flight
+//!   recorder modes, the timer-interrupt sampler, host commands.
+#![no_std]
+#![warn(missing_docs)]
+
+#[cfg(feature = "riscv")]
+pub mod runtime;
+pub mod wire;
+
+pub use fgtrace_core as core;
+pub use fgtrace_macros::{notrace, traced};
+
+/// What `#[traced]` expands to (firmware depends on this crate under the name
+/// `fgtrace`, so `#[fgtrace::traced]` reads the same as on a host). Not a
+/// public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use fgtrace_core::probe::{enter, Guard, TracedFuture};
+    pub use fgtrace_core::site::Site;
+}

@@ -1,0 +1,784 @@
+//! The recording runtime on a RISC-V board (machine mode, no OS).
+//!
+//! * **State per hart.** Each hart has a static slot: the core's
+//!   `ThreadState`, a shadow stack, a record buffer and a sample ring. The
+//!   core finds the running hart's slot through `__fgtrace_state` (by
+//!   `mhartid`), and masks interrupts only while it writes a record
+//!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler cannot
+//!   corrupt the interrupted code's records.
+//! * **Stream mode**: a full buffer becomes a [`CALLS`] frame on the sink;
+//!   what the sink refuses is counted. **Flight recorder**: the buffer is a
+//!   ring of the last [`BUF_CALLS`] calls, sent on [`dump`] (a host command,
+//!   or the panic handler).
+//! * The site table and the clock ([`META`], [`SITE`]) go out when a session
+//!   starts, are repeated every [`REPEAT_EVERY`] frames, and again at stop, so
+//!   a host that attaches late can still decode.
+//! * **Sampler**: the firmware's timer interrupt calls [`sample`] with the
+//!   trapped `pc`, `ra`, `s0` and `sp`; it walks the frame pointers with the
+//!   core's RISC-V unwinder, records where the innermost traced frame sits
+//!   (the cut), and queues the stack; queued stacks go out as [`SAMPLES`]
+//!   frames from the interrupted code's side, never from the interrupt.
+//! * **Host commands** over the same link ([`poll`]): `record <ms> <hz>`,
+//!   `flight <hz>`, `stop`, `dump`, as Zephyr's shell `perf record` does.
+
+use crate::wire::{self, *};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
+use fgtrace_core::probe::{self, Frame, Hooks, ThreadState};
+use fgtrace_core::record::RawCall;
+use fgtrace_core::site::{self, Decision, Site};
+use fgtrace_core::{clock, control, unwind};
+
+/// Harts with a slot of their own (others share the last one's: give each
+/// hart its own by raising this).
+pub const MAX_HARTS: usize = 4;
+/// Shadow-stack depth per hart.
+pub const STACK_DEPTH: usize = 64;
+/// Records per hart: a stream batch, or the flight recorder's ring.
+pub const BUF_CALLS: usize = 256;
+/// Sampled stacks queued per hart between flushes.
+pub const SAMPLE_SLOTS: usize = 32;
+/// META and the site table are sent again after this many frames.
+pub const REPEAT_EVERY: u32 = 64;
+
+/// Where the stream goes: the one thing a board supplies (a UART, a buffer
+/// in RAM, a debug probe's channel).
+pub trait Sink {
+    /// Writes `bytes`; returns how many were taken (the rest is counted as lost).
+    fn write(&mut self, bytes: &[u8]) -> usize;
+}
+
+/// Where host commands come from (the UART's receive side).
+pub trait Source {
+    /// The next byte, if one has arrived.
+    fn read(&mut self) -> Option<u8>;
+}
+
+/// A 64-bit counter without 64-bit atomics (riscv32 has none): every
+/// access masks interrupts on this hart, and each counter belongs to one hart.
+struct AtomicU64(UnsafeCell<u64>);
+
+// SAFETY: see above.
+unsafe impl Sync for AtomicU64 {}
+
+impl AtomicU64 {
+    const fn new(v: u64) -> Self {
+        AtomicU64(UnsafeCell::new(v))
+    }
+    fn load(&self, _: core::sync::atomic::Ordering) -> u64 {
+        let saved = __fgtrace_irq_save();
+        // SAFETY: interrupts masked, the owning hart.
+        let v = unsafe { core::ptr::read_volatile(self.0.get()) };
+        __fgtrace_irq_restore(saved);
+        v
+    }
+    fn store(&self, v: u64, _: core::sync::atomic::Ordering) {
+        let saved = __fgtrace_irq_save();
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(self.0.get(), v) };
+        __fgtrace_irq_restore(saved);
+    }
+    fn fetch_add(&self, d: u64, _: core::sync::atomic::Ordering) -> u64 {
+        let saved = __fgtrace_irq_save();
+        // SAFETY: as above.
+        let v = unsafe { core::ptr::read_volatile(self.0.get()) };
+        unsafe { core::ptr::write_volatile(self.0.get(), v.wrapping_add(d)) };
+        __fgtrace_irq_restore(saved);
+        v
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Sample {
+    ticks: u64,
+    depth: u16,
+    cut: u16,
+    n: u8,
+    frames: [u64; MAX_FRAMES],
+}
+
+impl Sample {
+    const EMPTY: Sample = Sample {
+        ticks: 0,
+        depth: 0,
+        cut: NO_CUT,
+        n: 0,
+        frames: [0; MAX_FRAMES],
+    };
+}
+
+struct Hart {
+    st: UnsafeCell<ThreadState>,
+    frames: UnsafeCell<[Frame; STACK_DEPTH]>,
+    buf: UnsafeCell<[RawCall; BUF_CALLS]>,
+    published: AtomicUsize,
+    overruns: AtomicUsize,
+    nested_dropped: AtomicUsize,
+    written: AtomicU64,
+    dropped: AtomicU64,
+    samples: UnsafeCell<[Sample; SAMPLE_SLOTS]>,
+    /// Samples queued: written by the interrupt, drained with interrupts masked.
+    queued: AtomicUsize,
+    samples_taken: AtomicU64,
+    samples_dropped: AtomicU64,
+}
+
+// SAFETY: each slot is used by its own hart; the interrupt side and the
+// drain never run at once on a hart (interrupts are masked while draining).
+unsafe impl Sync for Hart {}
+
+impl Hart {
+    const fn new() -> Hart {
+        Hart {
+            st: UnsafeCell::new(ThreadState::EMPTY),
+            frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
+            buf: UnsafeCell::new([RawCall(0, 0); BUF_CALLS]),
+            published: AtomicUsize::new(0),
+            overruns: AtomicUsize::new(0),
+            nested_dropped: AtomicUsize::new(0),
+            written: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            samples: UnsafeCell::new([Sample::EMPTY; SAMPLE_SLOTS]),
+            queued: AtomicUsize::new(0),
+            samples_taken: AtomicU64::new(0),
+            samples_dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
+
+/// The running hart's index.
+pub fn hart_id() -> usize {
+    let id: usize;
+    // SAFETY: reads a CSR, machine mode.
+    unsafe { core::arch::asm!("csrr {}, mhartid", out(reg) id, options(nomem, nostack)) };
+    id.min(MAX_HARTS - 1)
+}
+
+fn hart() -> &'static Hart {
+    &HARTS[hart_id()]
+}
+
+/// The core asks where the running hart's state is.
+#[no_mangle]
+pub fn __fgtrace_state() -> *mut ThreadState {
+    hart().st.get()
+}
+
+/// Masks machine interrupts; returns the old `mstatus`.
+#[no_mangle]
+pub fn __fgtrace_irq_save() -> usize {
+    let old: usize;
+    // SAFETY: clears mstatus.MIE, machine mode.
+    unsafe { core::arch::asm!("csrrci {}, mstatus, 8", out(reg) old, options(nostack)) };
+    old
+}
+
+/// Restores what [`__fgtrace_irq_save`] returned.
+#[no_mangle]
+pub fn __fgtrace_irq_restore(old: usize) {
+    if old & 8 != 0 {
+        // SAFETY: sets mstatus.MIE back, machine mode.
+        unsafe { core::arch::asm!("csrsi mstatus, 8", options(nostack)) };
+    }
+}
+
+// ------------------------------------------------------------------ output
+
+struct Out {
+    sink: Option<&'static mut dyn Sink>,
+    seq: u16,
+    since_meta: u32,
+    scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
+    payload: [u8; MAX_PAYLOAD],
+}
+
+struct OutCell(UnsafeCell<Out>);
+// SAFETY: only touched with interrupts masked and `OUT_LOCK` held.
+unsafe impl Sync for OutCell {}
+
+static OUT: OutCell = OutCell(UnsafeCell::new(Out {
+    sink: None,
+    seq: 0,
+    since_meta: 0,
+    scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
+    payload: [0; MAX_PAYLOAD],
+}));
+static OUT_LOCK: AtomicBool = AtomicBool::new(false);
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` on the output with interrupts masked and the output locked.
+fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> R {
+    let saved = __fgtrace_irq_save();
+    while OUT_LOCK
+        .compare_exchange_weak(false, true, Acquire, Relaxed)
+        .is_err()
+    {
+        core::hint::spin_loop();
+    }
+    // SAFETY: locked, interrupts masked.
+    let r = f(unsafe { &mut *OUT.0.get() });
+    OUT_LOCK.store(false, Release);
+    __fgtrace_irq_restore(saved);
+    r
+}
+
+impl Out {
+    /// Builds a payload with `fill` and sends it as one frame.
+    fn frame(&mut self, kind: u8, hart: u8, fill: impl FnOnce(&mut Writer<'_>)) {
+        let mut w = Writer::new(&mut self.payload);
+        fill(&mut w);
+        let len = w.len;
+        let n = wire::encode(
+            &mut self.scratch,
+            self.seq,
+            kind,
+            hart,
+            &self.payload[..len],
+        );
+        self.seq = self.seq.wrapping_add(1);
+        self.since_meta += 1;
+        if let Some(sink) = self.sink.as_deref_mut() {
+            let took = sink.write(&self.scratch[..n]);
+            if took < n {
+                REFUSED.fetch_add((n - took) as u64, Relaxed);
+            }
+        }
+    }
+
+    fn meta(&mut self) {
+        let s = &SESSION;
+        let (tps, start, name) = (
+            s.ticks_per_sec.load(Relaxed),
+            s.start_ticks.load(Relaxed),
+            // SAFETY: written once in `init`, before any output.
+            unsafe { *NAME.0.get() },
+        );
+        let mode = s.mode.load(Relaxed);
+        let gen = s.gen.load(Relaxed);
+        let hz = s.sample_hz.load(Relaxed);
+        self.frame(META, 0, |w| {
+            w.u8(VERSION)
+                .u8(mode)
+                .u8(MAX_HARTS as u8)
+                .u64(tps)
+                .u64(start)
+                .u32(gen)
+                .u32(hz)
+                .bytes(name.as_bytes());
+        });
+        for site in site::sites() {
+            self.site(site);
+        }
+        self.since_meta = 0;
+    }
+
+    fn site(&mut self, s: &Site) {
+        let Some(id) = s.known_id() else { return };
+        self.frame(SITE, 0, |w| {
+            w.u32(id)
+                .u32(s.line)
+                .u8(s.is_async as u8)
+                .str(s.name)
+                .str(s.module_path)
+                .str(s.file);
+        });
+    }
+
+    fn maybe_repeat_meta(&mut self) {
+        if self.since_meta >= REPEAT_EVERY {
+            self.meta();
+        }
+    }
+
+    fn calls(&mut self, hart: u8, recs: &[RawCall]) {
+        for chunk in recs.chunks(MAX_PAYLOAD / 16) {
+            self.maybe_repeat_meta();
+            self.frame(CALLS, hart, |w| {
+                for r in chunk {
+                    w.u64(r.0).u64(r.1);
+                }
+            });
+        }
+    }
+
+    fn stats(&mut self, h: usize) {
+        let x = &HARTS[h];
+        self.frame(STATS, h as u8, |w| {
+            w.u64(x.written.load(Relaxed))
+                .u64(x.dropped.load(Relaxed) + x.nested_dropped.load(Relaxed) as u64)
+                .u64(x.samples_taken.load(Relaxed))
+                .u64(x.samples_dropped.load(Relaxed))
+                .u64(x.overruns.load(Relaxed) as u64)
+                .u64(REFUSED.load(Relaxed));
+        });
+    }
+}
+
+struct NameCell(UnsafeCell<&'static str>);
+// SAFETY: written once in `init`.
+unsafe impl Sync for NameCell {}
+static NAME: NameCell = NameCell(UnsafeCell::new(""));
+
+/// Sends console text as a [`TEXT`] frame (the host prints it).
+pub fn text(s: &str) {
+    with_out(|o| {
+        for chunk in s.as_bytes().chunks(MAX_PAYLOAD) {
+            o.frame(TEXT, hart_id() as u8, |w| {
+                w.bytes(chunk);
+            });
+        }
+    });
+}
+
+/// Formats into a [`TEXT`] frame without allocating (up to 256 bytes).
+pub fn textf(args: core::fmt::Arguments<'_>) {
+    struct Buf {
+        b: [u8; 256],
+        n: usize,
+    }
+    impl core::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let take = s.len().min(self.b.len() - self.n);
+            self.b[self.n..self.n + take].copy_from_slice(&s.as_bytes()[..take]);
+            self.n += take;
+            Ok(())
+        }
+    }
+    let mut b = Buf { b: [0; 256], n: 0 };
+    let _ = core::fmt::write(&mut b, args);
+    text(core::str::from_utf8(&b.b[..b.n]).unwrap_or("?"));
+}
+
+// ----------------------------------------------------------------- session
+
+struct Session {
+    gen: AtomicU32,
+    mode: AtomicU8,
+    ticks_per_sec: AtomicU64,
+    start_ticks: AtomicU64,
+    /// 0: no deadline.
+    deadline: AtomicU64,
+    sample_hz: AtomicU32,
+    stack_lo: AtomicUsize,
+    stack_hi: AtomicUsize,
+    text_lo: AtomicUsize,
+    text_hi: AtomicUsize,
+}
+
+static SESSION: Session = Session {
+    gen: AtomicU32::new(0),
+    mode: AtomicU8::new(MODE_STREAM),
+    ticks_per_sec: AtomicU64::new(0),
+    start_ticks: AtomicU64::new(0),
+    deadline: AtomicU64::new(0),
+    sample_hz: AtomicU32::new(0),
+    stack_lo: AtomicUsize::new(0),
+    stack_hi: AtomicUsize::new(0),
+    text_lo: AtomicUsize::new(0),
+    text_hi: AtomicUsize::new(0),
+};
+
+/// What the runtime needs to know about the board.
+pub struct Board {
+    /// Where the stream goes.
+    pub sink: &'static mut dyn Sink,
+    /// `rdtime` ticks per second (10 MHz on qemu `virt`).
+    pub ticks_per_sec: u64,
+    /// Firmware name, sent in [`META`].
+    pub name: &'static str,
+    /// The stack the sampler may read: `[lo, hi)`.
+    pub stack: (usize, usize),
+    /// The code: return addresses outside `[lo, hi)` end a sampled stack.
+    pub text: (usize, usize),
+}
+
+/// Sets the runtime up (once, before recording).
+pub fn init(b: Board) {
+    with_out(|o| o.sink = Some(b.sink));
+    // SAFETY: before any output reads it.
+    unsafe { *NAME.0.get() = b.name };
+    let s = &SESSION;
+    s.ticks_per_sec.store(b.ticks_per_sec, Relaxed);
+    s.stack_lo.store(b.stack.0, Relaxed);
+    s.stack_hi.store(b.stack.1, Relaxed);
+    s.text_lo.store(b.text.0, Relaxed);
+    s.text_hi.store(b.text.1, Relaxed);
+    probe::install_hooks(&HOOKS);
+}
+
+static HOOKS: Hooks = Hooks {
+    join,
+    decide,
+    handoff,
+    release,
+    uncounted,
+};
+
+fn join(st: &mut ThreadState, _gen: u32) -> bool {
+    let h = hart();
+    let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
+    st.frames = h.frames.get() as *mut Frame;
+    st.stack_cap = STACK_DEPTH as u32;
+    st.depth = st.depth.min(st.stack_cap);
+    st.buf = h.buf.get() as *mut RawCall;
+    st.count = 0;
+    h.published.store(0, Relaxed);
+    if flight {
+        st.mask = BUF_CALLS - 1;
+        st.limit = usize::MAX;
+    } else {
+        st.mask = usize::MAX;
+        st.limit = BUF_CALLS;
+    }
+    st.max_depth = u32::MAX;
+    st.threshold = 0;
+    st.has_graph = false;
+    st.published = &h.published;
+    st.overruns = &h.overruns;
+    st.dropped = &h.nested_dropped;
+    true
+}
+
+fn decide(site: &'static Site, _gen: u32) -> Option<Decision> {
+    // A site's first call in this session: the host learns its name now.
+    with_out(|o| o.site(site));
+    Some(Decision::Record)
+}
+
+/// A full stream buffer: out as frames, and recording goes on from the start.
+fn handoff(st: &mut ThreadState) {
+    let id = hart_id();
+    let h = &HARTS[id];
+    let n = st.count;
+    // SAFETY: this hart's buffer; `n` records were written.
+    let recs = unsafe { core::slice::from_raw_parts(st.buf, n) };
+    with_out(|o| o.calls(id as u8, recs));
+    h.written.fetch_add(n as u64, Relaxed);
+    st.count = 0;
+    h.published.store(0, Relaxed);
+    flush_samples(id);
+}
+
+fn release(_: &mut ThreadState) {}
+
+fn uncounted(f: &mut dyn FnMut()) {
+    f()
+}
+
+/// Starts a session: `mode` is [`MODE_STREAM`] or [`MODE_FLIGHT`]; samples
+/// at `sample_hz` (0: none); stops by itself after `ms` milliseconds (0: when
+/// [`stop`] is called).
+pub fn start(mode: u8, sample_hz: u32, ms: u32) {
+    let s = &SESSION;
+    let gen = (s.gen.load(Relaxed) + 1) & control::GEN_MASK;
+    s.gen.store(gen, Relaxed);
+    s.mode.store(mode, Relaxed);
+    s.sample_hz.store(sample_hz, Relaxed);
+    let now = clock::ticks();
+    s.start_ticks.store(now, Relaxed);
+    let tps = s.ticks_per_sec.load(Relaxed);
+    let dl = if ms == 0 {
+        0
+    } else {
+        now + tps / 1000 * ms as u64
+    };
+    s.deadline.store(dl, Relaxed);
+    for h in &HARTS {
+        h.written.store(0, Relaxed);
+        h.dropped.store(0, Relaxed);
+        h.samples_taken.store(0, Relaxed);
+        h.samples_dropped.store(0, Relaxed);
+        h.overruns.store(0, Relaxed);
+        h.queued.store(0, Relaxed);
+    }
+    REFUSED.store(0, Relaxed);
+    with_out(|o| o.meta());
+    control::session_on(gen);
+}
+
+/// Whether a session records.
+pub fn recording() -> bool {
+    control::session_is_on()
+}
+
+/// The session's duration has run out.
+pub fn expired() -> bool {
+    let dl = SESSION.deadline.load(Relaxed);
+    dl != 0 && clock::ticks() >= dl
+}
+
+/// Ticks between two samples at the session's rate (0: not sampling).
+pub fn sample_interval() -> u64 {
+    match SESSION.sample_hz.load(Relaxed) {
+        0 => 0,
+        hz => SESSION.ticks_per_sec.load(Relaxed) / hz as u64,
+    }
+}
+
+/// Ends the session: what the running hart still holds goes out (a stream
+/// buffer's tail, or the whole flight recorder), then the counters, the site
+/// table again, and [`END`].
+pub fn stop() {
+    control::session_off();
+    let id = hart_id();
+    if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
+        dump();
+    } else {
+        flush_calls(id);
+    }
+    flush_samples(id);
+    with_out(|o| {
+        for h in 0..MAX_HARTS {
+            if HARTS[h].written.load(Relaxed) != 0 || HARTS[h].samples_taken.load(Relaxed) != 0 {
+                o.stats(h);
+            }
+        }
+        o.meta();
+        let gen = SESSION.gen.load(Relaxed);
+        o.frame(END, 0, |w| {
+            w.u32(gen);
+        });
+    });
+}
+
+/// The running hart's unsent stream records.
+fn flush_calls(id: usize) {
+    let saved = __fgtrace_irq_save();
+    // SAFETY: this hart's state, interrupts masked.
+    unsafe {
+        probe::with_thread_state(|st| {
+            if !st.buf.is_null() && st.count > 0 && st.limit != usize::MAX {
+                let n = st.count;
+                let recs = core::slice::from_raw_parts(st.buf, n);
+                with_out(|o| o.calls(id as u8, recs));
+                HARTS[id].written.fetch_add(n as u64, Relaxed);
+                st.count = 0;
+                HARTS[id].published.store(0, Relaxed);
+            }
+        })
+    }
+    __fgtrace_irq_restore(saved);
+}
+
+/// Sends the flight recorder's ring (the last [`BUF_CALLS`] calls, oldest
+/// first) of the running hart, and its counters.
+pub fn dump() {
+    let id = hart_id();
+    let saved = __fgtrace_irq_save();
+    // SAFETY: this hart's state, interrupts masked: nothing writes the ring.
+    unsafe {
+        probe::with_thread_state(|st| {
+            if st.buf.is_null() || st.limit != usize::MAX {
+                return;
+            }
+            let total = st.count;
+            let first = total.saturating_sub(BUF_CALLS);
+            let h = &HARTS[id];
+            h.written.store(total as u64, Relaxed);
+            h.dropped.store(first as u64, Relaxed);
+            let ring = core::slice::from_raw_parts(st.buf, BUF_CALLS);
+            let start = first % BUF_CALLS;
+            let n = total - first;
+            with_out(|o| {
+                let head = &ring[start..(start + n).min(BUF_CALLS)];
+                o.calls(id as u8, head);
+                if start + n > BUF_CALLS {
+                    o.calls(id as u8, &ring[..start + n - BUF_CALLS]);
+                }
+                o.stats(id);
+            });
+        })
+    };
+    __fgtrace_irq_restore(saved);
+}
+
+/// For the panic handler: stop recording and send what there is.
+pub fn on_panic() {
+    if recording() {
+        stop();
+    }
+}
+
+// ----------------------------------------------------------------- sampler
+
+/// The timer interrupt's sample: walks the frame pointers from the trapped
+/// registers and queues the stack for the next flush.
+///
+/// # Safety
+/// Called from the hart's timer interrupt handler with the trapped `pc`
+/// (`mepc`), `ra`, `s0` (frame pointer) and `sp`.
+pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
+    if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
+        return;
+    }
+    let h = hart();
+    let q = h.queued.load(Relaxed);
+    h.samples_taken.fetch_add(1, Relaxed);
+    if q >= SAMPLE_SLOTS {
+        h.samples_dropped.fetch_add(1, Relaxed);
+        return;
+    }
+    let s = &SESSION;
+    let bounds = unwind::StackBounds {
+        lo: s.stack_lo.load(Relaxed) as u64,
+        hi: s.stack_hi.load(Relaxed) as u64,
+    };
+    let (tlo, thi) = (
+        s.text_lo.load(Relaxed) as u64,
+        s.text_hi.load(Relaxed) as u64,
+    );
+    let arch = if cfg!(target_arch = "riscv64") {
+        unwind::Arch::Riscv64
+    } else {
+        unwind::Arch::Riscv32
+    };
+    let regs = unwind::Regs {
+        pc: pc as u64,
+        fp: fp as u64,
+        sp: sp as u64,
+        lr: Some(ra as u64),
+    };
+    let mem = unwind::RawMemory::new(bounds);
+    let (depth, split_sp) = probe::shadow_top();
+    let slot = &mut (*h.samples.get())[q];
+    let (walk, cut) = unwind::walk_split(
+        arch,
+        &regs,
+        bounds,
+        &mem,
+        |a| a >= tlo && a < thi,
+        &mut slot.frames,
+        split_sp,
+    );
+    slot.ticks = clock::ticks();
+    slot.depth = depth.min(u16::MAX as u32) as u16;
+    slot.cut = cut.map_or(NO_CUT, |c| c.min(NO_CUT as usize - 1) as u16);
+    slot.n = walk.len as u8;
+    h.queued.store(q + 1, Release);
+}
+
+/// Sends the hart's queued samples.
+fn flush_samples(id: usize) {
+    let h = &HARTS[id];
+    let saved = __fgtrace_irq_save();
+    let n = h.queued.load(Acquire);
+    if n > 0 {
+        // SAFETY: interrupts masked: the sampler cannot add meanwhile.
+        let samples = unsafe { &*h.samples.get() };
+        with_out(|o| {
+            let per_frame = MAX_PAYLOAD / (13 + 8 * MAX_FRAMES);
+            for chunk in samples[..n].chunks(per_frame.max(1)) {
+                o.maybe_repeat_meta();
+                o.frame(SAMPLES, id as u8, |w| {
+                    for s in chunk {
+                        w.u64(s.ticks).u16(s.depth).u16(s.cut).u8(s.n);
+                        for &f in &s.frames[..s.n as usize] {
+                            w.u64(f);
+                        }
+                    }
+                });
+            }
+        });
+        h.queued.store(0, Relaxed);
+    }
+    __fgtrace_irq_restore(saved);
+}
+
+/// Sends what the running hart has queued: stream records not yet sent and
+/// sampled stacks (the stream's buffers do it at every handoff too).
+pub fn flush() {
+    let id = hart_id();
+    if recording() && SESSION.mode.load(Relaxed) == MODE_STREAM {
+        flush_calls(id);
+    }
+    flush_samples(id);
+}
+
+// ---------------------------------------------------------------- commands
+
+/// A host command, as [`poll`] parsed it (and already carried out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `record <ms> <hz>`: a stream session, sampling at `hz` (0: none), for `ms` (0: until stop).
+    Record {
+        /// Milliseconds.
+        ms: u32,
+        /// Sampling rate.
+        hz: u32,
+    },
+    /// `flight <hz>`: a flight-recorder session.
+    Flight {
+        /// Sampling rate.
+        hz: u32,
+    },
+    /// `stop`.
+    Stop,
+    /// `dump`: the flight recorder, now.
+    Dump,
+    /// A line that is none of these (answered with a TEXT frame).
+    Unknown,
+}
+
+struct LineBuf(UnsafeCell<([u8; 64], usize)>);
+// SAFETY: only the main loop polls.
+unsafe impl Sync for LineBuf {}
+static LINE: LineBuf = LineBuf(UnsafeCell::new(([0; 64], 0)));
+
+/// Reads what the host sent; on a whole line, carries the command out and
+/// returns it.
+pub fn poll(src: &mut dyn Source) -> Option<Command> {
+    // SAFETY: see `LineBuf`.
+    let (buf, len) = unsafe { &mut *LINE.0.get() };
+    while let Some(b) = src.read() {
+        if b == b'\n' || b == b'\r' {
+            if *len == 0 {
+                continue;
+            }
+            let line = core::str::from_utf8(&buf[..*len]).unwrap_or("");
+            let cmd = parse(line);
+            *len = 0;
+            run(cmd);
+            return Some(cmd);
+        }
+        if *len < buf.len() {
+            buf[*len] = b;
+            *len += 1;
+        }
+    }
+    None
+}
+
+/// Parses one command line.
+pub fn parse(line: &str) -> Command {
+    let mut words = line.split_ascii_whitespace();
+    let num = |w: Option<&str>| w.and_then(|w| w.parse::<u32>().ok());
+    match words.next() {
+        Some("record") => match (num(words.next()), num(words.next())) {
+            (Some(ms), Some(hz)) => Command::Record { ms, hz },
+            _ => Command::Unknown,
+        },
+        Some("flight") => match num(words.next()) {
+            Some(hz) => Command::Flight { hz },
+            None => Command::Unknown,
+        },
+        Some("stop") => Command::Stop,
+        Some("dump") => Command::Dump,
+        _ => Command::Unknown,
+    }
+}
+
+fn run(cmd: Command) {
+    match cmd {
+        Command::Record { ms, hz } => start(MODE_STREAM, hz, ms),
+        Command::Flight { hz } => start(MODE_FLIGHT, hz, 0),
+        Command::Stop => {
+            if recording() {
+                stop()
+            }
+        }
+        Command::Dump => dump(),
+        Command::Unknown => text("unknown command (record <ms> <hz> | flight <hz> | stop | dump)"),
+    }
+}

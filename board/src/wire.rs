@@ -1,0 +1,372 @@
+//! The wire format between a board and the host.
+//!
+//! ```text
+//! frame   := SYNC[4] seq:u16 kind:u8 hart:u8 len:u16 payload[len] crc:u32
+//! ```
+//! All integers little-endian. `crc` is CRC-32 (IEEE) over `seq..payload`.
+//! `seq` counts frames per stream (wrapping), so the host sees gaps. Payloads
+//! are at most [`MAX_PAYLOAD`] bytes; a receiver that finds a bad length or
+//! CRC skips one byte and scans for the next sync word.
+//!
+//! | kind | payload |
+//! |---|---|
+//! | [`META`] | version u8, mode u8, harts u8, ticks per second u64, session start ticks u64, session u32, sampling Hz u32, firmware name |
+//! | [`SITE`] | id u32, line u32, async u8, then name, module path, file, each `len:u16 bytes` |
+//! | [`CALLS`] | n x 16-byte records (the core's `RawCall`, two u64) |
+//! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |
+//! | [`TEXT`] | UTF-8 console text |
+//! | [`END`] | session u32: the session ended; its STATS came before |
+
+/// Marks the start of every frame.
+pub const SYNC: [u8; 4] = [0xA5, 0x5A, 0xF6, 0x7E];
+/// Bytes before the payload.
+pub const HEADER: usize = 10;
+/// Bytes after the payload.
+pub const TRAILER: usize = 4;
+/// The largest payload.
+pub const MAX_PAYLOAD: usize = 1024;
+/// Format version in [`META`].
+pub const VERSION: u8 = 1;
+
+/// Session metadata: clock rate, mode, harts.
+pub const META: u8 = 1;
+/// One call site.
+pub const SITE: u8 = 2;
+/// Call records.
+pub const CALLS: u8 = 3;
+/// Sampled stacks.
+pub const SAMPLES: u8 = 4;
+/// Loss and volume counters of one hart.
+pub const STATS: u8 = 5;
+/// Console text.
+pub const TEXT: u8 = 6;
+/// The session ended.
+pub const END: u8 = 7;
+
+/// Stream mode in [`META`]: every call, dropped and counted when the sink refuses.
+pub const MODE_STREAM: u8 = 0;
+/// Flight-recorder mode in [`META`]: the last calls, dumped on demand or on panic.
+pub const MODE_FLIGHT: u8 = 1;
+
+/// `cut` in a sample when no traced call was open.
+pub const NO_CUT: u16 = 0xffff;
+/// Most frames in one sampled stack.
+pub const MAX_FRAMES: usize = 32;
+
+const fn crc_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+
+static CRC_TABLE: [u32; 256] = crc_table();
+
+/// CRC-32 (IEEE), continued from `crc` (start with 0).
+pub fn crc32(crc: u32, bytes: &[u8]) -> u32 {
+    let mut c = !crc;
+    for &b in bytes {
+        c = CRC_TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// Writes one frame into `out` (which must hold `HEADER + payload + TRAILER`
+/// bytes); returns its length.
+pub fn encode(out: &mut [u8], seq: u16, kind: u8, hart: u8, payload: &[u8]) -> usize {
+    let n = payload.len().min(MAX_PAYLOAD);
+    out[..4].copy_from_slice(&SYNC);
+    out[4..6].copy_from_slice(&seq.to_le_bytes());
+    out[6] = kind;
+    out[7] = hart;
+    out[8..10].copy_from_slice(&(n as u16).to_le_bytes());
+    out[HEADER..HEADER + n].copy_from_slice(&payload[..n]);
+    let crc = crc32(0, &out[4..HEADER + n]);
+    out[HEADER + n..HEADER + n + TRAILER].copy_from_slice(&crc.to_le_bytes());
+    HEADER + n + TRAILER
+}
+
+/// One frame found in a byte stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// Sequence number.
+    pub seq: u16,
+    /// One of the kinds above.
+    pub kind: u8,
+    /// The hart it came from.
+    pub hart: u8,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+/// What [`next_frame`] found at the front of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan<'a> {
+    /// A whole frame, after `skipped` bytes of garbage; `used` bytes in all.
+    Frame {
+        /// The frame.
+        frame: Frame<'a>,
+        /// Garbage bytes before it.
+        skipped: usize,
+        /// Bytes consumed, garbage included.
+        used: usize,
+    },
+    /// More bytes are needed; `skipped` bytes at the front are garbage and
+    /// may be dropped.
+    NeedMore {
+        /// Garbage bytes at the front.
+        skipped: usize,
+    },
+}
+
+/// Finds the next valid frame in `buf`: scans for the sync word, checks the
+/// length and the CRC, and skips one byte past any candidate that fails.
+/// Never panics, whatever the bytes.
+pub fn next_frame(buf: &[u8]) -> Scan<'_> {
+    let mut at = 0;
+    loop {
+        // Find the sync word from `at`.
+        let Some(off) = find_sync(&buf[at..]) else {
+            // Keep a possible sync-word prefix at the end.
+            let keep = (1..SYNC.len())
+                .rev()
+                .find(|&k| k <= buf.len() - at && buf[buf.len() - k..] == SYNC[..k])
+                .unwrap_or(0);
+            return Scan::NeedMore {
+                skipped: buf.len() - keep,
+            };
+        };
+        let start = at + off;
+        let rest = &buf[start..];
+        if rest.len() < HEADER {
+            return Scan::NeedMore { skipped: start };
+        }
+        let len = u16::from_le_bytes([rest[8], rest[9]]) as usize;
+        if len > MAX_PAYLOAD {
+            at = start + 1;
+            continue;
+        }
+        if rest.len() < HEADER + len + TRAILER {
+            return Scan::NeedMore { skipped: start };
+        }
+        let body = &rest[4..HEADER + len];
+        let want = u32::from_le_bytes([
+            rest[HEADER + len],
+            rest[HEADER + len + 1],
+            rest[HEADER + len + 2],
+            rest[HEADER + len + 3],
+        ]);
+        if crc32(0, body) != want {
+            at = start + 1;
+            continue;
+        }
+        return Scan::Frame {
+            frame: Frame {
+                seq: u16::from_le_bytes([rest[4], rest[5]]),
+                kind: rest[6],
+                hart: rest[7],
+                payload: &rest[HEADER..HEADER + len],
+            },
+            skipped: start,
+            used: start + HEADER + len + TRAILER,
+        };
+    }
+}
+
+fn find_sync(b: &[u8]) -> Option<usize> {
+    b.windows(SYNC.len()).position(|w| w == SYNC)
+}
+
+/// A little-endian reader over a payload that never panics: reads past the
+/// end give `None`.
+pub struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// Reads `b` from the start.
+    pub fn new(b: &'a [u8]) -> Self {
+        Reader { b }
+    }
+    /// Bytes left.
+    pub fn remaining(&self) -> usize {
+        self.b.len()
+    }
+    /// The next `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.b.len() {
+            return None;
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Some(h)
+    }
+    /// A u8.
+    pub fn u8(&mut self) -> Option<u8> {
+        self.bytes(1).map(|b| b[0])
+    }
+    /// A u16.
+    pub fn u16(&mut self) -> Option<u16> {
+        self.bytes(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    }
+    /// A u32.
+    pub fn u32(&mut self) -> Option<u32> {
+        self.bytes(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    /// A u64.
+    pub fn u64(&mut self) -> Option<u64> {
+        let b = self.bytes(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some(u64::from_le_bytes(a))
+    }
+    /// A `len:u16` string.
+    pub fn str(&mut self) -> Option<&'a str> {
+        let n = self.u16()? as usize;
+        core::str::from_utf8(self.bytes(n)?).ok()
+    }
+}
+
+/// A little-endian writer into a fixed buffer; `ok` turns false (and stays)
+/// when something did not fit.
+pub struct Writer<'a> {
+    b: &'a mut [u8],
+    /// Bytes written.
+    pub len: usize,
+    /// Everything fitted.
+    pub ok: bool,
+}
+
+impl<'a> Writer<'a> {
+    /// Writes into `b` from the start.
+    pub fn new(b: &'a mut [u8]) -> Self {
+        Writer {
+            b,
+            len: 0,
+            ok: true,
+        }
+    }
+    /// Appends bytes.
+    pub fn bytes(&mut self, x: &[u8]) -> &mut Self {
+        if self.ok && self.len + x.len() <= self.b.len() {
+            self.b[self.len..self.len + x.len()].copy_from_slice(x);
+            self.len += x.len();
+        } else {
+            self.ok = false;
+        }
+        self
+    }
+    /// Appends a u8.
+    pub fn u8(&mut self, x: u8) -> &mut Self {
+        self.bytes(&[x])
+    }
+    /// Appends a u16.
+    pub fn u16(&mut self, x: u16) -> &mut Self {
+        self.bytes(&x.to_le_bytes())
+    }
+    /// Appends a u32.
+    pub fn u32(&mut self, x: u32) -> &mut Self {
+        self.bytes(&x.to_le_bytes())
+    }
+    /// Appends a u64.
+    pub fn u64(&mut self, x: u64) -> &mut Self {
+        self.bytes(&x.to_le_bytes())
+    }
+    /// Appends a `len:u16` string (cut at 255 bytes on a char boundary).
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        let mut n = s.len().min(255);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.u16(n as u16).bytes(&s.as_bytes()[..n])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    fn frame(seq: u16, kind: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = std::vec![0u8; HEADER + payload.len() + TRAILER];
+        let n = encode(&mut out, seq, kind, 0, payload);
+        out.truncate(n);
+        out
+    }
+
+    #[test]
+    fn crc_matches_the_ieee_check_value() {
+        assert_eq!(crc32(0, b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn frames_round_trip_after_garbage() {
+        let mut s = std::vec![1u8, 2, 0xA5, 0x5A, 9];
+        s.extend(frame(7, TEXT, b"hello"));
+        match next_frame(&s) {
+            Scan::Frame {
+                frame,
+                skipped,
+                used,
+            } => {
+                assert_eq!(
+                    (frame.seq, frame.kind, frame.payload),
+                    (7, TEXT, &b"hello"[..])
+                );
+                assert_eq!(skipped, 5);
+                assert_eq!(used, s.len());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_fails_the_crc_and_the_scan_moves_on() {
+        let mut s = frame(1, TEXT, b"first");
+        let second = frame(2, TEXT, b"second");
+        s[12] ^= 0x40;
+        s.extend(&second);
+        match next_frame(&s) {
+            Scan::Frame { frame, .. } => assert_eq!(frame.seq, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_partial_frame_asks_for_more_and_keeps_its_start() {
+        let f = frame(3, TEXT, b"partial");
+        for cut in 0..f.len() {
+            match next_frame(&f[..cut]) {
+                Scan::NeedMore { skipped } => assert_eq!(skipped, 0, "cut {cut}"),
+                other => panic!("cut {cut}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn readers_never_read_past_the_end() {
+        let mut r = Reader::new(&[1, 2, 3]);
+        assert_eq!(r.u16(), Some(0x0201));
+        assert_eq!(r.u32(), None);
+        assert_eq!(r.u8(), Some(3));
+        assert_eq!(r.u8(), None);
+        let mut r = Reader::new(&[5, 0, b'a']);
+        assert_eq!(r.str(), None, "length says 5, 1 byte left");
+    }
+}

@@ -1,0 +1,164 @@
+//! `fgtrace board`: reads a board's framed stream (a file, a serial device, a
+//! TCP socket, or a child command's stdout such as qemu's `-serial stdio`),
+//! sends it host commands, prints its console text, and writes each
+//! recording session as an ordinary trace.
+
+use fgtrace::board::{elf_mappings, Decoder, Output};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Decode a board's stream into traces.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BoardArgs {
+    /// Where the trace goes; a second session goes to OUT-2.fgt, and so on.
+    #[arg(short = 'o', long = "output", value_name = "OUT.fgt")]
+    pub output: PathBuf,
+    /// The firmware's ELF: sampled addresses are symbolized against it.
+    #[arg(long, value_name = "FIRMWARE")]
+    pub elf: Option<PathBuf>,
+    /// A command line to send to the board first (repeatable), e.g.
+    /// `record 2000 999` (ms, Hz), `flight 999`, `dump`, `stop`.
+    #[arg(long = "command", short = 'c', value_name = "LINE")]
+    pub commands: Vec<String>,
+    /// Read from this TCP address (qemu `-serial tcp:HOST:PORT,server`).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "input")]
+    pub tcp: Option<String>,
+    /// Read a file or a serial device (`-` is stdin); or give a command after `--`.
+    #[arg(value_name = "INPUT")]
+    pub input: Option<PathBuf>,
+    /// Run this command and read its stdout (commands go to its stdin).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub child: Vec<String>,
+}
+
+/// Runs the decoder to the end of the stream.
+pub fn run(args: &BoardArgs) -> Result<(), String> {
+    let mappings = match &args.elf {
+        Some(elf) => elf_mappings(elf)?,
+        None => Vec::new(),
+    };
+    let mut commands = String::new();
+    for c in &args.commands {
+        if c.contains('\n') || c.len() > 60 {
+            return Err(format!("--command `{c}`: one line of at most 60 bytes"));
+        }
+        commands.push_str(c);
+        commands.push('\n');
+    }
+    let mut child = None;
+    let (mut input, mut control): (Box<dyn Read>, Option<Box<dyn Write>>) =
+        if !args.child.is_empty() {
+            let mut c = Command::new(&args.child[0])
+                .args(&args.child[1..])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot run `{}`: {e}", args.child[0]))?;
+            let out = c.stdout.take().expect("piped");
+            let inp = c.stdin.take().expect("piped");
+            child = Some(c);
+            (Box::new(out), Some(Box::new(inp)))
+        } else if let Some(addr) = &args.tcp {
+            let s = TcpStream::connect(addr).map_err(|e| format!("--tcp {addr}: {e}"))?;
+            let w = s.try_clone().map_err(|e| format!("--tcp {addr}: {e}"))?;
+            (Box::new(s), Some(Box::new(w)))
+        } else {
+            match args.input.as_deref() {
+                None => return Err("give an INPUT, --tcp, or a command after `--`".into()),
+                Some(p) if p == Path::new("-") => (Box::new(std::io::stdin()), None),
+                Some(p) => {
+                    let f = std::fs::File::open(p)
+                        .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                    // A serial device takes commands on the same file.
+                    let w = std::fs::OpenOptions::new().write(true).open(p).ok();
+                    let is_char = std::fs::metadata(p).map(|m| {
+                        use std::os::unix::fs::FileTypeExt;
+                        m.file_type().is_char_device()
+                    });
+                    let control = match (w, is_char) {
+                        (Some(w), Ok(true)) => Some(Box::new(w) as Box<dyn Write>),
+                        _ => None,
+                    };
+                    (Box::new(f), control)
+                }
+            }
+        };
+    if !commands.is_empty() {
+        match control.as_mut() {
+            Some(w) => w
+                .write_all(commands.as_bytes())
+                .and_then(|_| w.flush())
+                .map_err(|e| format!("cannot send commands to the board: {e}"))?,
+            None => {
+                return Err(
+                    "--command needs a board to talk to (a child, --tcp or a serial device)".into(),
+                )
+            }
+        }
+    }
+    let mut dec = Decoder::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let stdout = std::io::stdout();
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("reading the board's stream: {e}")),
+        };
+        for o in dec.push(&buf[..n]) {
+            match o {
+                Output::Text(t) => {
+                    let mut out = stdout.lock();
+                    let _ = writeln!(out, "{t}");
+                    let _ = out.flush();
+                }
+                Output::SessionEnded(_) => {}
+            }
+        }
+    }
+    drop(control);
+    if let Some(mut c) = child {
+        let st = c
+            .wait()
+            .map_err(|e| format!("waiting for the board: {e}"))?;
+        if !st.success() {
+            eprintln!("fgtrace board: `{}` exited with {st}", args.child[0]);
+        }
+    }
+    let (sessions, stats) = dec.finish();
+    eprintln!(
+        "fgtrace board: {} bytes, {} frames, {} bytes skipped, {} frames missing, {} bad payloads",
+        stats.bytes, stats.frames, stats.skipped_bytes, stats.missing_frames, stats.bad_payloads
+    );
+    if sessions.is_empty() {
+        return Err("no recording session in the stream".into());
+    }
+    for (i, s) in sessions.into_iter().enumerate() {
+        let path = if i == 0 {
+            args.output.clone()
+        } else {
+            let stem = args.output.with_extension("");
+            PathBuf::from(format!("{}-{}.fgt", stem.display(), i + 1))
+        };
+        let ended = s.ended();
+        let id = s.id();
+        let trace = s.into_trace(mappings.clone());
+        let meta = trace.meta();
+        let lost: u64 = meta.threads.iter().map(|t| t.lost).sum();
+        let samples: u64 = meta.threads.iter().map(|t| t.samples).sum();
+        let samples_lost: u64 = meta.threads.iter().map(|t| t.samples_lost).sum();
+        trace
+            .save(&path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!(
+            "fgtrace board: session {id}{}: {} calls ({lost} lost), {samples} samples ({samples_lost} lost) -> {}",
+            if ended { "" } else { " (cut short: no END frame)" },
+            meta.total_calls(),
+            path.display()
+        );
+    }
+    Ok(())
+}
