@@ -29,6 +29,8 @@ pub struct DecodeStats {
     pub missing_frames: u64,
     /// Valid frames whose payload did not parse (a newer format?).
     pub bad_payloads: u64,
+    /// Data frames of a session whose metadata never arrived.
+    pub orphan_frames: u64,
 }
 
 /// Something the decoder has for the caller as soon as it is decoded.
@@ -60,6 +62,10 @@ pub struct HartStats {
 #[derive(Default)]
 struct Hart {
     records: Vec<RawCall>,
+    /// Index of the next record expected (the board numbers them).
+    next: u64,
+    /// Records skipped over in the numbering: sent, never received.
+    gaps: u64,
     /// (ticks, depth, cut, frames)
     samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
     stats: Option<HartStats>,
@@ -113,7 +119,6 @@ impl BoardSession {
         };
         let mut end_ticks = s.start_ticks;
         let mut inputs = Vec::new();
-        let harts = s.harts.len().max(1) as u64;
         for (id, h) in s.harts {
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
@@ -122,30 +127,32 @@ impl BoardSession {
             if let Some(x) = h.samples.last() {
                 end_ticks = end_ticks.max(x.0);
             }
-            let got = h.records.len() as u64;
             let flight = s.mode == wire::MODE_FLIGHT;
+            // Records are numbered per hart: gaps in the numbering, and a
+            // tail the counters say was sent, never arrived.
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
                 Some(st) => {
-                    // What the board kept but never arrived, on top of what
-                    // it dropped (or overwrote) itself.
+                    let tail = st.written.saturating_sub(h.next);
                     let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
                     let samples_lost =
                         st.samples_dropped + kept_samples.saturating_sub(h.samples.len() as u64);
                     if flight {
-                        let sent = st.written.saturating_sub(st.dropped);
-                        (
-                            st.dropped,
-                            sent.saturating_sub(got),
-                            samples_lost,
-                            st.overruns,
-                        )
+                        // The ring's first kept record is numbered `dropped`:
+                        // everything before it was overwritten on the board.
+                        let gaps = h.gaps.saturating_sub(st.dropped);
+                        (st.dropped, gaps + tail, samples_lost, st.overruns)
                     } else {
-                        let missing = st.written.saturating_sub(got);
-                        (0, st.dropped + missing, samples_lost, st.overruns)
+                        (0, st.dropped + h.gaps + tail, samples_lost, st.overruns)
                     }
                 }
-                // No counters arrived: each missing frame lost at least one call.
-                None => (0, s.missing_frames.div_ceil(harts), 0, 0),
+                // No counters arrived: the numbering still shows the gaps; a
+                // frame missing at the end shows as at least one call.
+                None => (
+                    0,
+                    h.gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
+                    0,
+                    0,
+                ),
             };
             let samples = h
                 .samples
@@ -212,6 +219,8 @@ pub struct Decoder {
     sites: HashMap<u32, SiteInfo>,
     current: Option<Session>,
     done: Vec<Session>,
+    /// Data frames that came before any META (bounded).
+    orphans: Vec<(u8, u8, Vec<u8>)>,
 }
 
 impl Decoder {
@@ -260,6 +269,7 @@ impl Decoder {
     /// session seen (a session cut short is returned too: `ended()` says).
     pub fn finish(mut self) -> (Vec<BoardSession>, DecodeStats) {
         self.stats.skipped_bytes += self.pending.len() as u64;
+        self.stats.orphan_frames += self.orphans.len() as u64;
         if let Some(s) = self.current.take() {
             self.done.push(s);
         }
@@ -273,6 +283,16 @@ impl Decoder {
             })
             .collect();
         (sessions, self.stats)
+    }
+
+    /// Keeps a data frame that came before its session's META.
+    fn orphan(&mut self, kind: u8, hart: u8, p: &[u8]) -> Option<()> {
+        if self.orphans.len() < 4096 {
+            self.orphans.push((kind, hart, p.to_vec()));
+            Some(())
+        } else {
+            None
+        }
     }
 
     fn frame(&mut self, seq: u16, kind: u8, hart: u8, p: &[u8], out: &mut Vec<Output>) {
@@ -314,6 +334,7 @@ impl Decoder {
                     if let Some(prev) = self.current.take() {
                         self.done.push(prev);
                     }
+                    let orphans = std::mem::take(&mut self.orphans);
                     self.current = Some(Session {
                         gen,
                         mode,
@@ -325,6 +346,12 @@ impl Decoder {
                         ended: false,
                         missing_frames: 0,
                     });
+                    // Records that came before this session's first META
+                    // (lost or damaged) are this session's.
+                    for (k, h, p) in orphans {
+                        let mut sink = Vec::new();
+                        let _ = self.parse(k, h, &p, &mut sink);
+                    }
                 }
             }
             wire::SITE => {
@@ -346,17 +373,28 @@ impl Decoder {
                 );
             }
             wire::CALLS => {
-                if p.len() % 16 != 0 {
+                if p.len() < 8 || (p.len() - 8) % 16 != 0 {
                     return None;
                 }
-                let s = self.current.as_mut()?;
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
                 let h = s.harts.entry(hart).or_default();
+                let first = r.u64()?;
+                let n = (r.remaining() / 16) as u64;
+                if first < h.next {
+                    return None; // a repeat: keep the first copy
+                }
+                h.gaps = h.gaps.saturating_add(first - h.next);
+                h.next = first.saturating_add(n);
                 while r.remaining() >= 16 {
                     h.records.push(RawCall(r.u64()?, r.u64()?));
                 }
             }
             wire::SAMPLES => {
-                let s = self.current.as_mut()?;
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
                 let h = s.harts.entry(hart).or_default();
                 while r.remaining() > 0 {
                     let ticks = r.u64()?;
@@ -383,7 +421,9 @@ impl Decoder {
                     overruns: r.u64()?,
                     refused_bytes: r.u64()?,
                 };
-                let s = self.current.as_mut()?;
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
                 s.harts.entry(hart).or_default().stats = Some(st);
             }
             wire::TEXT => {
@@ -474,6 +514,7 @@ mod tests {
             });
         }
         frame(wire::CALLS, 0, &|w| {
+            w.u64(0);
             for r in [
                 RawCall::pack(1010, 1, 5, 1, false, 0),
                 RawCall::pack(1020, 1, 5, 1, false, 0),

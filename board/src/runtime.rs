@@ -272,6 +272,13 @@ impl Out {
             self.site(site);
         }
         self.since_meta = 0;
+        // The counters too, so a host that misses the last ones still knows
+        // roughly what was sent.
+        for h in 0..MAX_HARTS {
+            if HARTS[h].written.load(Relaxed) != 0 {
+                self.stats(h);
+            }
+        }
     }
 
     fn site(&mut self, s: &Site) {
@@ -292,10 +299,14 @@ impl Out {
         }
     }
 
-    fn calls(&mut self, hart: u8, recs: &[RawCall]) {
-        for chunk in recs.chunks(MAX_PAYLOAD / 16) {
+    /// `first`: the index of `recs[0]` among the hart's records this
+    /// session, so the host can tell exactly which records never arrived.
+    fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) {
+        let per = (MAX_PAYLOAD - 8) / 16;
+        for (k, chunk) in recs.chunks(per).enumerate() {
             self.maybe_repeat_meta();
             self.frame(CALLS, hart, |w| {
+                w.u64(first + (k * per) as u64);
                 for r in chunk {
                     w.u64(r.0).u64(r.1);
                 }
@@ -454,8 +465,8 @@ fn handoff(st: &mut ThreadState) {
     let n = st.count;
     // SAFETY: this hart's buffer; `n` records were written.
     let recs = unsafe { core::slice::from_raw_parts(st.buf, n) };
-    with_out(|o| o.calls(id as u8, recs));
-    h.written.fetch_add(n as u64, Relaxed);
+    let first = h.written.fetch_add(n as u64, Relaxed);
+    with_out(|o| o.calls(id as u8, first, recs));
     st.count = 0;
     h.published.store(0, Relaxed);
     flush_samples(id);
@@ -552,8 +563,8 @@ fn flush_calls(id: usize) {
             if !st.buf.is_null() && st.count > 0 && st.limit != usize::MAX {
                 let n = st.count;
                 let recs = core::slice::from_raw_parts(st.buf, n);
-                with_out(|o| o.calls(id as u8, recs));
-                HARTS[id].written.fetch_add(n as u64, Relaxed);
+                let first = HARTS[id].written.fetch_add(n as u64, Relaxed);
+                with_out(|o| o.calls(id as u8, first, recs));
                 st.count = 0;
                 HARTS[id].published.store(0, Relaxed);
             }
@@ -583,9 +594,10 @@ pub fn dump() {
             let n = total - first;
             with_out(|o| {
                 let head = &ring[start..(start + n).min(BUF_CALLS)];
-                o.calls(id as u8, head);
+                o.calls(id as u8, first as u64, head);
                 if start + n > BUF_CALLS {
-                    o.calls(id as u8, &ring[..start + n - BUF_CALLS]);
+                    let more = first as u64 + head.len() as u64;
+                    o.calls(id as u8, more, &ring[..start + n - BUF_CALLS]);
                 }
                 o.stats(id);
             });

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`META`] | version u8, mode u8, harts u8, ticks per second u64, session start ticks u64, session u32, sampling Hz u32, firmware name |
 //! | [`SITE`] | id u32, line u32, async u8, then name, module path, file, each `len:u16 bytes` |
-//! | [`CALLS`] | n x 16-byte records (the core's `RawCall`, two u64) |
+//! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64) |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |
 //! | [`TEXT`] | UTF-8 console text |

@@ -130,8 +130,13 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
     }
     let (sessions, stats) = dec.finish();
     eprintln!(
-        "fgtrace board: {} bytes, {} frames, {} bytes skipped, {} frames missing, {} bad payloads",
-        stats.bytes, stats.frames, stats.skipped_bytes, stats.missing_frames, stats.bad_payloads
+        "fgtrace board: {} bytes, {} frames, {} bytes skipped, {} frames missing, {} bad payloads, {} frames with no session",
+        stats.bytes,
+        stats.frames,
+        stats.skipped_bytes,
+        stats.missing_frames,
+        stats.bad_payloads,
+        stats.orphan_frames
     );
     if sessions.is_empty() {
         return Err("no recording session in the stream".into());

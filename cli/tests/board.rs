@@ -1,0 +1,276 @@
+//! fgtrace on bare-metal RISC-V: `boards/qemu-riscv/run.sh` builds the example
+//! firmware, runs it under qemu and decodes its stream with this `fgtrace`;
+//! the trace must match the firmware's own ground truth exactly (calls per
+//! function, nesting), lose nothing, and its samples must recover the known
+//! 3:1 split under the traced `split_work`.
+
+#[path = "../../tests/support/tools.rs"]
+mod tools;
+
+use fgtrace::symbolize::Symbolizer;
+use fgtrace::trace::{Call, Event, Trace};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The tools run.sh needs, or a visible skip.
+fn tools_present(target: &str) -> bool {
+    let test = format!("board::{target}");
+    let qemu = if target.starts_with("riscv32") {
+        "qemu-system-riscv32"
+    } else {
+        "qemu-system-riscv64"
+    };
+    tools::tool(qemu, &["--version"], "qemu-system-misc", &test).is_some()
+        && tools::tool("ld.lld", &["--version"], "lld", &test).is_some()
+        && tools::tool("/usr/bin/rustc", &["--version"], "rustc-web", &test).is_some()
+        && tools::tool(
+            "/usr/bin/cargo",
+            &["--version"],
+            "cargo-web rust-web-src",
+            &test,
+        )
+        .is_some()
+}
+
+struct Run {
+    trace: Trace,
+    truth: BTreeMap<String, u64>,
+    console: String,
+}
+
+fn run(target: &str) -> Option<Run> {
+    if !tools_present(target) {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("run.fgt");
+    let r = Command::new(root().join("boards/qemu-riscv/run.sh"))
+        .args([target, out.to_str().unwrap()])
+        .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
+        .output()
+        .expect("run.sh runs");
+    let console = String::from_utf8_lossy(&r.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert!(
+        r.status.success(),
+        "run.sh {target} failed:\n{console}\n{stderr}"
+    );
+    let truth = console
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth "))
+        .map(|l| {
+            let (name, n) = l.rsplit_once(' ').expect("truth NAME CALLS");
+            (name.to_string(), n.parse().expect("a count"))
+        })
+        .collect();
+    let trace = Trace::load(&out).expect("run.sh wrote a readable trace");
+    Some(Run {
+        trace,
+        truth,
+        console,
+    })
+}
+
+fn check(target: &str) {
+    let Some(run) = run(target) else { return };
+    let t = &run.trace;
+    let meta = t.meta();
+    assert!(
+        run.truth.len() >= 10,
+        "ground truth printed: {}",
+        run.console
+    );
+
+    // Calls per function: exactly the firmware's own counts, nothing lost.
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for c in t.calls() {
+        *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
+    }
+    assert_eq!(calls, run.truth, "{target}: calls per function");
+    assert_eq!(meta.total_lost(), 0, "{target}: losses");
+
+    // Nesting: every call's recorded parent is the function that calls it.
+    let parents: HashMap<&str, &[&str]> = HashMap::from([
+        ("run_round", &[][..]),
+        ("probe_cost_leaf", &[][..]),
+        ("evaluate", &["run_round"][..]),
+        ("parse_expr", &["evaluate", "parse_factor"][..]),
+        ("parse_term", &["parse_expr"][..]),
+        ("parse_factor", &["parse_term"][..]),
+        ("crc32", &["run_round"][..]),
+        ("crc32_byte", &["crc32"][..]),
+        ("mat_mul", &["run_round"][..]),
+        ("dot", &["mat_mul"][..]),
+        ("fib", &["run_round", "fib"][..]),
+        ("split_work", &["run_round"][..]),
+    ]);
+    let mut open: Vec<Call> = Vec::new();
+    for c in t.calls() {
+        while open.last().is_some_and(|p| p.depth >= c.depth) {
+            open.pop();
+        }
+        let name = meta.site_name(c.site);
+        let parent = open.last().map(|p| meta.site_name(p.site));
+        let want = parents[name];
+        match parent {
+            None => assert!(
+                want.is_empty() && c.depth == 0,
+                "{target}: {name} at the root"
+            ),
+            Some(p) => {
+                assert!(want.contains(&p), "{target}: {name} under {p}");
+                let p = open.last().unwrap();
+                assert!(c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns());
+            }
+        }
+        open.push(c);
+    }
+
+    // Samples: symbolized against the firmware's ELF, the untraced 3:1 split
+    // under `split_work` comes back within binomial noise, with the cut at
+    // the traced frame.
+    let mut sym = Symbolizer::new(&meta.mappings);
+    let (mut heavy, mut light, mut cut_ok) = (0u64, 0u64, 0u64);
+    for e in t.events() {
+        let Event::Sample(s) = e else { continue };
+        let mut names: Vec<String> = Vec::new();
+        for (i, &a) in s.frames.iter().enumerate() {
+            names.extend(sym.frames(a, i > 0).iter().map(|f| f.name.clone()));
+        }
+        let is = |n: &str| names.iter().any(|x| x.ends_with(n));
+        if !is("::split_work") {
+            continue;
+        }
+        if is("::heavy_three") {
+            heavy += 1;
+        } else if is("::light_one") {
+            light += 1;
+        }
+        if let Some(cut) = s.cut {
+            let at = sym.frames(s.frames[cut as usize], cut > 0).to_vec();
+            if at.iter().any(|f| f.name.ends_with("::split_work")) {
+                cut_ok += 1;
+            }
+        }
+    }
+    let n = heavy + light;
+    assert!(n >= 100, "{target}: {n} samples in the split");
+    let p = heavy as f64 / n as f64;
+    let sd = (0.75 * 0.25 / n as f64).sqrt();
+    assert!(
+        (p - 0.75).abs() <= 3.0 * sd + 0.01,
+        "{target}: heavy share {p:.3} of {n} samples, true 0.75 (3:1)"
+    );
+    assert!(
+        cut_ok * 10 >= n * 9,
+        "{target}: the cut finds split_work in {cut_ok} of {n} samples"
+    );
+
+    // The combined flamegraph hangs the sampled frames under the traced path.
+    let folded = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["flame", "--combined", "--folded"])
+        .arg(
+            Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("board-{target}"))
+                .join("run.fgt"),
+        )
+        .output()
+        .unwrap();
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    assert!(
+        folded.lines().any(|l| l
+            .contains("run_round;fgtrace_board_demo::split_work;fgtrace_board_demo::heavy_three")),
+        "{target}: combined flamegraph:\n{}",
+        &folded[..folded.len().min(2000)]
+    );
+}
+
+#[test]
+fn riscv64gc_firmware_matches_its_ground_truth() {
+    check("riscv64gc");
+}
+
+#[test]
+fn riscv32imac_firmware_matches_its_ground_truth() {
+    check("riscv32imac");
+}
+
+/// A capture of a real stream with bytes flipped, dropped and inserted:
+/// decodes with the damage counted, never a panic, and every call that
+/// arrives intact is kept.
+#[test]
+fn a_damaged_board_stream_decodes_with_its_losses_counted() {
+    let Some(run) = run("riscv64gc") else { return };
+    drop(run);
+    // Record the raw stream once more, as bytes, straight from qemu.
+    let fw = root()
+        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+    let mut qemu = Command::new("qemu-system-riscv64")
+        .args([
+            "-machine", "virt", "-bios", "none", "-display", "none", "-monitor", "none",
+        ])
+        .args(["-icount", "shift=0", "-serial", "stdio", "-kernel"])
+        .arg(&fw)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    qemu.stdin
+        .take()
+        .unwrap()
+        .write_all(b"record 0 2000\n")
+        .unwrap();
+    let raw = qemu.wait_with_output().unwrap().stdout;
+    assert!(raw.len() > 10_000, "{} bytes", raw.len());
+    let whole = decode(&raw);
+    let (whole_calls, whole_lost) = (whole.meta().total_calls(), whole.meta().total_lost());
+    assert_eq!(whole_lost, 0);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..20 {
+        let mut b = raw.clone();
+        for _ in 0..1 + rnd() % 8 {
+            let at = rnd() as usize % b.len();
+            match rnd() % 3 {
+                0 => b[at] ^= 1 << (rnd() % 8),
+                1 => {
+                    b.remove(at);
+                }
+                _ => b.insert(at, rnd() as u8),
+            }
+        }
+        let t = decode(&b);
+        let (calls, lost) = (t.meta().total_calls(), t.meta().total_lost());
+        assert!(
+            calls + lost >= whole_calls,
+            "round {round}: {calls} calls + {lost} lost < {whole_calls}: a silent loss"
+        );
+        assert!(calls <= whole_calls, "round {round}: calls invented");
+    }
+}
+
+fn decode(bytes: &[u8]) -> Trace {
+    let mut d = fgtrace::board::Decoder::new();
+    for chunk in bytes.chunks(4093) {
+        d.push(chunk);
+    }
+    let (sessions, _) = d.finish();
+    assert!(!sessions.is_empty(), "a session survives");
+    sessions
+        .into_iter()
+        .max_by_key(|s| s.stats().len())
+        .unwrap()
+        .into_trace(Vec::new())
+}
