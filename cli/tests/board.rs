@@ -38,6 +38,7 @@ fn tools_present(target: &str) -> bool {
 }
 
 struct Run {
+    path: PathBuf,
     trace: Trace,
     truth: BTreeMap<String, u64>,
     console: String,
@@ -47,7 +48,10 @@ fn run(target: &str) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}"));
+    // Tests run at once: each run writes its own file.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{k}"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.fgt");
     let r = Command::new(root().join("boards/qemu-riscv/run.sh"))
@@ -71,6 +75,7 @@ fn run(target: &str) -> Option<Run> {
         .collect();
     let trace = Trace::load(&out).expect("run.sh wrote a readable trace");
     Some(Run {
+        path: out,
         trace,
         truth,
         console,
@@ -175,11 +180,7 @@ fn check(target: &str) {
     // The combined flamegraph hangs the sampled frames under the traced path.
     let folded = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args(["flame", "--combined", "--folded"])
-        .arg(
-            Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("board-{target}"))
-                .join("run.fgt"),
-        )
+        .arg(&run.path)
         .output()
         .unwrap();
     let folded = String::from_utf8_lossy(&folded.stdout);
@@ -259,6 +260,49 @@ fn a_damaged_board_stream_decodes_with_its_losses_counted() {
         );
         assert!(calls <= whole_calls, "round {round}: calls invented");
     }
+}
+
+/// Flight-recorder mode, started by a host command: the board keeps the
+/// last 256 calls and sends them when the session stops; the trace holds
+/// exactly those, the rest counted as overwritten.
+#[test]
+fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
+    let Some(stream) = run("riscv64gc") else {
+        return;
+    };
+    let total: u64 = stream.truth.values().sum();
+    let fw = root()
+        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-flight.fgt");
+    let r = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args([
+            "board",
+            "-o",
+            out.to_str().unwrap(),
+            "--elf",
+            fw.to_str().unwrap(),
+        ])
+        .args(["-c", "flight 0", "--", "qemu-system-riscv64"])
+        .args([
+            "-machine", "virt", "-bios", "none", "-display", "none", "-monitor", "none",
+        ])
+        .args(["-icount", "shift=0", "-serial", "stdio", "-kernel"])
+        .arg(&fw)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let t = Trace::load(&out).unwrap();
+    let meta = t.meta();
+    assert_eq!(meta.mode, fgtrace::trace::RecordMode::FlightRecorder);
+    assert_eq!(meta.total_calls(), 256, "the ring's size");
+    assert_eq!(
+        meta.total_calls() + meta.total_lost(),
+        total,
+        "the rest counted"
+    );
+    // The last calls: the probe-cost loop's leaf, which ran last.
+    let last = t.calls().last().unwrap();
+    assert_eq!(meta.site_name(last.site), "probe_cost_leaf");
 }
 
 fn decode(bytes: &[u8]) -> Trace {
