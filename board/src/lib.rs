@@ -12,7 +12,10 @@
 #![no_std]
 #![warn(missing_docs)]
 
-#[cfg(feature = "riscv")]
+#[cfg(all(
+    feature = "riscv",
+    any(target_arch = "riscv32", target_arch = "riscv64")
+))]
 pub mod runtime;
 pub mod wire;
 

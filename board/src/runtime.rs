@@ -274,8 +274,8 @@ impl Out {
         self.since_meta = 0;
         // The counters too, so a host that misses the last ones still knows
         // roughly what was sent.
-        for h in 0..MAX_HARTS {
-            if HARTS[h].written.load(Relaxed) != 0 {
+        for (h, x) in HARTS.iter().enumerate() {
+            if x.written.load(Relaxed) != 0 {
                 self.stats(h);
             }
         }
@@ -541,8 +541,8 @@ pub fn stop() {
     }
     flush_samples(id);
     with_out(|o| {
-        for h in 0..MAX_HARTS {
-            if HARTS[h].written.load(Relaxed) != 0 || HARTS[h].samples_taken.load(Relaxed) != 0 {
+        for (h, x) in HARTS.iter().enumerate() {
+            if x.written.load(Relaxed) != 0 || x.samples_taken.load(Relaxed) != 0 {
                 o.stats(h);
             }
         }
