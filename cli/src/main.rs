@@ -85,12 +85,16 @@ enum Cmd {
         fgtrace chrome run.fgt --thread worker-* --no-samples -o workers.json")]
     Chrome(views::ChromeArgs),
     /// Native Perfetto protobuf: thread tracks, a track per future, counters, samples, losses.
-    #[command(after_help = "Examples:\n  fgtrace perfetto run.fgt -o run.pftrace     open in ui.perfetto.dev\n  \
-        fgtrace perfetto run.fgt --thread worker-* --no-samples -o workers.pftrace")]
+    #[command(
+        after_help = "Examples:\n  fgtrace perfetto run.fgt -o run.pftrace     open in ui.perfetto.dev\n  \
+        fgtrace perfetto run.fgt --thread worker-* --no-samples -o workers.pftrace"
+    )]
     Perfetto(views::PerfettoArgs),
     /// The Firefox Profiler's processed format, gzipped: samples, calls as markers, futures.
-    #[command(after_help = "Examples:\n  fgtrace firefox run.fgt -o run.json.gz      open in profiler.firefox.com\n  \
-        fgtrace firefox run.fgt --json -o run.json")]
+    #[command(
+        after_help = "Examples:\n  fgtrace firefox run.fgt -o run.json.gz      open in profiler.firefox.com\n  \
+        fgtrace firefox run.fgt --json -o run.json"
+    )]
     Firefox(views::FirefoxArgs),
     /// Compare two traces per function (calls, total, self); --flame for a differential flamegraph.
     #[command(after_help = "Examples:\n  fgtrace diff before.fgt after.fgt\n  \

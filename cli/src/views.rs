@@ -5,14 +5,14 @@ use super::{io_err, open, threads};
 use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::{TraceError, TraceMeta};
 use fgtrace::view::chrome::{write_chrome, ChromeOptions};
-use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
-use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
 use fgtrace::view::diff::{
     differential_folded, differential_svg, write_diff, DiffOptions, DiffSort,
 };
+use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace::view::flame::FlameOptions;
 use fgtrace::view::flame_svg::{chart_svg, folded_svg};
 use fgtrace::view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};

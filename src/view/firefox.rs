@@ -2,7 +2,7 @@
 //! written through `fxprof-processed-profile` (samply's crate), gzipped.
 //!
 //! - one process, one profiler thread per traced thread (tid, name; the
-//!   thread whose tid is the pid is the main one);
+//!   thread whose tid is the pid is selected when the profile opens);
 //! - samples: on their thread, with symbolized stacks (root first, inlined
 //!   frames included) as label frames, so the call tree, the flame graph and
 //!   the stack chart work without symbol files;
@@ -25,7 +25,7 @@ use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta};
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
-    MarkerFieldFlags, MarkerFieldFormat, MarkerTiming, Profile, ProcessHandle, ReferenceTimestamp,
+    MarkerFieldFlags, MarkerFieldFormat, MarkerTiming, ProcessHandle, Profile, ReferenceTimestamp,
     SamplingInterval, StaticSchemaMarker, StaticSchemaMarkerField, StringHandle, ThreadHandle,
     Timestamp,
 };
@@ -78,7 +78,8 @@ struct CallMarker {
 
 impl StaticSchemaMarker for CallMarker {
     const UNIQUE_MARKER_TYPE_NAME: &'static str = "fgtraceCall";
-    const DESCRIPTION: Option<&'static str> = Some("A call traced by fgtrace (exact entry and exit)");
+    const DESCRIPTION: Option<&'static str> =
+        Some("A call traced by fgtrace (exact entry and exit)");
     const CHART_LABEL: Option<&'static str> = Some("{marker.name}");
     const TOOLTIP_LABEL: Option<&'static str> = Some("{marker.name} ({marker.data.kind})");
     const TABLE_LABEL: Option<&'static str> = Some("{marker.name} {marker.data.file}");
@@ -189,10 +190,14 @@ impl<R: Resolve> Builder<'_, R> {
             Some(ti) => (ti.tid, ti.name.clone()),
             None => (t, format!("thread-{t}")),
         };
-        let main = tid == self.meta.pid;
-        let h = self.profile.add_thread(self.process, tid, ts(0), main);
+        // Not flagged as the process's main thread: the format would show
+        // the process name instead of the thread's. Selected first instead.
+        let h = self.profile.add_thread(self.process, tid, ts(0), false);
         self.profile.set_thread_name(h, &name);
         self.profile.add_initial_visible_thread(h);
+        if tid == self.meta.pid {
+            self.profile.add_initial_selected_thread(h);
+        }
         self.threads[i] = Some(h);
         self.stats.threads += 1;
         h
@@ -200,10 +205,18 @@ impl<R: Resolve> Builder<'_, R> {
 
     fn call_marker(&mut self, c: &Call, kind: &str) -> CallMarker {
         let (name, module, file) = match self.meta.sites.get(c.site as usize) {
-            Some(s) => (s.name.clone(), s.module_path.clone(), format!("{}:{}", s.file, s.line)),
+            Some(s) => (
+                s.name.clone(),
+                s.module_path.clone(),
+                format!("{}:{}", s.file, s.line),
+            ),
             None => ("[unknown site]".into(), String::new(), String::new()),
         };
-        let tid = self.meta.threads.get(c.thread as usize).map_or(c.thread, |i| i.tid);
+        let tid = self
+            .meta
+            .threads
+            .get(c.thread as usize)
+            .map_or(c.thread, |i| i.tid);
         CallMarker {
             name: self.profile.intern_string(&name),
             category: self.call_cat,
@@ -342,8 +355,14 @@ impl<R: Resolve> Builder<'_, R> {
             LossKind::Dropped => "lost (dropped)",
             LossKind::Overwritten => "lost (overwritten)",
         };
-        let tid = self.meta.threads.get(l.thread as usize).map_or(l.thread, |i| i.tid);
-        let name = self.profile.intern_string(&format!("LOST {} records", l.count));
+        let tid = self
+            .meta
+            .threads
+            .get(l.thread as usize)
+            .map_or(l.thread, |i| i.tid);
+        let name = self
+            .profile
+            .intern_string(&format!("LOST {} records", l.count));
         let empty = self.profile.intern_string("");
         let kind = self.profile.intern_string(kind);
         self.profile.add_marker(

@@ -137,10 +137,18 @@ mod tests {
         let b = m.poll(&poll(1, 1, 500, 10)); // another thread polled it later
         let other_site = m.poll(&poll(0, 2, 120, 5));
         let later = m.poll(&poll(0, 1, 2_000, 10));
-        let got: Vec<u64> = m.future(&fut(1, 100, 500, 2)).iter().map(|p| p.id).collect();
+        let got: Vec<u64> = m
+            .future(&fut(1, 100, 500, 2))
+            .iter()
+            .map(|p| p.id)
+            .collect();
         assert_eq!(got, [a, b]);
         assert_eq!(m.held(), 2);
-        let got: Vec<u64> = m.future(&fut(1, 1_990, 100, 1)).iter().map(|p| p.id).collect();
+        let got: Vec<u64> = m
+            .future(&fut(1, 1_990, 100, 1))
+            .iter()
+            .map(|p| p.id)
+            .collect();
         assert_eq!(got, [later]);
         let left: Vec<u64> = m.unmatched().iter().map(|p| p.id).collect();
         assert_eq!(left, [other_site]);

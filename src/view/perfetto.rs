@@ -32,7 +32,9 @@
 use super::folded::Resolve;
 use super::lanes::{PendingPoll, PollMatcher};
 use super::{shown, thread_mask, ThreadSel};
-use crate::trace::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta};
+use crate::trace::{
+    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -505,7 +507,10 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
-        let Some((c, flow)) = self.threads.get_mut(t as usize).and_then(|s| s.pending.take())
+        let Some((c, flow)) = self
+            .threads
+            .get_mut(t as usize)
+            .and_then(|s| s.pending.take())
         else {
             return Ok(());
         };
