@@ -597,3 +597,44 @@ fn firefox_profile_has_every_thread_its_samples_and_its_markers() {
     assert!(names.keys().all(|n| n.starts_with("fetch #")));
     assert_eq!(names.values().sum::<u64>(), e.futures + e.polls);
 }
+
+// ------------------------------------------------------------ Chrome JSON lanes
+
+#[test]
+fn chrome_json_puts_each_futures_polls_on_its_lane() {
+    let r = recorded();
+    let e = expect(&r.trace);
+    let out = r.path.with_extension("json");
+    fgtrace(&[
+        "chrome",
+        r.path.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    // Thread slices of polls carry a poll id ...
+    let thread_polls: HashMap<u64, &Value> = events
+        .iter()
+        .filter(|x| x["ph"] == "X" && x["args"]["poll"] == true)
+        .map(|x| (x["args"]["poll_id"].as_u64().expect("a poll id"), x))
+        .collect();
+    assert_eq!(thread_polls.len() as u64, e.polls);
+    // ... and the lane's copy, inside its future's begin/end, has the same one.
+    let lane_polls: Vec<&Value> = events
+        .iter()
+        .filter(|x| x["ph"] == "b" && x["name"] == "poll")
+        .collect();
+    assert_eq!(lane_polls.len() as u64, e.polls);
+    for p in lane_polls {
+        let id = p["args"]["poll_id"].as_u64().unwrap();
+        let t = thread_polls[&id];
+        assert_eq!(p["args"]["tid"], t["tid"]);
+        assert_eq!(p["ts"], t["ts"]);
+        let fut = events
+            .iter()
+            .filter(|x| x["ph"] == "b" && x["name"] == "fetch" && x["id"] == p["id"])
+            .count();
+        assert!(fut >= 1, "the poll's lane has its future");
+    }
+}
