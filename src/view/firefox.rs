@@ -446,9 +446,11 @@ pub fn write_firefox<W: Write, R: Resolve>(
     let profile = b.profile;
     let mut w = io::BufWriter::with_capacity(1 << 16, out);
     if opts.gzip {
-        let mut gz = flate2::write::GzEncoder::new(&mut w, flate2::Compression::default());
-        serde_json::to_writer(&mut gz, &profile).map_err(io::Error::from)?;
-        gz.finish()?;
+        // serde_json writes in small pieces; deflate wants large ones.
+        let gz = flate2::write::GzEncoder::new(&mut w, flate2::Compression::fast());
+        let mut buf = io::BufWriter::with_capacity(1 << 18, gz);
+        serde_json::to_writer(&mut buf, &profile).map_err(io::Error::from)?;
+        buf.into_inner().map_err(|e| e.into_error())?.finish()?;
     } else {
         serde_json::to_writer(&mut w, &profile).map_err(io::Error::from)?;
     }
