@@ -26,8 +26,10 @@
 //! and per distinct stack, never the trace.
 //!
 //! The messages are hand-written prost structs carrying only the fields used,
-//! with the field numbers of upstream `perfetto_trace.proto` (checked against
-//! the descriptors of the PyPI `perfetto` package by the CLI tests).
+//! with the field numbers and types of upstream `perfetto_trace.proto`, copied
+//! from the descriptors in the PyPI `perfetto` package (0.59.1); the CLI tests
+//! decode the output with that package's `perfetto_trace_pb2`, so a wrong
+//! number or wire type shows up as a missing field there.
 
 use super::folded::Resolve;
 use super::lanes::{PendingPoll, PollMatcher};
@@ -96,8 +98,8 @@ pub mod proto {
     pub struct ThreadDescriptor {
         #[prost(int32, optional, tag = "1")]
         pub pid: Option<i32>,
-        #[prost(int32, optional, tag = "2")]
-        pub tid: Option<i32>,
+        #[prost(int64, optional, tag = "2")]
+        pub tid: Option<i64>,
         #[prost(string, optional, tag = "5")]
         pub thread_name: Option<String>,
     }
@@ -411,7 +413,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 parent_uuid: Some(PROCESS_UUID),
                 thread: Some(ThreadDescriptor {
                     pid: Some(self.meta.pid as i32),
-                    tid: Some(tid as i32),
+                    tid: Some(tid as i64),
                     thread_name: Some(name),
                 }),
                 ..Default::default()
