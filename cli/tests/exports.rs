@@ -596,6 +596,46 @@ fn firefox_profile_has_every_thread_its_samples_and_its_markers() {
     assert_eq!(names.len() as u64, e.futures);
     assert!(names.keys().all(|n| n.starts_with("fetch #")));
     assert_eq!(names.values().sum::<u64>(), e.futures + e.polls);
+    // Each completed future's lane: its first poll on the thread that
+    // started it, its second on the poller, even though all six overlapped.
+    let poller = m.threads.iter().find(|t| t.name == "poller").unwrap().tid as u64;
+    let s = strings(&p, lanes);
+    let mk = &lanes["markers"];
+    let mut by_lane: BTreeMap<String, Vec<(f64, u64)>> = BTreeMap::new();
+    let mut cancelled = 0;
+    for (i, n) in mk["name"].as_array().unwrap().iter().enumerate() {
+        let name = s[n.as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let data = &mk["data"][i];
+        let kind = data["kind"]
+            .as_str()
+            .unwrap_or_else(|| s[data["kind"].as_u64().unwrap() as usize].as_str().unwrap());
+        if kind == "poll" {
+            let start = mk["startTime"][i].as_f64().unwrap();
+            by_lane
+                .entry(name)
+                .or_default()
+                .push((start, data["tid"].as_f64().unwrap() as u64));
+        } else if kind.contains("cancelled") {
+            cancelled += 1;
+        }
+    }
+    assert_eq!(cancelled, 1);
+    let mut two = 0;
+    for (lane, mut polls) in by_lane {
+        polls.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if polls.len() == 2 {
+            two += 1;
+            assert_ne!(
+                polls[0].1, poller,
+                "{lane}: first poll where it was created"
+            );
+            assert_eq!(polls[1].1, poller, "{lane}: second poll on the poller");
+        }
+    }
+    assert_eq!(two, FUTURES);
 }
 
 // ------------------------------------------------------------ Chrome JSON lanes

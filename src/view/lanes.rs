@@ -7,10 +7,12 @@
 //! future ([`FutureSpan`]) is recorded once, when it completes or is dropped.
 //! The first poll starts after the future's start and the last poll ends
 //! before its end (the probe reads the clock around the polls), and the polls
-//! of one future never overlap. So polls are matched by site and time: a
-//! future takes the earliest pending polls of its site that lie inside it, up
-//! to its poll count. Futures of one function that run at the same time can
-//! trade polls between them; futures that do not overlap are matched exactly.
+//! of one future never overlap. So polls are matched by site and time (see
+//! [`PollMatcher::future`]): the first and, for a completed future, the last
+//! poll are found exactly even when futures of one function overlap (the
+//! common case: many tasks running the same `async fn`); the polls between
+//! are the earliest ones that fit, so overlapping futures of one function
+//! with three or more polls each can trade middle polls between them.
 //!
 //! Memory: the polls of futures not yet completed (the `FutureSpan` comes at
 //! the end). Polls whose future never shows up (lost, or still running at
@@ -59,33 +61,66 @@ impl PollMatcher {
     }
 
     /// The polls of `f`, in time order, removed from the pending ones.
+    ///
+    /// Among the pending polls of its site inside the future: the first poll
+    /// is the one starting soonest after the future's start (the probe reads
+    /// the future's start just before entering its first poll); for a future
+    /// that completed, the last poll is the one ending latest before its end
+    /// (it is recorded as the last poll returns); the polls between, if any,
+    /// are the earliest ones between those two that do not overlap.
     pub fn future(&mut self, f: &FutureSpan) -> Vec<PendingPoll> {
         let Some(list) = self.pending.get_mut(&f.site) else {
             return Vec::new();
         };
         let end = f.start_ns.saturating_add(f.dur_ns);
-        let inside = |p: &PendingPoll| p.call.start_ns >= f.start_ns && p.call.end_ns() <= end;
-        let mut idx: Vec<usize> = (0..list.len()).filter(|&i| inside(&list[i])).collect();
+        let mut idx: Vec<usize> = (0..list.len())
+            .filter(|&i| list[i].call.start_ns >= f.start_ns && list[i].call.end_ns() <= end)
+            .collect();
         idx.sort_by_key(|&i| (list[i].call.start_ns, list[i].id));
-        if f.polls < POLLS_CAP {
-            idx.truncate(f.polls as usize);
-        }
-        // Polls of one future never overlap: skip any that would.
-        let mut taken: Vec<usize> = Vec::with_capacity(idx.len());
-        let mut last_end = 0u64;
-        for i in idx {
-            if taken.is_empty() || list[i].call.start_ns >= last_end {
-                last_end = list[i].call.end_ns();
-                taken.push(i);
+        let want = if f.polls >= POLLS_CAP {
+            usize::MAX
+        } else {
+            f.polls as usize
+        };
+        let mut taken: Vec<usize> = Vec::new();
+        if want > 0 {
+            if let Some(&first) = idx.first() {
+                taken.push(first);
             }
         }
+        // The last poll of a completed future.
+        let mut last: Option<usize> = None;
+        if !f.cancelled && want >= 2 && idx.len() >= 2 {
+            let first_end = list[idx[0]].call.end_ns();
+            last = idx[1..]
+                .iter()
+                .copied()
+                .filter(|&i| list[i].call.start_ns >= first_end)
+                .max_by_key(|&i| (list[i].call.end_ns(), list[i].id));
+        }
+        let limit = last.map_or(end, |l| list[l].call.start_ns);
+        let mut free_from = taken.first().map_or(f.start_ns, |&i| list[i].call.end_ns());
+        let middle_max = want.saturating_sub(taken.len() + last.is_some() as usize);
+        let mut middle = 0usize;
+        for &i in idx.iter().skip(1) {
+            if middle >= middle_max {
+                break;
+            }
+            let c = &list[i].call;
+            if Some(i) != last && c.start_ns >= free_from && c.end_ns() <= limit {
+                taken.push(i);
+                free_from = c.end_ns();
+                middle += 1;
+            }
+        }
+        taken.extend(last);
         let mut out: Vec<PendingPoll> = taken.iter().map(|&i| list[i]).collect();
         taken.sort_unstable_by(|a, b| b.cmp(a));
         for i in taken {
             list.swap_remove(i);
         }
         self.held -= out.len();
-        out.sort_by_key(|p| p.call.start_ns);
+        out.sort_by_key(|p| (p.call.start_ns, p.id));
         out
     }
 
@@ -153,6 +188,43 @@ mod tests {
         let left: Vec<u64> = m.unmatched().iter().map(|p| p.id).collect();
         assert_eq!(left, [other_site]);
         assert_eq!(m.held(), 0);
+    }
+
+    #[test]
+    fn overlapping_futures_of_one_fn_keep_their_first_and_last_polls() {
+        // Three tasks started one after the other on thread 0 (first polls),
+        // all finished later on thread 1, in order.
+        let mut m = PollMatcher::new();
+        let firsts: Vec<u64> = (0..3)
+            .map(|i| m.poll(&poll(0, 1, 100 + i * 100, 10)))
+            .collect();
+        let lasts: Vec<u64> = (0..3)
+            .map(|i| m.poll(&poll(1, 1, 1_000 + i * 100, 10)))
+            .collect();
+        for i in 0..3u64 {
+            // Start 5 ns before its first poll, end 5 ns after its last one.
+            let f = fut(
+                1,
+                95 + i * 100,
+                1_000 + i * 100 + 10 + 5 - (95 + i * 100),
+                2,
+            );
+            let got: Vec<u64> = m.future(&f).iter().map(|p| p.id).collect();
+            assert_eq!(got, [firsts[i as usize], lasts[i as usize]], "future {i}");
+        }
+        assert_eq!(m.held(), 0);
+    }
+
+    #[test]
+    fn a_cancelled_future_takes_its_first_poll() {
+        let mut m = PollMatcher::new();
+        let first = m.poll(&poll(0, 1, 100, 10));
+        let other = m.poll(&poll(0, 1, 200, 10)); // another future's, later
+        let mut f = fut(1, 99, 500, 1);
+        f.cancelled = true;
+        let got: Vec<u64> = m.future(&f).iter().map(|p| p.id).collect();
+        assert_eq!(got, [first]);
+        assert_eq!(m.unmatched()[0].id, other);
     }
 
     #[test]
