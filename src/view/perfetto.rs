@@ -1001,4 +1001,42 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2);
     }
+
+    #[test]
+    fn a_damaged_stream_still_gives_a_complete_trace_then_the_error() {
+        let events = vec![
+            Ok(call(0, 0, 0, 100, 1_000, 0)),
+            Ok(call(0, 0, 1, 200, 100, 0)),
+            Err(TraceError::Corrupt {
+                offset: 64,
+                what: "bad varint".into(),
+            }),
+            Ok(call(0, 0, 0, 5_000, 10, 0)),
+        ];
+        let mut out = Vec::new();
+        let err = write_perfetto(
+            &meta(),
+            events,
+            HexResolve,
+            &PerfettoOptions::default(),
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(matches!(err, TraceError::Corrupt { offset: 64, .. }));
+        let ps = packets(&out);
+        let types: Vec<i32> = ps
+            .iter()
+            .filter_map(|p| p.track_event.as_ref()?.r#type)
+            .collect();
+        // Both calls begun and ended, nothing after the damage.
+        assert_eq!(
+            types,
+            [
+                TYPE_SLICE_BEGIN,
+                TYPE_SLICE_BEGIN,
+                TYPE_SLICE_END,
+                TYPE_SLICE_END
+            ]
+        );
+    }
 }
