@@ -678,3 +678,45 @@ fn chrome_json_puts_each_futures_polls_on_its_lane() {
         assert!(fut >= 1, "the poll's lane has its future");
     }
 }
+
+#[test]
+fn firefox_plain_json_with_losses_and_a_thread_filter() {
+    let dir = tempdir("ffsyn");
+    let path = dir.join("syn.fgt");
+    synthetic().save(&path).unwrap();
+    let out = dir.join("syn.json");
+    fgtrace(&[
+        "firefox",
+        path.to_str().unwrap(),
+        "--json",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let p: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let threads = p["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2, "no futures: no async lane thread");
+    let by_name = |n: &str| threads.iter().find(|t| t["name"] == n).unwrap();
+    let main = marker_names(&p, by_name("main"));
+    assert_eq!((main["run"], main["query"]), (2, 2));
+    let worker = marker_names(&p, by_name("worker"));
+    assert_eq!((worker["query"], worker["LOST 7 records"]), (2, 1));
+    assert_eq!(by_name("worker")["samples"]["length"], 0);
+
+    let out = dir.join("worker.json.gz");
+    fgtrace(&[
+        "firefox",
+        path.to_str().unwrap(),
+        "--thread",
+        "902",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let p = gunzip_json(&out);
+    let names: Vec<&str> = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["worker"]);
+}
