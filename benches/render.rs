@@ -2,12 +2,15 @@
 //! its own child process so its peak RSS is its own.
 //!
 //! ```text
-//! cargo bench --bench render [-- --calls 10000000]
+//! cargo bench --bench render [-- --calls 10000000] [--keep]
 //! ```
 //!
+//! `--keep` leaves the trace file in the temp directory (its path printed),
+//! to time the `fgtrace` command on it.
+//!
 //! The trace is recorded for real (a recursive fib on two threads), saved,
-//! then `graph`, `report` and the traced flamegraph (folded stacks and SVG)
-//! are rendered from the file, streaming, to a sink.
+//! then `graph`, `report`, the traced flamegraph (folded stacks and SVG)
+//! and the Perfetto protobuf are rendered from the file, streaming, to a sink.
 
 use fgtrace::trace::TraceReader;
 use fgtrace::view::flame::FlameOptions;
@@ -82,6 +85,12 @@ fn child(view: &str, path: &str) {
             };
             folded_svg(&folded, &opts, &mut sink).expect("svg");
         }
+        "perfetto" => {
+            let opts = fgtrace::view::perfetto::PerfettoOptions::default();
+            let resolve = fgtrace::view::folded::HexResolve;
+            fgtrace::view::perfetto::write_perfetto(&meta, r.events(), resolve, &opts, &mut sink)
+                .expect("perfetto");
+        }
         "read" => {
             for e in r.events() {
                 e.expect("event");
@@ -127,7 +136,7 @@ fn main() {
         "{:<8} {:>9} {:>12} {:>10} {:>12}",
         "view", "seconds", "peak RSS MB", "x file", "output MB"
     );
-    for v in ["read", "graph", "report", "flame"] {
+    for v in ["read", "graph", "report", "flame", "perfetto"] {
         let out = Command::new(&args[0])
             .args(["--child", v, path.to_str().unwrap()])
             .output()
@@ -153,5 +162,9 @@ fn main() {
             f[2] / 1e6
         );
     }
-    std::fs::remove_file(&path).ok();
+    if args.iter().any(|a| a == "--keep") {
+        println!("kept {}", path.display());
+    } else {
+        std::fs::remove_file(&path).ok();
+    }
 }

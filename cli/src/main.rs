@@ -32,6 +32,8 @@ use std::process::ExitCode;
         fgtrace info run.fgt                      what the trace holds\n  \
         fgtrace flame run.fgt -o run.svg          flamegraph: traced + sampled\n  \
         fgtrace chrome run.fgt -o run.json        for Perfetto UI\n  \
+        fgtrace perfetto run.fgt -o run.pftrace   native Perfetto (ui.perfetto.dev)\n  \
+        fgtrace firefox run.fgt -o run.json.gz    Firefox Profiler (profiler.firefox.com)\n  \
         fgtrace diff before.fgt after.fgt         per-function changes\n  \
         fgtrace pprof run.fgt -o run.pb.gz        samples for go tool pprof\n  \
         fgtrace plot run.fgt -f parse -o p.svg    per-call durations, slowest calls\n  \
@@ -84,6 +86,18 @@ enum Cmd {
     #[command(after_help = "Examples:\n  fgtrace chrome run.fgt -o run.json\n  \
         fgtrace chrome run.fgt --thread worker-* --no-samples -o workers.json")]
     Chrome(views::ChromeArgs),
+    /// Native Perfetto protobuf: thread tracks, a track per future, counters, samples, losses.
+    #[command(
+        after_help = "Examples:\n  fgtrace perfetto run.fgt -o run.pftrace     open in ui.perfetto.dev\n  \
+        fgtrace perfetto run.fgt --thread worker-* --no-samples -o workers.pftrace"
+    )]
+    Perfetto(views::PerfettoArgs),
+    /// The Firefox Profiler's processed format, gzipped: samples, calls as markers, futures.
+    #[command(
+        after_help = "Examples:\n  fgtrace firefox run.fgt -o run.json.gz      open in profiler.firefox.com\n  \
+        fgtrace firefox run.fgt --json -o run.json"
+    )]
+    Firefox(views::FirefoxArgs),
     /// Compare two traces per function (calls, total, self); --flame for a differential flamegraph.
     #[command(after_help = "Examples:\n  fgtrace diff before.fgt after.fgt\n  \
         fgtrace diff before.fgt after.fgt --sort self\n  \
@@ -234,6 +248,8 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         Cmd::Pprof(a) => pprof::run(&a),
         Cmd::Flame(a) => views::run_flame(&a, out),
         Cmd::Chrome(a) => views::run_chrome(&a, out),
+        Cmd::Perfetto(a) => views::run_perfetto(&a, out),
+        Cmd::Firefox(a) => views::run_firefox(&a, out),
         Cmd::Diff(a) => views::run_diff(&a, out),
         Cmd::Plot(a) => plot::run(&a, out),
         Cmd::Html(a) => html::run(&a),

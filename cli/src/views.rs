@@ -8,9 +8,11 @@ use fgtrace::view::chrome::{write_chrome, ChromeOptions};
 use fgtrace::view::diff::{
     differential_folded, differential_svg, write_diff, DiffOptions, DiffSort,
 };
+use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace::view::flame::FlameOptions;
 use fgtrace::view::flame_svg::{chart_svg, folded_svg};
 use fgtrace::view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -76,6 +78,39 @@ pub struct ChromeArgs {
     #[arg(long)]
     no_futures: bool,
     /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct PerfettoArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Leave the samples out.
+    #[arg(long)]
+    no_samples: bool,
+    /// Leave the async futures' tracks out.
+    #[arg(long)]
+    no_futures: bool,
+    /// Write here instead of stdout (never to a terminal).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct FirefoxArgs {
+    /// Trace file written by `Trace::save`.
+    file: PathBuf,
+    /// Only these threads (tid, or name glob); repeat for several.
+    #[arg(long = "thread", short = 't')]
+    threads: Vec<String>,
+    /// Plain JSON instead of gzip.
+    #[arg(long)]
+    json: bool,
+    /// Write here instead of stdout (never gzip to a terminal).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
 }
@@ -292,6 +327,53 @@ pub fn run_chrome(a: &ChromeArgs, mut stdout: impl Write) -> Result<(), Option<S
     let mut sym = Symbolizer::new(&meta.mappings);
     let out = output(a.output.as_deref(), &mut stdout, false)?;
     let res = write_chrome(&meta, r.events(), &mut sym, &opts, out);
+    warn_symbols(&sym);
+    match res {
+        Ok(_) => Ok(()),
+        Err(TraceError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Err(None),
+        Err(e) => Err(io_err(&a.file, e)),
+    }
+}
+
+pub fn run_perfetto(a: &PerfettoArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
+    let opts = PerfettoOptions {
+        threads: threads(&a.threads),
+        samples: !a.no_samples,
+        futures: !a.no_futures,
+    };
+    let mut sym = Symbolizer::new(&meta.mappings);
+    if a.output.is_none() && io::stdout().is_terminal() {
+        return Err(Some(
+            "refusing to write protobuf to the terminal: give -o FILE.pftrace".into(),
+        ));
+    }
+    let out = output(a.output.as_deref(), &mut stdout, false)?;
+    let res = write_perfetto(&meta, r.events(), &mut sym, &opts, out);
+    warn_symbols(&sym);
+    match res {
+        Ok(_) => Ok(()),
+        Err(TraceError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Err(None),
+        Err(e) => Err(io_err(&a.file, e)),
+    }
+}
+
+pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
+    let opts = FirefoxOptions {
+        threads: threads(&a.threads),
+        gzip: !a.json,
+    };
+    let mut sym = Symbolizer::new(&meta.mappings);
+    if a.output.is_none() && !a.json && io::stdout().is_terminal() {
+        return Err(Some(
+            "refusing to write gzip to the terminal: give -o FILE.json.gz (or --json)".into(),
+        ));
+    }
+    let out = output(a.output.as_deref(), &mut stdout, false)?;
+    let res = write_firefox(&meta, r.events(), &mut sym, &opts, out);
     warn_symbols(&sym);
     match res {
         Ok(_) => Ok(()),

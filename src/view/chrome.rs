@@ -10,6 +10,12 @@
 //!   `cat` `future`). Ids are lanes per function, reused once a lane's future
 //!   has ended, so Perfetto draws one track per concurrent future rather than
 //!   one per future;
+//! - async lanes: each future's polls (matched by [`lanes`](super::lanes)) as
+//!   async `poll` slices nested in the future's begin/end pair, so they sit
+//!   on the future's lane, with the polling thread's tid in `args.tid`; the
+//!   poll's complete event on its thread and the lane's copy share
+//!   `args.poll_id` (the JSON format's flows bind to thread slices only, so
+//!   the link is by these args; the Perfetto export draws it as a flow);
 //! - samples: thread-scoped instant events (`"ph":"i"`, `cat` `sample`), named
 //!   after the innermost frame, with the resolved stack (root first) in
 //!   `args.stack`. The `stackFrames`/`samples` sections of the format are not
@@ -22,6 +28,7 @@
 //! level (Perfetto's tokenizer rejects those), `args` holds the stack.
 
 use super::folded::Resolve;
+use super::lanes::PollMatcher;
 use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
@@ -57,6 +64,8 @@ pub struct ChromeStats {
     pub futures: u64,
     pub samples: u64,
     pub losses: u64,
+    /// Polls drawn on their future's lane.
+    pub lane_polls: u64,
 }
 
 /// Microseconds with exactly the nanosecond digits: `1234567` ns -> `1234.567`.
@@ -76,8 +85,9 @@ struct Writer<'a, W: Write, R: Resolve> {
     mask: Vec<bool>,
     first: bool,
     pid: u32,
-    /// Per thread: the last call, waiting for its counters.
-    pending: Vec<Option<Call>>,
+    /// Per thread: the last call (and its poll id), waiting for its counters.
+    pending: Vec<Option<(Call, u64)>>,
+    polls: PollMatcher,
     /// Per site: end time of each async lane's last future.
     lanes: HashMap<u32, Vec<u64>>,
     names: HashMap<(u64, bool), Vec<String>>,
@@ -157,7 +167,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 if self.pending.len() <= i {
                     self.pending.resize(i + 1, None);
                 }
-                self.pending[i] = Some(*c);
+                let id = if c.is_poll() && self.opts.futures {
+                    self.polls.poll(c)
+                } else {
+                    0
+                };
+                self.pending[i] = Some((*c, id));
                 Ok(())
             }
             Event::Future(f) if self.opts.futures => self.future(f),
@@ -168,7 +183,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
-        let Some(c) = self.pending.get_mut(t as usize).and_then(Option::take) else {
+        let Some((c, poll_id)) = self.pending.get_mut(t as usize).and_then(Option::take) else {
             return Ok(());
         };
         let m = self.meta;
@@ -189,6 +204,9 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         );
         if c.is_poll() {
             args.push_str(",\"poll\":true");
+        }
+        if poll_id != 0 {
+            args.push_str(&format!(",\"poll_id\":{poll_id}"));
         }
         if let Some(cs) = counters {
             for (i, v) in cs.values.iter().enumerate() {
@@ -236,6 +254,23 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             f.cancelled
         );
         self.event()?;
+        for p in self.polls.future(f) {
+            let (c, poll_id) = (p.call, p.id);
+            let ptid = self.tid(c.thread);
+            self.buf = format!(
+                "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":\"poll\",\"args\":{{\"tid\":{ptid},\"poll_id\":{poll_id}}}}}",
+                us(c.start_ns),
+                self.pid,
+            );
+            self.event()?;
+            self.buf = format!(
+                "{{\"ph\":\"e\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":\"poll\"}}",
+                us(c.end_ns()),
+                self.pid,
+            );
+            self.event()?;
+            self.stats.lane_polls += 1;
+        }
         self.buf = format!(
             "{{\"ph\":\"e\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name}}}",
             us(end),
@@ -326,6 +361,7 @@ pub fn write_chrome<W: Write, R: Resolve>(
         first: true,
         pid: meta.pid,
         pending: Vec::new(),
+        polls: PollMatcher::new(),
         lanes: HashMap::new(),
         names: HashMap::new(),
         stats: ChromeStats::default(),

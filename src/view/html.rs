@@ -204,6 +204,7 @@ where
         &durations,
     );
     graph_section(&mut page, meta, root, &graph_text);
+    viewers_section(&mut page, opts.source.as_deref());
     tail(&mut page);
     out.write_all(page.as_bytes())?;
     out.flush()?;
@@ -733,6 +734,49 @@ fn graph_section(p: &mut String, meta: &TraceMeta, root: Option<Root>, text: &st
     p.push_str("</section>\n");
 }
 
+/// Which outside viewer opens which export of this trace, and what it shows.
+const VIEWERS: &[(&str, &str, &str, &str)] = &[
+    (
+        "perfetto",
+        "trace.pftrace",
+        "ui.perfetto.dev, trace_processor",
+        "a track per thread with every call as a slice (source locations), a track per future with its polls and flow arrows from the polling threads, per-call counter tracks, callstack samples, losses",
+    ),
+    (
+        "chrome",
+        "trace.json",
+        "ui.perfetto.dev, chrome://tracing, speedscope",
+        "every call on its thread, each future on an async lane with its polls, samples as instants with their stacks, losses",
+    ),
+    (
+        "firefox",
+        "profile.json.gz",
+        "profiler.firefox.com (load from file)",
+        "per thread: call tree, flame graph and stack chart of the symbolized samples; marker chart and table with every traced call; a row per future in the async futures thread",
+    ),
+    (
+        "pprof",
+        "profile.pb.gz",
+        "go tool pprof",
+        "the samples, aggregated",
+    ),
+];
+
+fn viewers_section(p: &mut String, source: Option<&str>) {
+    let file = escape(source.unwrap_or("FILE"));
+    p.push_str("<section id=\"viewers\"><h2>Open this trace in other viewers</h2>\n");
+    p.push_str("<table class=\"viewers\"><thead><tr><th>command</th><th>opens in</th><th>what it shows</th></tr></thead><tbody>\n");
+    for (cmd, out, viewer, what) in VIEWERS {
+        let _ = writeln!(
+            p,
+            "<tr><td><code>fgtrace {cmd} {file} -o {out}</code></td><td>{}</td><td>{}</td></tr>",
+            escape(viewer),
+            escape(what)
+        );
+    }
+    p.push_str("</tbody></table>\n</section>\n");
+}
+
 fn tail(p: &mut String) {
     let _ = write!(
         p,
@@ -766,6 +810,23 @@ mod tests {
             escape("<a href='x'>&\"</a>"),
             "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
         );
+    }
+
+    #[test]
+    fn viewers_named_with_their_commands() {
+        let mut p = String::new();
+        viewers_section(&mut p, Some("run.fgt"));
+        assert!(
+            p.contains("<code>fgtrace perfetto run.fgt -o trace.pftrace</code>"),
+            "{p}"
+        );
+        assert!(
+            p.contains("<code>fgtrace firefox run.fgt -o profile.json.gz</code>"),
+            "{p}"
+        );
+        assert!(p.contains("profiler.firefox.com"));
+        assert!(p.contains("ui.perfetto.dev"));
+        assert_eq!(p.matches("<tr>").count(), VIEWERS.len() + 1);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 
 pub mod chrome;
 pub mod diff;
+#[cfg(feature = "firefox")]
+pub mod firefox;
 #[cfg(feature = "flame")]
 pub mod flame;
 #[cfg(feature = "flame")]
@@ -18,6 +20,9 @@ pub mod format;
 pub mod graph;
 #[cfg(feature = "html")]
 pub mod html;
+pub mod lanes;
+#[cfg(feature = "perfetto")]
+pub mod perfetto;
 #[cfg(feature = "plot")]
 pub mod plot;
 pub mod report;
