@@ -311,7 +311,10 @@ impl Binary {
     fn lookup(&self, va: u64) -> Vec<Frame> {
         // (raw DWARF name, frame): names are picked once the outermost is known.
         let mut found: Vec<(Option<String>, Frame)> = Vec::new();
-        if let Some(Ok(mut it)) = self.dwarf.as_ref().map(|d| d.find_frames(va)) {
+        // addr2line computes `va + 1` (and panics on overflow in debug
+        // builds); no code can start at the last address anyway.
+        let dwarf = self.dwarf.as_ref().filter(|_| va < u64::MAX);
+        if let Some(Ok(mut it)) = dwarf.map(|d| d.find_frames(va)) {
             while let Ok(Some(f)) = it.next() {
                 let raw =
                     (f.function.as_ref()).and_then(|n| n.raw_name().ok().map(|n| n.into_owned()));
@@ -345,10 +348,7 @@ impl Binary {
         }
         if out.is_empty() {
             if let Some(name) = symbol() {
-                let loc = self
-                    .dwarf
-                    .as_ref()
-                    .and_then(|d| d.find_location(va).ok().flatten());
+                let loc = dwarf.and_then(|d| d.find_location(va).ok().flatten());
                 let mut f = Frame {
                     name,
                     file: loc.as_ref().and_then(|l| l.file.map(str::to_owned)),
@@ -371,6 +371,9 @@ impl Binary {
         let (Some(dwarf), Some(start)) = (&self.dwarf, self.symbols.segment_start(va)) else {
             return;
         };
+        if va == u64::MAX {
+            return; // See `lookup`.
+        }
         let Ok(rows) = dwarf.find_location_range(start, va) else {
             return;
         };
@@ -631,5 +634,14 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_last_address_is_looked_up_without_overflow() {
+        // addr2line computes `probe + 1`: the address a hostile trace or a
+        // sampled garbage frame can reach through a mapping must not panic.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let bin = Binary::open(exe.to_str().unwrap(), None, &[]).unwrap();
+        assert!(bin.lookup(u64::MAX).is_empty());
     }
 }
