@@ -38,7 +38,11 @@ pub fn trace_reader(data: &[u8]) -> Result<usize, String> {
             let n = t.events().count();
             assert_eq!(n, streamed, "loaded and streamed event counts differ");
             for c in t.calls() {
-                let _ = (t.meta().site_name(c.site), t.meta().thread_label(c.thread));
+                let _ = (
+                    t.meta().site_name(c.site),
+                    t.meta().thread_label(c.thread),
+                    c.end_ns(),
+                );
             }
             Ok(n)
         }

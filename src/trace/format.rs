@@ -120,7 +120,7 @@ impl Chunk {
                     depth = d.add_depth(depth, dd)?;
                     let site = d.u32()?;
                     start = d.add_time(start)?;
-                    let dur = d.varint()?;
+                    let dur = d.duration(start)?;
                     if kind == EV_CALL {
                         out.push(Event::Call(Call {
                             thread: self.thread,
@@ -682,6 +682,19 @@ impl Decoder<'_> {
                 what: format!("time {start} ns + delta {delta} ns is out of range"),
             })
     }
+    /// Reads the duration of something that began at `start`: it must end
+    /// at a valid time too (views compute `start + duration`).
+    fn duration(&mut self, start: u64) -> Result<u64, TraceError> {
+        let at = self.pos;
+        let dur = self.varint()?;
+        match start.checked_add(dur) {
+            Some(end) if end <= i64::MAX as u64 => Ok(dur),
+            _ => Err(TraceError::Corrupt {
+                offset: self.base + at as u64,
+                what: format!("end time {start} ns + duration {dur} ns is out of range"),
+            }),
+        }
+    }
     fn check_depth(&self, d: i64) -> Result<u32, TraceError> {
         u32::try_from(d).map_err(|_| self.corrupt(format!("negative call depth {d}")))
     }
@@ -901,6 +914,22 @@ mod tests {
             put_varint(&mut p, v);
         }
         assert_rejected(&file_with_chunk(1, p), "out of range");
+    }
+
+    #[test]
+    fn a_call_that_ends_past_every_valid_time_is_an_error() {
+        // `Call::end_ns` (start + duration) is what every view computes.
+        for kind in [EV_CALL, EV_FUTURE] {
+            let mut p = Vec::new();
+            put_varint(&mut p, kind);
+            for v in [0, zigzag(10), u64::MAX - 5, 1] {
+                put_varint(&mut p, v);
+            }
+            if kind == EV_CALL {
+                p.pop();
+            }
+            assert_rejected(&file_with_chunk(1, p), "out of range");
+        }
     }
 
     #[test]
