@@ -933,6 +933,23 @@ mod tests {
     }
 
     #[test]
+    fn totals_of_implausible_thread_counts_do_not_overflow() {
+        // The counts come from the file's metadata, checksummed but not trusted.
+        let mut t = sample_trace();
+        let mut th = t.meta.threads[0].clone();
+        (th.calls, th.lost, th.overruns) = (u64::MAX, u64::MAX, u64::MAX);
+        t.meta.threads.push(th);
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        let m = back.meta();
+        assert_eq!(
+            (m.total_calls(), m.total_lost(), m.total_overruns()),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
+    }
+
+    #[test]
     fn a_future_depth_delta_that_overflows_is_an_error_not_a_wrap() {
         // Futures do not check their depth; 40 of the largest depth delta
         // a header holds sum past i64::MAX.

@@ -135,15 +135,20 @@ pub struct Mapping {
     pub build_id: Option<String>,
 }
 
+/// Totals saturate: the counts come from a file and may be anything.
 impl TraceMeta {
     pub fn total_calls(&self) -> u64 {
-        self.threads.iter().map(|t| t.calls).sum()
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.calls))
     }
     pub fn total_lost(&self) -> u64 {
-        self.threads.iter().map(|t| t.lost).sum()
+        self.threads.iter().fold(0, |n, t| n.saturating_add(t.lost))
     }
     pub fn total_overruns(&self) -> u64 {
-        self.threads.iter().map(|t| t.overruns).sum()
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.overruns))
     }
     /// `name-tid`, ftrace's `comm-pid` form.
     pub fn thread_label(&self, thread: u32) -> String {
