@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]) -> Result<usize, String>;
 
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
     ("trace_reader", harness::trace_reader),
     ("zephyr_dump", harness::zephyr_dump),
     ("elf_symbols", harness::elf_symbols),
+    ("symbolizer", harness::symbolizer),
 ];
 
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
