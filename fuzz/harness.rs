@@ -4,8 +4,8 @@
 //!
 //! Each function returns `Err(message)` when the input was rejected, so the
 //! replay test can check that a crash input now gets a clear error.
-//! The temporary file `symbolizer` writes is one per process, rewritten for
-//! each input.
+//! The temporary file `symbolizer` writes is one per process and thread,
+//! rewritten for each input.
 
 use fgtrace::bridge::elf::{FuncSymbols, Inliner};
 use fgtrace::bridge::zephyr::{collapse, CollapseOptions, Dump};
@@ -102,7 +102,11 @@ pub fn zephyr_dump(data: &[u8]) -> Result<usize, String> {
 /// A file of this process's own, rewritten for each input: the symbolizer
 /// and the inliner take paths (addr2line opens files itself).
 fn scratch_file() -> PathBuf {
-    std::env::temp_dir().join(format!("fgtrace-fuzz-elf-{}", std::process::id()))
+    // Per thread too: the replay test's threads must not rewrite a file
+    // another one has mapped (addr2line maps it: that would be a SIGBUS).
+    let thread = format!("{:?}", std::thread::current().id());
+    let thread: String = thread.chars().filter(char::is_ascii_digit).collect();
+    std::env::temp_dir().join(format!("fgtrace-fuzz-elf-{}-{thread}", std::process::id()))
 }
 
 /// Reads the bytes as an ELF symbol table ([`FuncSymbols::from_elf`]) and
@@ -136,6 +140,7 @@ pub fn symbolizer(data: &[u8]) -> Result<usize, String> {
             let _ = inl.inlined_at(a);
         }
     }
+    let _ = std::fs::remove_file(&path);
     Ok(named)
 }
 
