@@ -180,7 +180,12 @@ impl Symbolizer {
         if m.path.starts_with('[') {
             return vec![Frame::named(m.path.clone())];
         }
-        let (path, off) = (m.path.clone(), probe - m.start + m.offset);
+        // `probe >= m.start` (it is in the mapping); the offset comes from
+        // the trace file and may be anything.
+        let Some(off) = (probe - m.start).checked_add(m.offset) else {
+            return self.unknown(None, addr);
+        };
+        let path = m.path.clone();
         let build_id = m.build_id.clone();
         if !self.files.contains_key(&path) {
             let bin = match Binary::open(&path, build_id.as_deref(), &self.debug_dirs) {
@@ -232,7 +237,7 @@ impl Binary {
     /// Reads the file's segments, build id and symbol table (pieces of the
     /// file, not all of it) and indexes its DWARF. `Err` is the reason to warn.
     fn open(path: &str, want_id: Option<&str>, debug_dirs: &[PathBuf]) -> Result<Binary, String> {
-        let f = File::open(path).map_err(|e| format!("cannot open ({e})"))?;
+        let f = open_regular(Path::new(path))?;
         let data = object::ReadCache::new(f);
         let obj =
             object::File::parse(&data).map_err(|e| format!("not a readable ELF file ({e})"))?;
@@ -282,7 +287,10 @@ impl Binary {
             }
         }
         // DWARF that cannot be read still leaves the symbol table: no warning.
-        let dwarf = debug_file.and_then(|p| addr2line::Loader::new(p).ok());
+        // `Loader` opens the file again by path: check it is still a regular file.
+        let dwarf = debug_file
+            .filter(|p| open_regular(p).is_ok())
+            .and_then(|p| addr2line::Loader::new(p).ok());
         let symbols = FuncSymbols::from_table(entries.iter().map(|(a, s, n)| (*a, *s, n.as_str())));
         Ok(Binary {
             loads,
@@ -297,13 +305,16 @@ impl Binary {
             .loads
             .iter()
             .find(|l| off >= l.offset && off - l.offset < l.size)?;
-        Some(off - l.offset + l.vaddr)
+        (off - l.offset).checked_add(l.vaddr)
     }
 
     fn lookup(&self, va: u64) -> Vec<Frame> {
         // (raw DWARF name, frame): names are picked once the outermost is known.
         let mut found: Vec<(Option<String>, Frame)> = Vec::new();
-        if let Some(Ok(mut it)) = self.dwarf.as_ref().map(|d| d.find_frames(va)) {
+        // addr2line computes `va + 1` (and panics on overflow in debug
+        // builds); no code can start at the last address anyway.
+        let dwarf = self.dwarf.as_ref().filter(|_| va < u64::MAX);
+        if let Some(Ok(mut it)) = dwarf.map(|d| d.find_frames(va)) {
             while let Ok(Some(f)) = it.next() {
                 let raw =
                     (f.function.as_ref()).and_then(|n| n.raw_name().ok().map(|n| n.into_owned()));
@@ -337,10 +348,7 @@ impl Binary {
         }
         if out.is_empty() {
             if let Some(name) = symbol() {
-                let loc = self
-                    .dwarf
-                    .as_ref()
-                    .and_then(|d| d.find_location(va).ok().flatten());
+                let loc = dwarf.and_then(|d| d.find_location(va).ok().flatten());
                 let mut f = Frame {
                     name,
                     file: loc.as_ref().and_then(|l| l.file.map(str::to_owned)),
@@ -363,6 +371,9 @@ impl Binary {
         let (Some(dwarf), Some(start)) = (&self.dwarf, self.symbols.segment_start(va)) else {
             return;
         };
+        if va == u64::MAX {
+            return; // See `lookup`.
+        }
         let Ok(rows) = dwarf.find_location_range(start, va) else {
             return;
         };
@@ -408,8 +419,31 @@ fn separate_debug_file(build_id: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Opens `path` for reading only if it is a regular file: a path recorded in
+/// a trace may name a FIFO, a terminal or a device (`/dev/stdin`), which
+/// would block or never end. Checked before opening, and again on the open
+/// file (opened non-blocking, so a FIFO swapped in between cannot hang).
+pub(crate) fn open_regular(path: &Path) -> Result<File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || "not a regular file".to_owned();
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open ({e})"))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot open ({e})"))?;
+    let meta = f.metadata().map_err(|e| format!("cannot open ({e})"))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    Ok(f)
+}
+
 fn debug_symbols(path: &Path) -> Option<Vec<(u64, u64, String)>> {
-    let data = object::ReadCache::new(File::open(path).ok()?);
+    let data = object::ReadCache::new(open_regular(path).ok()?);
     let obj = object::File::parse(&data).ok()?;
     Some(functions(obj.symbols()))
 }
@@ -552,5 +586,62 @@ mod tests {
         );
         assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
         assert_eq!(demangle("main"), "main");
+    }
+
+    #[test]
+    fn a_file_offset_that_overflows_gives_an_unknown_frame() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut m = map(0x1000, 0x2000, exe.to_str().unwrap());
+        m.offset = u64::MAX - 0x10;
+        let mut s = Symbolizer::new(&[m]).verbose(true);
+        let f = s.frames(0x1800, false).to_vec();
+        assert_eq!(f.len(), 1);
+        assert!(f[0].is_unknown(), "{f:?}");
+        assert!(f[0].name.contains("0x1800"), "{f:?}");
+    }
+
+    /// Symbolizes one address in a mapping of `path` on another thread;
+    /// fails if that does not finish within 5 s. Returns the warnings.
+    fn symbolize_with_timeout(path: &str) -> Vec<String> {
+        let path = path.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new(&[map(0x1000, 0x2000, &path)]);
+            let unknown = s.frames(0x1800, false)[0].is_unknown();
+            let _ = tx.send((unknown, s.warnings().to_vec()));
+        });
+        let (unknown, warnings) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("symbolizing blocked on a mapping that is not a regular file");
+        assert!(unknown);
+        warnings
+    }
+
+    #[test]
+    fn mappings_that_are_not_regular_files_are_not_opened() {
+        let dir = std::env::temp_dir().join(format!("fgtrace-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for path in [fifo.to_str().unwrap(), "/dev/stdin", "/dev/zero", "/tmp"] {
+            let w = symbolize_with_timeout(path);
+            assert_eq!(w.len(), 1, "{w:?}");
+            assert!(
+                w[0].contains(path) && w[0].contains("not a regular file"),
+                "{w:?}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_last_address_is_looked_up_without_overflow() {
+        // addr2line computes `probe + 1`: the address a hostile trace or a
+        // sampled garbage frame can reach through a mapping must not panic.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let bin = Binary::open(exe.to_str().unwrap(), None, &[]).unwrap();
+        assert!(bin.lookup(u64::MAX).is_empty());
     }
 }

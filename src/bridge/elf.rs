@@ -404,6 +404,11 @@ impl Inliner {
     /// nothing is inlined there or DWARF does not cover `addr`.
     pub fn inlined_at(&self, addr: u64) -> Vec<String> {
         let mut names = Vec::new();
+        // addr2line computes `addr + 1`, which overflows (a panic in debug
+        // builds) for an address read from a dump; no code starts there.
+        if addr == u64::MAX {
+            return names;
+        }
         let Ok(mut frames) = self.loader.find_frames(addr) else {
             return names;
         };
@@ -499,5 +504,11 @@ mod tests {
             FuncSymbols::from_elf(b"\x7fELF\x02\x01\x01\0garbage"),
             Err(ElfError::Malformed { .. }) | Err(ElfError::NotElf { .. })
         ));
+    }
+
+    #[test]
+    fn the_last_address_has_nothing_inlined_and_does_not_overflow() {
+        let inl = Inliner::open(&std::fs::read_link("/proc/self/exe").unwrap()).unwrap();
+        assert!(inl.inlined_at(u64::MAX).is_empty());
     }
 }

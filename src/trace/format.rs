@@ -109,7 +109,7 @@ impl Chunk {
             base: self.offset,
         };
         let mut depth: i64 = 0;
-        let mut start: i64 = 0;
+        let mut start: u64 = 0;
         for _ in 0..self.count {
             let h = d.varint()?;
             let kind = h & 3;
@@ -117,16 +117,16 @@ impl Chunk {
             let dd = unzigzag(h >> 5);
             match kind {
                 EV_CALL | EV_FUTURE => {
-                    depth += dd;
+                    depth = d.add_depth(depth, dd)?;
                     let site = d.u32()?;
-                    start += unzigzag(d.varint()?);
-                    let dur = d.varint()?;
+                    start = d.add_time(start)?;
+                    let dur = d.duration(start)?;
                     if kind == EV_CALL {
                         out.push(Event::Call(Call {
                             thread: self.thread,
                             site,
                             depth: d.check_depth(depth)?,
-                            start_ns: start.max(0) as u64,
+                            start_ns: start,
                             dur_ns: dur,
                             flags: fl,
                         }));
@@ -135,7 +135,7 @@ impl Chunk {
                         out.push(Event::Future(FutureSpan {
                             thread: self.thread,
                             site,
-                            start_ns: start.max(0) as u64,
+                            start_ns: start,
                             dur_ns: dur,
                             polls,
                             cancelled: fl & 1 != 0,
@@ -143,8 +143,8 @@ impl Chunk {
                     }
                 }
                 EV_LOST => {
-                    depth += dd;
-                    start += unzigzag(d.varint()?);
+                    depth = d.add_depth(depth, dd)?;
+                    start = d.add_time(start)?;
                     let count = d.varint()?;
                     let kind = match d.varint()? {
                         0 => LossKind::Dropped,
@@ -153,14 +153,14 @@ impl Chunk {
                     out.push(Event::Lost(Lost {
                         thread: self.thread,
                         depth: d.check_depth(depth)?,
-                        at_ns: start.max(0) as u64,
+                        at_ns: start,
                         count,
                         kind,
                     }));
                 }
                 _ => match d.varint()? {
                     EXT_SAMPLE => {
-                        start += unzigzag(d.varint()?);
+                        start = d.add_time(start)?;
                         let shadow_depth = d.u32()?;
                         let cut = d.u32()?.checked_sub(1);
                         let n = d.varint()?;
@@ -181,7 +181,7 @@ impl Chunk {
                         }
                         out.push(Event::Sample(Sample {
                             thread: self.thread,
-                            ts_ns: start.max(0) as u64,
+                            ts_ns: start,
                             shadow_depth,
                             cut,
                             frames,
@@ -663,6 +663,38 @@ impl Decoder<'_> {
         let v = self.varint()?;
         u32::try_from(v).map_err(|_| self.corrupt(format!("value {v} out of range")))
     }
+    /// The depth after a header's depth delta `dd`.
+    fn add_depth(&self, depth: i64, dd: i64) -> Result<i64, TraceError> {
+        depth
+            .checked_add(dd)
+            .ok_or_else(|| self.corrupt(format!("call depth {depth} + {dd} overflows")))
+    }
+    /// Reads a zigzag time delta and applies it to `start`: times are
+    /// nanoseconds, never negative, and must fit in 64 bits.
+    fn add_time(&mut self, start: u64) -> Result<u64, TraceError> {
+        let at = self.pos;
+        let delta = unzigzag(self.varint()?);
+        start
+            .checked_add_signed(delta)
+            .filter(|&t| t <= i64::MAX as u64)
+            .ok_or_else(|| TraceError::Corrupt {
+                offset: self.base + at as u64,
+                what: format!("time {start} ns + delta {delta} ns is out of range"),
+            })
+    }
+    /// Reads the duration of something that began at `start`: it must end
+    /// at a valid time too (views compute `start + duration`).
+    fn duration(&mut self, start: u64) -> Result<u64, TraceError> {
+        let at = self.pos;
+        let dur = self.varint()?;
+        match start.checked_add(dur) {
+            Some(end) if end <= i64::MAX as u64 => Ok(dur),
+            _ => Err(TraceError::Corrupt {
+                offset: self.base + at as u64,
+                what: format!("end time {start} ns + duration {dur} ns is out of range"),
+            }),
+        }
+    }
     fn check_depth(&self, d: i64) -> Result<u32, TraceError> {
         u32::try_from(d).map_err(|_| self.corrupt(format!("negative call depth {d}")))
     }
@@ -817,5 +849,119 @@ mod tests {
             "{} bytes per call",
             bytes as f64 / n as f64
         );
+    }
+
+    /// A file with valid checksums holding a good chunk, then `payload` as a
+    /// chunk of `count` events of thread 0.
+    fn file_with_chunk(count: u32, payload: Vec<u8>) -> Vec<u8> {
+        let t = sample_trace();
+        let mut chunks = t.chunks.clone();
+        chunks.push(Chunk {
+            thread: 0,
+            count,
+            first_ns: 0,
+            payload,
+            offset: 0,
+        });
+        let mut bytes = Vec::new();
+        write_trace(&mut bytes, &t.meta, &chunks).unwrap();
+        bytes
+    }
+
+    /// Reads `bytes` every way there is: all must fail with a corrupt-at-byte
+    /// error naming `what`, and the streaming reader must first return the
+    /// good chunk's 7 events.
+    fn assert_rejected(bytes: &[u8], what: &str) {
+        let evs: Vec<_> = TraceReader::new(bytes).unwrap().events().collect();
+        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 7);
+        let err = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(
+            err.contains("corrupt at byte") && err.contains(what),
+            "{err}"
+        );
+        // `Trace::read_from` must not hand out a trace whose `events()` panics.
+        let err = Trace::read_from(bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("corrupt at byte") && err.contains(what),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_time_delta_that_overflows_is_an_error_not_a_wrap() {
+        // Call at i64::MAX ns, then a call 1 ns later: past every valid time.
+        let mut p = Vec::new();
+        for delta in [i64::MAX, 1] {
+            put_varint(&mut p, EV_CALL);
+            put_varint(&mut p, 0);
+            put_varint(&mut p, zigzag(delta));
+            put_varint(&mut p, 1);
+        }
+        assert_rejected(&file_with_chunk(2, p), "out of range");
+        // Going below zero is as wrong.
+        let mut p = Vec::new();
+        put_varint(&mut p, EV_LOST);
+        put_varint(&mut p, zigzag(-5));
+        put_varint(&mut p, 1);
+        put_varint(&mut p, 0);
+        assert_rejected(&file_with_chunk(1, p), "out of range");
+        // And for samples.
+        let mut p = Vec::new();
+        put_varint(&mut p, EV_EXT);
+        put_varint(&mut p, EXT_SAMPLE);
+        put_varint(&mut p, zigzag(i64::MIN));
+        for v in [0, 0, 0] {
+            put_varint(&mut p, v);
+        }
+        assert_rejected(&file_with_chunk(1, p), "out of range");
+    }
+
+    #[test]
+    fn a_call_that_ends_past_every_valid_time_is_an_error() {
+        // `Call::end_ns` (start + duration) is what every view computes.
+        for kind in [EV_CALL, EV_FUTURE] {
+            let mut p = Vec::new();
+            put_varint(&mut p, kind);
+            for v in [0, zigzag(10), u64::MAX - 5, 1] {
+                put_varint(&mut p, v);
+            }
+            if kind == EV_CALL {
+                p.pop();
+            }
+            assert_rejected(&file_with_chunk(1, p), "out of range");
+        }
+    }
+
+    #[test]
+    fn totals_of_implausible_thread_counts_do_not_overflow() {
+        // The counts come from the file's metadata, checksummed but not trusted.
+        let mut t = sample_trace();
+        let mut th = t.meta.threads[0].clone();
+        (th.calls, th.lost, th.overruns) = (u64::MAX, u64::MAX, u64::MAX);
+        t.meta.threads.push(th);
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        let m = back.meta();
+        assert_eq!(
+            (m.total_calls(), m.total_lost(), m.total_overruns()),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
+    }
+
+    #[test]
+    fn a_future_depth_delta_that_overflows_is_an_error_not_a_wrap() {
+        // Futures do not check their depth; 40 of the largest depth delta
+        // a header holds sum past i64::MAX.
+        let dd = (u64::MAX >> 5) - 1; // zigzag of 2^58 - 1
+        let mut p = Vec::new();
+        for _ in 0..40 {
+            put_varint(&mut p, dd << 5 | EV_FUTURE);
+            for v in [0, 0, 1, 1] {
+                put_varint(&mut p, v);
+            }
+        }
+        let bytes = file_with_chunk(40, p);
+        assert_rejected(&bytes, "call depth");
     }
 }

@@ -135,15 +135,20 @@ pub struct Mapping {
     pub build_id: Option<String>,
 }
 
+/// Totals saturate: the counts come from a file and may be anything.
 impl TraceMeta {
     pub fn total_calls(&self) -> u64 {
-        self.threads.iter().map(|t| t.calls).sum()
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.calls))
     }
     pub fn total_lost(&self) -> u64 {
-        self.threads.iter().map(|t| t.lost).sum()
+        self.threads.iter().fold(0, |n, t| n.saturating_add(t.lost))
     }
     pub fn total_overruns(&self) -> u64 {
-        self.threads.iter().map(|t| t.overruns).sum()
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.overruns))
     }
     /// `name-tid`, ftrace's `comm-pid` form.
     pub fn thread_label(&self, thread: u32) -> String {
@@ -337,21 +342,22 @@ impl Trace {
     /// Loads a whole trace file into memory. For large files prefer
     /// [`TraceReader`], which streams.
     pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
-        let mut r = TraceReader::open(path)?;
-        let meta = r.meta().clone();
-        let mut chunks = Vec::new();
-        while let Some(c) = r.next_chunk()? {
-            chunks.push(c);
-        }
-        Ok(Trace { meta, chunks })
+        Trace::read_all(TraceReader::open(path)?)
     }
 
     /// Reads a trace from any reader.
     pub fn read_from(r: impl io::Read) -> Result<Trace, TraceError> {
-        let mut r = TraceReader::new(r)?;
+        Trace::read_all(TraceReader::new(r)?)
+    }
+
+    /// Every chunk is decoded once here: a chunk whose checksum holds but
+    /// whose events do not (written by a buggy or hostile program) is an
+    /// error naming its offset now, not a panic in [`Trace::events`] later.
+    fn read_all<R: io::Read>(mut r: TraceReader<R>) -> Result<Trace, TraceError> {
         let meta = r.meta().clone();
         let mut chunks = Vec::new();
         while let Some(c) = r.next_chunk()? {
+            c.decode()?;
             chunks.push(c);
         }
         Ok(Trace { meta, chunks })
