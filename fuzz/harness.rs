@@ -180,3 +180,32 @@ fn symbolize(path: &Path, probes: &[u64]) -> usize {
     }
     named
 }
+
+/// A board's byte stream (`fgtrace board`): decoded in uneven pieces, every
+/// session turned into a trace and its events walked. Returns the calls.
+pub fn board_stream(data: &[u8]) -> Result<usize, String> {
+    let mut d = fgtrace::board::Decoder::new();
+    // Pieces of 1..=64 bytes, chosen by the input itself.
+    let mut at = 0;
+    while at < data.len() {
+        let n = 1 + (data[at] as usize % 64);
+        let end = (at + n).min(data.len());
+        let _ = d.push(&data[at..end]);
+        at = end;
+    }
+    let (sessions, stats) = d.finish();
+    assert!(stats.skipped_bytes <= stats.bytes, "{stats:?}");
+    let mut calls = 0;
+    for s in sessions {
+        let t = s.into_trace(Vec::new());
+        calls += t.calls().count();
+        for c in t.calls() {
+            let _ = (t.meta().site_name(c.site), c.end_ns());
+        }
+        let _ = t.meta().total_lost();
+    }
+    if calls == 0 {
+        return Err("no calls decoded".into());
+    }
+    Ok(calls)
+}

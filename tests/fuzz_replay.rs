@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]) -> Result<usize, String>;
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("trace_reader", harness::trace_reader),
     ("zephyr_dump", harness::zephyr_dump),
     ("elf_symbols", harness::elf_symbols),
     ("symbolizer", harness::symbolizer),
+    ("board_stream", harness::board_stream),
 ];
 
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
