@@ -152,9 +152,9 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         let id = s.id();
         let trace = s.into_trace(mappings.clone());
         let meta = trace.meta();
-        let lost: u64 = meta.threads.iter().map(|t| t.lost).sum();
-        let samples: u64 = meta.threads.iter().map(|t| t.samples).sum();
-        let samples_lost: u64 = meta.threads.iter().map(|t| t.samples_lost).sum();
+        let lost = meta.total_lost();
+        let samples = meta.total_samples();
+        let samples_lost = meta.total_samples_lost();
         trace
             .save(&path)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -188,7 +188,7 @@ fn kind(a: &FlameArgs, meta: &TraceMeta) -> Kind {
     if a.combined {
         return Kind::Combined;
     }
-    let samples: u64 = meta.threads.iter().map(|t| t.samples).sum();
+    let samples: u64 = meta.total_samples();
     // Counts in the metadata, else what it declares (sites, a sampling setup).
     let calls = meta.total_calls() > 0 || !meta.sites.is_empty();
     match (calls, samples > 0 || meta.sampling.is_some()) {

@@ -135,6 +135,11 @@ pub struct Mapping {
     pub build_id: Option<String>,
 }
 
+/// A sum of counts that came from a file: saturates instead of overflowing.
+pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
+}
+
 /// Totals saturate: the counts come from a file and may be anything.
 impl TraceMeta {
     pub fn total_calls(&self) -> u64 {
@@ -144,6 +149,12 @@ impl TraceMeta {
     }
     pub fn total_lost(&self) -> u64 {
         self.threads.iter().fold(0, |n, t| n.saturating_add(t.lost))
+    }
+    pub fn total_samples(&self) -> u64 {
+        saturating_sum(self.threads.iter().map(|t| t.samples))
+    }
+    pub fn total_samples_lost(&self) -> u64 {
+        saturating_sum(self.threads.iter().map(|t| t.samples_lost))
     }
     pub fn total_overruns(&self) -> u64 {
         self.threads

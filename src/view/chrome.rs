@@ -124,7 +124,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         if let Some(s) = &m.sampling {
             other.push_str(&format!(",\"sampling\":{}", js(s)));
         }
-        let samples_lost: u64 = m.threads.iter().map(|t| t.samples_lost).sum();
+        let samples_lost: u64 = m.total_samples_lost();
         other.push_str(&format!(",\"samples_lost\":{samples_lost}}}"));
         writeln!(
             self.w,

@@ -990,9 +990,13 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         tree.sum_up();
         for (i, t) in self.meta.threads.iter().enumerate() {
             if shown(&self.mask, !self.opts.threads.is_empty(), i as u32) {
-                self.summary.samples_lost += t.samples_lost;
-                self.summary.records_lost +=
-                    t.lost.max(self.lost_events.get(i).copied().unwrap_or(0));
+                // Counts from the file's metadata: saturate.
+                self.summary.samples_lost =
+                    self.summary.samples_lost.saturating_add(t.samples_lost);
+                self.summary.records_lost = self
+                    .summary
+                    .records_lost
+                    .saturating_add(t.lost.max(self.lost_events.get(i).copied().unwrap_or(0)));
             }
         }
         let (count_name, mode_name) = match self.mode {

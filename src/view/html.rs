@@ -25,7 +25,7 @@ use super::graph::{GraphOptions, GraphWriter};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
 use super::{ok_events, shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, Trace, TraceError, TraceMeta};
+use crate::trace::{saturating_sum, Call, Event, Trace, TraceError, TraceMeta};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -119,7 +119,7 @@ where
         threads: opts.threads.clone(),
         ..FoldedOptions::default()
     };
-    let samples: u64 = meta.threads.iter().map(|t| t.samples).sum();
+    let samples: u64 = meta.total_samples();
     let has_samples = samples > 0 || meta.sampling.is_some();
     let mut flame = match (meta.total_calls() > 0, has_samples) {
         (true, true) => Flame::Other(
@@ -461,10 +461,10 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
         .enumerate()
         .filter(|(i, _)| sel(*i))
         .collect();
-    let samples: u64 = threads.iter().map(|(_, t)| t.samples).sum();
-    let samples_lost: u64 = threads.iter().map(|(_, t)| t.samples_lost).sum();
-    let lost: u64 = report.losses.iter().map(|l| l.lost).sum();
-    let overruns: u64 = report.losses.iter().map(|l| l.overruns).sum();
+    let samples = saturating_sum(threads.iter().map(|(_, t)| t.samples));
+    let samples_lost = saturating_sum(threads.iter().map(|(_, t)| t.samples_lost));
+    let lost = saturating_sum(report.losses.iter().map(|l| l.lost));
+    let overruns = saturating_sum(report.losses.iter().map(|l| l.overruns));
     let mut rows: Vec<(&str, String)> = vec![
         (
             "Program",

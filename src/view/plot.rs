@@ -395,7 +395,7 @@ impl<'a> DurationsBuilder<'a> {
             .enumerate()
             .filter(|&(i, _)| shown(&self.mask, self.filtered, i as u32))
             .map(|(i, t)| t.lost.max(self.lost_events.get(i).copied().unwrap_or(0)))
-            .sum();
+            .fold(0, u64::saturating_add);
         let mut slowest: Vec<SlowCall> = self
             .heap
             .into_iter()

@@ -149,7 +149,7 @@ impl<'m, R: Resolve> SampledBuilder<'m, R> {
         let lost = (self.meta.threads.iter().enumerate())
             .filter(|(i, _)| shown(&self.mask, filtered, *i as u32))
             .map(|(_, t)| t.samples_lost)
-            .sum();
+            .fold(0, u64::saturating_add);
         SampledReport {
             sampling: self.meta.sampling.clone(),
             samples: self.samples,
