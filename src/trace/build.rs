@@ -2,16 +2,17 @@
 //! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
 //! from exit order (how probes write them) to pre-order (how views read them).
 
-use super::format::{self, ChunkEncoder};
+use super::format::{self, interleave, Chunk, ChunkEncoder, TraceError};
 use super::{
     flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
     Trace, TraceMeta,
 };
-use crate::buffer::{kind, RawCall, START_MASK};
+use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
+use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration};
 use fgtrace_core::site::Site;
-use std::collections::HashMap;
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 /// One thread's records as gathered, oldest first.
 pub(crate) struct ThreadInput {
     pub tid: u32,
@@ -27,6 +28,7 @@ pub(crate) struct ThreadInput {
     pub samples_lost: u64,
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 impl ThreadInput {
     /// A thread with samples but no traced calls.
     pub fn empty(tid: u32, name: String) -> ThreadInput {
@@ -43,6 +45,7 @@ impl ThreadInput {
     }
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 pub(crate) struct MetaBase {
     pub cal: Calibration,
     pub end_ticks: u64,
@@ -104,20 +107,7 @@ impl TraceBuilder {
             }
             chunks.extend(enc.finish());
         }
-        Trace {
-            meta: self.meta,
-            chunks: format::interleave(chunks),
-        }
-    }
-}
-
-/// Full tick value of a 54-bit start, taken as the one nearest the origin.
-fn full_ticks(low: u64, origin: u64) -> u64 {
-    let diff = low.wrapping_sub(origin) & START_MASK;
-    if diff < (START_MASK >> 1) {
-        origin.wrapping_add(diff)
-    } else {
-        origin.wrapping_sub((origin.wrapping_sub(low)) & START_MASK)
+        Trace::from_chunks(self.meta, format::interleave(chunks))
     }
 }
 
@@ -136,6 +126,7 @@ fn site_info(s: &Site) -> SiteInfo {
     }
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 /// `site_of` names the sites that records refer to by id (the process's
 /// registry, or a site table that came with the records).
 pub(crate) fn build(
@@ -145,167 +136,21 @@ pub(crate) fn build(
 ) -> Trace {
     let cal = base.cal;
     let origin = cal.origin.ticks;
-    let mut sites: Vec<SiteInfo> = Vec::new();
-    let mut site_index: HashMap<u32, u32> = HashMap::new();
-    let mut map_site = |id: u32| -> u32 {
-        *site_index.entry(id).or_insert_with(|| {
-            let info = match site_of(id) {
-                Some(s) => s,
-                None => SiteInfo {
-                    name: format!("[site {id}]"),
-                    module_path: String::new(),
-                    file: String::new(),
-                    line: 0,
-                    is_async: false,
-                },
-            };
-            sites.push(info);
-            sites.len() as u32 - 1
-        })
-    };
+    let scale = TickScale::new(cal.ticks_per_ns);
+    let mut sites = SiteMap::default();
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
-    for (t, mut input) in inputs.into_iter().enumerate() {
+    for (t, input) in inputs.into_iter().enumerate() {
         let t = t as u32;
-        let samples = std::mem::take(&mut input.samples);
-        let n_samples = samples.len() as u64;
-        let mut samples = samples.into_iter().peekable();
-        // Samples go into the pre-order call stream by time: before the first
-        // call that starts after them.
-        let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
-            while let Some(s) = samples.next_if(|s| s.0 < until) {
-                enc.push(&Event::Sample(super::Sample {
-                    thread: t,
-                    ts_ns: s.0,
-                    shadow_depth: s.1,
-                    cut: s.2,
-                    frames: s.3,
-                }));
-            }
-        };
-        let recs = &input.records;
-        let n = recs.len();
-        // Restore full timestamps; separate whole-future records from the call tree.
-        let mut start = Vec::with_capacity(n);
-        let mut tree: Vec<u32> = Vec::with_capacity(n);
-        let mut futures = Vec::new();
-        for (i, r) in recs.iter().enumerate() {
-            let s = full_ticks(r.start_low(), origin);
-            start.push(s);
-            if r.kind() == kind::FUTURE {
-                futures.push(i as u32);
-            } else {
-                tree.push(i as u32);
-            }
-        }
-        // Subtree sizes in exit order: a record adopts the finished subtrees
-        // above it on the stack that are deeper and started no earlier (the
-        // time check keeps orphans of a lost parent from being adopted by a
-        // later sibling of that parent).
-        let m = tree.len();
-        let mut size = vec![1u32; m];
-        let mut stack: Vec<u32> = Vec::new();
-        for k in 0..m {
-            let r = recs[tree[k] as usize];
-            let (d, s) = (r.depth(), start[tree[k] as usize]);
-            let mut sz = 1u32;
-            while let Some(&top) = stack.last() {
-                let tr = recs[tree[top as usize] as usize];
-                if tr.depth() > d && start[tree[top as usize] as usize] >= s {
-                    sz += size[top as usize];
-                    stack.pop();
-                } else {
-                    break;
-                }
-            }
-            size[k] = sz;
-            stack.push(k as u32);
-        }
-        let mut enc = ChunkEncoder::new(t);
-        let mut calls = 0u64;
-        if input.overwritten > 0 {
-            let at = recs
-                .first()
-                .map(|r| cal.ns(full_ticks(r.start_low(), origin)))
-                .unwrap_or(0);
-            enc.push(&Event::Lost(Lost {
-                thread: t,
-                depth: 0,
-                at_ns: at,
-                count: input.overwritten,
-                kind: LossKind::Overwritten,
-            }));
-        }
-        // Pre-order walk: roots left to right, children left to right.
-        let mut work: Vec<u32> = Vec::new();
-        for &root in stack.iter() {
-            work.push(root);
-            while let Some(k) = work.pop() {
-                let r = recs[tree[k as usize] as usize];
-                let s = start[tree[k as usize] as usize];
-                let start_ns = cal.ns(s);
-                emit_samples_before(&mut enc, start_ns);
-                match r.kind() {
-                    kind::LOST => enc.push(&Event::Lost(Lost {
-                        thread: t,
-                        depth: r.depth(),
-                        at_ns: start_ns,
-                        count: r.dur(),
-                        kind: LossKind::Dropped,
-                    })),
-                    rk => {
-                        calls += 1;
-                        let mut fl = 0;
-                        if r.unwound() {
-                            fl |= flags::UNWOUND;
-                        }
-                        if rk == kind::POLL {
-                            fl |= flags::POLL;
-                        }
-                        if size[k as usize] > 1 {
-                            fl |= flags::HAS_CHILDREN;
-                        }
-                        enc.push(&Event::Call(Call {
-                            thread: t,
-                            site: map_site(r.site()),
-                            depth: r.depth(),
-                            start_ns,
-                            dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
-                            flags: fl,
-                        }));
-                    }
-                }
-                let sz = size[k as usize];
-                if sz > 1 {
-                    let lo = k + 1 - sz;
-                    let mut c = k - 1;
-                    loop {
-                        work.push(c);
-                        let csz = size[c as usize];
-                        if c < lo + csz {
-                            break;
-                        }
-                        c -= csz;
-                    }
-                }
-            }
-        }
-        emit_samples_before(&mut enc, u64::MAX);
-        futures.sort_by_key(|&i| start[i as usize]);
-        for &i in &futures {
-            let r = recs[i as usize];
-            let s = start[i as usize];
-            let start_ns = cal.ns(s);
-            enc.push(&Event::Future(FutureSpan {
-                thread: t,
-                site: map_site(r.site()),
-                start_ns,
-                dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
-                polls: r.depth(),
-                cancelled: r.unwound(),
-            }));
-        }
-        chunks.extend(enc.finish());
+        let mut enc = RawEncoder::default();
+        let raw = enc.encode(t, &input.records, origin, &mut sites, &site_of);
+        let mut recs = Vec::with_capacity(input.records.len());
+        drop(input.records);
+        recorded::decode(&raw, sites.sites.len(), scale, &mut recs)
+            .expect("records encoded here decode");
+        let n_samples = input.samples.len() as u64;
+        let (c, calls) = build_thread(t, &recs, input.samples, input.overwritten);
+        chunks.extend(c);
         threads.push(ThreadInfo {
             tid: input.tid,
             name: input.name,
@@ -328,22 +173,209 @@ pub(crate) fn build(
         duration_ns: cal.ns(base.end_ticks),
         mode: base.mode,
         filters: base.filters,
-        sites,
+        sites: sites.sites,
         threads,
-        counters: Vec::new(),
-        sampling: None,
-        mappings: Vec::new(),
+        ..TraceMeta::default()
     };
-    Trace {
-        meta,
-        chunks: format::interleave(chunks),
+    Trace::from_chunks(meta, format::interleave(chunks))
+}
+
+/// One thread's records (exit order) as pre-order chunks, with its samples
+/// merged in by time; returns the chunks and the number of calls.
+pub(crate) fn build_thread(
+    t: u32,
+    recs: &[Rec],
+    samples: Vec<RawSample>,
+    overwritten: u64,
+) -> (Vec<super::format::Chunk>, u64) {
+    let mut samples = samples.into_iter().peekable();
+    // Samples go into the pre-order call stream by time: before the first
+    // call that starts after them.
+    let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
+        while let Some(s) = samples.next_if(|s| s.0 < until) {
+            enc.push(&Event::Sample(super::Sample {
+                thread: t,
+                ts_ns: s.0.min(recorded::MAX_NS),
+                shadow_depth: s.1,
+                cut: s.2,
+                frames: s.3,
+            }));
+        }
+    };
+    // Separate whole-future records from the call tree.
+    let n = recs.len();
+    let mut tree: Vec<u32> = Vec::with_capacity(n);
+    let mut futures = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        if r.kind as u64 == kind::FUTURE {
+            futures.push(i as u32);
+        } else {
+            tree.push(i as u32);
+        }
+    }
+    // Subtree sizes in exit order: a record adopts the finished subtrees
+    // above it on the stack that are deeper and started no earlier (the
+    // time check keeps orphans of a lost parent from being adopted by a
+    // later sibling of that parent).
+    let m = tree.len();
+    let mut size = vec![1u32; m];
+    let mut stack: Vec<u32> = Vec::new();
+    for k in 0..m {
+        let r = &recs[tree[k] as usize];
+        let mut sz = 1u32;
+        while let Some(&top) = stack.last() {
+            let tr = &recs[tree[top as usize] as usize];
+            if tr.depth > r.depth && tr.start_ns >= r.start_ns {
+                sz += size[top as usize];
+                stack.pop();
+            } else {
+                break;
+            }
+        }
+        size[k] = sz;
+        stack.push(k as u32);
+    }
+    let mut enc = ChunkEncoder::new(t);
+    let mut calls = 0u64;
+    if overwritten > 0 {
+        let at = recs.first().map(|r| r.start_ns).unwrap_or(0);
+        enc.push(&Event::Lost(Lost {
+            thread: t,
+            depth: 0,
+            at_ns: at,
+            count: overwritten,
+            kind: LossKind::Overwritten,
+        }));
+    }
+    // Pre-order walk: roots left to right, children left to right.
+    let mut work: Vec<u32> = Vec::new();
+    for &root in stack.iter() {
+        work.push(root);
+        while let Some(k) = work.pop() {
+            let r = &recs[tree[k as usize] as usize];
+            emit_samples_before(&mut enc, r.start_ns);
+            match r.kind as u64 {
+                kind::LOST => enc.push(&Event::Lost(Lost {
+                    thread: t,
+                    depth: r.depth,
+                    at_ns: r.start_ns,
+                    count: r.count,
+                    kind: LossKind::Dropped,
+                })),
+                rk => {
+                    calls += 1;
+                    let mut fl = 0;
+                    if r.unwound {
+                        fl |= flags::UNWOUND;
+                    }
+                    if rk == kind::POLL {
+                        fl |= flags::POLL;
+                    }
+                    if size[k as usize] > 1 {
+                        fl |= flags::HAS_CHILDREN;
+                    }
+                    enc.push(&Event::Call(Call {
+                        thread: t,
+                        site: r.site,
+                        depth: r.depth,
+                        start_ns: r.start_ns,
+                        dur_ns: r.end_ns - r.start_ns,
+                        flags: fl,
+                    }));
+                }
+            }
+            let sz = size[k as usize];
+            if sz > 1 {
+                let lo = k + 1 - sz;
+                let mut c = k - 1;
+                loop {
+                    work.push(c);
+                    let csz = size[c as usize];
+                    if c < lo + csz {
+                        break;
+                    }
+                    c -= csz;
+                }
+            }
+        }
+    }
+    emit_samples_before(&mut enc, u64::MAX);
+    futures.sort_by_key(|&i| recs[i as usize].start_ns);
+    for &i in &futures {
+        let r = &recs[i as usize];
+        enc.push(&Event::Future(FutureSpan {
+            thread: t,
+            site: r.site,
+            start_ns: r.start_ns,
+            dur_ns: r.end_ns - r.start_ns,
+            polls: r.depth,
+            cancelled: r.unwound,
+        }));
+    }
+    (enc.finish(), calls)
+}
+
+/// Where a trace's calls are until something reads them.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// Kept by the session in memory.
+    Memory(Recorded),
+    /// Written to this file while recording (`Config::output`).
+    File(std::path::PathBuf),
+}
+
+impl Source {
+    /// The pre-order chunks views read.
+    pub fn chunks(&self, meta: &TraceMeta) -> Result<Vec<Chunk>, TraceError> {
+        match self {
+            Source::Memory(r) => r.build(meta.sites.len()),
+            Source::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
+        }
     }
 }
+
+/// A session's calls as recorded, per thread (indexed like `TraceMeta::threads`).
+#[derive(Debug, Default)]
+pub(crate) struct Recorded {
+    pub ticks_per_ns: f64,
+    pub threads: Vec<RecordedThread>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RecordedThread {
+    pub raw: Vec<RawChunk>,
+    /// In time order.
+    pub samples: Vec<RawSample>,
+    /// Flight recorder: calls overwritten before the snapshot.
+    pub overwritten: u64,
+}
+
+impl Recorded {
+    /// Rebuilds every thread in pre-order (one thread's records in memory
+    /// at a time) and interleaves the threads' chunks by time.
+    pub fn build(&self, n_sites: usize) -> Result<Vec<Chunk>, TraceError> {
+        let scale = TickScale::new(self.ticks_per_ns);
+        let mut out = Vec::new();
+        let mut recs = Vec::new();
+        for (t, th) in self.threads.iter().enumerate() {
+            recs.clear();
+            for c in &th.raw {
+                decode(c, n_sites, scale, &mut recs)?;
+            }
+            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten);
+            out.extend(c);
+        }
+        Ok(interleave(out))
+    }
+}
+
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::START_MASK;
     use crate::clock::ClockPoint;
+    use crate::trace::recorded::full_ticks;
 
     #[test]
     fn full_ticks_restores_high_bits_on_both_sides_of_the_origin() {
@@ -410,17 +442,18 @@ mod tests {
                 _ => "?".into(),
             })
             .collect();
-        // Site indices are assigned in order of appearance: main=0, a=1, b=2, x=3, c=4, d=5.
+        // Site indices are assigned in order of first record (exit order):
+        // b=0, a=1, x=2, d=3, c=4, main=5.
         assert_eq!(
             got,
             vec![
-                "0@0{",
+                "5@0{",
                 "  1@10{",
-                "    2@20",
-                "      3@52",
+                "    0@20",
+                "      2@52",
                 "  lost7",
                 "  4@60{",
-                "    5@70"
+                "    3@70"
             ]
         );
         assert_eq!(t.meta().threads[0].calls, 6);
