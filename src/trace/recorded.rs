@@ -16,7 +16,7 @@
 //! Times stay in ticks relative to the session origin, so a recording can be
 //! written before the session's clock rate is final (it is refined at stop).
 
-use super::format::{put_varint, unzigzag, zigzag, TraceError};
+use super::format::{unzigzag, zigzag, TraceError};
 use super::SiteInfo;
 use crate::buffer::{kind, RawCall, DUR_MAX, MAX_DEPTH};
 
@@ -107,6 +107,8 @@ impl RawEncoder {
         let buf = &mut self.scratch;
         buf.clear();
         buf.reserve(recs.len() * MAX_RECORD_BYTES);
+        let base = buf.as_mut_ptr();
+        let mut p = base;
         let mut prev_depth = 0u32;
         let mut prev_site = u32::MAX;
         let mut prev_end = 0u64;
@@ -125,19 +127,25 @@ impl RawEncoder {
             let dur = r.dur();
             let dd = depth as i64 - prev_depth as i64;
             let same = (site == prev_site || k == kind::LOST) as u64;
-            put_varint(
-                buf,
-                zigzag(dd) << 4 | same << 3 | (r.unwound() as u64) << 2 | k,
-            );
-            if same == 0 {
-                put_varint(buf, site as u64);
+            // SAFETY: `reserve` above made room for MAX_RECORD_BYTES per
+            // record, and one record writes at most that many.
+            unsafe {
+                put_raw(
+                    &mut p,
+                    zigzag(dd) << 4 | same << 3 | (r.unwound() as u64) << 2 | k,
+                );
+                if same == 0 {
+                    put_raw(&mut p, site as u64);
+                }
+                put_raw(&mut p, zigzag(start.wrapping_sub(prev_end) as i64));
+                put_raw(&mut p, dur);
             }
-            put_varint(buf, zigzag(start.wrapping_sub(prev_end) as i64));
-            put_varint(buf, dur);
             prev_depth = depth;
             prev_site = site;
             prev_end = start.wrapping_add(dur);
         }
+        // SAFETY: every byte up to `p` was written, within the reservation.
+        unsafe { buf.set_len(p.offset_from(base) as usize) };
         self.calls += calls;
         RawChunk {
             thread,
@@ -146,6 +154,21 @@ impl RawEncoder {
             offset: 0,
         }
     }
+}
+
+/// A varint at `*p`, advancing it.
+///
+/// # Safety
+/// Ten bytes from `*p` must be writable.
+#[inline(always)]
+unsafe fn put_raw(p: &mut *mut u8, mut v: u64) {
+    while v >= 0x80 {
+        **p = (v as u8) | 0x80;
+        *p = p.add(1);
+        v >>= 7;
+    }
+    **p = v as u8;
+    *p = p.add(1);
 }
 
 /// Full tick value of a 54-bit start, taken as the one nearest the origin.
@@ -359,7 +382,7 @@ mod tests {
         assert!(bad(vec![0, 1, 0, 0, 7], 1).contains("left over"));
         // Duration out of range.
         let mut p = vec![0, 1, 0];
-        put_varint(&mut p, DUR_MAX + 1);
+        crate::trace::format::put_varint(&mut p, DUR_MAX + 1);
         assert!(bad(p, 1).contains("duration"));
     }
 }
