@@ -20,8 +20,11 @@
 //!   above the `untraced` run's.
 //!
 //! Workloads: `leaf` (a loop calling an empty instrumented fn), `fib`
-//! (recursive, about the same number of calls), `threads` (two threads, half
-//! the calls each).
+//! (`fib(17)` again and again, 5,167 calls each, up to about the same number
+//! of calls), `threads` (two threads, half the calls each). The work comes in
+//! units (10,000 leaf calls, or one `fib(17)`): minitrace and fastrace get a
+//! root span per unit (their local span queue holds 10,240 spans; a longer
+//! trace under one root loses the rest), puffin a frame per unit.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -240,13 +243,6 @@ fn fib_calls(n: u32) -> u64 {
     2 * a - 1
 }
 
-/// The `n` whose `fib(n)` makes the number of calls closest to `calls`.
-fn fib_n_for(calls: u64) -> u32 {
-    (1..60)
-        .min_by_key(|&n| fib_calls(n).abs_diff(calls))
-        .expect("non-empty")
-}
-
 /// Instrumented leaf and fib for one peer, named `<peer>_leaf`, `<peer>_fib`.
 macro_rules! workload_fns {
     ($leaf:ident, $fib:ident, [$($attr:meta),*], $($body_prefix:stmt;)*) => {
@@ -276,8 +272,14 @@ workload_fns!(fastrace_leaf, fastrace_fib, [fastrace::trace],);
 workload_fns!(tracy_leaf, tracy_fib, [], let _s = tracy_client::span!("leaf"););
 workload_fns!(puffin_leaf, puffin_fib, [], puffin::profile_function!(););
 
-/// Runs the workload on the calling thread (`Fn` so two threads can share
-/// it); returns the CPU time of the thread(s) that called.
+/// Calls per unit of work: a request handler would be one root span (the
+/// peers that need a root per trace get one per unit, puffin a frame).
+const LEAF_UNIT: u64 = 10_000;
+/// `fib(FIB_N)` per unit: 5,167 calls, 17 deep.
+const FIB_N: u32 = 17;
+
+/// Runs the workload on the calling thread (two threads for `threads`),
+/// `around` each unit; returns the CPU time of the thread(s) that called.
 fn run_workload(
     workload: &str,
     calls: u64,
@@ -285,51 +287,49 @@ fn run_workload(
     fib: fn(u32) -> u64,
     around: &(dyn Fn(&mut dyn FnMut()) + Sync),
 ) -> u64 {
-    match workload {
-        "leaf" => {
-            let t0 = thread_cpu_ns();
+    let leaves = |n: u64| {
+        let t0 = thread_cpu_ns();
+        let mut done = 0;
+        while done < n {
+            let k = LEAF_UNIT.min(n - done);
             around(&mut || {
                 let mut acc = 0u64;
-                for i in 0..calls {
+                for i in done..done + k {
                     acc = acc.wrapping_add(leaf(i));
                 }
                 black_box(acc);
             });
-            thread_cpu_ns() - t0
+            done += k;
         }
+        thread_cpu_ns() - t0
+    };
+    match workload {
+        "leaf" => leaves(calls),
         "fib" => {
-            let n = fib_n_for(calls);
             let t0 = thread_cpu_ns();
-            around(&mut || {
-                black_box(fib(black_box(n)));
-            });
+            for _ in 0..fib_units(calls) {
+                around(&mut || {
+                    black_box(fib(black_box(FIB_N)));
+                });
+            }
             thread_cpu_ns() - t0
         }
         "threads" => std::thread::scope(|s| {
-            let hs: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(move || {
-                        let t0 = thread_cpu_ns();
-                        around(&mut || {
-                            let mut acc = 0u64;
-                            for i in 0..calls / 2 {
-                                acc = acc.wrapping_add(leaf(i));
-                            }
-                            black_box(acc);
-                        });
-                        thread_cpu_ns() - t0
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("worker")).sum()
+            let a = s.spawn(|| leaves(calls / 2));
+            let b = s.spawn(|| leaves(calls / 2));
+            a.join().expect("a") + b.join().expect("b")
         }),
         w => panic!("unknown workload {w}"),
     }
 }
 
+fn fib_units(calls: u64) -> u64 {
+    (calls / fib_calls(FIB_N)).max(1)
+}
+
 fn actual_calls(workload: &str, calls: u64) -> u64 {
     match workload {
-        "fib" => fib_calls(fib_n_for(calls)),
+        "fib" => fib_units(calls) * fib_calls(FIB_N),
         "threads" => calls / 2 * 2,
         _ => calls,
     }
@@ -408,46 +408,19 @@ fn child(peer: &str, workload: &str, calls: u64) {
             t
         }
         "tracy" => {
+            // `manual-lifetime`: Tracy starts here, not in every child process.
             let _client = tracy_client::Client::start();
             run_workload(workload, calls, tracy_leaf, tracy_fib, &plain)
         }
         "puffin" => {
             puffin::set_scopes_on(true);
-            // A frame per 100,000 calls, as a program with a frame loop
-            // would: puffin hands finished frames to its sinks (none here).
+            // A frame per unit, as a program with a frame loop would: puffin
+            // hands finished frames to its sinks (none here) and drops them.
             let around = |f: &mut dyn FnMut()| {
                 f();
                 puffin::GlobalProfiler::lock().new_frame();
             };
-            let t = match workload {
-                "leaf" | "threads" => {
-                    let per = if workload == "threads" { calls / 2 } else { calls };
-                    let frames = per.div_ceil(100_000);
-                    let run = |leaf: fn(u64) -> u64| {
-                        let t0 = thread_cpu_ns();
-                        for fr in 0..frames {
-                            let mut acc = 0u64;
-                            for i in fr * 100_000..((fr + 1) * 100_000).min(per) {
-                                acc = acc.wrapping_add(leaf(i));
-                            }
-                            black_box(acc);
-                            puffin::GlobalProfiler::lock().new_frame();
-                        }
-                        thread_cpu_ns() - t0
-                    };
-                    if workload == "leaf" {
-                        run(puffin_leaf)
-                    } else {
-                        std::thread::scope(|s| {
-                            let a = s.spawn(|| run(puffin_leaf));
-                            let b = s.spawn(|| run(puffin_leaf));
-                            a.join().expect("a") + b.join().expect("b")
-                        })
-                    }
-                }
-                _ => run_workload(workload, calls, puffin_leaf, puffin_fib, &around),
-            };
-            t
+            run_workload(workload, calls, puffin_leaf, puffin_fib, &around)
         }
         p => panic!("unknown peer {p}"),
     };
