@@ -92,6 +92,8 @@ fn the_file_holds_what_a_session_in_memory_returns() {
     let saved = tmp("saved.fgt");
     loaded.save(&saved).unwrap();
     assert_eq!(Trace::load(&saved).unwrap().calls().collect::<Vec<_>>(), b);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&saved);
 }
 
 #[test]
@@ -119,6 +121,7 @@ fn fgtrace_output_names_the_file() {
     branch(3);
     s.stop().unwrap();
     assert_eq!(Trace::load(&path).unwrap().meta().total_calls(), 4);
+    let _ = std::fs::remove_file(&path);
 }
 
 /// Re-run this test binary as a child that records into `path` and is
@@ -194,4 +197,5 @@ fn a_killed_recording_reads_up_to_its_last_complete_section() {
     let t = Trace::read_from(&damaged[..]).expect("damage keeps what came before");
     assert!(t.meta().total_calls() > 0 && t.meta().total_calls() < calls);
     assert!(t.meta().warnings.join("").contains("byte"), "{:?}", t.meta().warnings);
+    let _ = std::fs::remove_file(&path);
 }
