@@ -18,7 +18,7 @@
 
 use super::format::{unzigzag, zigzag, TraceError};
 use super::SiteInfo;
-use crate::buffer::{kind, RawCall, DUR_MAX, MAX_DEPTH};
+use crate::buffer::{kind, RawCall, DUR_MAX, MAX_DEPTH, START_MASK};
 
 /// One record, decoded: times in nanoseconds since the session start, the
 /// site as the trace's index.
@@ -113,17 +113,25 @@ impl RawEncoder {
         let mut prev_site = u32::MAX;
         let mut prev_end = 0u64;
         let mut calls = 0u64;
+        let (mut last_id, mut last_site) = (u32::MAX, u32::MAX);
         for r in recs {
             let k = r.kind();
             // A lost-records marker names no site.
             let site = if k == kind::LOST {
                 prev_site
             } else {
-                sites.map(r.site(), site_of)
+                let id = r.site();
+                if id != last_id {
+                    last_id = id;
+                    last_site = sites.map(id, site_of);
+                }
+                last_site
             };
             let depth = r.depth();
             calls += (k == kind::CALL || k == kind::POLL) as u64;
-            let start = full_ticks(r.start_low(), origin).wrapping_sub(origin);
+            // Ticks since the origin: the 54-bit difference, sign-extended
+            // (the start nearest the origin, as `full_ticks` takes it).
+            let start = (((r.start_low().wrapping_sub(origin) & START_MASK) << 10) as i64 >> 10) as u64;
             let dur = r.dur();
             let dd = depth as i64 - prev_depth as i64;
             let same = (site == prev_site || k == kind::LOST) as u64;
@@ -172,8 +180,8 @@ unsafe fn put_raw(p: &mut *mut u8, mut v: u64) {
 }
 
 /// Full tick value of a 54-bit start, taken as the one nearest the origin.
+#[cfg(test)]
 pub(crate) fn full_ticks(low: u64, origin: u64) -> u64 {
-    use crate::buffer::START_MASK;
     let diff = low.wrapping_sub(origin) & START_MASK;
     if diff < (START_MASK >> 1) {
         origin.wrapping_add(diff)
