@@ -7,17 +7,17 @@ use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
 use crate::recorder;
 use crate::trace::build;
-use crate::trace::recorded::RawSample;
+use crate::trace::build::{Recorded, RecordedThread, Source};
 use crate::trace::file::RecordingWriter;
 use crate::trace::format::ChunkEncoder;
-use crate::trace::build::{Recorded, RecordedThread, Source};
+use crate::trace::recorded::RawSample;
 use crate::trace::recorded::{RawChunk, RawEncoder, SiteMap};
 use crate::trace::{ClockInfo, Event, RecordMode, Sample, ThreadInfo, Trace, TraceMeta};
-use std::path::PathBuf;
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
 use parking_lot::Mutex;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -129,7 +129,8 @@ impl Gathered {
             Some(o) => {
                 let mut r = Ok(());
                 while r.is_ok() && o.sites_written < self.sites.sites.len() {
-                    r = o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
+                    r =
+                        o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
                     o.sites_written += 1;
                 }
                 while r.is_ok() && o.threads_written <= i {
@@ -152,7 +153,10 @@ impl Gathered {
     fn add(&mut self, b: Batch, who: &dyn Fn(u32) -> (u32, String)) -> Storage {
         // SAFETY: the first `len` slots of a handed-off batch were written.
         let recs = unsafe {
-            std::slice::from_raw_parts(b.storage.as_ptr() as *const RawCall, b.len.min(b.storage.len()))
+            std::slice::from_raw_parts(
+                b.storage.as_ptr() as *const RawCall,
+                b.len.min(b.storage.len()),
+            )
         };
         self.add_records(b.thread, recs, who);
         b.storage
@@ -469,7 +473,11 @@ fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
 }
 
 /// Creates the output file and writes its provisional header.
-fn open_output(path: &std::path::Path, cal: &Calibration, config: &Config) -> Result<Output, Error> {
+fn open_output(
+    path: &std::path::Path,
+    cal: &Calibration,
+    config: &Config,
+) -> Result<Output, Error> {
     let f = std::fs::File::create(path)
         .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
     let meta = base_meta(cal, cal.origin.ticks, config);
@@ -499,7 +507,8 @@ fn finish_output(
     }
     let mut r = Ok(());
     while r.is_ok() && o.sites_written < meta.sites.len() {
-        r = o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
+        r =
+            o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
         o.sites_written += 1;
     }
     while r.is_ok() && o.threads_written < meta.threads.len() {
@@ -634,10 +643,15 @@ mod tests {
         let mut g = Gathered::new(1000, None);
         g.add_records(0, &recs, &who);
         let kept: usize = g.threads[0].raw.iter().map(|c| c.payload.len()).sum();
-        assert!(kept > 0 && kept <= 4 * recs.len(), "{kept} bytes for {} calls", recs.len());
+        assert!(
+            kept > 0 && kept <= 4 * recs.len(),
+            "{kept} bytes for {} calls",
+            recs.len()
+        );
         assert_eq!(g.threads[0].enc.calls, 4096);
 
-        let path = std::env::temp_dir().join(format!("fgtrace-collector-{}.fgt", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("fgtrace-collector-{}.fgt", std::process::id()));
         let cal = Calibration {
             origin: ClockPoint::now(),
             ticks_per_ns: 1.0,

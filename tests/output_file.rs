@@ -71,7 +71,11 @@ fn the_file_holds_what_a_session_in_memory_returns() {
     let from_session = session.stop().unwrap();
     // The file is complete when stop returns.
     let loaded = Trace::load(&path).unwrap();
-    assert!(loaded.meta().warnings.is_empty(), "{:?}", loaded.meta().warnings);
+    assert!(
+        loaded.meta().warnings.is_empty(),
+        "{:?}",
+        loaded.meta().warnings
+    );
     let session = Session::start(Config::builtin()).unwrap();
     workload();
     let in_memory = session.stop().unwrap();
@@ -111,7 +115,9 @@ fn fgtrace_output_names_the_file() {
     let mut c = Config::builtin();
     c.apply_env(|k| (k == "FGTRACE_OUTPUT").then(|| "".to_string()));
     let _g = serial();
-    let e = Session::start(c).err().expect("empty FGTRACE_OUTPUT is an error");
+    let e = Session::start(c)
+        .err()
+        .expect("empty FGTRACE_OUTPUT is an error");
     assert!(e.to_string().contains("FGTRACE_OUTPUT"), "{e}");
     let path = tmp("env.fgt");
     let mut c = Config::builtin();
@@ -186,7 +192,10 @@ fn a_killed_recording_reads_up_to_its_last_complete_section() {
             .unwrap_or_else(|e| panic!("cut at {cut} of {}: {e}", bytes.len()));
         let n = t.calls().count() as u64;
         assert_eq!(n, t.meta().total_calls());
-        assert!(n >= last, "cut at {cut}: {n} calls, a shorter cut had {last}");
+        assert!(
+            n >= last,
+            "cut at {cut}: {n} calls, a shorter cut had {last}"
+        );
         assert!(!t.meta().warnings.is_empty(), "cut at {cut} has no note");
         last = n;
     }
@@ -196,6 +205,10 @@ fn a_killed_recording_reads_up_to_its_last_complete_section() {
     damaged[mid] ^= 0x55;
     let t = Trace::read_from(&damaged[..]).expect("damage keeps what came before");
     assert!(t.meta().total_calls() > 0 && t.meta().total_calls() < calls);
-    assert!(t.meta().warnings.join("").contains("byte"), "{:?}", t.meta().warnings);
+    assert!(
+        t.meta().warnings.join("").contains("byte"),
+        "{:?}",
+        t.meta().warnings
+    );
     let _ = std::fs::remove_file(&path);
 }

@@ -3,11 +3,11 @@
 //! from exit order (how probes write them) to pre-order (how views read them).
 
 use super::format::{self, interleave, Chunk, ChunkEncoder, TraceError};
+use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use super::{
     flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
     Trace, TraceMeta,
 };
-use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration};
 use fgtrace_core::site::Site;
@@ -368,7 +368,6 @@ impl Recorded {
         Ok(interleave(out))
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,9 @@
 //! end          kind=0xFF u8, section_count varint, "END!"
 //! ```
 
-use super::format::{put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED};
+use super::format::{
+    put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED,
+};
 use super::{Event, TraceMeta};
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -31,7 +33,6 @@ const SEC_RAW: u8 = 4;
 const SEC_SAMPLES: u8 = 5;
 const SEC_META: u8 = 6;
 const SEC_OVERWRITTEN: u8 = 7;
-
 
 pub(crate) fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
     let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
@@ -287,7 +288,10 @@ impl<R: Read> TraceReader<R> {
                     SEC_SITE => {
                         let i = d.varint()?;
                         if i != sites.len() as u64 {
-                            return Err(d.corrupt(format!("site {i} announced after {} sites", sites.len())));
+                            return Err(d.corrupt(format!(
+                                "site {i} announced after {} sites",
+                                sites.len()
+                            )));
                         }
                         let info = serde_json::from_slice(&payload[d.pos..])
                             .map_err(|e| d.corrupt(format!("site is not valid: {e}")))?;
@@ -296,7 +300,10 @@ impl<R: Read> TraceReader<R> {
                     SEC_THREAD => {
                         let i = d.varint()?;
                         if i != threads.len() as u64 {
-                            return Err(d.corrupt(format!("thread {i} announced after {} threads", threads.len())));
+                            return Err(d.corrupt(format!(
+                                "thread {i} announced after {} threads",
+                                threads.len()
+                            )));
                         }
                         let tid = d.u32()?;
                         let name = String::from_utf8_lossy(&payload[d.pos..]).into_owned();
@@ -312,7 +319,9 @@ impl<R: Read> TraceReader<R> {
                         let t = d.varint()?;
                         let count = d.varint()?;
                         if t >= threads.len() as u64 || count > MAX_PAYLOAD {
-                            return Err(d.corrupt(format!("raw chunk of thread {t} ({count} records)")));
+                            return Err(
+                                d.corrupt(format!("raw chunk of thread {t} ({count} records)"))
+                            );
                         }
                         let c = super::recorded::RawChunk {
                             thread: t as u32,
@@ -336,7 +345,9 @@ impl<R: Read> TraceReader<R> {
                         let t = d.varint()?;
                         let count = d.varint()?;
                         if t >= threads.len() as u64 || count > MAX_PAYLOAD {
-                            return Err(d.corrupt(format!("samples of thread {t} ({count} events)")));
+                            return Err(
+                                d.corrupt(format!("samples of thread {t} ({count} events)"))
+                            );
                         }
                         let c = Chunk {
                             thread: t as u32,
@@ -348,9 +359,12 @@ impl<R: Read> TraceReader<R> {
                         for e in c.decode()? {
                             if let Event::Sample(s) = e {
                                 end_ns = end_ns.max(s.ts_ns);
-                                rec.threads[t as usize]
-                                    .samples
-                                    .push((s.ts_ns, s.shadow_depth, s.cut, s.frames));
+                                rec.threads[t as usize].samples.push((
+                                    s.ts_ns,
+                                    s.shadow_depth,
+                                    s.cut,
+                                    s.frames,
+                                ));
                             }
                         }
                     }
@@ -609,4 +623,3 @@ impl<R: Read> Iterator for Events<R> {
         }
     }
 }
-

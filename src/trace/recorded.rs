@@ -131,7 +131,8 @@ impl RawEncoder {
             calls += (k == kind::CALL || k == kind::POLL) as u64;
             // Ticks since the origin: the 54-bit difference, sign-extended
             // (the start nearest the origin, as `full_ticks` takes it).
-            let start = (((r.start_low().wrapping_sub(origin) & START_MASK) << 10) as i64 >> 10) as u64;
+            let start =
+                (((r.start_low().wrapping_sub(origin) & START_MASK) << 10) as i64 >> 10) as u64;
             let dur = r.dur();
             let dd = depth as i64 - prev_depth as i64;
             let same = (site == prev_site || k == kind::LOST) as u64;
@@ -265,8 +266,12 @@ pub(crate) fn decode(
         let depth = (prev_depth as i64)
             .checked_add(dd)
             .filter(|d| (0..=MAX_DEPTH as i64).contains(d))
-            .ok_or_else(|| corrupt(at, format!("call depth {prev_depth} + {dd} is out of range")))?
-            as u32;
+            .ok_or_else(|| {
+                corrupt(
+                    at,
+                    format!("call depth {prev_depth} + {dd} is out of range"),
+                )
+            })? as u32;
         let site = if k as u64 == kind::LOST {
             prev_site.unwrap_or(0)
         } else if same {
@@ -282,7 +287,10 @@ pub(crate) fn decode(
         let dur_at = pos;
         let dur = varint(&mut pos)?;
         if dur > DUR_MAX {
-            return Err(corrupt(dur_at, format!("duration {dur} ticks is out of range")));
+            return Err(corrupt(
+                dur_at,
+                format!("duration {dur} ticks is out of range"),
+            ));
         }
         let start_ns = scale.ns(start);
         let end = start.wrapping_add(dur);
@@ -309,7 +317,11 @@ pub(crate) fn decode(
     if pos != buf.len() {
         return Err(corrupt(
             pos,
-            format!("{} bytes left over after {} records", buf.len() - pos, c.count),
+            format!(
+                "{} bytes left over after {} records",
+                buf.len() - pos,
+                c.count
+            ),
         ));
     }
     Ok(())
@@ -346,7 +358,11 @@ mod tests {
         let c = enc.encode(3, &recs, origin, &mut sites, &info);
         assert_eq!(enc.calls, 4);
         assert_eq!(sites.sites.len(), 3, "a lost marker names no site");
-        assert!(c.payload.len() < recs.len() * 8, "{} bytes", c.payload.len());
+        assert!(
+            c.payload.len() < recs.len() * 8,
+            "{} bytes",
+            c.payload.len()
+        );
         let mut out = Vec::new();
         decode(&c, sites.sites.len(), TickScale::new(1.0), &mut out).unwrap();
         let got: Vec<_> = out
@@ -376,7 +392,9 @@ mod tests {
                 payload,
                 offset: 1000,
             };
-            decode(&c, 2, TickScale::new(1.0), &mut Vec::new()).unwrap_err().to_string()
+            decode(&c, 2, TickScale::new(1.0), &mut Vec::new())
+                .unwrap_err()
+                .to_string()
         };
         // Depth goes negative.
         assert!(bad(vec![zigzag(-1) as u8 * 16, 0, 0, 0], 1).contains("depth"));

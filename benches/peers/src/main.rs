@@ -71,10 +71,16 @@ fn main() {
         i += 2;
     }
     for p in &peers {
-        assert!(PEERS.contains(&p.as_str()), "unknown peer {p}; peers: {PEERS:?}");
+        assert!(
+            PEERS.contains(&p.as_str()),
+            "unknown peer {p}; peers: {PEERS:?}"
+        );
     }
     for w in &workloads {
-        assert!(WORKLOADS.contains(&w.as_str()), "unknown workload {w}; workloads: {WORKLOADS:?}");
+        assert!(
+            WORKLOADS.contains(&w.as_str()),
+            "unknown workload {w}; workloads: {WORKLOADS:?}"
+        );
     }
     let exe = std::env::current_exe().expect("own path");
     let mut results: Vec<Vec<Vec<Run>>> = vec![vec![Vec::new(); peers.len()]; workloads.len()];
@@ -96,7 +102,8 @@ fn main() {
                     );
                 }
                 let line = String::from_utf8_lossy(&out.stdout);
-                let run = Run::parse(line.trim()).unwrap_or_else(|| panic!("bad child output {line:?}"));
+                let run =
+                    Run::parse(line.trim()).unwrap_or_else(|| panic!("bad child output {line:?}"));
                 eprintln!("round {} {w:8} {:13} {run:?}", round + 1, peers[pi]);
                 results[wi][pi].push(run);
             }
@@ -146,11 +153,17 @@ fn main() {
                 f.stop_ms
             );
             if let Some((c, p)) = cheapest {
-                println!("fgtrace CPU/call vs cheapest peer ({p}): {:.2}", f.cpu_ns / c);
+                println!(
+                    "fgtrace CPU/call vs cheapest peer ({p}): {:.2}",
+                    f.cpu_ns / c
+                );
             }
             if let Some(t) = find("tracy") {
                 let per = |m: &Run| (m.rss_kib - base_rss).max(1.0);
-                println!("fgtrace peak RSS above untraced vs Tracy's: {:.3}", per(f) / per(t));
+                println!(
+                    "fgtrace peak RSS above untraced vs Tracy's: {:.3}",
+                    per(f) / per(t)
+                );
             }
             if let Some(ff) = find("fgtrace-file") {
                 println!(
@@ -177,7 +190,10 @@ struct Run {
 
 impl Run {
     fn parse(s: &str) -> Option<Run> {
-        let v: Vec<f64> = s.split_whitespace().map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let v: Vec<f64> = s
+            .split_whitespace()
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
         let [thread_ns, wall_ns, cpu_ns, stop_ms, rss_kib, kept] = v[..] else {
             return None;
         };
@@ -349,7 +365,8 @@ fn child(peer: &str, workload: &str, calls: u64) {
         "untraced" => run_workload(workload, calls, untraced_leaf, untraced_fib, &plain),
         "fgtrace" | "fgtrace-file" => {
             let mut config = fgtrace::Config::builtin();
-            let path = std::env::temp_dir().join(format!("fgtrace-peers-{}.fgt", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("fgtrace-peers-{}.fgt", std::process::id()));
             if peer == "fgtrace-file" {
                 config = config.output(&path);
             }
@@ -368,7 +385,8 @@ fn child(peer: &str, workload: &str, calls: u64) {
             struct Count(std::sync::Arc<std::sync::atomic::AtomicU64>);
             impl Reporter for Count {
                 fn report(&mut self, spans: &[SpanRecord]) {
-                    self.0.fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.0
+                        .fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
             let got = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -390,7 +408,8 @@ fn child(peer: &str, workload: &str, calls: u64) {
             struct Count(std::sync::Arc<std::sync::atomic::AtomicU64>);
             impl Reporter for Count {
                 fn report(&mut self, spans: Vec<SpanRecord>) {
-                    self.0.fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.0
+                        .fetch_add(spans.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
             let got = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
