@@ -136,6 +136,15 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
+        // Off-CPU time (issue 14): the recorder opens this thread's ring now,
+        // every other thread's when it joins (`recorder::join`).
+        #[cfg(target_os = "linux")]
+        let off_cpu = match config.off_cpu {
+            true => Some(crate::offcpu::Recorder::start().map_err(Error::Sampler)?),
+            false => None,
+        };
+        #[cfg(target_os = "linux")]
+        let cancel_off_cpu = || off_cpu.as_ref().map(|o| o.cancel());
         LIVE_SESSIONS.fetch_add(1, Relaxed);
         let active = Arc::new(Active {
             gen,
@@ -147,6 +156,8 @@ impl Session {
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             sampling: config.sampling.is_some(),
+            #[cfg(target_os = "linux")]
+            off_cpu: off_cpu.clone(),
             outlet: Arc::new(Outlet {
                 batches,
                 recycle_tx,
@@ -161,8 +172,11 @@ impl Session {
         let collector = if flight {
             None
         } else {
-            let h = spawn(batches_rx.clone(), stop.clone(), active.clone())
-                .map_err(|e| Error::Collector(format!("cannot start the collector thread: {e}")))?;
+            let h = spawn(batches_rx.clone(), stop.clone(), active.clone()).map_err(|e| {
+                #[cfg(target_os = "linux")]
+                cancel_off_cpu();
+                Error::Collector(format!("cannot start the collector thread: {e}"))
+            })?;
             Some(h)
         };
         #[cfg(target_os = "linux")]
@@ -171,6 +185,8 @@ impl Session {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stop.store(true, Release);
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
                     if let Some(h) = collector {
                         let _ = h.join();
                     }
@@ -279,6 +295,16 @@ impl Session {
         let mut trace = build::build(meta_base, inputs, build::registered_site);
         trace.meta.sampling = sampling;
         trace.meta.mappings = mappings;
+        // Off-CPU time (issue 14): the threads' switch intervals, or why not.
+        #[cfg(target_os = "linux")]
+        if let Some(o) = &self.active.off_cpu {
+            trace.meta.off_cpu =
+                Some(o.finish(&self.cal, trace.meta.duration_ns, &trace.meta.threads));
+        }
+        #[cfg(not(target_os = "linux"))]
+        if self.config.off_cpu {
+            trace.meta.off_cpu = Some(crate::trace::OffCpu::unavailable("off-CPU time needs Linux (perf_event)"));
+        }
         Ok(trace)
     }
 }

@@ -22,8 +22,12 @@
 mod active;
 pub mod buffer;
 pub mod clock;
+#[cfg(target_os = "linux")]
+mod perf_ring;
 pub mod collector;
 pub mod config;
+#[cfg(target_os = "linux")]
+mod offcpu;
 mod recorder;
 mod thread;
 pub mod trace;

@@ -333,6 +333,7 @@ pub(crate) fn build(
         counters: Vec::new(),
         sampling: None,
         mappings: Vec::new(),
+        off_cpu: None, // set by the session (off-CPU, issue 14)
     };
     Trace {
         meta,

@@ -14,9 +14,11 @@
 
 pub(crate) mod build;
 pub mod format;
+pub mod offcpu;
 
 pub use build::TraceBuilder;
 pub use format::{TraceError, TraceReader};
+pub use offcpu::{OffCpu, OffCpuThread, OffInterval, OffKind, OffTime};
 
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -118,6 +120,10 @@ pub struct TraceMeta {
     /// against the binary and its shared libraries.
     #[serde(default)]
     pub mappings: Vec<Mapping>,
+    /// Off-CPU time per thread (`Config::off_cpu`), or why it is unavailable;
+    /// `None`: not asked for (and every file written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// One executable mapping of the traced process.
