@@ -26,7 +26,6 @@ pub mod clock;
 mod perf_ring;
 pub mod collector;
 pub mod config;
-#[cfg(target_os = "linux")]
 mod offcpu;
 mod recorder;
 mod thread;

@@ -15,25 +15,10 @@
 //! `FGTRACE_OFFCPU=unavailable` makes every open fail (to test the refusal
 //! path); `FGTRACE_OFFCPU=required` makes a refusal an error.
 
-use crate::clock::{self, Calibration};
-use crate::perf_ring::{self, Fd, MmapRing};
-use crate::thread;
-use crate::trace::{OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo};
-use parking_lot::Mutex;
-use perf_event_open_sys as sys;
-use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// Data pages of a session thread's ring (drained every few ms): 32 KB,
-/// about 680 switches.
-const SESSION_PAGES: usize = 8;
-/// Data pages of a capture thread's ring (drained at the end of the
-/// capture): 64 KB, about 1,360 switches; more are counted as lost.
-pub(crate) const CAPTURE_PAGES: usize = 16;
-/// How often a session's reader drains the rings.
-const READ_EVERY: Duration = Duration::from_millis(5);
+use crate::clock::Calibration;
+use crate::trace::{OffCpuThread, OffInterval, OffKind};
+#[cfg(target_os = "linux")]
+pub(crate) use linux::*;
 
 /// What `FGTRACE_OFFCPU` asks of the off-CPU recording itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,123 +51,6 @@ pub(crate) struct MonoInterval {
     pub kind: OffKind,
 }
 
-/// Switch records of one thread turned into intervals as they are read.
-#[derive(Default)]
-struct Pairer {
-    /// The last switch-out not yet matched: time, preempted.
-    out: Option<(u64, bool)>,
-    intervals: Vec<MonoInterval>,
-    lost: u64,
-}
-
-impl Pairer {
-    fn record(&mut self, r: &perf_ring::Record<'_>) {
-        match r.ty {
-            sys::bindings::PERF_RECORD_SWITCH => {
-                // sample_id: pid u32, tid u32, time u64.
-                let Some(time) = r.u64_at(8) else { return };
-                let misc = r.misc as u32;
-                if misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0 {
-                    let preempted = misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
-                    self.out = Some((time, preempted));
-                } else if let Some((out_ns, preempted)) = self.out.take() {
-                    if time >= out_ns {
-                        self.intervals.push(MonoInterval {
-                            out_ns,
-                            in_ns: time,
-                            kind: if preempted {
-                                OffKind::Preempted
-                            } else {
-                                OffKind::Blocked
-                            },
-                        });
-                    }
-                }
-            }
-            sys::bindings::PERF_RECORD_LOST => {
-                self.lost = self.lost.saturating_add(r.u64_at(8).unwrap_or(0));
-                // The matching record may be among the lost: pair nothing across.
-                self.out = None;
-            }
-            _ => {}
-        }
-    }
-
-    /// Closes an interval still open at `end_ns` (the thread is off the CPU
-    /// when recording ends) and returns the intervals.
-    fn finish(mut self, end_ns: u64) -> (Vec<MonoInterval>, u64) {
-        if let Some((out_ns, preempted)) = self.out.take() {
-            if end_ns > out_ns {
-                self.intervals.push(MonoInterval {
-                    out_ns,
-                    in_ns: end_ns,
-                    kind: if preempted {
-                        OffKind::Preempted
-                    } else {
-                        OffKind::Blocked
-                    },
-                });
-            }
-        }
-        (self.intervals, self.lost)
-    }
-}
-
-/// The switch records of one thread.
-pub(crate) struct SwitchRing {
-    pub tid: u32,
-    ring: MmapRing,
-    pairer: Pairer,
-    _fd: Fd,
-}
-
-impl SwitchRing {
-    /// Opens the calling thread's switch event and its ring.
-    pub(crate) fn open_current(data_pages: usize) -> Result<SwitchRing, String> {
-        let what = "context switches of this thread";
-        if env_mode() == EnvMode::Unavailable {
-            return Err(format!(
-                "perf_event_open({what}) refused: forced by FGTRACE_OFFCPU=unavailable"
-            ));
-        }
-        let tid = thread::os_tid();
-        let mut a = sys::bindings::perf_event_attr::default();
-        a.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
-        a.config = sys::bindings::PERF_COUNT_SW_DUMMY as u64;
-        a.sample_type = (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME) as u64;
-        a.set_sample_id_all(1);
-        a.set_context_switch(1);
-        a.set_exclude_kernel(1);
-        a.set_exclude_hv(1);
-        a.set_use_clockid(1);
-        a.clockid = libc::CLOCK_MONOTONIC;
-        // Nobody polls the descriptor: wake (nobody) only when half full.
-        a.set_watermark(1);
-        a.__bindgen_anon_2.wakeup_watermark = (perf_ring::page_size() * data_pages / 2) as u32;
-        let fd = perf_ring::open(&mut a, tid as i32, what).map_err(|e| e.to_string())?;
-        let ring = MmapRing::map(&fd, data_pages).map_err(|e| e.to_string())?;
-        Ok(SwitchRing {
-            tid,
-            ring,
-            pairer: Pairer::default(),
-            _fd: fd,
-        })
-    }
-
-    /// Reads the records written so far.
-    pub(crate) fn drain(&mut self) {
-        let p = &mut self.pairer;
-        self.ring.drain(|r| p.record(r));
-    }
-
-    /// The last read, then the intervals (one still open ends at
-    /// `end_mono_ns`) and the number of records lost.
-    pub(crate) fn finish(mut self, end_mono_ns: u64) -> (Vec<MonoInterval>, u64) {
-        self.drain();
-        self.pairer.finish(end_mono_ns)
-    }
-}
-
 /// `CLOCK_MONOTONIC` intervals to trace time, clipped to `[0, end_ns]`.
 pub(crate) fn to_trace(
     cal: &Calibration,
@@ -213,167 +81,313 @@ pub(crate) fn to_trace(
     }
 }
 
-/// A session's off-CPU recording: the rings of its threads and their reader.
-pub(crate) struct Recorder {
-    rings: Mutex<Vec<SwitchRing>>,
-    /// Rings of threads that exited, already read.
-    done: Mutex<Vec<(u32, Vec<MonoInterval>, u64)>>,
-    /// The first refusal (later ones are the same, or close).
-    refused: Mutex<Option<String>>,
-    stop: AtomicBool,
-    reader: Mutex<Option<JoinHandle<()>>>,
-}
+/// The perf_event side: rings, their reader, the session's recorder.
+#[cfg(target_os = "linux")]
+mod linux {
+    use super::*;
+    use crate::clock;
+    use crate::perf_ring::{self, Fd, MmapRing};
+    use crate::thread;
+    use crate::trace::{OffCpu, ThreadInfo};
+    use parking_lot::Mutex;
+    use perf_event_open_sys as sys;
+    use std::sync::atomic::{AtomicBool, Ordering::*};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use std::time::Duration;
 
-impl Recorder {
-    /// Starts off-CPU recording: opens the calling thread's ring first, so
-    /// a refusal is known (and said, in one line) at once. `Err` only when
-    /// `FGTRACE_OFFCPU=required` and the kernel refused.
-    pub(crate) fn start() -> Result<Arc<Recorder>, String> {
-        let r = Arc::new(Recorder {
-            rings: Mutex::new(Vec::new()),
-            done: Mutex::new(Vec::new()),
-            refused: Mutex::new(None),
-            stop: AtomicBool::new(false),
-            reader: Mutex::new(None),
-        });
-        match SwitchRing::open_current(SESSION_PAGES) {
-            Ok(ring) => r.rings.lock().push(ring),
-            Err(why) => {
-                if env_mode() == EnvMode::Required {
-                    return Err(format!("off-CPU time is required (FGTRACE_OFFCPU=required) but unavailable: {why}"));
+    /// Data pages of a session thread's ring (drained every few ms): 32 KB,
+    /// about 680 switches.
+    const SESSION_PAGES: usize = 8;
+    /// Data pages of a capture thread's ring (drained at the end of the
+    /// capture): 64 KB, about 1,360 switches; more are counted as lost.
+    pub(crate) const CAPTURE_PAGES: usize = 16;
+    /// How often a session's reader drains the rings.
+    const READ_EVERY: Duration = Duration::from_millis(5);
+
+    /// Switch records of one thread turned into intervals as they are read.
+    #[derive(Default)]
+    pub(super) struct Pairer {
+        /// The last switch-out not yet matched: time, preempted.
+        out: Option<(u64, bool)>,
+        intervals: Vec<MonoInterval>,
+        lost: u64,
+    }
+
+    impl Pairer {
+        pub(super) fn record(&mut self, r: &perf_ring::Record<'_>) {
+            match r.ty {
+                sys::bindings::PERF_RECORD_SWITCH => {
+                    // sample_id: pid u32, tid u32, time u64.
+                    let Some(time) = r.u64_at(8) else { return };
+                    let misc = r.misc as u32;
+                    if misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0 {
+                        let preempted = misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
+                        self.out = Some((time, preempted));
+                    } else if let Some((out_ns, preempted)) = self.out.take() {
+                        if time >= out_ns {
+                            self.intervals.push(MonoInterval {
+                                out_ns,
+                                in_ns: time,
+                                kind: if preempted {
+                                    OffKind::Preempted
+                                } else {
+                                    OffKind::Blocked
+                                },
+                            });
+                        }
+                    }
                 }
-                eprintln!("fgtrace: off-CPU time unavailable: {why}");
-                *r.refused.lock() = Some(why);
-                return Ok(r);
+                sys::bindings::PERF_RECORD_LOST => {
+                    self.lost = self.lost.saturating_add(r.u64_at(8).unwrap_or(0));
+                    // The matching record may be among the lost: pair nothing across.
+                    self.out = None;
+                }
+                _ => {}
             }
         }
-        let me = r.clone();
-        let h = std::thread::Builder::new()
-            .name("fgtrace-offcpu".into())
-            .spawn(move || me.read_loop())
-            .map_err(|e| format!("cannot start the off-CPU reader thread: {e}"))?;
-        *r.reader.lock() = Some(h);
-        Ok(r)
-    }
 
-    /// Opens the calling thread's ring (once per thread; a cold path: the
-    /// core's `join` hook). A refusal leaves that thread without off-CPU time.
-    pub(crate) fn register_current_thread(&self) {
-        if self.refused.lock().is_some() || self.stop.load(Acquire) {
-            return;
-        }
-        let tid = thread::os_tid();
-        let mut rings = self.rings.lock();
-        if rings.iter().any(|r| r.tid == tid) {
-            return;
-        }
-        match SwitchRing::open_current(SESSION_PAGES) {
-            Ok(r) => rings.push(r),
-            Err(why) => {
-                drop(rings);
-                let mut refused = self.refused.lock();
-                if refused.is_none() {
-                    eprintln!("fgtrace: off-CPU time unavailable for thread {tid}: {why}");
-                    *refused = Some(why);
+        /// Closes an interval still open at `end_ns` (the thread is off the CPU
+        /// when recording ends) and returns the intervals.
+        pub(super) fn finish(mut self, end_ns: u64) -> (Vec<MonoInterval>, u64) {
+            if let Some((out_ns, preempted)) = self.out.take() {
+                if end_ns > out_ns {
+                    self.intervals.push(MonoInterval {
+                        out_ns,
+                        in_ns: end_ns,
+                        kind: if preempted {
+                            OffKind::Preempted
+                        } else {
+                            OffKind::Blocked
+                        },
+                    });
                 }
             }
+            (self.intervals, self.lost)
         }
     }
 
-    /// Stops the reader (a session that failed to start).
-    pub(crate) fn cancel(&self) {
-        self.stop.store(true, Release);
+    /// The switch records of one thread.
+    pub(crate) struct SwitchRing {
+        pub tid: u32,
+        ring: MmapRing,
+        pairer: Pairer,
+        _fd: Fd,
     }
 
-    fn read_loop(self: Arc<Self>) {
-        fgtrace_core::probe::mark_internal_thread();
-        let mut rounds = 0u32;
-        while !self.stop.load(Acquire) {
-            std::thread::sleep(READ_EVERY);
+    impl SwitchRing {
+        /// Opens the calling thread's switch event and its ring.
+        pub(crate) fn open_current(data_pages: usize) -> Result<SwitchRing, String> {
+            let what = "context switches of this thread";
+            if env_mode() == EnvMode::Unavailable {
+                return Err(format!(
+                    "perf_event_open({what}) refused: forced by FGTRACE_OFFCPU=unavailable"
+                ));
+            }
+            let tid = thread::os_tid();
+            let mut a = sys::bindings::perf_event_attr::default();
+            a.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
+            a.config = sys::bindings::PERF_COUNT_SW_DUMMY as u64;
+            a.sample_type = (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME) as u64;
+            a.set_sample_id_all(1);
+            a.set_context_switch(1);
+            a.set_exclude_kernel(1);
+            a.set_exclude_hv(1);
+            a.set_use_clockid(1);
+            a.clockid = libc::CLOCK_MONOTONIC;
+            // Nobody polls the descriptor: wake (nobody) only when half full.
+            a.set_watermark(1);
+            a.__bindgen_anon_2.wakeup_watermark = (perf_ring::page_size() * data_pages / 2) as u32;
+            let fd = perf_ring::open(&mut a, tid as i32, what).map_err(|e| e.to_string())?;
+            let ring = MmapRing::map(&fd, data_pages).map_err(|e| e.to_string())?;
+            Ok(SwitchRing {
+                tid,
+                ring,
+                pairer: Pairer::default(),
+                _fd: fd,
+            })
+        }
+
+        /// Reads the records written so far.
+        pub(crate) fn drain(&mut self) {
+            let p = &mut self.pairer;
+            self.ring.drain(|r| p.record(r));
+        }
+
+        /// The last read, then the intervals (one still open ends at
+        /// `end_mono_ns`) and the number of records lost.
+        pub(crate) fn finish(mut self, end_mono_ns: u64) -> (Vec<MonoInterval>, u64) {
+            self.drain();
+            self.pairer.finish(end_mono_ns)
+        }
+    }
+
+    /// A session's off-CPU recording: the rings of its threads and their reader.
+    pub(crate) struct Recorder {
+        rings: Mutex<Vec<SwitchRing>>,
+        /// Rings of threads that exited, already read.
+        done: Mutex<Vec<(u32, Vec<MonoInterval>, u64)>>,
+        /// The first refusal (later ones are the same, or close).
+        refused: Mutex<Option<String>>,
+        stop: AtomicBool,
+        reader: Mutex<Option<JoinHandle<()>>>,
+    }
+
+    impl Recorder {
+        /// Starts off-CPU recording: opens the calling thread's ring first, so
+        /// a refusal is known (and said, in one line) at once. `Err` only when
+        /// `FGTRACE_OFFCPU=required` and the kernel refused.
+        pub(crate) fn start() -> Result<Arc<Recorder>, String> {
+            let r = Arc::new(Recorder {
+                rings: Mutex::new(Vec::new()),
+                done: Mutex::new(Vec::new()),
+                refused: Mutex::new(None),
+                stop: AtomicBool::new(false),
+                reader: Mutex::new(None),
+            });
+            match SwitchRing::open_current(SESSION_PAGES) {
+                Ok(ring) => r.rings.lock().push(ring),
+                Err(why) => {
+                    if env_mode() == EnvMode::Required {
+                        return Err(format!("off-CPU time is required (FGTRACE_OFFCPU=required) but unavailable: {why}"));
+                    }
+                    eprintln!("fgtrace: off-CPU time unavailable: {why}");
+                    *r.refused.lock() = Some(why);
+                    return Ok(r);
+                }
+            }
+            let me = r.clone();
+            let h = std::thread::Builder::new()
+                .name("fgtrace-offcpu".into())
+                .spawn(move || me.read_loop())
+                .map_err(|e| format!("cannot start the off-CPU reader thread: {e}"))?;
+            *r.reader.lock() = Some(h);
+            Ok(r)
+        }
+
+        /// Opens the calling thread's ring (once per thread; a cold path: the
+        /// core's `join` hook). A refusal leaves that thread without off-CPU time.
+        pub(crate) fn register_current_thread(&self) {
+            if self.refused.lock().is_some() || self.stop.load(Acquire) {
+                return;
+            }
+            let tid = thread::os_tid();
             let mut rings = self.rings.lock();
-            for r in rings.iter_mut() {
-                r.drain();
+            if rings.iter().any(|r| r.tid == tid) {
+                return;
             }
-            rounds = rounds.wrapping_add(1);
-            if rounds % 20 == 0 {
-                // Rings of threads that exited: read them one last time and
-                // free them (each is locked memory the kernel limits).
-                let mut i = 0;
-                while i < rings.len() {
-                    let alive = std::path::Path::new(&format!("/proc/self/task/{}", rings[i].tid))
-                        .exists();
-                    if alive {
-                        i += 1;
-                    } else {
-                        let r = rings.swap_remove(i);
-                        let tid = r.tid;
-                        let (iv, lost) = r.finish(clock::monotonic_ns());
-                        self.done.lock().push((tid, iv, lost));
+            match SwitchRing::open_current(SESSION_PAGES) {
+                Ok(r) => rings.push(r),
+                Err(why) => {
+                    drop(rings);
+                    let mut refused = self.refused.lock();
+                    if refused.is_none() {
+                        eprintln!("fgtrace: off-CPU time unavailable for thread {tid}: {why}");
+                        *refused = Some(why);
                     }
                 }
             }
         }
+
+        /// Stops the reader (a session that failed to start).
+        pub(crate) fn cancel(&self) {
+            self.stop.store(true, Release);
+        }
+
+        fn read_loop(self: Arc<Self>) {
+            fgtrace_core::probe::mark_internal_thread();
+            let mut rounds = 0u32;
+            while !self.stop.load(Acquire) {
+                std::thread::sleep(READ_EVERY);
+                let mut rings = self.rings.lock();
+                for r in rings.iter_mut() {
+                    r.drain();
+                }
+                rounds = rounds.wrapping_add(1);
+                if rounds % 20 == 0 {
+                    // Rings of threads that exited: read them one last time and
+                    // free them (each is locked memory the kernel limits).
+                    let mut i = 0;
+                    while i < rings.len() {
+                        let alive = std::path::Path::new(&format!("/proc/self/task/{}", rings[i].tid))
+                            .exists();
+                        if alive {
+                            i += 1;
+                        } else {
+                            let r = rings.swap_remove(i);
+                            let tid = r.tid;
+                            let (iv, lost) = r.finish(clock::monotonic_ns());
+                            self.done.lock().push((tid, iv, lost));
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Stops reading and returns the off-CPU time of `threads` on the
+        /// trace's time line (`end_ns`: the session's length).
+        pub(crate) fn finish(&self, cal: &Calibration, end_ns: u64, threads: &[ThreadInfo]) -> OffCpu {
+            self.stop.store(true, Release);
+            if let Some(h) = self.reader.lock().take() {
+                let _ = h.join();
+            }
+            let end_mono = cal.origin.mono_ns.saturating_add(end_ns);
+            let mut all = std::mem::take(&mut *self.done.lock());
+            for r in self.rings.lock().drain(..) {
+                let tid = r.tid;
+                let (iv, lost) = r.finish(end_mono);
+                all.push((tid, iv, lost));
+            }
+            let refused = self.refused.lock().clone();
+            let mut out = Vec::new();
+            for (i, t) in threads.iter().enumerate() {
+                let mut mine: Vec<&(u32, Vec<MonoInterval>, u64)> =
+                    all.iter().filter(|(tid, _, _)| *tid == t.tid).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                mine.sort_by_key(|(_, iv, _)| iv.first().map_or(0, |i| i.out_ns));
+                let ivs: Vec<MonoInterval> = mine.iter().flat_map(|(_, iv, _)| iv.iter().copied()).collect();
+                let lost = mine.iter().map(|(_, _, l)| *l).sum();
+                out.push(to_trace(cal, end_ns, &ivs, lost, i as u32));
+            }
+            let unavailable = match refused {
+                Some(r) => Some(r),
+                None if out.len() < threads.len() => {
+                    Some("some threads were not recorded (no traced call while recording)".into())
+                }
+                None => None,
+            };
+            OffCpu {
+                unavailable,
+                threads: out,
+            }
+        }
     }
 
-    /// Stops reading and returns the off-CPU time of `threads` on the
-    /// trace's time line (`end_ns`: the session's length).
-    pub(crate) fn finish(&self, cal: &Calibration, end_ns: u64, threads: &[ThreadInfo]) -> OffCpu {
-        self.stop.store(true, Release);
-        if let Some(h) = self.reader.lock().take() {
-            let _ = h.join();
+    impl Drop for Recorder {
+        fn drop(&mut self) {
+            self.stop.store(true, Release);
         }
-        let end_mono = cal.origin.mono_ns.saturating_add(end_ns);
-        let mut all = std::mem::take(&mut *self.done.lock());
-        for r in self.rings.lock().drain(..) {
-            let tid = r.tid;
-            let (iv, lost) = r.finish(end_mono);
-            all.push((tid, iv, lost));
-        }
-        let refused = self.refused.lock().clone();
-        let mut out = Vec::new();
-        for (i, t) in threads.iter().enumerate() {
-            let mut mine: Vec<&(u32, Vec<MonoInterval>, u64)> =
-                all.iter().filter(|(tid, _, _)| *tid == t.tid).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            mine.sort_by_key(|(_, iv, _)| iv.first().map_or(0, |i| i.out_ns));
-            let ivs: Vec<MonoInterval> = mine.iter().flat_map(|(_, iv, _)| iv.iter().copied()).collect();
-            let lost = mine.iter().map(|(_, _, l)| *l).sum();
-            out.push(to_trace(cal, end_ns, &ivs, lost, i as u32));
-        }
-        let unavailable = match refused {
-            Some(r) => Some(r),
-            None if out.len() < threads.len() => {
-                Some("some threads were not recorded (no traced call while recording)".into())
-            }
-            None => None,
-        };
-        OffCpu {
-            unavailable,
-            threads: out,
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.stop.store(true, Release);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_os = "linux")]
+    use perf_event_open_sys as sys;
 
+    #[cfg(target_os = "linux")]
     fn switch(time: u64) -> Vec<u8> {
         let mut b = vec![0u8; 16];
         b[8..16].copy_from_slice(&time.to_ne_bytes());
         b
     }
 
+    #[cfg(target_os = "linux")]
     fn feed(p: &mut Pairer, ty: u32, misc: u32, body: &[u8]) {
-        p.record(&perf_ring::Record {
+        p.record(&crate::perf_ring::Record {
             ty,
             misc: misc as u16,
             body,
@@ -381,6 +395,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn switches_pair_into_blocked_and_preempted_intervals() {
         let out = sys::bindings::PERF_RECORD_MISC_SWITCH_OUT;
         let pre = out | sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT;

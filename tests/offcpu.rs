@@ -121,8 +121,8 @@ fn compute_then_sleep_splits_into_on_and_off_cpu() {
     assert!(close(on, true_on, 0.15, 1_000_000), "on-CPU {on} vs {true_on}");
     assert!(close(off, true_off, 0.15, 1_000_000), "off-CPU {off} vs {true_off}");
     assert!(
-        (9_000_000..16_000_000).contains(&blocked),
-        "a 10 ms sleep is blocked time: {blocked} ns"
+        blocked >= 9_000_000 && blocked <= off,
+        "a 10 ms sleep (and the wait to run again once woken, long on a loaded machine) is blocked time: {blocked} ns"
     );
 }
 

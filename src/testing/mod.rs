@@ -52,6 +52,7 @@
 pub mod __budget;
 mod captured;
 pub(crate) mod counters;
+mod offcpu;
 mod query;
 mod render;
 mod runs;
@@ -181,6 +182,7 @@ pub fn repeat<R>(runs: usize, f: impl FnMut() -> R) -> Runs {
 #[derive(Clone, Debug)]
 pub struct Options {
     counters: Counters,
+    off_cpu: bool,
     warmup: usize,
     runs: usize,
 }
@@ -189,6 +191,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             counters: Counters::Off,
+            off_cpu: false,
             warmup: 1,
             runs: 11,
         }
@@ -204,6 +207,29 @@ impl Options {
     /// Count retired instructions per call ([`Counters::Auto`] or `Required`).
     pub fn counters(mut self, c: Counters) -> Self {
         self.counters = c;
+        self
+    }
+
+    /// Also record when each captured thread was off the CPU, so that
+    /// [`Capture::off_cpu`], [`Capture::blocked`] and
+    /// [`Capture::assert_no_blocking`] work. Each thread of the capture
+    /// opens a context-switch `perf_event` on itself; where the kernel
+    /// refuses, those queries return `None` and the assertions are
+    /// SKIPPED with the reason (`FGTRACE_OFFCPU=required`: panic instead).
+    ///
+    /// ```
+    /// #[fgtrace::traced]
+    /// fn nap() { std::thread::sleep(std::time::Duration::from_millis(2)); }
+    ///
+    /// let cap = fgtrace::testing::Options::new().off_cpu(true).capture(nap);
+    /// if let Some(off) = cap.off_cpu("nap") {
+    ///     assert!(off >= std::time::Duration::from_millis(1));
+    /// }
+    /// assert!(!cap.assert_no_blocking("nap").passed() || cap.off_cpu("nap").is_none());
+    /// # let _ = std::panic::catch_unwind(|| ());
+    /// ```
+    pub fn off_cpu(mut self, yes: bool) -> Self {
+        self.off_cpu = yes;
         self
     }
 
@@ -229,7 +255,7 @@ impl Options {
     /// Like [`Options::capture`], and also returns what `f` returned.
     #[track_caller]
     pub fn capture_with<R>(&self, f: impl FnOnce() -> R) -> (R, Capture) {
-        let sink = Sink::new(self.counters);
+        let sink = Sink::new(self.counters, self.off_cpu);
         let origin = ClockPoint::now();
         let (r, part, status) = run_part(self.counters, &sink, f);
         let end = ClockPoint::now();
@@ -243,6 +269,7 @@ impl Options {
         CaptureFuture {
             inner: Box::pin(fut),
             mode: self.counters,
+            off_cpu: self.off_cpu,
             state: None,
         }
     }
@@ -262,19 +289,23 @@ pub(crate) struct Part {
     tid: u32,
     name: String,
     out: CaptureOut,
+    /// Its switches, when off-CPU time was asked for.
+    pub(crate) off: offcpu::PartOff,
 }
 
 /// Where linked threads leave their parts until the capture ends.
 struct Sink {
     counters: Counters,
+    off_cpu: bool,
     /// `None` once the capture has ended: later parts are dropped.
     parts: Mutex<Option<Vec<Part>>>,
 }
 
 impl Sink {
-    fn new(counters: Counters) -> Arc<Sink> {
+    fn new(counters: Counters, off_cpu: bool) -> Arc<Sink> {
         Arc::new(Sink {
             counters,
+            off_cpu,
             parts: Mutex::new(Some(Vec::new())),
         })
     }
@@ -320,6 +351,7 @@ fn run_part<R>(
     f: impl FnOnce() -> R,
 ) -> (R, Part, counters::CounterStatus) {
     let (src, status) = counters::resolve(mode);
+    let ring = offcpu::begin(sink.off_cpu);
     let running = Running::start(sink, recorder::capture_begin(CAPTURE_STACK, src));
     let r = f();
     let out = recorder::capture_end(running.take());
@@ -329,6 +361,7 @@ fn run_part<R>(
             tid: crate::thread::os_tid(),
             name: crate::thread::name(),
             out,
+            off: offcpu::end(ring),
         },
         status,
     )
@@ -411,6 +444,7 @@ where
 pub struct CaptureFuture<F: Future> {
     inner: Pin<Box<F>>,
     mode: Counters,
+    off_cpu: bool,
     state: Option<AsyncState>,
 }
 
@@ -422,6 +456,8 @@ struct AsyncState {
     status: CounterStatus,
     tid: u32,
     name: String,
+    /// Off-CPU time of the polls, on whichever threads ran them.
+    off: offcpu::AsyncOff,
 }
 
 impl<F: Future> Future for CaptureFuture<F> {
@@ -436,11 +472,12 @@ impl<F: Future> Future for CaptureFuture<F> {
                 let saved = recorder::capture_begin(CAPTURE_STACK, src);
                 let st = AsyncState {
                     parked: Suspended::empty(),
-                    sink: Sink::new(this.mode),
+                    sink: Sink::new(this.mode, this.off_cpu),
                     origin,
                     status,
                     tid: crate::thread::os_tid(),
                     name: crate::thread::name(),
+                    off: offcpu::AsyncOff::new(this.off_cpu),
                 };
                 (saved, st)
             }
@@ -454,12 +491,14 @@ impl<F: Future> Future for CaptureFuture<F> {
                 (recorder::capture_resume(parked, src), st)
             }
         };
+        let mut st = st;
+        let window = st.off.poll_begins();
         let running = Running::start(&st.sink, saved);
         let r = this.inner.as_mut().poll(cx);
         let saved = running.take();
+        st.off.poll_ends(window);
         match r {
             Poll::Pending => {
-                let mut st = st;
                 st.parked = recorder::capture_suspend(saved);
                 this.state = Some(st);
                 Poll::Pending
@@ -471,6 +510,7 @@ impl<F: Future> Future for CaptureFuture<F> {
                     tid: st.tid,
                     name: st.name,
                     out,
+                    off: st.off.finish(),
                 }];
                 parts.extend(st.sink.close());
                 Poll::Ready((v, Capture::build(st.origin, end, parts, st.status)))
