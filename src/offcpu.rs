@@ -101,6 +101,7 @@ mod linux {
     const SESSION_PAGES: usize = 8;
     /// Data pages of a capture thread's ring (drained at the end of the
     /// capture): 64 KB, about 1,360 switches; more are counted as lost.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) const CAPTURE_PAGES: usize = 16;
     /// How often a session's reader drains the rings.
     const READ_EVERY: Duration = Duration::from_millis(5);
