@@ -1,0 +1,155 @@
+//! Off-CPU time per call, checked against the truth: a request handler that
+//! computes, waits for "I/O" (sleeps) and takes a contended lock, on three
+//! threads. Each traced fn also measures itself with the thread's CPU clock
+//! (`CLOCK_THREAD_CPUTIME_ID`: on-CPU truth) and the wall clock (off-CPU
+//! truth = wall - CPU), and the example prints both beside what the trace
+//! says, with the relative error, then saves `offcpu.fgt`.
+//!
+//! ```sh
+//! cargo run --release --example offcpu            # then: fgtrace report offcpu.fgt
+//! fgtrace graph --offcpu offcpu.fgt --depth 2     # fgtrace flame --offcpu offcpu.fgt -o off.svg
+//! ```
+
+use fgtrace::view::{ReportBuilder, ReportOptions};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Per function: (wall ns, CPU ns), summed over calls (outermost calls only).
+static TRUTH: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::new(BTreeMap::new());
+
+fn truly<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    let (w, c) = (Instant::now(), thread_cpu_ns());
+    let r = f();
+    let cpu = thread_cpu_ns() - c;
+    let wall = w.elapsed().as_nanos() as u64;
+    let mut t = TRUTH.lock().unwrap();
+    let e = t.entry(name).or_insert((0, 0));
+    e.0 += wall;
+    e.1 += cpu;
+    r
+}
+
+fn burn(d: Duration) -> u64 {
+    let end = thread_cpu_ns() + d.as_nanos() as u64;
+    let mut x = 1u64;
+    while thread_cpu_ns() < end {
+        for _ in 0..500 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+#[fgtrace::traced]
+fn parse(ms: u64) -> u64 {
+    truly("parse", || burn(Duration::from_millis(ms)))
+}
+
+#[fgtrace::traced]
+fn wait_io(ms: u64) {
+    truly("wait_io", || std::thread::sleep(Duration::from_millis(ms)))
+}
+
+#[fgtrace::traced]
+fn update_shared(m: &Mutex<u64>) {
+    truly("update_shared", || {
+        let mut g = m.lock().unwrap();
+        *g += burn(Duration::from_millis(2));
+    })
+}
+
+#[fgtrace::traced]
+fn handle(i: u64, m: &Mutex<u64>) {
+    truly("handle", || {
+        parse(3 + i % 3);
+        wait_io(2 + i % 4);
+        update_shared(m);
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let session = fgtrace::Session::start(fgtrace::Config::default().off_cpu(true))?;
+    let m = Arc::new(Mutex::new(0u64));
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let m = m.clone();
+            std::thread::Builder::new()
+                .name(format!("worker-{w}"))
+                .spawn(move || {
+                    for i in 0..20 {
+                        handle(i + w, &m);
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let trace = session.stop()?;
+    trace.save("offcpu.fgt")?;
+    let Some(o) = trace.meta().off_cpu.as_ref().filter(|o| o.is_available()) else {
+        println!(
+            "off-CPU unavailable: {}",
+            trace.meta().off_cpu.as_ref().map_or("not recorded", |o| o.reason())
+        );
+        return Ok(());
+    };
+    let opts = ReportOptions::default();
+    let mut r = ReportBuilder::new(trace.meta(), &opts);
+    for e in trace.events() {
+        r.push(&e);
+    }
+    let report = r.finish();
+    println!(
+        "{} calls on {} threads, {} context-switch stretches ({} records lost)\n",
+        trace.meta().total_calls(),
+        trace.meta().threads.len(),
+        o.threads.iter().map(|t| t.intervals.len()).sum::<usize>(),
+        o.lost()
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7} {:>10}",
+        "function", "on truth", "on trace", "err", "off truth", "off trace", "err", "blocked"
+    );
+    let ms = |ns: u64| format!("{:.3} ms", ns as f64 / 1e6);
+    let err = |got: u64, want: u64| {
+        if want == 0 {
+            "-".to_string()
+        } else {
+            format!("{:+.1}%", (got as f64 - want as f64) / want as f64 * 100.0)
+        }
+    };
+    let truth = TRUTH.lock().unwrap();
+    for f in &report.functions {
+        let Some(&(wall, cpu)) = truth.get(f.name.as_str()) else {
+            continue;
+        };
+        let off = f.off_cpu.unwrap_or_default();
+        let on = f.on_cpu_ns().unwrap_or(0);
+        println!(
+            "{:<14} {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7} {:>10}",
+            f.name,
+            ms(cpu),
+            ms(on),
+            err(on, cpu),
+            ms(wall - cpu),
+            ms(off.total.total_ns()),
+            err(off.total.total_ns(), wall - cpu),
+            ms(off.total.blocked_ns)
+        );
+    }
+    println!("\nsaved offcpu.fgt: fgtrace report offcpu.fgt, fgtrace graph --offcpu offcpu.fgt, fgtrace flame --offcpu offcpu.fgt -o off.svg");
+    Ok(())
+}
