@@ -102,7 +102,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Some(o) = trace.meta().off_cpu.as_ref().filter(|o| o.is_available()) else {
         println!(
             "off-CPU unavailable: {}",
-            trace.meta().off_cpu.as_ref().map_or("not recorded", |o| o.reason())
+            trace
+                .meta()
+                .off_cpu
+                .as_ref()
+                .map_or("not recorded", |o| o.reason())
         );
         return Ok(());
     };

@@ -303,7 +303,9 @@ impl Session {
         }
         #[cfg(not(target_os = "linux"))]
         if self.config.off_cpu {
-            trace.meta.off_cpu = Some(crate::trace::OffCpu::unavailable("off-CPU time needs Linux (perf_event)"));
+            trace.meta.off_cpu = Some(crate::trace::OffCpu::unavailable(
+                "off-CPU time needs Linux (perf_event)",
+            ));
         }
         Ok(trace)
     }

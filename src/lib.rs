@@ -22,11 +22,11 @@
 mod active;
 pub mod buffer;
 pub mod clock;
-#[cfg(target_os = "linux")]
-mod perf_ring;
 pub mod collector;
 pub mod config;
 mod offcpu;
+#[cfg(target_os = "linux")]
+mod perf_ring;
 mod recorder;
 mod thread;
 pub mod trace;

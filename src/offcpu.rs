@@ -123,7 +123,8 @@ mod linux {
                     let Some(time) = r.u64_at(8) else { return };
                     let misc = r.misc as u32;
                     if misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0 {
-                        let preempted = misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
+                        let preempted =
+                            misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
                         self.out = Some((time, preempted));
                     } else if let Some((out_ns, preempted)) = self.out.take() {
                         if time >= out_ns {
@@ -186,10 +187,13 @@ mod linux {
                 ));
             }
             let tid = thread::os_tid();
-            let mut a = sys::bindings::perf_event_attr::default();
-            a.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
-            a.config = sys::bindings::PERF_COUNT_SW_DUMMY as u64;
-            a.sample_type = (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME) as u64;
+            let mut a = sys::bindings::perf_event_attr {
+                type_: sys::bindings::PERF_TYPE_SOFTWARE,
+                config: sys::bindings::PERF_COUNT_SW_DUMMY as u64,
+                sample_type: (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME)
+                    as u64,
+                ..Default::default()
+            };
             a.set_sample_id_all(1);
             a.set_context_switch(1);
             a.set_exclude_kernel(1);
@@ -310,8 +314,9 @@ mod linux {
                     // free them (each is locked memory the kernel limits).
                     let mut i = 0;
                     while i < rings.len() {
-                        let alive = std::path::Path::new(&format!("/proc/self/task/{}", rings[i].tid))
-                            .exists();
+                        let alive =
+                            std::path::Path::new(&format!("/proc/self/task/{}", rings[i].tid))
+                                .exists();
                         if alive {
                             i += 1;
                         } else {
@@ -327,7 +332,12 @@ mod linux {
 
         /// Stops reading and returns the off-CPU time of `threads` on the
         /// trace's time line (`end_ns`: the session's length).
-        pub(crate) fn finish(&self, cal: &Calibration, end_ns: u64, threads: &[ThreadInfo]) -> OffCpu {
+        pub(crate) fn finish(
+            &self,
+            cal: &Calibration,
+            end_ns: u64,
+            threads: &[ThreadInfo],
+        ) -> OffCpu {
             self.stop.store(true, Release);
             if let Some(h) = self.reader.lock().take() {
                 let _ = h.join();
@@ -348,7 +358,10 @@ mod linux {
                     continue;
                 }
                 mine.sort_by_key(|(_, iv, _)| iv.first().map_or(0, |i| i.out_ns));
-                let ivs: Vec<MonoInterval> = mine.iter().flat_map(|(_, iv, _)| iv.iter().copied()).collect();
+                let ivs: Vec<MonoInterval> = mine
+                    .iter()
+                    .flat_map(|(_, iv, _)| iv.iter().copied())
+                    .collect();
                 let lost = mine.iter().map(|(_, _, l)| *l).sum();
                 out.push(to_trace(cal, end_ns, &ivs, lost, i as u32));
             }

@@ -77,7 +77,11 @@ fn compute_only() -> u64 {
 /// The off-CPU data of a trace, or a visible skip (failure under
 /// `FGTRACE_REQUIRE_TOOLS=1`) naming why the kernel refused.
 fn off_cpu_of<'a>(t: &'a Trace, test: &str) -> Option<&'a OffCpu> {
-    let o = t.meta().off_cpu.as_ref().expect("off_cpu was asked for: the trace must say");
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("off_cpu was asked for: the trace must say");
     if !o.is_available() {
         return tools::missing(test, &format!("off-CPU unavailable: {}", o.reason()));
     }
@@ -118,8 +122,14 @@ fn compute_then_sleep_splits_into_on_and_off_cpu() {
         "compute_then_sleep: on {on} ns (truth {true_on}), off {off} ns (truth {true_off}): blocked {blocked}, preempted {preempted}"
     );
     // About 10 ms each way; a broken feature reports 0 or double.
-    assert!(close(on, true_on, 0.15, 1_000_000), "on-CPU {on} vs {true_on}");
-    assert!(close(off, true_off, 0.15, 1_000_000), "off-CPU {off} vs {true_off}");
+    assert!(
+        close(on, true_on, 0.15, 1_000_000),
+        "on-CPU {on} vs {true_on}"
+    );
+    assert!(
+        close(off, true_off, 0.15, 1_000_000),
+        "off-CPU {off} vs {true_off}"
+    );
     assert!(
         blocked >= 9_000_000 && blocked <= off,
         "a 10 ms sleep (and the wait to run again once woken, long on a loaded machine) is blocked time: {blocked} ns"
@@ -138,7 +148,10 @@ fn compute_only_is_almost_never_off_cpu() {
     let (on, blocked, preempted) = call_of(&t, o, "compute_only");
     let (true_on, true_off) = (truth.cpu, truth.wall - truth.cpu);
     eprintln!("compute_only: on {on} (truth {true_on}), blocked {blocked}, preempted {preempted} (truth off {true_off})");
-    assert!(close(on, true_on, 0.15, 1_000_000), "on-CPU {on} vs {true_on}");
+    assert!(
+        close(on, true_on, 0.15, 1_000_000),
+        "on-CPU {on} vs {true_on}"
+    );
     // Never blocks; preempted only as long as the machine's load says.
     assert!(blocked < 500_000, "compute blocked for {blocked} ns");
     assert!(
@@ -182,10 +195,21 @@ fn mutex_contention_is_blocked_time_of_the_waiter_only() {
     let (_, w_blocked, _) = call_of(&t, o, "wait_for_lock");
     let (_, h_blocked, _) = call_of(&t, o, "hold_lock");
     let true_off = truth.wall - truth.cpu;
-    eprintln!("waiter blocked {w_blocked} ns (truth off {true_off}), holder blocked {h_blocked} ns");
-    assert!(w_blocked > 5_000_000, "the waiter waited about 15 ms: {w_blocked} ns");
-    assert!(close(w_blocked, true_off, 0.15, 1_000_000), "{w_blocked} vs {true_off}");
-    assert!(h_blocked < 500_000, "the holder never waits: {h_blocked} ns");
+    eprintln!(
+        "waiter blocked {w_blocked} ns (truth off {true_off}), holder blocked {h_blocked} ns"
+    );
+    assert!(
+        w_blocked > 5_000_000,
+        "the waiter waited about 15 ms: {w_blocked} ns"
+    );
+    assert!(
+        close(w_blocked, true_off, 0.15, 1_000_000),
+        "{w_blocked} vs {true_off}"
+    );
+    assert!(
+        h_blocked < 500_000,
+        "the holder never waits: {h_blocked} ns"
+    );
 }
 
 #[test]

@@ -30,10 +30,18 @@ fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
     std::thread::spawn(nap).join().unwrap();
     let t = session.stop().unwrap();
     assert_eq!(t.calls().count(), 2, "calls are recorded all the same");
-    let o = t.meta().off_cpu.as_ref().expect("FGTRACE_OFFCPU asked for it");
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("FGTRACE_OFFCPU asked for it");
     assert!(!o.is_available());
     assert!(o.threads.is_empty(), "no zeros that look measured");
-    assert!(o.reason().contains("FGTRACE_OFFCPU=unavailable"), "{}", o.reason());
+    assert!(
+        o.reason().contains("FGTRACE_OFFCPU=unavailable"),
+        "{}",
+        o.reason()
+    );
     // And the file keeps saying so.
     let mut bytes = Vec::new();
     t.write_to(&mut bytes).unwrap();
@@ -42,7 +50,10 @@ fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
     let mut report = Vec::new();
     t.write_report(&Default::default(), &mut report).unwrap();
     let report = String::from_utf8(report).unwrap();
-    assert!(report.contains("# off-CPU unavailable: perf_event_open("), "{report}");
+    assert!(
+        report.contains("# off-CPU unavailable: perf_event_open("),
+        "{report}"
+    );
 }
 
 #[test]
@@ -57,7 +68,9 @@ fn capture_queries_are_none_and_assertions_skip_with_the_reason() {
     assert_eq!(cap.on_cpu("nap"), None);
     // `nap` blocks: were off-CPU time measured, this would fail. Skipped.
     match cap.assert_no_blocking("nap") {
-        CounterCheck::Skipped(r) => assert!(r.contains("off-CPU unavailable") && r.contains(&why), "{r}"),
+        CounterCheck::Skipped(r) => {
+            assert!(r.contains("off-CPU unavailable") && r.contains(&why), "{r}")
+        }
         CounterCheck::Passed => panic!("a refused check must not pass"),
     }
     assert!(!cap.assert_off_cpu("nap", Duration::ZERO).passed());

@@ -78,12 +78,25 @@ fn capture_splits_compute_and_sleep() {
         return;
     };
     let (wall, cpu) = truth;
-    let (on, off) = (cap.on_cpu("compute_then_sleep").unwrap(), cap.off_cpu("compute_then_sleep").unwrap());
+    let (on, off) = (
+        cap.on_cpu("compute_then_sleep").unwrap(),
+        cap.off_cpu("compute_then_sleep").unwrap(),
+    );
     let blocked = cap.blocked("compute_then_sleep").unwrap();
-    eprintln!("capture: on {on:?} (truth {cpu} ns), off {off:?} (truth {} ns), blocked {blocked:?}", wall - cpu);
+    eprintln!(
+        "capture: on {on:?} (truth {cpu} ns), off {off:?} (truth {} ns), blocked {blocked:?}",
+        wall - cpu
+    );
     assert!(close(on, cpu, 0.15, 1_000_000), "on-CPU {on:?} vs {cpu} ns");
-    assert!(close(off, wall - cpu, 0.15, 1_000_000), "off-CPU {off:?} vs {} ns", wall - cpu);
-    assert!(blocked >= Duration::from_millis(9), "the 10 ms sleep is blocked time: {blocked:?}");
+    assert!(
+        close(off, wall - cpu, 0.15, 1_000_000),
+        "off-CPU {off:?} vs {} ns",
+        wall - cpu
+    );
+    assert!(
+        blocked >= Duration::from_millis(9),
+        "the 10 ms sleep is blocked time: {blocked:?}"
+    );
     // It also holds the wait to run again once woken (long on a loaded
     // machine); off-CPU against the truth above is what rules out doubling.
     assert!(blocked <= off, "{blocked:?} of {off:?}");
@@ -95,7 +108,10 @@ fn capture_splits_compute_and_sleep() {
     .expect_err("a sleeping call blocks");
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("`compute_then_sleep` blocked"), "{msg}");
-    assert!(msg.contains("blocked for") && msg.contains("into the call"), "{msg}");
+    assert!(
+        msg.contains("blocked for") && msg.contains("into the call"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -112,7 +128,11 @@ fn compute_only_is_not_blocked() {
     let (wall, cpu) = truth;
     let off = cap.off_cpu("compute_only").unwrap();
     eprintln!("compute only: off {off:?} (truth {} ns)", wall - cpu);
-    assert!(close(off, wall - cpu, 0.15, 1_000_000), "off {off:?} vs {} ns", wall - cpu);
+    assert!(
+        close(off, wall - cpu, 0.15, 1_000_000),
+        "off {off:?} vs {} ns",
+        wall - cpu
+    );
     assert_eq!(cap.blocked("compute_only"), Some(Duration::ZERO));
     assert_eq!(cap.assert_no_blocking("compute_only"), CounterCheck::Passed);
 }
@@ -148,9 +168,17 @@ fn mutex_contention_blocks_the_waiter_only() {
     };
     let (wall, cpu) = truth;
     let waited = cap.blocked("wait_for_lock").unwrap();
-    eprintln!("waiter blocked {waited:?} (truth off {} ns), holder {:?}", wall - cpu, cap.blocked("hold_lock"));
+    eprintln!(
+        "waiter blocked {waited:?} (truth off {} ns), holder {:?}",
+        wall - cpu,
+        cap.blocked("hold_lock")
+    );
     assert!(waited > Duration::from_millis(5), "{waited:?}");
-    assert!(close(waited, wall - cpu, 0.15, 1_000_000), "{waited:?} vs {} ns", wall - cpu);
+    assert!(
+        close(waited, wall - cpu, 0.15, 1_000_000),
+        "{waited:?} vs {} ns",
+        wall - cpu
+    );
     assert!(cap.blocked("hold_lock").unwrap() < Duration::from_micros(500));
     assert_eq!(cap.assert_no_blocking("hold_lock"), CounterCheck::Passed);
     assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -182,7 +210,10 @@ fn budget_attribute_fails_a_call_off_cpu_too_long() {
     }
     let err = r.expect_err("10 ms asleep is over a 1 ms off-CPU budget");
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
-    assert!(msg.contains("was off the CPU for") && msg.contains("over its budget of 1 ms"), "{msg}");
+    assert!(
+        msg.contains("was off the CPU for") && msg.contains("over its budget of 1 ms"),
+        "{msg}"
+    );
 }
 
 #[fgtrace::traced]
@@ -206,13 +237,22 @@ async fn an_async_handler_that_awaits_does_not_block_its_thread() {
             handler_that_blocks().await;
         })
         .await;
-    let Some(cap) = recorded(cap, "an_async_handler_that_awaits_does_not_block_its_thread") else {
+    let Some(cap) = recorded(
+        cap,
+        "an_async_handler_that_awaits_does_not_block_its_thread",
+    ) else {
         return;
     };
     // Awaiting a timer parks the executor between polls, not in one.
-    assert_eq!(cap.assert_no_blocking("handler_that_yields"), CounterCheck::Passed);
+    assert_eq!(
+        cap.assert_no_blocking("handler_that_yields"),
+        CounterCheck::Passed
+    );
     let b = cap.blocked("handler_that_blocks").unwrap();
-    assert!(b >= Duration::from_millis(4), "std::thread::sleep in a poll blocks: {b:?}");
+    assert!(
+        b >= Duration::from_millis(4),
+        "std::thread::sleep in a poll blocks: {b:?}"
+    );
 }
 
 #[test]
@@ -223,6 +263,10 @@ fn off_cpu_queries_on_a_capture_without_it_are_none() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         cap.assert_no_blocking("compute_only");
     }));
-    let msg = r.expect_err("a mistake in the test").downcast_ref::<String>().cloned().unwrap_or_default();
+    let msg = r
+        .expect_err("a mistake in the test")
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
     assert!(msg.contains("without off-CPU time"), "{msg}");
 }

@@ -334,7 +334,11 @@ fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<
     if a.folded {
         write_offcpu_folded(&lines, &mut out).map_err(|e| write_err(a.output.as_deref(), e))?;
     } else {
-        let name = a.file.file_name().unwrap_or(a.file.as_os_str()).to_string_lossy();
+        let name = a
+            .file
+            .file_name()
+            .unwrap_or(a.file.as_os_str())
+            .to_string_lossy();
         let mut flame = FlameOptions {
             title: a
                 .title
@@ -346,11 +350,26 @@ fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<
             subtitle: Some(summary.subtitle(a.blocked_only)),
             ..FlameOptions::default()
         };
-        flame.frame_colors.insert(offcpu_view::BLOCKED.into(), [70, 110, 220]);
-        flame.frame_colors.insert(offcpu_view::PREEMPTED.into(), [230, 150, 40]);
+        flame
+            .frame_colors
+            .insert(offcpu_view::BLOCKED.into(), [70, 110, 220]);
+        flame
+            .frame_colors
+            .insert(offcpu_view::PREEMPTED.into(), [230, 150, 40]);
         let mut svg = Vec::new();
-        let drawn = render_svg(lines.iter().map(|(s, n)| format!("{s} {n}")), &flame, &mut svg);
-        finish_svg(drawn, &svg, &a.file, read.as_ref().err(), &mut out, a.output.as_deref())?;
+        let drawn = render_svg(
+            lines.iter().map(|(s, n)| format!("{s} {n}")),
+            &flame,
+            &mut svg,
+        );
+        finish_svg(
+            drawn,
+            &svg,
+            &a.file,
+            read.as_ref().err(),
+            &mut out,
+            a.output.as_deref(),
+        )?;
     }
     read.map_err(|e| io_err(&a.file, e))
 }

@@ -57,7 +57,11 @@ fn trace(off: OffCpu) -> Trace {
         })
     };
     let mut b = TraceBuilder::new(meta);
-    for e in [call(0, 0, 0, 100_000), call(1, 1, 10_000, 40_000), call(2, 1, 60_000, 30_000)] {
+    for e in [
+        call(0, 0, 0, 100_000),
+        call(1, 1, 10_000, 40_000),
+        call(2, 1, 60_000, 30_000),
+    ] {
         b.push(e);
     }
     b.finish()
@@ -100,11 +104,7 @@ fn fgtrace(args: &[&str]) -> Output {
 }
 
 fn stdout(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -130,10 +130,21 @@ fn report_has_on_and_off_cpu_totals_and_self() {
     assert_eq!(row("compute").off_cpu.unwrap().total.preempted_ns, 5_000);
 
     let text = stdout(&fgtrace(&["report", save(&t, "r.fgt").to_str().unwrap()]));
-    assert!(text.contains("On-CPU total") && text.contains("Off-CPU self"), "{text}");
+    assert!(
+        text.contains("On-CPU total") && text.contains("Off-CPU self"),
+        "{text}"
+    );
     let line = text.lines().find(|l| l.ends_with("  read")).unwrap();
-    assert!(line.contains("10.000 us") && line.contains("30.000 us"), "{line}");
-    let sorted = stdout(&fgtrace(&["report", "--sort", "offcpu", save(&t, "r.fgt").to_str().unwrap()]));
+    assert!(
+        line.contains("10.000 us") && line.contains("30.000 us"),
+        "{line}"
+    );
+    let sorted = stdout(&fgtrace(&[
+        "report",
+        "--sort",
+        "offcpu",
+        save(&t, "r.fgt").to_str().unwrap(),
+    ]));
     let order: Vec<&str> = sorted
         .lines()
         .filter_map(|l| l.rsplit("  ").next())
@@ -146,12 +157,20 @@ fn report_has_on_and_off_cpu_totals_and_self() {
 fn graph_offcpu_shows_on_cpu_durations_and_the_split() {
     let f = save(&recorded(), "g.fgt");
     let text = stdout(&fgtrace(&["graph", "--offcpu", f.to_str().unwrap()]));
-    assert!(text.contains("# off-CPU: DURATION is on-CPU time"), "{text}");
+    assert!(
+        text.contains("# off-CPU: DURATION is on-CPU time"),
+        "{text}"
+    );
     assert!(
         text.contains(" 10.000 us   |    read(); /* wall 40 us, off-CPU 30 us (blocked 30 us, preempted 0 ns) */"),
         "{text}"
     );
-    assert!(text.contains("+ 57.000 us   |  } /* wall 100 us, off-CPU 43 us (blocked 38 us, preempted 5 us) */"), "{text}");
+    assert!(
+        text.contains(
+            "+ 57.000 us   |  } /* wall 100 us, off-CPU 43 us (blocked 38 us, preempted 5 us) */"
+        ),
+        "{text}"
+    );
     // Without the flag: ftrace's output, wall durations, no comments.
     let plain = stdout(&fgtrace(&["graph", f.to_str().unwrap()]));
     assert!(plain.contains("+ 40.000 us   |    read();\n"), "{plain}");
@@ -174,12 +193,30 @@ fn offcpu_flame_is_weighted_by_time_switched_out() {
     );
     assert_eq!(summary.untraced_ns, 12_000);
     let f = save(&t, "f.fgt");
-    let folded = stdout(&fgtrace(&["flame", "--offcpu", "--folded", "--blocked-only", f.to_str().unwrap()]));
-    assert_eq!(folded, "app::main;[blocked] 8000\napp::main;app::read;[blocked] 30000\n");
+    let folded = stdout(&fgtrace(&[
+        "flame",
+        "--offcpu",
+        "--folded",
+        "--blocked-only",
+        f.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        folded,
+        "app::main;[blocked] 8000\napp::main;app::read;[blocked] 30000\n"
+    );
     let svg = f.with_extension("svg");
-    stdout(&fgtrace(&["flame", "--offcpu", f.to_str().unwrap(), "-o", svg.to_str().unwrap()]));
+    stdout(&fgtrace(&[
+        "flame",
+        "--offcpu",
+        f.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]));
     let svg = std::fs::read_to_string(svg).unwrap();
-    assert!(svg.contains("[blocked]") && svg.contains("Off-CPU flame graph"), "SVG");
+    assert!(
+        svg.contains("[blocked]") && svg.contains("Off-CPU flame graph"),
+        "SVG"
+    );
 }
 
 #[test]
@@ -199,7 +236,12 @@ fn exports_carry_off_cpu_slices() {
     assert!(!none.contains("off-cpu"));
 
     let pf = f.with_extension("pftrace");
-    stdout(&fgtrace(&["perfetto", f.to_str().unwrap(), "-o", pf.to_str().unwrap()]));
+    stdout(&fgtrace(&[
+        "perfetto",
+        f.to_str().unwrap(),
+        "-o",
+        pf.to_str().unwrap(),
+    ]));
     let bytes = std::fs::read(&pf).unwrap();
     // Slice names are plain strings in the packets.
     assert_eq!(count(&bytes, b"preempted"), 1);
@@ -207,12 +249,23 @@ fn exports_carry_off_cpu_slices() {
     assert_eq!(count(&bytes, b"off-CPU"), 1);
 
     let html = f.with_extension("html");
-    stdout(&fgtrace(&["html", f.to_str().unwrap(), "-o", html.to_str().unwrap()]));
+    stdout(&fgtrace(&[
+        "html",
+        f.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]));
     let html = std::fs::read_to_string(html).unwrap();
     assert!(html.contains("<h2>Off-CPU time</h2>"));
     assert!(html.contains("On-CPU self"));
-    assert!(html.contains("app::main &gt; app::read &gt; [blocked]"), "stack table");
-    assert!(html.contains("off-CPU 30 us (blocked 30 us"), "graph of the slowest call");
+    assert!(
+        html.contains("app::main &gt; app::read &gt; [blocked]"),
+        "stack table"
+    );
+    assert!(
+        html.contains("off-CPU 30 us (blocked 30 us"),
+        "graph of the slowest call"
+    );
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {
@@ -226,17 +279,26 @@ fn every_view_says_off_cpu_is_unavailable_and_why() {
     let why = "off-CPU unavailable: perf_event_open(context switches of this thread) failed: Permission denied";
     let report = stdout(&fgtrace(&["report", f]));
     assert!(report.contains(&format!("# {why}")), "{report}");
-    assert!(!report.contains("Off-CPU total"), "no columns of zeros: {report}");
+    assert!(
+        !report.contains("Off-CPU total"),
+        "no columns of zeros: {report}"
+    );
     let graph = stdout(&fgtrace(&["graph", "--offcpu", f]));
     assert!(graph.contains(&format!("# {why}")), "{graph}");
-    assert!(graph.contains("+ 40.000 us   |    read();\n"), "wall durations: {graph}");
+    assert!(
+        graph.contains("+ 40.000 us   |    read();\n"),
+        "wall durations: {graph}"
+    );
     let flame = fgtrace(&["flame", "--offcpu", "--folded", f]);
     assert!(!flame.status.success());
     assert!(String::from_utf8_lossy(&flame.stderr).contains(why));
     let info = stdout(&fgtrace(&["info", f]));
     assert!(info.contains(why), "{info}");
     let chrome = stdout(&fgtrace(&["chrome", f]));
-    assert!(chrome.contains(&format!("\"off_cpu\":\"unavailable: {}", &why[21..])), "{chrome}");
+    assert!(
+        chrome.contains(&format!("\"off_cpu\":\"unavailable: {}", &why[21..])),
+        "{chrome}"
+    );
     let html = std::env::temp_dir().join(format!("fgtrace-offcpu-u-{}.html", std::process::id()));
     stdout(&fgtrace(&["html", f, "-o", html.to_str().unwrap()]));
     let html = std::fs::read_to_string(&html).unwrap();
@@ -263,5 +325,8 @@ fn a_file_with_bad_off_cpu_intervals_is_an_error_naming_them() {
     bytes.clear();
     t.write_to(&mut bytes).unwrap();
     let err = Trace::read_from(&bytes[..]).err().unwrap().to_string();
-    assert!(err.contains("off-CPU interval 1 of thread 0 overlaps"), "{err}");
+    assert!(
+        err.contains("off-CPU interval 1 of thread 0 overlaps"),
+        "{err}"
+    );
 }

@@ -199,7 +199,9 @@ impl Ring {
                 else {
                     return;
                 };
-                let nr = nr.min(1024).min((r.body.len().saturating_sub(32) / 8) as u64);
+                let nr = nr
+                    .min(1024)
+                    .min((r.body.len().saturating_sub(32) / 8) as u64);
                 let mut chain = Vec::with_capacity(nr as usize);
                 for i in 0..nr as usize {
                     let Some(a) = r.u64_at(32 + i * 8) else { break };

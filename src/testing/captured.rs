@@ -133,7 +133,7 @@ impl Capture {
             filters: String::new(),
         };
         let mut trace = build::build(base, inputs, build::registered_site);
-        trace.meta.off_cpu = super::offcpu::to_meta(&cal, trace.meta.duration_ns, off);
+        trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
         let mut futures = Vec::new();

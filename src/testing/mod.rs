@@ -56,6 +56,7 @@ mod offcpu;
 mod query;
 mod render;
 mod runs;
+mod switches;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
@@ -290,7 +291,7 @@ pub(crate) struct Part {
     name: String,
     out: CaptureOut,
     /// Its switches, when off-CPU time was asked for.
-    pub(crate) off: offcpu::PartOff,
+    pub(crate) off: switches::PartOff,
 }
 
 /// Where linked threads leave their parts until the capture ends.
@@ -351,7 +352,7 @@ fn run_part<R>(
     f: impl FnOnce() -> R,
 ) -> (R, Part, counters::CounterStatus) {
     let (src, status) = counters::resolve(mode);
-    let ring = offcpu::begin(sink.off_cpu);
+    let ring = switches::begin(sink.off_cpu);
     let running = Running::start(sink, recorder::capture_begin(CAPTURE_STACK, src));
     let r = f();
     let out = recorder::capture_end(running.take());
@@ -361,7 +362,7 @@ fn run_part<R>(
             tid: crate::thread::os_tid(),
             name: crate::thread::name(),
             out,
-            off: offcpu::end(ring),
+            off: switches::end(ring),
         },
         status,
     )
@@ -457,7 +458,7 @@ struct AsyncState {
     tid: u32,
     name: String,
     /// Off-CPU time of the polls, on whichever threads ran them.
-    off: offcpu::AsyncOff,
+    off: switches::AsyncOff,
 }
 
 impl<F: Future> Future for CaptureFuture<F> {
@@ -477,7 +478,7 @@ impl<F: Future> Future for CaptureFuture<F> {
                     status,
                     tid: crate::thread::os_tid(),
                     name: crate::thread::name(),
-                    off: offcpu::AsyncOff::new(this.off_cpu),
+                    off: switches::AsyncOff::new(this.off_cpu),
                 };
                 (saved, st)
             }

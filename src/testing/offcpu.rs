@@ -1,6 +1,7 @@
 //! Off-CPU time in captures (`Options::new().off_cpu(true)`): queries and
 //! assertions on the time each call spent switched out, blocked or
-//! preempted (see `crate::offcpu` for how it is recorded).
+//! preempted (see `crate::offcpu` for how it is recorded, `switches` for
+//! how a capture does).
 //!
 //! Where the kernel refuses `perf_event_open`, the queries return `None` and
 //! the assertions print `fgtrace: SKIPPED ...` with the reason on stderr and
@@ -9,73 +10,10 @@
 
 use super::captured::{fail, nanos, ns, Capture, CounterCheck, Unit};
 use super::render;
-use crate::clock::Calibration;
-use crate::offcpu::{self, MonoInterval};
-use crate::trace::{OffCpu, OffTime};
+use crate::trace::OffTime;
 use crate::view::format::human_duration;
 use std::io::Write;
 use std::time::Duration;
-
-/// What one thread of a capture recorded of its switches: the intervals and
-/// the records lost, or why nothing could be recorded. `None`: not asked.
-pub(crate) type PartOff = Option<Result<(Vec<MonoInterval>, u64), String>>;
-
-/// Opens the calling thread's switch ring for a capture (a cold path, before
-/// the capture starts). Panics where a refusal is not allowed.
-#[cfg(target_os = "linux")]
-pub(crate) fn begin(wanted: bool) -> Option<Result<offcpu::SwitchRing, String>> {
-    if !wanted {
-        return None;
-    }
-    let r = offcpu::SwitchRing::open_current(offcpu::CAPTURE_PAGES);
-    if let Err(why) = &r {
-        if offcpu::env_mode() == offcpu::EnvMode::Required {
-            panic!("fgtrace: off-CPU time is required (FGTRACE_OFFCPU=required) but unavailable: {why}");
-        }
-    }
-    Some(r)
-}
-
-/// Reads the ring after the capture.
-#[cfg(target_os = "linux")]
-pub(crate) fn end(ring: Option<Result<offcpu::SwitchRing, String>>) -> PartOff {
-    ring.map(|r| r.map(|r| r.finish(crate::clock::monotonic_ns())))
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn begin(wanted: bool) -> Option<Result<(), String>> {
-    wanted.then(|| Err("off-CPU time needs Linux (perf_event)".to_string()))
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn end(ring: Option<Result<(), String>>) -> PartOff {
-    ring.map(|r| r.map(|()| (Vec::new(), 0)))
-}
-
-/// The capture's threads' switches as the trace's `off_cpu` (thread `i` of
-/// the trace is part `i`).
-pub(crate) fn to_meta(cal: &Calibration, end_ns: u64, parts: Vec<PartOff>) -> Option<OffCpu> {
-    if parts.iter().all(Option::is_none) {
-        return None;
-    }
-    let mut o = OffCpu::default();
-    for (i, p) in parts.into_iter().enumerate() {
-        match p {
-            Some(Ok((iv, lost))) => {
-                o.threads
-                    .push(offcpu::to_trace(cal, end_ns, &iv, lost, i as u32));
-            }
-            Some(Err(why)) => {
-                o.unavailable.get_or_insert(why);
-            }
-            None => {
-                o.unavailable
-                    .get_or_insert_with(|| "a thread of the capture did not record it".into());
-            }
-        }
-    }
-    Some(o)
-}
 
 /// Says on stderr that an off-CPU assertion was skipped (past the test
 /// harness's output capture: a skipped budget must be visible).
@@ -168,7 +106,10 @@ impl Capture {
     fn off_gate(&self, what: &str) -> Result<(), CounterCheck> {
         match &self.trace.meta().off_cpu {
             Some(o) if o.is_available() => Ok(()),
-            Some(o) => Err(skipped(format!("{what}: off-CPU unavailable: {}", o.reason()))),
+            Some(o) => Err(skipped(format!(
+                "{what}: off-CPU unavailable: {}",
+                o.reason()
+            ))),
             None => fail(format!(
                 "{what}: this capture was made without off-CPU time; use \
                  `Options::new().off_cpu(true)`"
@@ -191,7 +132,10 @@ impl Capture {
         let what = if budget.is_zero() {
             format!("no-blocking check of `{name}`")
         } else {
-            format!("blocked-time budget of `{name}` ({})", human_duration(nanos(budget)))
+            format!(
+                "blocked-time budget of `{name}` ({})",
+                human_duration(nanos(budget))
+            )
         };
         if let Err(skip) = self.off_gate(&what) {
             return skip;
@@ -219,7 +163,10 @@ impl Capture {
     /// (blocked and preempted). Skips where off-CPU time is unavailable.
     #[track_caller]
     pub fn assert_off_cpu(&self, name: &str, budget: Duration) -> CounterCheck {
-        let what = format!("off-CPU budget of `{name}` ({} per call)", human_duration(nanos(budget)));
+        let what = format!(
+            "off-CPU budget of `{name}` ({} per call)",
+            human_duration(nanos(budget))
+        );
         if let Err(skip) = self.off_gate(&what) {
             return skip;
         }
@@ -270,8 +217,12 @@ impl Capture {
             if let Some(th) = o.thread(c.thread) {
                 let all = th.overlapping(c.start_ns, c.end_ns());
                 // Blocked stretches first: they are what a budget is about.
-                let blocked = all.iter().filter(|i| i.kind == crate::trace::OffKind::Blocked);
-                let preempted = all.iter().filter(|i| i.kind == crate::trace::OffKind::Preempted);
+                let blocked = all
+                    .iter()
+                    .filter(|i| i.kind == crate::trace::OffKind::Blocked);
+                let preempted = all
+                    .iter()
+                    .filter(|i| i.kind == crate::trace::OffKind::Preempted);
                 let mut shown = 0;
                 for iv in blocked.chain(preempted).take(8) {
                     shown += 1;
@@ -288,102 +239,5 @@ impl Capture {
             }
         }
         s
-    }
-}
-
-/// Off-CPU time of a captured future: each poll runs on some thread, whose
-/// switches during the poll are the future's.
-pub(crate) struct AsyncOff {
-    wanted: bool,
-    #[cfg(target_os = "linux")]
-    rings: Vec<offcpu::SwitchRing>,
-    refused: Option<String>,
-    /// (thread, poll start, poll end) on `CLOCK_MONOTONIC`.
-    windows: Vec<(u32, u64, u64)>,
-}
-
-impl AsyncOff {
-    pub(crate) fn new(wanted: bool) -> AsyncOff {
-        AsyncOff {
-            wanted,
-            #[cfg(target_os = "linux")]
-            rings: Vec::new(),
-            refused: None,
-            windows: Vec::new(),
-        }
-    }
-
-    /// A poll starts on this thread: its ring is open from here on.
-    pub(crate) fn poll_begins(&mut self) -> Option<(u32, u64)> {
-        if !self.wanted || self.refused.is_some() {
-            return None;
-        }
-        let tid = crate::thread::os_tid();
-        #[cfg(target_os = "linux")]
-        if !self.rings.iter().any(|r| r.tid == tid) {
-            match begin(true) {
-                Some(Ok(r)) => self.rings.push(r),
-                Some(Err(why)) => {
-                    self.refused = Some(why);
-                    return None;
-                }
-                None => return None,
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            self.refused = Some("off-CPU time needs Linux (perf_event)".into());
-            return None;
-        }
-        #[allow(unreachable_code)]
-        Some((tid, crate::clock::monotonic_ns()))
-    }
-
-    pub(crate) fn poll_ends(&mut self, started: Option<(u32, u64)>) {
-        if let Some((tid, t0)) = started {
-            self.windows.push((tid, t0, crate::clock::monotonic_ns()));
-        }
-    }
-
-    /// The future's off-CPU intervals: each poll's thread's, within the poll.
-    pub(crate) fn finish(self) -> PartOff {
-        if !self.wanted {
-            return None;
-        }
-        if let Some(why) = self.refused {
-            return Some(Err(why));
-        }
-        let mut out = Vec::new();
-        let mut lost = 0u64;
-        #[cfg(target_os = "linux")]
-        {
-            let now = crate::clock::monotonic_ns();
-            let read: Vec<(u32, Vec<MonoInterval>, u64)> = self
-                .rings
-                .into_iter()
-                .map(|r| {
-                    let tid = r.tid;
-                    let (iv, l) = r.finish(now);
-                    (tid, iv, l)
-                })
-                .collect();
-            for &(tid, a, b) in &self.windows {
-                let Some((_, ivs, l)) = read.iter().find(|(t, _, _)| *t == tid) else {
-                    continue;
-                };
-                lost = lost.max(*l);
-                for iv in ivs {
-                    let (s, e) = (iv.out_ns.max(a), iv.in_ns.min(b));
-                    if e > s {
-                        out.push(MonoInterval {
-                            out_ns: s,
-                            in_ns: e,
-                            kind: iv.kind,
-                        });
-                    }
-                }
-            }
-        }
-        Some(Ok((out, lost)))
     }
 }

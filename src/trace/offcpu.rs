@@ -201,7 +201,10 @@ impl OffCpu {
                 ));
             }
             if prev_thread.is_some_and(|p| p >= t.thread) {
-                return Err(format!("off-CPU threads out of order at thread {}", t.thread));
+                return Err(format!(
+                    "off-CPU threads out of order at thread {}",
+                    t.thread
+                ));
             }
             prev_thread = Some(t.thread);
             let mut end = 0u64;
@@ -251,10 +254,28 @@ mod tests {
     #[test]
     fn a_call_gets_the_overlap_with_the_intervals_by_kind() {
         let t = thread();
-        assert_eq!(t.within(0, 1000), OffTime { blocked_ns: 150, preempted_ns: 10 });
-        assert_eq!(t.within(120, 205), OffTime { blocked_ns: 30, preempted_ns: 5 });
+        assert_eq!(
+            t.within(0, 1000),
+            OffTime {
+                blocked_ns: 150,
+                preempted_ns: 10
+            }
+        );
+        assert_eq!(
+            t.within(120, 205),
+            OffTime {
+                blocked_ns: 30,
+                preempted_ns: 5
+            }
+        );
         assert_eq!(t.within(150, 200), OffTime::default());
-        assert_eq!(t.within(350, 360), OffTime { blocked_ns: 10, preempted_ns: 0 });
+        assert_eq!(
+            t.within(350, 360),
+            OffTime {
+                blocked_ns: 10,
+                preempted_ns: 0
+            }
+        );
         assert_eq!(t.overlapping(120, 205).len(), 2);
         assert_eq!(t.overlapping(150, 200).len(), 0);
     }
@@ -280,7 +301,9 @@ mod tests {
         };
         assert!(o.validate(1).is_ok());
         assert!(o.validate(0).unwrap_err().contains("thread 0 of 0"));
-        o.threads[0].intervals.push(iv(u64::MAX - 1, 5, OffKind::Blocked));
+        o.threads[0]
+            .intervals
+            .push(iv(u64::MAX - 1, 5, OffKind::Blocked));
         assert!(o.validate(1).unwrap_err().contains("past every valid time"));
         o.threads[0].intervals.pop();
         o.threads[0].intervals.push(iv(350, 5, OffKind::Blocked));

@@ -570,13 +570,19 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
                 human_duration(blocked),
                 human_duration(preempted),
                 if o.lost() > 0 {
-                    format!(", <span class=\"bad\">{} switch records lost</span>", o.lost())
+                    format!(
+                        ", <span class=\"bad\">{} switch records lost</span>",
+                        o.lost()
+                    )
                 } else {
                     String::new()
                 }
             )
         } else {
-            format!("<span class=\"bad\">off-CPU unavailable: {}</span>", escape(o.reason()))
+            format!(
+                "<span class=\"bad\">off-CPU unavailable: {}</span>",
+                escape(o.reason())
+            )
         };
         rows.push(("Off-CPU", v));
     }
@@ -764,7 +770,11 @@ fn longest_stretches(meta: &TraceMeta, mask: &[bool], filtered: bool, n: usize) 
             })
         })
         .collect();
-    all.sort_by(|a, b| b.iv.dur_ns.cmp(&a.iv.dur_ns).then(a.iv.start_ns.cmp(&b.iv.start_ns)));
+    all.sort_by(|a, b| {
+        b.iv.dur_ns
+            .cmp(&a.iv.dur_ns)
+            .then(a.iv.start_ns.cmp(&b.iv.start_ns))
+    });
     all.truncate(n);
     all
 }
@@ -819,7 +829,9 @@ fn off_cpu_section(
                 human_duration(s.iv.start_ns),
                 escape(&meta.thread_label(s.thread)),
                 s.call
-                    .map_or("(outside traced calls)".to_string(), |(site, _)| escape(meta.site_name(site)))
+                    .map_or("(outside traced calls)".to_string(), |(site, _)| escape(
+                        meta.site_name(site)
+                    ))
             );
         }
         p.push_str("</tbody></table>\n");

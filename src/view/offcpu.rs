@@ -138,7 +138,7 @@ impl<'a> OffCpuFoldedBuilder<'a> {
             let Some(stack) = self.stacks.get(t as usize) else {
                 return;
             };
-            if !stack.last().is_some_and(|o| o.depth >= depth) {
+            if stack.last().is_none_or(|o| o.depth < depth) {
                 return;
             }
             let mut own = stack.last().map(|o| o.off).unwrap_or_default();
@@ -282,10 +282,10 @@ mod tests {
                 thread: 0,
                 lost: 0,
                 intervals: vec![
-                    iv(5, 5, OffKind::Blocked),      // main, before read
-                    iv(20, 30, OffKind::Blocked),    // read
-                    iv(60, 4, OffKind::Preempted),   // compute
-                    iv(200, 50, OffKind::Blocked),   // outside every call
+                    iv(5, 5, OffKind::Blocked),    // main, before read
+                    iv(20, 30, OffKind::Blocked),  // read
+                    iv(60, 4, OffKind::Preempted), // compute
+                    iv(200, 50, OffKind::Blocked), // outside every call
                 ],
             }],
         };
@@ -303,17 +303,27 @@ mod tests {
                 ("main;read;[blocked]".to_string(), 30),
             ]
         );
-        assert_eq!(sum.traced, OffTime { blocked_ns: 35, preempted_ns: 4 });
+        assert_eq!(
+            sum.traced,
+            OffTime {
+                blocked_ns: 35,
+                preempted_ns: 4
+            }
+        );
         assert_eq!(sum.untraced_ns, 50);
     }
 
     #[test]
     fn a_trace_without_off_cpu_time_says_why() {
         let m = meta(None);
-        let e = OffCpuFoldedBuilder::new(&m, &OffCpuFoldedOptions::default()).err().unwrap();
+        let e = OffCpuFoldedBuilder::new(&m, &OffCpuFoldedOptions::default())
+            .err()
+            .unwrap();
         assert!(e.starts_with("off-CPU unavailable: not recorded"), "{e}");
         let m = meta(Some(OffCpu::unavailable("the kernel refused: EACCES")));
-        let e = OffCpuFoldedBuilder::new(&m, &OffCpuFoldedOptions::default()).err().unwrap();
+        let e = OffCpuFoldedBuilder::new(&m, &OffCpuFoldedOptions::default())
+            .err()
+            .unwrap();
         assert_eq!(e, "off-CPU unavailable: the kernel refused: EACCES");
     }
 }

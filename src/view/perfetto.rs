@@ -425,7 +425,10 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 ..Default::default()
             })?;
             for iv in &th.intervals {
-                for (ts, ty) in [(iv.start_ns, TYPE_SLICE_BEGIN), (iv.end_ns(), TYPE_SLICE_END)] {
+                for (ts, ty) in [
+                    (iv.start_ns, TYPE_SLICE_BEGIN),
+                    (iv.end_ns(), TYPE_SLICE_END),
+                ] {
                     self.packet(TracePacket {
                         timestamp: Some(ts),
                         track_event: Some(TrackEvent {

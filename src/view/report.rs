@@ -702,7 +702,13 @@ impl Report {
             "s^2",
         ];
         if has_off {
-            headers.extend(["On-CPU total", "On-CPU self", "Off-CPU total", "Off-CPU self", "Blocked"]);
+            headers.extend([
+                "On-CPU total",
+                "On-CPU self",
+                "Off-CPU total",
+                "Off-CPU self",
+                "Blocked",
+            ]);
         }
         let rows: Vec<_> = self
             .functions
