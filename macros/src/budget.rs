@@ -11,7 +11,7 @@
 //! expands the body to
 //!
 //! ```text
-//! static __FGTRACE_BUDGET: ::fgtrace::testing::__budget::Spec = Spec { counters, runs, warmup, stat,
+//! static __FGTRACE_BUDGET: ::fgtrace::testing::__budget::Spec = Spec { counters, off_cpu, runs, warmup, stat,
 //!     limits: &[("parse_headers", Limit::Calls(1)), ("parse_headers", Limit::Max(..)), ..] };
 //! __FGTRACE_BUDGET.once(move || -> Ret { <body> })          // runs = 1 (default)
 //! __FGTRACE_BUDGET.repeat(|| -> Ret { <body> })             // runs = N > 1
@@ -443,6 +443,26 @@ mod tests {
         assert_eq!(parse_duration("3µs"), Ok(3_000));
         assert!(parse_duration("3 minutes").is_err());
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn off_cpu_limits_ask_for_off_cpu_time() {
+        let out = budget(
+            quote!(handler(blocked = "0ns", off_cpu = "1ms")),
+            quote! { #[test] fn t() { work(); } },
+        )
+        .to_string();
+        assert!(
+            out.contains("Blocked (:: core :: time :: Duration :: from_nanos (0u64))"),
+            "{out}"
+        );
+        assert!(
+            out.contains("OffCpu (:: core :: time :: Duration :: from_nanos (1000000u64))"),
+            "{out}"
+        );
+        assert!(out.contains("off_cpu : true"), "{out}");
+        let plain = budget(quote!(handler(max = "1ms")), quote! { #[test] fn t() {} }).to_string();
+        assert!(plain.contains("off_cpu : false"), "{plain}");
     }
 
     #[test]

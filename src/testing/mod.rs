@@ -45,6 +45,13 @@
 //! the CPU exposes them; where it does not, those assertions are skipped with
 //! a message on stderr, or fail if counters are [`Counters::Required`].
 //!
+//! **Off-CPU time.** With [`Options::off_cpu`], each call also gets the
+//! time its thread was switched out, blocked or preempted
+//! ([`Capture::off_cpu`], [`Capture::blocked`]), and
+//! [`Capture::assert_no_blocking`] checks that code never blocks (an async
+//! handler on its executor's thread). Skipped with the reason where the
+//! kernel refuses `perf_event_open`.
+//!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
 #[doc(hidden)]
@@ -86,7 +93,9 @@ pub use runs::{Runs, Stat, Summary};
 /// Limits, per function (`name(..)`, or `"path::to::name"(..)`):
 /// `calls = N`, `max_calls = N`; `max`, `total`, `self_total`, `p50`, `p99`
 /// (any `pNN`) `= "200us"` (units `ns`, `us`, `ms`, `s`); `instructions = N`
-/// (per call), `instructions_total = N`; `inside = g`, `not_inside = g`.
+/// (per call), `instructions_total = N`; `off_cpu = "1ms"`, `blocked =
+/// "0ns"` (per call; the capture then records off-CPU time, see
+/// [`Options::off_cpu`]); `inside = g`, `not_inside = g`.
 /// Options: `runs = N` (sync fns; repeats the body, time and instruction
 /// limits then apply to the median run), `warmup = N` (default 1 with
 /// `runs`), `stat = "median" | "min" | "max"`, `counters = "auto" |
@@ -223,11 +232,11 @@ impl Options {
     /// fn nap() { std::thread::sleep(std::time::Duration::from_millis(2)); }
     ///
     /// let cap = fgtrace::testing::Options::new().off_cpu(true).capture(nap);
-    /// if let Some(off) = cap.off_cpu("nap") {
-    ///     assert!(off >= std::time::Duration::from_millis(1));
+    /// // `None` where the kernel refused (the reason: `cap.off_cpu_unavailable()`).
+    /// if let Some(blocked) = cap.blocked("nap") {
+    ///     assert!(blocked >= std::time::Duration::from_millis(1));
     /// }
-    /// assert!(!cap.assert_no_blocking("nap").passed() || cap.off_cpu("nap").is_none());
-    /// # let _ = std::panic::catch_unwind(|| ());
+    /// // `cap.assert_no_blocking("nap")` would fail: sleeping is blocking.
     /// ```
     pub fn off_cpu(mut self, yes: bool) -> Self {
         self.off_cpu = yes;
