@@ -10,50 +10,30 @@
 //! fgtrace graph --offcpu offcpu.fgt --depth 2     # fgtrace flame --offcpu offcpu.fgt -o off.svg
 //! ```
 
+#[path = "../tests/support/cpu.rs"]
+mod cpu;
+
+use cpu::{compute, measured};
 use fgtrace::view::{ReportBuilder, ReportOptions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use std::time::Duration;
 
 /// Per function: (wall ns, CPU ns), summed over calls (outermost calls only).
 static TRUTH: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::new(BTreeMap::new());
 
 fn truly<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
-    let (w, c) = (Instant::now(), thread_cpu_ns());
-    let r = f();
-    let cpu = thread_cpu_ns() - c;
-    let wall = w.elapsed().as_nanos() as u64;
-    let mut t = TRUTH.lock().unwrap();
-    let e = t.entry(name).or_insert((0, 0));
-    e.0 += wall;
-    e.1 += cpu;
+    let (r, t) = measured(f);
+    let mut all = TRUTH.lock().unwrap();
+    let e = all.entry(name).or_insert((0, 0));
+    e.0 += t.wall;
+    e.1 += t.cpu;
     r
-}
-
-fn burn(d: Duration) -> u64 {
-    let end = thread_cpu_ns() + d.as_nanos() as u64;
-    let mut x = 1u64;
-    while thread_cpu_ns() < end {
-        for _ in 0..500 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    x
 }
 
 #[fgtrace::traced]
 fn parse(ms: u64) -> u64 {
-    truly("parse", || burn(Duration::from_millis(ms)))
+    truly("parse", || compute(Duration::from_millis(ms)))
 }
 
 #[fgtrace::traced]
@@ -65,7 +45,7 @@ fn wait_io(ms: u64) {
 fn update_shared(m: &Mutex<u64>) {
     truly("update_shared", || {
         let mut g = m.lock().unwrap();
-        *g += burn(Duration::from_millis(2));
+        *g += compute(Duration::from_millis(2));
     })
 }
 

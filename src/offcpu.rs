@@ -96,9 +96,12 @@ mod linux {
     use std::thread::JoinHandle;
     use std::time::Duration;
 
-    /// Data pages of a session thread's ring (drained every few ms): 32 KB,
-    /// about 680 switches.
-    const SESSION_PAGES: usize = 8;
+    /// Data pages of a session thread's ring (drained every 5 ms): 16 KB,
+    /// about 340 switches, so up to 68,000 switches a second per thread
+    /// before the kernel counts records as lost. Small because ring memory
+    /// is locked and limited per user (`perf_event_mlock_kb`), and every
+    /// recording thread has one.
+    const SESSION_PAGES: usize = 4;
     /// Data pages of a capture thread's ring (drained at the end of the
     /// capture): 64 KB, about 1,360 switches; more are counted as lost.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
@@ -126,18 +129,8 @@ mod linux {
                         let preempted =
                             misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
                         self.out = Some((time, preempted));
-                    } else if let Some((out_ns, preempted)) = self.out.take() {
-                        if time >= out_ns {
-                            self.intervals.push(MonoInterval {
-                                out_ns,
-                                in_ns: time,
-                                kind: if preempted {
-                                    OffKind::Preempted
-                                } else {
-                                    OffKind::Blocked
-                                },
-                            });
-                        }
+                    } else {
+                        self.switched_in(time);
                     }
                 }
                 sys::bindings::PERF_RECORD_LOST => {
@@ -152,11 +145,18 @@ mod linux {
         /// Closes an interval still open at `end_ns` (the thread is off the CPU
         /// when recording ends) and returns the intervals.
         pub(super) fn finish(mut self, end_ns: u64) -> (Vec<MonoInterval>, u64) {
+            self.switched_in(end_ns);
+            (self.intervals, self.lost)
+        }
+
+        /// The thread runs again at `in_ns`: the pending switch-out becomes
+        /// an interval (none if there is none, or if the clock went back).
+        fn switched_in(&mut self, in_ns: u64) {
             if let Some((out_ns, preempted)) = self.out.take() {
-                if end_ns > out_ns {
+                if in_ns > out_ns {
                     self.intervals.push(MonoInterval {
                         out_ns,
-                        in_ns: end_ns,
+                        in_ns,
                         kind: if preempted {
                             OffKind::Preempted
                         } else {
@@ -165,7 +165,6 @@ mod linux {
                     });
                 }
             }
-            (self.intervals, self.lost)
         }
     }
 

@@ -6,60 +6,21 @@
 //! on-CPU time, wall time minus that its off-CPU time. So the tolerances
 //! only need to cover the clocks' disagreement, not the machine's load.
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "support/tools.rs"]
 mod tools;
 
+use cpu::{close, compute, measured};
 use fgtrace::trace::{OffCpu, Trace};
 use fgtrace::Config;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Burns `d` of this thread's CPU time.
-fn compute(d: Duration) -> u64 {
-    let end = thread_cpu_ns() + d.as_nanos() as u64;
-    let mut x = 1u64;
-    while thread_cpu_ns() < end {
-        for _ in 0..1000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    x
-}
-
-/// (wall ns, thread CPU ns) of the call just made.
-#[derive(Default, Clone, Copy)]
-struct Truth {
-    wall: u64,
-    cpu: u64,
-}
-
-fn measured<R>(f: impl FnOnce() -> R) -> (R, Truth) {
-    let (w, c) = (Instant::now(), thread_cpu_ns());
-    let r = f();
-    let cpu = thread_cpu_ns() - c;
-    (
-        r,
-        Truth {
-            wall: w.elapsed().as_nanos() as u64,
-            cpu,
-        },
-    )
 }
 
 #[fgtrace::traced]
@@ -102,10 +63,6 @@ fn call_of(t: &Trace, o: &OffCpu, name: &str) -> (u64, u64, u64) {
     (c.dur_ns - off.total_ns(), off.blocked_ns, off.preempted_ns)
 }
 
-fn close(got: u64, want: u64, rel: f64, abs_ns: u64) -> bool {
-    got.abs_diff(want) as f64 <= (want as f64 * rel).max(abs_ns as f64)
-}
-
 #[test]
 fn compute_then_sleep_splits_into_on_and_off_cpu() {
     let _s = serial();
@@ -117,7 +74,7 @@ fn compute_then_sleep_splits_into_on_and_off_cpu() {
     };
     let (on, blocked, preempted) = call_of(&t, o, "compute_then_sleep");
     let off = blocked + preempted;
-    let (true_on, true_off) = (truth.cpu, truth.wall - truth.cpu);
+    let (true_on, true_off) = (truth.cpu, truth.off());
     eprintln!(
         "compute_then_sleep: on {on} ns (truth {true_on}), off {off} ns (truth {true_off}): blocked {blocked}, preempted {preempted}"
     );
@@ -146,7 +103,7 @@ fn compute_only_is_almost_never_off_cpu() {
         return;
     };
     let (on, blocked, preempted) = call_of(&t, o, "compute_only");
-    let (true_on, true_off) = (truth.cpu, truth.wall - truth.cpu);
+    let (true_on, true_off) = (truth.cpu, truth.off());
     eprintln!("compute_only: on {on} (truth {true_on}), blocked {blocked}, preempted {preempted} (truth off {true_off})");
     assert!(
         close(on, true_on, 0.15, 1_000_000),
@@ -194,7 +151,7 @@ fn mutex_contention_is_blocked_time_of_the_waiter_only() {
     };
     let (_, w_blocked, _) = call_of(&t, o, "wait_for_lock");
     let (_, h_blocked, _) = call_of(&t, o, "hold_lock");
-    let true_off = truth.wall - truth.cpu;
+    let true_off = truth.off();
     eprintln!(
         "waiter blocked {w_blocked} ns (truth off {true_off}), holder blocked {h_blocked} ns"
     );
@@ -232,4 +189,49 @@ fn without_off_cpu_the_trace_says_nothing_about_it() {
     compute_only();
     let t = session.stop().unwrap();
     assert_eq!(t.meta().off_cpu, None);
+}
+
+#[fgtrace::traced]
+fn short_nap() {
+    std::thread::sleep(Duration::from_millis(1));
+}
+
+/// Many short-lived threads, each with its own ring (rings of exited threads
+/// are read and freed as the session goes on): every thread's sleep is
+/// there, in flight-recorder mode too.
+#[test]
+fn every_thread_of_many_short_lived_ones_has_its_blocked_time() {
+    let _s = serial();
+    for cfg in [
+        Config::builtin().off_cpu(true),
+        Config::builtin().off_cpu(true).flight_recorder(1024),
+    ] {
+        let session = fgtrace::Session::start(cfg).unwrap();
+        for round in 0..4 {
+            let hs: Vec<_> = (0..10).map(|_| std::thread::spawn(short_nap)).collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            if round == 1 {
+                // Past the reader's check for exited threads (every 100 ms).
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        }
+        let t = session.stop().unwrap();
+        let Some(o) = off_cpu_of(
+            &t,
+            "every_thread_of_many_short_lived_ones_has_its_blocked_time",
+        ) else {
+            return;
+        };
+        let naps: Vec<_> = t.calls().collect();
+        assert_eq!(naps.len(), 40);
+        for c in naps {
+            let off = o
+                .within(c.thread, c.start_ns, c.end_ns())
+                .expect("every thread recorded");
+            assert!(off.blocked_ns >= 900_000, "a 1 ms sleep: {off:?}");
+        }
+        assert_eq!(o.lost(), 0);
+    }
 }

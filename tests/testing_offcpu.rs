@@ -5,33 +5,15 @@
 //! is its on-CPU time, wall minus CPU its off-CPU time, so the tolerances
 //! cover clock disagreement, not the load of the machine.
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "support/tools.rs"]
 mod tools;
 
+use cpu::{compute, measured};
 use fgtrace::testing::{budget, Capture, CounterCheck, Options};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn compute(d: Duration) -> u64 {
-    let end = thread_cpu_ns() + d.as_nanos() as u64;
-    let mut x = 1u64;
-    while thread_cpu_ns() < end {
-        for _ in 0..1000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    x
-}
+use std::time::Duration;
 
 #[fgtrace::traced]
 fn compute_then_sleep() -> u64 {
@@ -45,16 +27,8 @@ fn compute_only() -> u64 {
     compute(Duration::from_millis(10))
 }
 
-/// (wall, thread CPU) in ns across `f`.
-fn measured(f: impl FnOnce()) -> (u64, u64) {
-    let (w, c) = (Instant::now(), thread_cpu_ns());
-    f();
-    let cpu = thread_cpu_ns() - c;
-    (w.elapsed().as_nanos() as u64, cpu)
-}
-
 fn close(got: Duration, want_ns: u64, rel: f64, abs_ns: u64) -> bool {
-    (got.as_nanos() as u64).abs_diff(want_ns) as f64 <= (want_ns as f64 * rel).max(abs_ns as f64)
+    cpu::close(got.as_nanos() as u64, want_ns, rel, abs_ns)
 }
 
 /// `Some(cap)` where off-CPU time was recorded; else a visible skip (a
@@ -68,16 +42,14 @@ fn recorded(cap: Capture, test: &str) -> Option<Capture> {
 
 #[test]
 fn capture_splits_compute_and_sleep() {
-    let mut truth = (0, 0);
-    let cap = Options::new().off_cpu(true).capture(|| {
-        truth = measured(|| {
-            compute_then_sleep();
-        })
-    });
+    let mut truth = cpu::Truth::default();
+    let cap = Options::new()
+        .off_cpu(true)
+        .capture(|| truth = measured(compute_then_sleep).1);
     let Some(cap) = recorded(cap, "capture_splits_compute_and_sleep") else {
         return;
     };
-    let (wall, cpu) = truth;
+    let (wall, cpu) = (truth.wall, truth.cpu);
     let (on, off) = (
         cap.on_cpu("compute_then_sleep").unwrap(),
         cap.off_cpu("compute_then_sleep").unwrap(),
@@ -116,16 +88,14 @@ fn capture_splits_compute_and_sleep() {
 
 #[test]
 fn compute_only_is_not_blocked() {
-    let mut truth = (0, 0);
-    let cap = Options::new().off_cpu(true).capture(|| {
-        truth = measured(|| {
-            compute_only();
-        })
-    });
+    let mut truth = cpu::Truth::default();
+    let cap = Options::new()
+        .off_cpu(true)
+        .capture(|| truth = measured(compute_only).1);
     let Some(cap) = recorded(cap, "compute_only_is_not_blocked") else {
         return;
     };
-    let (wall, cpu) = truth;
+    let (wall, cpu) = (truth.wall, truth.cpu);
     let off = cap.off_cpu("compute_only").unwrap();
     eprintln!("compute only: off {off:?} (truth {} ns)", wall - cpu);
     assert!(
@@ -151,7 +121,7 @@ fn wait_for_lock(m: &Mutex<u64>) {
 
 #[test]
 fn mutex_contention_blocks_the_waiter_only() {
-    let mut truth = (0, 0);
+    let mut truth = cpu::Truth::default();
     let cap = Options::new().off_cpu(true).capture(|| {
         let m = Arc::new(Mutex::new(0));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -160,13 +130,13 @@ fn mutex_contention_blocks_the_waiter_only() {
             fgtrace::testing::spawn(move || hold_lock(&m, tx))
         };
         rx.recv().unwrap();
-        truth = measured(|| wait_for_lock(&m));
+        truth = measured(|| wait_for_lock(&m)).1;
         h.join().unwrap();
     });
     let Some(cap) = recorded(cap, "mutex_contention_blocks_the_waiter_only") else {
         return;
     };
-    let (wall, cpu) = truth;
+    let (wall, cpu) = (truth.wall, truth.cpu);
     let waited = cap.blocked("wait_for_lock").unwrap();
     eprintln!(
         "waiter blocked {waited:?} (truth off {} ns), holder {:?}",
