@@ -88,12 +88,27 @@ fn refused() -> Trace {
     ))
 }
 
-fn save(t: &Trace, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fgtrace-offcpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    t.save(&p).unwrap();
-    p
+/// A test's scratch directory, removed when the test ends.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("fgtrace-offcpu-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn save(&self, t: &Trace, name: &str) -> PathBuf {
+        let p = self.0.join(name);
+        t.save(&p).unwrap();
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
 }
 
 fn fgtrace(args: &[&str]) -> Output {
@@ -129,7 +144,9 @@ fn report_has_on_and_off_cpu_totals_and_self() {
     assert_eq!(row("read").on_cpu_ns(), Some(10_000));
     assert_eq!(row("compute").off_cpu.unwrap().total.preempted_ns, 5_000);
 
-    let text = stdout(&fgtrace(&["report", save(&t, "r.fgt").to_str().unwrap()]));
+    let d = Dir::new("report");
+    let f = d.save(&t, "r.fgt");
+    let text = stdout(&fgtrace(&["report", f.to_str().unwrap()]));
     assert!(
         text.contains("On-CPU total") && text.contains("Off-CPU self"),
         "{text}"
@@ -143,7 +160,7 @@ fn report_has_on_and_off_cpu_totals_and_self() {
         "report",
         "--sort",
         "offcpu",
-        save(&t, "r.fgt").to_str().unwrap(),
+        f.to_str().unwrap(),
     ]));
     let order: Vec<&str> = sorted
         .lines()
@@ -155,7 +172,8 @@ fn report_has_on_and_off_cpu_totals_and_self() {
 
 #[test]
 fn graph_offcpu_shows_on_cpu_durations_and_the_split() {
-    let f = save(&recorded(), "g.fgt");
+    let d = Dir::new("graph");
+    let f = d.save(&recorded(), "g.fgt");
     let text = stdout(&fgtrace(&["graph", "--offcpu", f.to_str().unwrap()]));
     assert!(
         text.contains("# off-CPU: DURATION is on-CPU time"),
@@ -192,7 +210,8 @@ fn offcpu_flame_is_weighted_by_time_switched_out() {
         ]
     );
     assert_eq!(summary.untraced_ns, 12_000);
-    let f = save(&t, "f.fgt");
+    let d = Dir::new("flame");
+    let f = d.save(&t, "f.fgt");
     let folded = stdout(&fgtrace(&[
         "flame",
         "--offcpu",
@@ -221,7 +240,8 @@ fn offcpu_flame_is_weighted_by_time_switched_out() {
 
 #[test]
 fn exports_carry_off_cpu_slices() {
-    let f = save(&recorded(), "e.fgt");
+    let d = Dir::new("exports");
+    let f = d.save(&recorded(), "e.fgt");
     let json = stdout(&fgtrace(&["chrome", f.to_str().unwrap()]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let evs = v["traceEvents"].as_array().unwrap();
@@ -274,7 +294,8 @@ fn count(hay: &[u8], needle: &[u8]) -> usize {
 
 #[test]
 fn every_view_says_off_cpu_is_unavailable_and_why() {
-    let f = save(&refused(), "u.fgt");
+    let d = Dir::new("refused");
+    let f = d.save(&refused(), "u.fgt");
     let f = f.to_str().unwrap();
     let why = "off-CPU unavailable: perf_event_open(context switches of this thread) failed: Permission denied";
     let report = stdout(&fgtrace(&["report", f]));
@@ -299,7 +320,7 @@ fn every_view_says_off_cpu_is_unavailable_and_why() {
         chrome.contains(&format!("\"off_cpu\":\"unavailable: {}", &why[21..])),
         "{chrome}"
     );
-    let html = std::env::temp_dir().join(format!("fgtrace-offcpu-u-{}.html", std::process::id()));
+    let html = d.0.join("u.html");
     stdout(&fgtrace(&["html", f, "-o", html.to_str().unwrap()]));
     let html = std::fs::read_to_string(&html).unwrap();
     assert!(html.contains(why), "html");
