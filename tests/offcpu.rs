@@ -57,9 +57,10 @@ fn call_of(t: &Trace, o: &OffCpu, name: &str) -> (u64, u64, u64) {
         .collect();
     assert_eq!(calls.len(), 1, "{name}: {calls:?}");
     let c = calls[0];
-    let off = o
-        .within(c.thread, c.start_ns, c.end_ns())
+    let off = t
+        .off_cpu_of(&c)
         .expect("the calling thread has off-CPU data");
+    assert_eq!(o.within(c.thread, c.start_ns, c.end_ns()), Some(off));
     (c.dur_ns - off.total_ns(), off.blocked_ns, off.preempted_ns)
 }
 

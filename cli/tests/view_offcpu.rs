@@ -4,6 +4,9 @@
 //! 92..112 us straddles `main`'s end. And a trace where off-CPU time was
 //! refused: every view says so, none shows zeros.
 
+#[path = "../../tests/support/tools.rs"]
+mod tools;
+
 use fgtrace::trace::{
     Call, Event, OffCpu, OffCpuThread, OffInterval, OffKind, SiteInfo, ThreadInfo, Trace,
     TraceBuilder, TraceMeta,
@@ -285,6 +288,70 @@ fn exports_carry_off_cpu_slices() {
     assert!(
         html.contains("off-CPU 30 us (blocked 30 us"),
         "graph of the slowest call"
+    );
+}
+
+/// The Perfetto export read with the upstream schema (PyPI `perfetto`,
+/// through `support/perfetto_check.py`): the off-CPU track is a child of the
+/// thread's, its slices well formed, named by kind.
+#[test]
+fn perfetto_off_cpu_track_parses_with_the_upstream_schema() {
+    let test = "perfetto_off_cpu_track_parses_with_the_upstream_schema";
+    let ok = Command::new("python3")
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        tools::missing::<()>(
+            test,
+            "python3 cannot import perfetto.protos.perfetto.trace.perfetto_trace_pb2; \
+             install it with `pip install perfetto==0.59.1`",
+        );
+        return;
+    }
+    let d = Dir::new("schema");
+    let f = d.save(&recorded(), "s.fgt");
+    let pf = d.0.join("s.pftrace");
+    stdout(&fgtrace(&[
+        "perfetto",
+        f.to_str().unwrap(),
+        "-o",
+        pf.to_str().unwrap(),
+    ]));
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/perfetto_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&pf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["errors"], serde_json::json!([]), "{:#}", v["errors"]);
+    let tracks = v["tracks"].as_object().unwrap();
+    let (uuid, off) = tracks
+        .iter()
+        .find(|(_, t)| t["name"] == "off-CPU")
+        .expect("an off-CPU track");
+    let thread = tracks
+        .iter()
+        .find(|(_, t)| t["kind"] == "thread" && t["tid"] == 77)
+        .map(|(u, _)| u.parse::<u64>().unwrap())
+        .unwrap();
+    assert_eq!(off["parent"], thread);
+    let s = &v["slices"][uuid];
+    assert_eq!(s["count"], 3);
+    assert_eq!(s["max_depth"], 1);
+    assert_eq!(
+        s["names"],
+        serde_json::json!({"blocked": 2, "preempted": 1})
     );
 }
 

@@ -227,6 +227,18 @@ impl OffCpu {
     }
 }
 
+impl super::Trace {
+    /// Off-CPU time of a call (blocked and preempted), computed from its
+    /// thread's intervals; `None` where the trace has none for that thread
+    /// (not recorded, or refused: [`OffCpu::reason`]).
+    pub fn off_cpu_of(&self, c: &super::Call) -> Option<OffTime> {
+        self.meta
+            .off_cpu
+            .as_ref()?
+            .within(c.thread, c.start_ns, c.end_ns())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
