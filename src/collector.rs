@@ -27,6 +27,9 @@ pub enum Error {
     Collector(String),
     /// Sampling could not start (the kernel refused perf_event, ...).
     Sampler(String),
+    /// Off-CPU time was required (`FGTRACE_OFFCPU=required`) and the
+    /// kernel refused it, or its reader thread could not start.
+    OffCpu(String),
 }
 
 impl fmt::Display for Error {
@@ -38,6 +41,7 @@ impl fmt::Display for Error {
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
+            Error::OffCpu(e) => write!(f, "fgtrace cannot record off-CPU time: {e}"),
         }
     }
 }
@@ -140,7 +144,7 @@ impl Session {
         // every other thread's when it joins (`recorder::join`).
         #[cfg(target_os = "linux")]
         let off_cpu = match config.off_cpu {
-            true => Some(crate::offcpu::Recorder::start().map_err(Error::Sampler)?),
+            true => Some(crate::offcpu::Recorder::start().map_err(Error::OffCpu)?),
             false => None,
         };
         #[cfg(target_os = "linux")]
