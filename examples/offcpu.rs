@@ -45,7 +45,7 @@ fn wait_io(ms: u64) {
 fn update_shared(m: &Mutex<u64>) {
     truly("update_shared", || {
         let mut g = m.lock().unwrap();
-        *g += compute(Duration::from_millis(2));
+        *g = g.wrapping_add(compute(Duration::from_millis(2)));
     })
 }
 

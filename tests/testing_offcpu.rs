@@ -111,7 +111,7 @@ fn compute_only_is_not_blocked() {
 fn hold_lock(m: &Mutex<u64>, locked: std::sync::mpsc::Sender<()>) {
     let mut g = m.lock().unwrap();
     locked.send(()).unwrap();
-    *g += compute(Duration::from_millis(15));
+    *g = g.wrapping_add(compute(Duration::from_millis(15)));
 }
 
 #[fgtrace::traced]
