@@ -15,19 +15,27 @@ mod cpu;
 
 use cpu::{compute, measured};
 use fgtrace::view::{ReportBuilder, ReportOptions};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Per function: (wall ns, CPU ns), summed over calls (outermost calls only).
-static TRUTH: Mutex<BTreeMap<&'static str, (u64, u64)>> = Mutex::new(BTreeMap::new());
+type Truths = BTreeMap<&'static str, (u64, u64)>;
+
+thread_local! {
+    /// Per function: (wall ns, CPU ns), summed over this thread's calls
+    /// (per thread: a shared lock here would be blocking of its own).
+    static TRUTH: RefCell<Truths> = const { RefCell::new(BTreeMap::new()) };
+}
 
 fn truly<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     let (r, t) = measured(f);
-    let mut all = TRUTH.lock().unwrap();
-    let e = all.entry(name).or_insert((0, 0));
-    e.0 += t.wall;
-    e.1 += t.cpu;
+    TRUTH.with(|all| {
+        let mut all = all.borrow_mut();
+        let e = all.entry(name).or_insert((0, 0));
+        e.0 += t.wall;
+        e.1 += t.cpu;
+    });
     r
 }
 
@@ -70,12 +78,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for i in 0..20 {
                         handle(i + w, &m);
                     }
+                    TRUTH.with(|t| t.take())
                 })
                 .unwrap()
         })
         .collect();
+    let mut truth = Truths::new();
     for w in workers {
-        w.join().unwrap();
+        for (name, (wall, cpu)) in w.join().unwrap() {
+            let e = truth.entry(name).or_insert((0, 0));
+            e.0 += wall;
+            e.1 += cpu;
+        }
     }
     let trace = session.stop()?;
     trace.save("offcpu.fgt")?;
@@ -115,7 +129,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!("{:+.1}%", (got as f64 - want as f64) / want as f64 * 100.0)
         }
     };
-    let truth = TRUTH.lock().unwrap();
     for f in &report.functions {
         let Some(&(wall, cpu)) = truth.get(f.name.as_str()) else {
             continue;
