@@ -22,6 +22,9 @@ pub(crate) struct Active {
     pub threshold_ticks: u64,
     /// Stacks are sampled too: threads register with the sampler on first use.
     pub sampling: bool,
+    /// Off-CPU time is recorded: threads open their switch ring on first use.
+    #[cfg(target_os = "linux")]
+    pub off_cpu: Option<Arc<crate::offcpu::Recorder>>,
     pub outlet: Arc<Outlet>,
     /// The threads' buffers; `None` once the session is stopping.
     pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,

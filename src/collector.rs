@@ -36,6 +36,9 @@ pub enum Error {
     Sampler(String),
     /// The output file (`Config::output`) could not be created or written.
     Output(String),
+    /// Off-CPU time was required (`FGTRACE_OFFCPU=required`) and the
+    /// kernel refused it, or its reader thread could not start.
+    OffCpu(String),
 }
 
 impl fmt::Display for Error {
@@ -48,6 +51,7 @@ impl fmt::Display for Error {
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
             Error::Output(e) => write!(f, "fgtrace trace file: {e}"),
+            Error::OffCpu(e) => write!(f, "fgtrace cannot record off-CPU time: {e}"),
         }
     }
 }
@@ -245,6 +249,20 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
+        // The output file first: nothing else has started if it cannot be created.
+        let out = match &config.output {
+            Some(path) => Some(open_output(path, &cal, &config)?),
+            None => None,
+        };
+        // Off-CPU time (issue 14): the recorder opens this thread's ring now,
+        // every other thread's when it joins (`recorder::join`).
+        #[cfg(target_os = "linux")]
+        let off_cpu = match config.off_cpu {
+            true => Some(crate::offcpu::Recorder::start().map_err(Error::OffCpu)?),
+            false => None,
+        };
+        #[cfg(target_os = "linux")]
+        let cancel_off_cpu = || off_cpu.as_ref().map(|o| o.cancel());
         LIVE_SESSIONS.fetch_add(1, Relaxed);
         let active = Arc::new(Active {
             gen,
@@ -256,6 +274,8 @@ impl Session {
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             sampling: config.sampling.is_some(),
+            #[cfg(target_os = "linux")]
+            off_cpu: off_cpu.clone(),
             outlet: Arc::new(Outlet {
                 batches,
                 recycle_tx,
@@ -267,16 +287,15 @@ impl Session {
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:
         // a failure leaves no session behind.
-        let out = match &config.output {
-            Some(path) => Some(open_output(path, &cal, &config)?),
-            None => None,
-        };
         let gathered = Gathered::new(cal.origin.ticks, out);
         let (collector, idle_gathered) = if flight {
             (None, Some(gathered))
         } else {
-            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered)
-                .map_err(|e| Error::Collector(format!("cannot start the collector thread: {e}")))?;
+            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
+                #[cfg(target_os = "linux")]
+                cancel_off_cpu();
+                Error::Collector(format!("cannot start the collector thread: {e}"))
+            })?;
             (Some(h), None)
         };
         #[cfg(target_os = "linux")]
@@ -285,6 +304,8 @@ impl Session {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stop.store(true, Release);
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
                     if let Some(h) = collector {
                         let _ = h.join();
                     }
@@ -407,13 +428,24 @@ impl Session {
         for (info, th) in infos.iter_mut().zip(&g.threads) {
             info.calls = th.enc.calls;
         }
-        let meta = TraceMeta {
+        let mut meta = TraceMeta {
             sites: std::mem::take(&mut g.sites.sites),
             threads: infos,
             sampling,
             mappings,
             ..base_meta(&self.cal, end.ticks, &self.config)
         };
+        // Off-CPU time (issue 14): the threads' switch intervals, or why not.
+        #[cfg(target_os = "linux")]
+        if let Some(o) = &self.active.off_cpu {
+            meta.off_cpu = Some(o.finish(&self.cal, meta.duration_ns, &meta.threads));
+        }
+        #[cfg(not(target_os = "linux"))]
+        if self.config.off_cpu {
+            meta.off_cpu = Some(crate::trace::OffCpu::unavailable(
+                "off-CPU time needs Linux (perf_event)",
+            ));
+        }
         match g.out.take() {
             None => {
                 let threads = g

@@ -12,6 +12,7 @@
 //! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
+//! | `FGTRACE_OFFCPU=1` | also record off-CPU time per call (`0`: off; `required`: a refusal is an error; `unavailable`: act as if refused) | ftrace `sleep-time`, uftrace `-E sched` |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
 //! otherwise it matches the display name (`parse*`, `Parser::*`). `*` and `?`
@@ -44,6 +45,8 @@ pub struct Config {
     pub(crate) sampling: Option<crate::sampling::Sampling>,
     /// Write the trace file here while recording.
     pub(crate) output: Option<std::path::PathBuf>,
+    /// Off-CPU time per call (context-switch records, see `offcpu`).
+    pub(crate) off_cpu: bool,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
 }
@@ -104,6 +107,7 @@ impl Config {
             notrace: Vec::new(),
             sampling: None,
             output: None,
+            off_cpu: false,
             errors: Vec::new(),
         }
     }
@@ -157,6 +161,17 @@ impl Config {
                     .push("FGTRACE_OUTPUT is set but empty: name the trace file to write".into());
             } else {
                 self.output = Some(v.into());
+            }
+        }
+        if let Some(v) = get("FGTRACE_OFFCPU") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "yes" | "true" | "required" | "require" | "unavailable" => {
+                    self.off_cpu = true
+                }
+                "0" | "off" | "no" | "false" | "" => self.off_cpu = false,
+                _ => self.errors.push(format!(
+                    "FGTRACE_OFFCPU=`{v}`: use 1, 0, required or unavailable"
+                )),
             }
         }
         if let Some(v) = get("FGTRACE_MODE") {
@@ -271,6 +286,16 @@ impl Config {
     /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
     pub fn sampling(mut self, s: crate::sampling::Sampling) -> Self {
         self.sampling = Some(s);
+        self
+    }
+    /// Also record when each thread was off the CPU (switched out: blocked
+    /// or preempted), so that every call gets its off-CPU time. Needs
+    /// `perf_event_open` on the own threads (works at
+    /// `perf_event_paranoid` 2); where the kernel refuses, the session still
+    /// records, says so in one line on stderr, and the trace says why
+    /// off-CPU time is unavailable. `FGTRACE_OFFCPU=1` sets it.
+    pub fn off_cpu(mut self, yes: bool) -> Self {
+        self.off_cpu = yes;
         self
     }
     /// Hide these functions and everything they call.

@@ -24,6 +24,9 @@ pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
+mod offcpu;
+#[cfg(target_os = "linux")]
+mod perf_ring;
 mod recorder;
 mod thread;
 pub mod trace;

@@ -152,13 +152,17 @@ struct GraphArgs {
     /// Show thread indexes instead of OS thread ids in the first column.
     #[arg(long)]
     thread_index: bool,
+    /// Off-CPU time (ftrace's nosleep-time): DURATION is on-CPU time, and a
+    /// call that was switched out ends in `/* wall, off-CPU (blocked, preempted) */`.
+    #[arg(long)]
+    offcpu: bool,
 }
 
 #[derive(clap::Args)]
 struct ReportArgs {
     /// Trace file written by `Trace::save`.
     file: PathBuf,
-    /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, name.
+    /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, oncpu, offcpu, name.
     #[arg(long, short = 's', default_value = "total")]
     sort: String,
     /// Reverse the order.
@@ -217,6 +221,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 threads: threads(&a.threads),
                 max_depth: a.depth,
                 thresh_ns: a.thresh.unwrap_or(0),
+                off_cpu: a.offcpu,
                 ..GraphOptions::default()
             };
             view::write_graph(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
@@ -273,6 +278,35 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
     }
     if let Some(s) = &m.sampling {
         writeln!(out, "sampling:  {s}")?;
+    }
+    if let Some(o) = &m.off_cpu {
+        if o.is_available() {
+            let (mut blocked, mut preempted, mut n) = (0u64, 0u64, 0usize);
+            for t in &o.threads {
+                let x = t.total();
+                blocked = blocked.saturating_add(x.blocked_ns);
+                preempted = preempted.saturating_add(x.preempted_ns);
+                n = n.saturating_add(t.intervals.len());
+            }
+            writeln!(
+                out,
+                "off-CPU:   {} stretches on {} threads: {} blocked, {} preempted{}",
+                n,
+                o.threads.len(),
+                human_duration(blocked),
+                human_duration(preempted),
+                if o.lost() > 0 {
+                    format!(", {} switch records LOST", o.lost())
+                } else {
+                    String::new()
+                }
+            )?;
+            if let Some(why) = &o.unavailable {
+                writeln!(out, "off-CPU unavailable for some threads: {why}")?;
+            }
+        } else {
+            writeln!(out, "off-CPU unavailable: {}", o.reason())?;
+        }
     }
     writeln!(out, "functions: {}", m.sites.len())?;
     writeln!(

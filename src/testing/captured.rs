@@ -26,6 +26,8 @@ pub(super) struct Span {
     pub instr: Option<u64>,
     /// `instr` minus the children's.
     pub self_instr: Option<u64>,
+    /// Off-CPU time within the call, where recorded (`Options::off_cpu`).
+    pub off: Option<crate::trace::OffTime>,
 }
 
 /// One measured call of a query: a call of a sync fn, or a whole future of
@@ -108,7 +110,9 @@ impl Capture {
         };
         let mut deltas = Vec::new();
         let mut inputs = Vec::new();
-        for p in parts {
+        let mut off = Vec::new();
+        for mut p in parts {
+            off.push(p.off.take());
             deltas.push(
                 p.out
                     .counters
@@ -128,7 +132,8 @@ impl Capture {
             mode: RecordMode::Stream,
             filters: String::new(),
         };
-        let trace = build::build(base, inputs, build::registered_site);
+        let mut trace = build::build(base, inputs, build::registered_site);
+        trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
         let mut futures = Vec::new();
@@ -167,6 +172,7 @@ impl Capture {
                     self_ns: c.dur_ns,
                     instr,
                     self_instr: None,
+                    off: None,
                 });
                 open.push(base + i);
             }
@@ -191,6 +197,11 @@ impl Capture {
                         *ps = ps.saturating_sub(v);
                     }
                 }
+            }
+        }
+        if let Some(o) = trace.meta.off_cpu.as_ref().filter(|o| o.is_available()) {
+            for s in spans.iter_mut() {
+                s.off = o.within(s.call.thread, s.call.start_ns, s.call.end_ns());
             }
         }
         let trace = if spans.iter().any(|s| s.instr.is_some()) {

@@ -11,7 +11,7 @@
 
 use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, FutureSpan, Lost, Trace, TraceError, TraceMeta};
+use crate::trace::{Call, Event, FutureSpan, Lost, OffTime, Trace, TraceError, TraceMeta};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -32,6 +32,10 @@ pub enum Column {
     P99,
     /// s², the sample variance.
     Variance,
+    /// On-CPU total time (inclusive time minus off-CPU time).
+    OnCpu,
+    /// Off-CPU total time (switched out: blocked or preempted).
+    OffCpu,
     Name,
 }
 
@@ -48,10 +52,12 @@ impl FromStr for Column {
             "p50" | "median" => Column::P50,
             "p99" => Column::P99,
             "s2" | "s^2" | "var" | "variance" => Column::Variance,
+            "oncpu" | "on-cpu" => Column::OnCpu,
+            "offcpu" | "off-cpu" => Column::OffCpu,
             "name" | "func" | "function" => Column::Name,
             _ => {
                 return Err(format!(
-                "unknown sort column `{s}` (calls, total, self, avg, min, max, p50, p99, s2, name)"
+                "unknown sort column `{s}` (calls, total, self, avg, min, max, p50, p99, s2, oncpu, offcpu, name)"
             ))
             }
         })
@@ -100,6 +106,18 @@ pub struct FunctionStats {
     pub variance_ns2: f64,
     /// Calls ended by a panic unwinding through them.
     pub unwound: u64,
+    /// Off-CPU time of the calls, where the trace has it for every thread
+    /// they ran on (else `None`: never zeros that look real).
+    pub off_cpu: Option<OffStats>,
+}
+
+/// A function's off-CPU time: inclusive (`total`) and its own (`self_`,
+/// minus what its recorded children spent off the CPU). On-CPU time is the
+/// duration minus these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffStats {
+    pub total: OffTime,
+    pub self_: OffTime,
 }
 
 /// One async fn's whole futures (first poll to completion); durations in nanoseconds.
@@ -148,6 +166,9 @@ pub struct Report {
     pub loss_lines: Vec<String>,
     pub functions: Vec<FunctionStats>,
     pub futures: Vec<FutureStats>,
+    /// Whether the rows have off-CPU time: `Ok(())`, or why not
+    /// (`None`: the trace was recorded without it).
+    pub off_cpu: Option<Result<(), String>>,
 }
 
 /// Log-linear histogram for percentiles in bounded memory: values below 128 ns
@@ -270,6 +291,9 @@ struct SiteAcc {
     d: Durations,
     self_ns: u64,
     unwound: u64,
+    off: OffStats,
+    /// A call ran on a thread without off-CPU data.
+    off_missing: bool,
 }
 
 #[derive(Default)]
@@ -285,6 +309,8 @@ struct Open {
     depth: u32,
     dur_ns: u64,
     children_ns: u64,
+    off: OffTime,
+    children_off: OffTime,
 }
 
 /// Builds a [`Report`] from events pushed one at a time.
@@ -336,16 +362,25 @@ impl<'a> ReportBuilder<'a> {
         let stack = grow(&mut self.stacks, c.thread as usize);
         // The nearest open call above is the parent (or, past a loss, an ancestor,
         // whose time includes this call all the same).
+        let off = match self.meta.off_cpu.as_ref().filter(|o| o.is_available()) {
+            Some(o) => o.within(c.thread, c.start_ns, c.end_ns()),
+            None => Some(OffTime::default()),
+        };
         if let Some(parent) = stack.last_mut() {
             parent.children_ns = parent.children_ns.saturating_add(c.dur_ns);
+            parent.children_off.add(off.unwrap_or_default());
         }
         stack.push(Open {
             site: c.site,
             depth: c.depth,
             dur_ns: c.dur_ns,
             children_ns: 0,
+            off: off.unwrap_or_default(),
+            children_off: OffTime::default(),
         });
         let s = grow(&mut self.sites, c.site as usize);
+        s.off.total.add(off.unwrap_or_default());
+        s.off_missing |= off.is_none();
         s.d.add(c.dur_ns);
         s.unwound += c.unwound() as u64;
         *grow(&mut self.active, c.thread as usize) = true;
@@ -382,6 +417,9 @@ impl<'a> ReportBuilder<'a> {
             s.self_ns = s
                 .self_ns
                 .saturating_add(o.dur_ns.saturating_sub(o.children_ns));
+            let mut own = o.off;
+            own.sub(o.children_off);
+            s.off.self_.add(own);
         }
     }
 
@@ -391,6 +429,14 @@ impl<'a> ReportBuilder<'a> {
             self.pop_to(t as u32, 0);
         }
         let meta = self.meta;
+        let off_cpu = meta.off_cpu.as_ref().map(|o| {
+            if o.is_available() {
+                Ok(())
+            } else {
+                Err(o.reason().to_string())
+            }
+        });
+        let has_off = off_cpu == Some(Ok(()));
         let mut functions: Vec<FunctionStats> = self
             .sites
             .iter()
@@ -409,6 +455,7 @@ impl<'a> ReportBuilder<'a> {
                 p99_ns: s.d.quantile(0.99),
                 variance_ns2: s.d.variance(),
                 unwound: s.unwound,
+                off_cpu: (has_off && !s.off_missing).then_some(s.off),
             })
             .collect();
         let mut futures: Vec<FutureStats> = self
@@ -473,6 +520,7 @@ impl<'a> ReportBuilder<'a> {
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),
             functions,
             futures,
+            off_cpu,
         }
     }
 }
@@ -519,8 +567,22 @@ impl FunctionStats {
             Column::P50 => self.p50_ns as f64,
             Column::P99 => self.p99_ns as f64,
             Column::Variance => self.variance_ns2,
+            Column::OnCpu => self.on_cpu_ns().map_or(-1.0, |v| v as f64),
+            Column::OffCpu => self.off_cpu.map_or(-1.0, |o| o.total.total_ns() as f64),
             Column::Name => return Key::Name(&self.name),
         })
+    }
+
+    /// Inclusive time on a CPU: total minus off-CPU time.
+    pub fn on_cpu_ns(&self) -> Option<u64> {
+        self.off_cpu
+            .map(|o| self.total_ns.saturating_sub(o.total.total_ns()))
+    }
+
+    /// Own time on a CPU: self time minus own off-CPU time.
+    pub fn self_on_cpu_ns(&self) -> Option<u64> {
+        self.off_cpu
+            .map(|o| self.self_ns.saturating_sub(o.self_.total_ns()))
     }
 }
 
@@ -536,6 +598,7 @@ impl FutureStats {
             Column::P50 => self.p50_ns as f64,
             Column::P99 => self.p99_ns as f64,
             Column::Variance => self.variance_ns2,
+            Column::OnCpu | Column::OffCpu => -1.0,
             Column::Name => return Key::Name(&self.name),
         })
     }
@@ -613,8 +676,21 @@ impl Report {
         for l in &self.loss_lines {
             let _ = writeln!(out, "# {l}");
         }
+        let has_off = self.off_cpu == Some(Ok(()));
+        match &self.off_cpu {
+            Some(Ok(())) => {
+                let _ = writeln!(
+                    out,
+                    "# off-CPU: time switched out (blocked: voluntarily; the rest preempted); on-CPU = time - off-CPU"
+                );
+            }
+            Some(Err(why)) => {
+                let _ = writeln!(out, "# off-CPU unavailable: {why}");
+            }
+            None => {}
+        }
         let _ = writeln!(out, "#");
-        let headers = [
+        let mut headers = vec![
             "Calls",
             "Total time",
             "Self time",
@@ -625,11 +701,20 @@ impl Report {
             "p99",
             "s^2",
         ];
+        if has_off {
+            headers.extend([
+                "On-CPU total",
+                "On-CPU self",
+                "Off-CPU total",
+                "Off-CPU self",
+                "Blocked",
+            ]);
+        }
         let rows: Vec<_> = self
             .functions
             .iter()
             .map(|f| {
-                let cells = vec![
+                let mut cells = vec![
                     f.calls.to_string(),
                     uftrace_time(f.total_ns),
                     uftrace_time(f.self_ns),
@@ -640,6 +725,18 @@ impl Report {
                     uftrace_time(f.p99_ns),
                     variance_text(f.variance_ns2),
                 ];
+                if has_off {
+                    // A function that also ran on a thread without off-CPU
+                    // data shows `-`, not a zero that looks measured.
+                    let t = |v: Option<u64>| v.map_or("-".to_string(), uftrace_time);
+                    cells.extend([
+                        t(f.on_cpu_ns()),
+                        t(f.self_on_cpu_ns()),
+                        t(f.off_cpu.map(|o| o.total.total_ns())),
+                        t(f.off_cpu.map(|o| o.self_.total_ns())),
+                        t(f.off_cpu.map(|o| o.total.blocked_ns)),
+                    ]);
+                }
                 (cells, f.name.clone())
             })
             .collect();
