@@ -99,6 +99,14 @@ impl Session {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
+        // ---- issue 15: a session the control endpoint runs in the
+        // background (an always-on flight recorder) makes way for the
+        // program's own; the panic hook of `Config::dump_on_panic`.
+        crate::active::yield_background();
+        if config.dump_on_panic.is_some() {
+            crate::snapshot::install_panic_hook();
+        }
+        // ---- end issue 15
         recorder::install();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
@@ -154,6 +162,14 @@ impl Session {
                 block_when_full: config.block_when_full,
             }),
             threads: Mutex::new(Some(Vec::new())),
+            // ---- issue 15: what `crate::snapshot` needs (dumps on demand and on panic).
+            snap: crate::active::SnapshotInfo {
+                cal,
+                keep: config.flight_calls,
+                mode: config.mode,
+                filters: config.describe(),
+                dump_on_panic: config.dump_on_panic.clone(),
+            },
         });
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:

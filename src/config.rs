@@ -44,6 +44,8 @@ pub struct Config {
     pub(crate) sampling: Option<crate::sampling::Sampling>,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
+    /// Where the panic hook writes the last calls of every thread.
+    pub(crate) dump_on_panic: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -102,6 +104,7 @@ impl Config {
             notrace: Vec::new(),
             sampling: None,
             errors: Vec::new(),
+            dump_on_panic: None,
         }
     }
 
@@ -251,6 +254,17 @@ impl Config {
     /// Hide these functions and everything they call.
     pub fn notrace<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
         self.notrace = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// On a panic in any thread while this session records, write the last
+    /// calls of every thread to `path` (an fgtrace file: `fgtrace graph
+    /// path`) before the default panic hook prints the message. With a
+    /// flight recorder these are the last N calls per thread; in stream mode,
+    /// the calls not yet handed to the collector (at most a batch per
+    /// thread). The session keeps recording; a second panic rewrites the file.
+    pub fn dump_on_panic(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.dump_on_panic = Some(path.into());
         self
     }
 

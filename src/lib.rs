@@ -25,7 +25,9 @@ pub mod clock;
 pub mod collector;
 pub mod config;
 mod recorder;
+pub mod snapshot;
 mod thread;
+pub mod control;
 pub mod trace;
 
 #[cfg(feature = "views")]
