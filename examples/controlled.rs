@@ -19,8 +19,9 @@ use std::time::Duration;
 
 #[fgtrace::traced]
 fn checksum(data: &[u8]) -> u32 {
-    data.iter()
-        .fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    data.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 #[fgtrace::traced]

@@ -24,10 +24,10 @@ pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod control;
 mod recorder;
 pub mod snapshot;
 mod thread;
-pub mod control;
 pub mod trace;
 
 #[cfg(feature = "views")]

@@ -43,7 +43,10 @@ fn record_ms(t: &Target, ms: u64) -> (Trace, String) {
     let r = client(t)
         .record(settings, &AtomicBool::new(false), || {})
         .expect("record");
-    (Trace::read_from(&r.bytes[..]).expect("a complete trace"), r.note)
+    (
+        Trace::read_from(&r.bytes[..]).expect("a complete trace"),
+        r.note,
+    )
 }
 
 fn wait_for_session(t: &Target, want: &str) {
@@ -70,7 +73,12 @@ fn record_gets_the_calls_in_proportion_and_the_target_runs_on() {
     let (trace, note) = record_ms(&t, 400);
     assert!(note.contains("duration over"), "{note}");
     assert_eq!(trace.meta().pid, t.pid());
-    let names: Vec<_> = trace.meta().threads.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<_> = trace
+        .meta()
+        .threads
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     assert!(names.iter().any(|n| n == "worker"), "{names:?}");
     assert!(
         !names.iter().any(|n| n.starts_with("fgtrace")),
@@ -85,7 +93,10 @@ fn record_gets_the_calls_in_proportion_and_the_target_runs_on() {
     assert!(ok, "{err}");
     assert_eq!(target_lines(&out), ["target: stopped"], "{out}");
     assert!(!err.contains("fgtrace"), "{err}");
-    assert!(std::fs::read_dir(dir.join("fgtrace")).unwrap().next().is_none());
+    assert!(std::fs::read_dir(dir.join("fgtrace"))
+        .unwrap()
+        .next()
+        .is_none());
 }
 
 #[test]
@@ -107,7 +118,11 @@ fn dump_gives_the_flight_recorders_last_calls_without_stopping_it() {
         (status.session.as_str(), status.mode.as_deref()),
         ("background", Some("flight:64"))
     );
-    let last = |t: &Trace| t.calls().map(|c| c.start_ns + t.meta().clock.start_mono_ns).max();
+    let last = |t: &Trace| {
+        t.calls()
+            .map(|c| c.start_ns + t.meta().clock.start_mono_ns)
+            .max()
+    };
     let d2 = Trace::read_from(&client(&t).dump().unwrap().bytes[..]).unwrap();
     assert!(last(&d2) > last(&trace));
     // A client's recording takes the flight recorder's place; it comes back.
@@ -152,7 +167,10 @@ fn a_second_client_is_told_busy() {
         assert_eq!(client(&t).status().unwrap().session, "recording");
         std::thread::sleep(Duration::from_millis(200));
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let r = first.join().unwrap().expect("the first client gets its trace");
+        let r = first
+            .join()
+            .unwrap()
+            .expect("the first client gets its trace");
         assert!(r.note.contains("stopped by the client"), "{}", r.note);
         assert_in_proportion(&counts(&Trace::read_from(&r.bytes[..]).unwrap()));
     });
@@ -180,7 +198,10 @@ fn a_target_that_exits_while_recording_sends_a_complete_trace() {
     assert!(ok, "{err}");
     assert_eq!(target_lines(&out), ["target: stopped"]);
     // The socket went with the process.
-    assert!(std::fs::read_dir(dir.join("fgtrace")).unwrap().next().is_none());
+    assert!(std::fs::read_dir(dir.join("fgtrace"))
+        .unwrap()
+        .next()
+        .is_none());
 }
 
 /// Raw frames: what a hostile or broken client can send.
@@ -208,7 +229,9 @@ fn bad_and_oversized_requests_get_errors_and_the_target_carries_on() {
     assert!(err(&frame(br#"{"cmd":"format_disk"}"#)).contains("unknown variant"));
     let e = err(&u32::MAX.to_be_bytes());
     assert!(e.contains("over the limit"), "{e}");
-    let e = err(&frame(br#"{"cmd":"record","sample":"sometimes","depth":2}"#));
+    let e = err(&frame(
+        br#"{"cmd":"record","sample":"sometimes","depth":2}"#,
+    ));
     assert!(e.contains("sample"), "{e}");
     let e = err(&frame(br#"{"cmd":"start","mode":"flight:0"}"#));
     assert!(e.contains("mode"), "{e}");
@@ -220,8 +243,10 @@ fn bad_and_oversized_requests_get_errors_and_the_target_carries_on() {
     // A client that connects and says nothing for longer than allowed.
     let mut idle = UnixStream::connect(&t.socket).unwrap();
     let mut b = [0u8; 4];
-    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    idle.read_exact(&mut b).expect("an error reply after the timeout");
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    idle.read_exact(&mut b)
+        .expect("an error reply after the timeout");
     // Random bytes, framed and unframed.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..200 {
@@ -277,19 +302,27 @@ fn intruder() {
 
 fn intrude(t: &Target, dac: bool) -> String {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--ignored", "--exact", ENTRY, "--nocapture", "--test-threads=1"])
-        .env(ROLE, "intruder")
-        .env("FGTRACE_TEST_SOCKET", &t.socket)
-        .env("FGTRACE_TEST_PID", t.pid().to_string());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        ENTRY,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE, "intruder")
+    .env("FGTRACE_TEST_SOCKET", &t.socket)
+    .env("FGTRACE_TEST_PID", t.pid().to_string());
     if dac {
         cmd.env("FGTRACE_TEST_DAC", "1");
     }
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    let at = text
-        .find("intruder: ")
-        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = text.find("intruder: ").unwrap_or_else(|| panic!("{text}"));
     text[at..].lines().next().unwrap().to_string()
 }
 
@@ -309,7 +342,10 @@ fn another_uid_is_refused() {
     let t = Target::start(&dir, "listen", None, true);
     // The private directory keeps uid 65534 away from the socket ...
     let plain = intrude(&t, false);
-    assert!(plain.contains("PermissionDenied") && plain.contains("permission denied"), "{plain}");
+    assert!(
+        plain.contains("PermissionDenied") && plain.contains("permission denied"),
+        "{plain}"
+    );
     // ... and where file permissions do not (CAP_DAC_OVERRIDE), the target
     // checks the peer's uid itself.
     let dac = intrude(&t, true);
@@ -360,8 +396,14 @@ fn a_directory_other_users_could_use_is_refused() {
     let t = Target::start(&dir, "1", Some(500), false);
     let (ok, out, err) = t.finish();
     assert!(ok, "{err}");
-    assert!(err.contains("control endpoint not opened") && err.contains("mode 777"), "{err}");
-    assert!(target_lines(&out).last().unwrap().starts_with("target: done"));
+    assert!(
+        err.contains("control endpoint not opened") && err.contains("mode 777"),
+        "{err}"
+    );
+    assert!(target_lines(&out)
+        .last()
+        .unwrap()
+        .starts_with("target: done"));
     assert!(std::fs::read_dir(&sockets).unwrap().next().is_none());
     // A symlink to a private directory is refused too.
     std::fs::remove_dir(&sockets).unwrap();

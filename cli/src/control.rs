@@ -150,7 +150,9 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     let received = Client::connect(pid)
         .and_then(|c| {
             c.record(settings, &stop, || match duration_ms {
-                Some(ms) => eprintln!("fgtrace: recording pid {pid} for {ms} ms (Ctrl-C stops sooner)"),
+                Some(ms) => {
+                    eprintln!("fgtrace: recording pid {pid} for {ms} ms (Ctrl-C stops sooner)")
+                }
                 None => eprintln!("fgtrace: recording pid {pid} until Ctrl-C"),
             })
         })
@@ -188,7 +190,10 @@ pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
                 flight.map(|n| format!("flight:{n}"))
             };
             client.start(session.settings(mode, None)).map_err(err)?;
-            eprintln!("fgtrace: pid {} records (fgtrace ctl {} dump|stop)", a.pid, a.pid);
+            eprintln!(
+                "fgtrace: pid {} records (fgtrace ctl {} dump|stop)",
+                a.pid, a.pid
+            );
             Ok(())
         }
         CtlAction::Stop { output } => {

@@ -130,9 +130,11 @@ enum Cmd {
         fgtrace html run.fgt --thread worker-* --rows 50 -o workers.html")]
     Html(html::HtmlArgs),
     /// Record a running process that listens for control (FGTRACE_CONTROL=1): the trace is written here.
-    #[command(after_help = "Examples:\n  fgtrace record --pid 4242 --duration 2s -o run.fgt\n  \
+    #[command(
+        after_help = "Examples:\n  fgtrace record --pid 4242 --duration 2s -o run.fgt\n  \
         fgtrace record -p 4242 --sample timer:999 --filter 'parse*'     until Ctrl-C\n  \
-        fgtrace record -p 4242 -d 500ms --flight 10000 -o last.fgt")]
+        fgtrace record -p 4242 -d 500ms --flight 10000 -o last.fgt"
+    )]
     Record(control::RecordArgs),
     /// Control a running process: status, start/stop a background session, dump its flight recorder.
     #[command(after_help = "Examples:\n  fgtrace ctl 4242 status\n  \

@@ -52,11 +52,23 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
     let pid = t.pid().to_string();
     let ps = ok(&fgtrace(&xdg, &["ps"]));
     assert!(
-        ps.lines().any(|l| l.trim_start().starts_with(&format!("{pid} "))),
+        ps.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{pid} "))),
         "{ps}"
     );
 
-    let rec = fgtrace(&xdg, &["record", "--pid", &pid, "--duration", "300ms", "-o", "rec.fgt"]);
+    let rec = fgtrace(
+        &xdg,
+        &[
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "300ms",
+            "-o",
+            "rec.fgt",
+        ],
+    );
     ok(&rec);
     assert!(String::from_utf8_lossy(&rec.stderr).contains("wrote rec.fgt"));
     let trace = fgtrace::Trace::load(xdg.join("rec.fgt")).unwrap();
@@ -79,7 +91,10 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(graph.contains("# tracer: function_graph"), "{graph}");
-    assert!(graph.contains("tick() {") && graph.contains("checksum();"), "{graph}");
+    assert!(
+        graph.contains("tick() {") && graph.contains("checksum();"),
+        "{graph}"
+    );
     let status = ok(&fgtrace(&xdg, &["ctl", &pid, "status"]));
     assert!(status.contains("session:  background"), "{status}");
 
@@ -98,7 +113,10 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
     // Gone: a clear error, and `ps` no longer lists it.
     let gone = fgtrace(&xdg, &["ctl", &pid, "status"]);
     assert!(!gone.status.success());
-    assert!(String::from_utf8_lossy(&gone.stderr).contains("is not running"), "{gone:?}");
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("is not running"),
+        "{gone:?}"
+    );
     assert!(!ok(&fgtrace(&xdg, &["ps"])).contains(&format!("{pid} ")));
 }
 
@@ -108,7 +126,15 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
     let t = Target::start(&xdg, "listen", None, true);
     let pid = t.pid().to_string();
     let rec = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(["record", "--pid", &pid, "-o", "rec.fgt", "--filter", "parse,checksum"])
+        .args([
+            "record",
+            "--pid",
+            &pid,
+            "-o",
+            "rec.fgt",
+            "--filter",
+            "parse,checksum",
+        ])
         .env("XDG_RUNTIME_DIR", &xdg)
         .current_dir(&xdg)
         .stderr(std::process::Stdio::piped())
@@ -124,7 +150,10 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
     let trace = fgtrace::Trace::load(xdg.join("rec.fgt")).unwrap();
     let c = counts(&trace);
     assert!(!c.contains_key("tick"), "the filter was applied: {c:?}");
-    assert!(c["parse"] > 10 && (c["checksum"] as i64 - 4 * c["parse"] as i64).abs() <= 16, "{c:?}");
+    assert!(
+        c["parse"] > 10 && (c["checksum"] as i64 - 4 * c["parse"] as i64).abs() <= 16,
+        "{c:?}"
+    );
     let (t_ok, _, e) = t.finish();
     assert!(t_ok, "{e}");
 }
@@ -138,12 +167,18 @@ fn bad_flags_and_missing_processes_are_one_clear_line() {
     assert!(e.contains("pid 999999999 is not running"), "{e}");
     let t = Target::start(&xdg, "listen", None, true);
     let pid = t.pid().to_string();
-    let o = fgtrace(&xdg, &["record", "--pid", &pid, "-d", "1s", "--sample", "sometimes"]);
+    let o = fgtrace(
+        &xdg,
+        &["record", "--pid", &pid, "-d", "1s", "--sample", "sometimes"],
+    );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("sample"), "{e}");
     let o = fgtrace(&xdg, &["ctl", &pid, "dump"]);
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("no fgtrace session"), "{e}");
+    assert!(
+        !o.status.success() && e.contains("no fgtrace session"),
+        "{e}"
+    );
     let o = fgtrace(&xdg, &["record", "--pid", &pid, "-d", "soon"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("--duration"));
     let (t_ok, _, e) = t.finish();

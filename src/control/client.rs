@@ -78,7 +78,9 @@ fn candidate_dirs(uid: Option<u32>) -> Vec<PathBuf> {
 
 /// The owner of process `pid` (from `/proc`).
 fn uid_of(pid: u32) -> Option<u32> {
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 /// The control socket of process `pid`.
@@ -143,20 +145,18 @@ impl Client {
     }
 
     fn send(&mut self, req: &Request) -> Result<(), ControlError> {
-        protocol::write_json(&mut self.stream, req).map_err(|e| {
-            io_err(&format!("cannot send the request to pid {}", self.pid), e)
-        })
+        protocol::write_json(&mut self.stream, req)
+            .map_err(|e| io_err(&format!("cannot send the request to pid {}", self.pid), e))
     }
 
     fn reply(&mut self) -> Result<Reply, ControlError> {
-        let body = protocol::read_frame(&mut self.stream, protocol::MAX_REPLY).map_err(|e| {
-            match e {
+        let body =
+            protocol::read_frame(&mut self.stream, protocol::MAX_REPLY).map_err(|e| match e {
                 FrameError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => ControlError::Io(
                     format!("pid {} closed the connection without a reply", self.pid),
                 ),
                 e => io_err(&format!("no reply from pid {}", self.pid), e),
-            }
-        })?;
+            })?;
         let r: Reply = serde_json::from_slice(&body)
             .map_err(|e| io_err(&format!("pid {} sent a bad reply", self.pid), e))?;
         if r.ok {
@@ -174,9 +174,9 @@ impl Client {
     }
 
     fn trace(&mut self, r: &Reply) -> Result<Received, ControlError> {
-        let n = r.trace_bytes.ok_or_else(|| {
-            ControlError::Io(format!("pid {} replied without a trace", self.pid))
-        })?;
+        let n = r
+            .trace_bytes
+            .ok_or_else(|| ControlError::Io(format!("pid {} replied without a trace", self.pid)))?;
         let _ = self.stream.set_read_timeout(Some(Duration::from_secs(60)));
         let bytes = protocol::read_trace(&mut self.stream, n)
             .map_err(|e| io_err(&format!("receiving the trace from pid {}", self.pid), e))?;

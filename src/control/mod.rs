@@ -172,6 +172,15 @@ pub fn listen() -> io::Result<PathBuf> {
     listen_with(None)
 }
 
+/// [`listen`] with the socket in `dir` instead of [`socket_dir`] (the
+/// same checks apply to `dir`). Once per process, like `listen`.
+pub fn listen_in(dir: &Path) -> io::Result<PathBuf> {
+    LISTENING
+        .get_or_init(|| server::start(dir, None).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(io::Error::other)
+}
+
 fn listen_with(background: Option<Settings>) -> io::Result<PathBuf> {
     LISTENING
         .get_or_init(|| server::start(&socket_dir(), background).map_err(|e| e.to_string()))
@@ -220,11 +229,10 @@ fn init_from_env() {
         return;
     };
     let mode = std::env::var("FGTRACE_MODE").ok();
-    let r = parse_env(&v.to_string_lossy(), mode.as_deref())
-        .and_then(|want| match want {
-            None => Ok(()),
-            Some(bg) => listen_with(bg).map(drop).map_err(|e| e.to_string()),
-        });
+    let r = parse_env(&v.to_string_lossy(), mode.as_deref()).and_then(|want| match want {
+        None => Ok(()),
+        Some(bg) => listen_with(bg).map(drop).map_err(|e| e.to_string()),
+    });
     if let Err(e) = r {
         use std::io::Write;
         let _ = writeln!(io::stderr(), "fgtrace: control endpoint not opened: {e}");

@@ -143,7 +143,10 @@ pub struct Status {
 pub enum FrameError {
     Io(io::Error),
     /// The peer announced a frame over the limit.
-    TooLarge { len: u64, max: usize },
+    TooLarge {
+        len: u64,
+        max: usize,
+    },
 }
 
 impl std::fmt::Display for FrameError {

@@ -21,8 +21,9 @@ pub const ENTRY: &str = "zz_child_process";
 
 #[fgtrace::traced]
 pub fn checksum(data: &[u8]) -> u32 {
-    data.iter()
-        .fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    data.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 #[fgtrace::traced]
@@ -37,7 +38,13 @@ pub fn parse(line: &str) -> u32 {
 #[fgtrace::traced]
 pub fn tick(round: u64) -> u32 {
     (0..3)
-        .map(|i| parse(&format!("GET /item/{} HTTP/1.1 {}", round * 3 + i, round % 7)))
+        .map(|i| {
+            parse(&format!(
+                "GET /item/{} HTTP/1.1 {}",
+                round * 3 + i,
+                round % 7
+            ))
+        })
         .fold(0, u32::wrapping_add)
 }
 
@@ -108,23 +115,27 @@ impl Target {
     /// `xdg`, and waits for its socket (unless `wait` is false).
     pub fn start(xdg: &Path, control: &str, rounds: Option<u64>, wait: bool) -> Target {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--ignored", "--exact", ENTRY, "--nocapture", "--test-threads=1"])
-            .env(ROLE, "target")
-            .env("FGTRACE_CONTROL", control)
-            .env("XDG_RUNTIME_DIR", xdg)
-            .env_remove("FGTRACE_MODE")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            ENTRY,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, "target")
+        .env("FGTRACE_CONTROL", control)
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env_remove("FGTRACE_MODE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         match rounds {
             Some(r) => cmd.env("FGTRACE_TEST_ROUNDS", r.to_string()),
             None => cmd.env_remove("FGTRACE_TEST_ROUNDS"),
         };
         let mut child = cmd.spawn().expect("start the target");
         let stdin = child.stdin.take();
-        let socket = xdg
-            .join("fgtrace")
-            .join(format!("{}.sock", child.id()));
+        let socket = xdg.join("fgtrace").join(format!("{}.sock", child.id()));
         let t = Target {
             child,
             stdin,
@@ -133,7 +144,11 @@ impl Target {
         if wait {
             let until = Instant::now() + Duration::from_secs(20);
             while !t.socket.exists() {
-                assert!(Instant::now() < until, "no socket at {}", t.socket.display());
+                assert!(
+                    Instant::now() < until,
+                    "no socket at {}",
+                    t.socket.display()
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -203,5 +218,8 @@ pub fn assert_in_proportion(c: &std::collections::HashMap<String, u64>) {
     let (t, p, k) = (get("tick"), get("parse"), get("checksum"));
     assert!(t > 20, "too few ticks recorded: {c:?}");
     assert!((p - 3 * t).abs() <= 6 * 2, "parse is not 3 x tick: {c:?}");
-    assert!((k - 4 * p).abs() <= 4 * 2 * 2, "checksum is not 4 x parse: {c:?}");
+    assert!(
+        (k - 4 * p).abs() <= 4 * 2 * 2,
+        "checksum is not 4 x parse: {c:?}"
+    );
 }

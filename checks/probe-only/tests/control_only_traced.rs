@@ -17,7 +17,11 @@ fn a_program_with_only_traced_can_be_recorded_from_outside() {
     let xdg = std::env::temp_dir().join(format!("fgtrace-only-traced-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&xdg);
     std::fs::DirBuilder::new().mode(0o700).create(&xdg).unwrap();
-    let plain = Command::new(BIN).arg("1500").env_remove("FGTRACE_CONTROL").output().unwrap();
+    let plain = Command::new(BIN)
+        .arg("1500")
+        .env_remove("FGTRACE_CONTROL")
+        .output()
+        .unwrap();
     assert!(plain.status.success());
 
     let child = Command::new(BIN)
@@ -35,7 +39,10 @@ fn a_program_with_only_traced_can_be_recorded_from_outside() {
         assert!(Instant::now() < until, "the constructor opened no endpoint");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let status = Client::connect_path(&socket, pid).unwrap().status().unwrap();
+    let status = Client::connect_path(&socket, pid)
+        .unwrap()
+        .status()
+        .unwrap();
     assert_eq!(status.pid, pid);
 
     let rec = Client::connect_path(&socket, pid)
@@ -77,7 +84,9 @@ fn a_program_with_only_traced_can_be_recorded_from_outside() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let dumped = dumped.expect("a dump with calls");
-    assert!(dumped.calls().all(|c| matches!(dumped.meta().site_name(c.site), "step" | "leaf")));
+    assert!(dumped
+        .calls()
+        .all(|c| matches!(dumped.meta().site_name(c.site), "step" | "leaf")));
 
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
