@@ -385,6 +385,18 @@ fn a_stale_socket_of_a_dead_process_is_cleaned_up() {
 }
 
 #[test]
+fn a_forked_child_that_exits_leaves_the_endpoint_alone() {
+    let dir = runtime_dir("fork");
+    let t = Target::start_with(&dir, "listen", None, true, &[("FGTRACE_TEST_FORK", "1")]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(t.socket.exists(), "the child removed its parent's socket");
+    assert_eq!(client(&t).status().unwrap().pid, t.pid());
+    let (ok, out, err) = t.finish();
+    assert!(ok, "{err}");
+    assert_eq!(target_lines(&out), ["target: forked", "target: stopped"]);
+}
+
+#[test]
 fn a_directory_other_users_could_use_is_refused() {
     let dir = runtime_dir("perm");
     let sockets = dir.join("fgtrace");

@@ -37,6 +37,9 @@ static BACKGROUND: Mutex<Option<Session>> = Mutex::new(None);
 static BACKGROUND_SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
 /// Where this process's socket is, for the `atexit` handler.
 static SOCKET: OnceLock<PathBuf> = OnceLock::new();
+/// The process that listens: a child forked from it inherits the `atexit`
+/// registration (and the recording's connection) but must touch neither.
+static OWNER: OnceLock<u32> = OnceLock::new();
 
 /// Binds the socket in `dir` (checked or created private), cleans up stale
 /// sockets there, and starts the serving thread.
@@ -54,6 +57,7 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let _ = SOCKET.set(path.clone());
+    let _ = OWNER.set(std::process::id());
     // SAFETY: registers a plain extern "C" fn.
     unsafe { libc::atexit(at_exit) };
     *crate::active::BACKGROUND_YIELD.lock() = Some(yield_background);
@@ -489,6 +493,9 @@ fn finish(rec: Recording, reason: &str) {
 /// At exit: a client's recording is finished and sent first (the lock
 /// waits for the serving thread if it is sending one), then the socket goes.
 extern "C" fn at_exit() {
+    if OWNER.get() != Some(&std::process::id()) {
+        return; // a forked child exiting
+    }
     let _ = std::panic::catch_unwind(|| {
         let mut g = RECORDING.lock();
         if let Some(rec) = g.take() {

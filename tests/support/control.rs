@@ -65,6 +65,9 @@ fn work(name: &str, rounds: Option<u64>, stop: &AtomicBool) -> u32 {
 /// The target: main and `worker` call `tick` until `FGTRACE_TEST_ROUNDS`
 /// rounds are done, or (without it) until a line arrives on stdin.
 pub fn run_target() {
+    if std::env::var_os("FGTRACE_TEST_FORK").is_some() {
+        fork_a_child_that_exits();
+    }
     let rounds: Option<u64> = std::env::var("FGTRACE_TEST_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok());
@@ -114,7 +117,19 @@ impl Target {
     /// Starts the target with `FGTRACE_CONTROL=control` and the runtime dir
     /// `xdg`, and waits for its socket (unless `wait` is false).
     pub fn start(xdg: &Path, control: &str, rounds: Option<u64>, wait: bool) -> Target {
+        Target::start_with(xdg, control, rounds, wait, &[])
+    }
+
+    /// [`Target::start`] with more variables set.
+    pub fn start_with(
+        xdg: &Path,
+        control: &str,
+        rounds: Option<u64>,
+        wait: bool,
+        vars: &[(&str, &str)],
+    ) -> Target {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.envs(vars.iter().copied());
         cmd.args([
             "--ignored",
             "--exact",
@@ -222,4 +237,25 @@ pub fn assert_in_proportion(c: &std::collections::HashMap<String, u64>) {
         (k - 4 * p).abs() <= 4 * 2 * 2,
         "checksum is not 4 x parse: {c:?}"
     );
+}
+
+/// Once the endpoint listens: forks a child that calls `exit` at once (and
+/// so runs the `atexit` handlers it inherited).
+fn fork_a_child_that_exits() {
+    let dir = Path::new(&std::env::var_os("XDG_RUNTIME_DIR").unwrap()).join("fgtrace");
+    let socket = dir.join(format!("{}.sock", std::process::id()));
+    while !socket.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: the child only calls exit.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::exit(0);
+        }
+        assert!(pid > 0);
+        let mut st = 0;
+        libc::waitpid(pid, &mut st, 0);
+    }
+    println!("target: forked");
 }
