@@ -65,9 +65,8 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
     std::thread::Builder::new()
         .name("fgtrace-control".into())
         .spawn(move || serve(listener))
-        .map_err(|e| {
+        .inspect_err(|_| {
             let _ = std::fs::remove_file(&path);
-            e
         })?;
     Ok(SOCKET.get().cloned().unwrap_or_default())
 }

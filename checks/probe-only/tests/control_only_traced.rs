@@ -71,15 +71,12 @@ fn a_program_with_only_traced_can_be_recorded_from_outside() {
     // after the recording, and a dump has the last calls.
     let mut dumped = None;
     for _ in 0..200 {
-        match Client::connect_path(&socket, pid).unwrap().dump() {
-            Ok(d) => {
-                let t = fgtrace::Trace::read_from(&d.bytes[..]).unwrap();
-                if t.meta().total_calls() > 0 {
-                    dumped = Some(t);
-                    break;
-                }
+        if let Ok(d) = Client::connect_path(&socket, pid).unwrap().dump() {
+            let t = fgtrace::Trace::read_from(&d.bytes[..]).unwrap();
+            if t.meta().total_calls() > 0 {
+                dumped = Some(t);
+                break;
             }
-            Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }
