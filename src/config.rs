@@ -262,7 +262,9 @@ impl Config {
     /// path`) before the default panic hook prints the message. With a
     /// flight recorder these are the last N calls per thread; in stream mode,
     /// the calls not yet handed to the collector (at most a batch per
-    /// thread). The session keeps recording; a second panic rewrites the file.
+    /// thread). The calls open on the panicking thread (the one that panics
+    /// and its callers) are included as unwound calls ending at the panic.
+    /// The session keeps recording; a second panic rewrites the file.
     pub fn dump_on_panic(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.dump_on_panic = Some(path.into());
         self

@@ -58,12 +58,21 @@ pub fn snapshot() -> Result<Trace, SnapshotError> {
 /// recorder's rings (the last `keep` calls per thread), or in stream mode
 /// the records not yet handed to the collector.
 pub(crate) fn snapshot_of(active: &Active) -> Trace {
+    snapshot_inner(active, None)
+}
+
+/// `open`: records to append to the thread with this tid (its open calls).
+fn snapshot_inner(active: &Active, open: Option<(u32, Vec<crate::buffer::RawCall>)>) -> Trace {
     let end = ClockPoint::now();
+    let mut open = open;
     let threads: Vec<Arc<crate::buffer::ThreadBuf>> =
         active.threads.lock().as_ref().cloned().unwrap_or_default();
     let mut inputs = Vec::with_capacity(threads.len());
     for t in &threads {
-        let (records, overwritten) = t.snapshot(active.flight, active.snap.keep);
+        let (mut records, overwritten) = t.snapshot(active.flight, active.snap.keep);
+        if open.as_ref().is_some_and(|(tid, _)| *tid == t.tid) {
+            records.extend(open.take().map(|(_, r)| r).unwrap_or_default());
+        }
         inputs.push(build::ThreadInput {
             tid: t.tid,
             name: t.name.clone(),
@@ -90,6 +99,27 @@ pub(crate) fn snapshot_of(active: &Active) -> Trace {
     build::build(base, inputs, build::registered_site)
 }
 
+/// [`snapshot_of`], plus the calls still open on the calling thread (the
+/// panicking one: its call and the callers that led to it), as calls that
+/// end now, marked unwound.
+fn snapshot_with_open_calls(active: &Active) -> Trace {
+    use crate::buffer::{kind, RawCall};
+    use fgtrace_core::probe::{open_frames, OpenFrame};
+    let mut open = vec![OpenFrame::default(); active.stack_depth as usize];
+    let n = open_frames(&mut open);
+    let now = fgtrace_core::clock::ticks();
+    let extra: Vec<RawCall> = open[..n]
+        .iter()
+        .map(|f| {
+            let dur = now.wrapping_sub(f.start);
+            let k = if f.poll { kind::POLL } else { kind::CALL };
+            RawCall::pack(f.start, f.depth, dur, f.site, true, k)
+        })
+        .filter(|r| r.dur() >= active.threshold_ticks)
+        .collect();
+    snapshot_inner(active, Some((crate::thread::os_tid(), extra)))
+}
+
 /// Installs (once per process) the panic hook behind
 /// [`Config::dump_on_panic`](crate::Config::dump_on_panic): it writes a
 /// snapshot of the running session to the session's path, says where on
@@ -114,7 +144,7 @@ fn dump_for_panic() {
     let Some(path) = active.snap.dump_on_panic.clone() else {
         return;
     };
-    let trace = snapshot_of(&active);
+    let trace = snapshot_with_open_calls(&active);
     let msg = match trace.save(&path) {
         Ok(()) => format!(
             "fgtrace: the last {} calls of {} threads before this panic are in {} (fgtrace graph {})",

@@ -478,9 +478,17 @@ fn a_panic_dumps_the_last_calls_of_every_thread_first() {
             .collect::<Vec<_>>()
     };
     assert_eq!(by_thread("bystander").len(), 8, "the last 8 calls");
-    // The victim's calls before the panic: doomed(0..=2) and their checksums.
+    // The victim's calls before the panic: doomed(0..=2) and their
+    // checksums; and the call that panics, open when the hook ran, as an
+    // unwound call.
     let v = by_thread("victim");
-    assert_eq!(v.iter().filter(|n| *n == "doomed").count(), 3, "{v:?}");
+    assert_eq!(v.iter().filter(|n| *n == "doomed").count(), 4, "{v:?}");
+    let unwound: Vec<_> = dump
+        .calls()
+        .filter(|c| c.unwound())
+        .map(|c| dump.meta().site_name(c.site).to_string())
+        .collect();
+    assert_eq!(unwound, ["doomed"]);
     // The session records on.
     let trace = session.stop().unwrap();
     assert!(trace.meta().total_calls() >= 8);
