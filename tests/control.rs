@@ -300,21 +300,49 @@ fn intruder() {
     println!("intruder: {r:?}");
 }
 
-fn intrude(t: &Target, dac: bool) -> String {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+/// How to start a process as root: directly when we are root, through
+/// `sudo -n` where that works without a password (a CI runner), else `None`.
+fn as_root() -> Option<Vec<String>> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(Vec::new());
+    }
+    let sudo = std::process::Command::new("sudo")
+        .args(["-n", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    sudo.then(|| vec!["sudo".into(), "-n".into(), "env".into()])
+}
+
+fn intrude(t: &Target, dac: bool, prefix: &[String]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let mut vars = vec![
+        format!("{ROLE}=intruder"),
+        format!("FGTRACE_TEST_SOCKET={}", t.socket.display()),
+        format!("FGTRACE_TEST_PID={}", t.pid()),
+    ];
+    if dac {
+        vars.push("FGTRACE_TEST_DAC=1".into());
+    }
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = std::process::Command::new(first);
+            c.args(rest).args(&vars).arg(&exe);
+            c
+        }
+        None => {
+            let mut c = std::process::Command::new(&exe);
+            c.envs(vars.iter().map(|v| v.split_once('=').unwrap()));
+            c
+        }
+    };
     cmd.args([
         "--ignored",
         "--exact",
         ENTRY,
         "--nocapture",
         "--test-threads=1",
-    ])
-    .env(ROLE, "intruder")
-    .env("FGTRACE_TEST_SOCKET", &t.socket)
-    .env("FGTRACE_TEST_PID", t.pid().to_string());
-    if dac {
-        cmd.env("FGTRACE_TEST_DAC", "1");
-    }
+    ]);
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -328,27 +356,25 @@ fn intrude(t: &Target, dac: bool) -> String {
 
 #[test]
 fn another_uid_is_refused() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0
-        && tools::missing::<()>(
+    let Some(prefix) = as_root().or_else(|| {
+        tools::missing(
             "another_uid_is_refused",
-            "switching to another uid needs root (run the tests as root)",
+            "switching to uid 65534 needs root or password-less sudo",
         )
-        .is_none()
-    {
+    }) else {
         return;
-    }
+    };
     let dir = runtime_dir("uid");
     let t = Target::start(&dir, "listen", None, true);
     // The private directory keeps uid 65534 away from the socket ...
-    let plain = intrude(&t, false);
+    let plain = intrude(&t, false, &prefix);
     assert!(
         plain.contains("PermissionDenied") && plain.contains("permission denied"),
         "{plain}"
     );
     // ... and where file permissions do not (CAP_DAC_OVERRIDE), the target
     // checks the peer's uid itself.
-    let dac = intrude(&t, true);
+    let dac = intrude(&t, true, &prefix);
     assert!(dac.contains("refused: uid 65534 may not control"), "{dac}");
     // The target serves its own user as before.
     assert_eq!(client(&t).status().unwrap().session, "idle");
