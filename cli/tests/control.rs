@@ -135,7 +135,7 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
             "--filter",
             "parse,checksum",
         ])
-        .env("XDG_RUNTIME_DIR", &xdg)
+        .env("XDG_RUNTIME_DIR", &*xdg)
         .current_dir(&xdg)
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -94,8 +94,30 @@ pub fn run_target() {
     }
 }
 
-/// A private directory to serve as `$XDG_RUNTIME_DIR` for one test.
-pub fn runtime_dir(test: &str) -> PathBuf {
+/// A private directory to serve as `$XDG_RUNTIME_DIR` for one test,
+/// removed when dropped.
+pub struct RuntimeDir(PathBuf);
+
+impl std::ops::Deref for RuntimeDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for RuntimeDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn runtime_dir(test: &str) -> RuntimeDir {
     let d = std::env::temp_dir().join(format!("fgtrace-ctl-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::DirBuilder::new()
@@ -103,7 +125,7 @@ pub fn runtime_dir(test: &str) -> PathBuf {
         .recursive(true)
         .create(&d)
         .unwrap();
-    d
+    RuntimeDir(d)
 }
 
 /// A running target.
