@@ -324,6 +324,9 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
 }
 
 fn main() -> ExitCode {
+    // `FGTRACE_CONTROL` in the environment is for the programs being traced,
+    // not for this tool (which links fgtrace): no endpoint here.
+    fgtrace::control::close();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) | Err(None) => ExitCode::SUCCESS,

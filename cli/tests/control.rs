@@ -50,12 +50,18 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
 
     let t = Target::start(&xdg, "1", Some(ROUNDS), true);
     let pid = t.pid().to_string();
-    let ps = ok(&fgtrace(&xdg, &["ps"]));
-    assert!(
-        ps.lines()
-            .any(|l| l.trim_start().starts_with(&format!("{pid} "))),
-        "{ps}"
-    );
+    // `fgtrace` itself links fgtrace: with FGTRACE_CONTROL in its
+    // environment it still opens no endpoint, so `ps` lists the target alone.
+    let ps = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("ps")
+        .env("XDG_RUNTIME_DIR", &*xdg)
+        .env("FGTRACE_CONTROL", "1")
+        .output()
+        .unwrap();
+    let ps = ok(&ps);
+    let rows: Vec<_> = ps.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{ps}");
+    assert!(rows[0].trim_start().starts_with(&format!("{pid} ")), "{ps}");
 
     let rec = fgtrace(
         &xdg,

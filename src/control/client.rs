@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a control request failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,14 +227,27 @@ impl Client {
         stop: &AtomicBool,
         started: impl FnOnce(),
     ) -> Result<Received, ControlError> {
+        // A target that stops answering (stopped with SIGSTOP, hung) is
+        // given this long past the end of the recording.
+        const GRACE: Duration = Duration::from_secs(60);
+        let duration = settings.duration_ms.map(Duration::from_millis);
         self.request(&Request::Record(settings))?;
         started();
         let _ = self.stream.set_read_timeout(None);
+        let mut give_up = duration.map(|d| Instant::now() + d + GRACE);
         let mut stop_sent = false;
         loop {
             if !stop_sent && stop.load(Ordering::Relaxed) {
                 self.send(&Request::Stop)?;
                 stop_sent = true;
+                give_up = Some(Instant::now() + GRACE);
+            }
+            if give_up.is_some_and(|t| Instant::now() > t) {
+                return Err(ControlError::Io(format!(
+                    "pid {} did not send the trace within {} s of the end of the recording",
+                    self.pid,
+                    GRACE.as_secs()
+                )));
             }
             if readable(&self.stream, Duration::from_millis(100)) {
                 let r = self.reply()?;

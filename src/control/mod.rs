@@ -192,6 +192,17 @@ fn listen_with(background: Option<Settings>) -> io::Result<PathBuf> {
 /// keeps unless `FGTRACE_MODE=flight:N` says otherwise (64 KiB a thread).
 pub const DEFAULT_FLIGHT_CALLS: usize = 4096;
 
+/// Closes this process's endpoint, if one is open: the socket is removed,
+/// the always-on flight recorder stopped, the serving thread ends (a client
+/// recording now gets its trace first). For programs that must never be
+/// controlled whatever their environment says (the `fgtrace` command itself
+/// calls it first). [`listen`] does not open it again.
+pub fn close() {
+    if LISTENING.get().is_some_and(Result::is_ok) {
+        server::close();
+    }
+}
+
 /// What `FGTRACE_CONTROL` asks for: nothing (`0`), listening only
 /// (`listen`), or listening with a flight recorder running all the time
 /// (`1`: [`DEFAULT_FLIGHT_CALLS`] per thread, or `FGTRACE_MODE=flight:N`'s

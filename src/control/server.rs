@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,10 @@ static BACKGROUND: Mutex<Option<Session>> = Mutex::new(None);
 static BACKGROUND_SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
 /// Where this process's socket is, for the `atexit` handler.
 static SOCKET: OnceLock<PathBuf> = OnceLock::new();
+/// Set by [`close`]: the serving thread ends, no session starts again.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+/// The listening socket's descriptor, for [`close`] to wake `accept`.
+static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
 /// The process that listens: a child forked from it inherits the `atexit`
 /// registration (and the recording's connection) but must touch neither.
 static OWNER: OnceLock<u32> = OnceLock::new();
@@ -58,6 +63,7 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let _ = SOCKET.set(path.clone());
     let _ = OWNER.set(std::process::id());
+    LISTENER_FD.store(listener.as_raw_fd(), Ordering::SeqCst);
     // SAFETY: registers a plain extern "C" fn.
     unsafe { libc::atexit(at_exit) };
     *crate::active::BACKGROUND_YIELD.lock() = Some(yield_background);
@@ -78,7 +84,11 @@ fn serve(listener: UnixListener) {
     // in the constructor, so the program's start is not delayed.
     restart_background();
     loop {
-        match listener.accept() {
+        let accepted = listener.accept();
+        if CLOSED.load(Ordering::SeqCst) {
+            return; // the listener is dropped: the socket is closed
+        }
+        match accepted {
             Ok((stream, _)) => handle(stream, &listener),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // Out of descriptors or the like: wait, do not spin.
@@ -246,6 +256,9 @@ fn start_background(s: &Settings) -> Result<(), String> {
 /// Starts the background session again if one was asked for and nothing
 /// else records now.
 fn restart_background() {
+    if CLOSED.load(Ordering::SeqCst) {
+        return;
+    }
     let s = BACKGROUND_SETTINGS.lock().clone();
     if let Some(s) = s {
         if crate::active::ACTIVE.read().is_none() {
@@ -351,7 +364,12 @@ fn refuse_busy(mut stream: UnixStream, since: Instant) {
 fn wait2(a: &UnixListener, b: &UnixStream, timeout: Option<Duration>) -> (bool, bool) {
     let mut fds = [
         libc::pollfd {
-            fd: a.as_raw_fd(),
+            // A closed endpoint's listener is shut down: poll would return at once.
+            fd: if CLOSED.load(Ordering::SeqCst) {
+                -1
+            } else {
+                a.as_raw_fd()
+            },
             events: libc::POLLIN,
             revents: 0,
         },
@@ -505,4 +523,24 @@ extern "C" fn at_exit() {
             let _ = std::fs::remove_file(p);
         }
     });
+}
+
+/// Closes the endpoint: the socket is removed, the background session
+/// stopped (what it held is discarded), the serving thread ends. A
+/// recording a client runs is finished and sent first.
+pub(super) fn close() {
+    if OWNER.get() != Some(&std::process::id()) || CLOSED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    BACKGROUND_SETTINGS.lock().take();
+    yield_background();
+    if let Some(p) = SOCKET.get() {
+        let _ = std::fs::remove_file(p);
+    }
+    let fd = LISTENER_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: wakes the serving thread's `accept` (EINVAL); the
+        // descriptor itself is closed by the thread dropping the listener.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    }
 }
