@@ -298,6 +298,10 @@ fn intruder() {
     }
     let r = Client::connect_path(Path::new(&socket), pid).and_then(Client::status);
     println!("intruder: {r:?}");
+    // Looking the pid up as `fgtrace ctl PID` does (in the directory its
+    // `$XDG_RUNTIME_DIR` names) says why it cannot be reached.
+    let r = Client::connect(pid).and_then(Client::status);
+    println!("intruder-find: {r:?}");
 }
 
 /// How to start a process as root: directly when we are root, through
@@ -320,6 +324,10 @@ fn intrude(t: &Target, dac: bool, prefix: &[String]) -> String {
         format!("{ROLE}=intruder"),
         format!("FGTRACE_TEST_SOCKET={}", t.socket.display()),
         format!("FGTRACE_TEST_PID={}", t.pid()),
+        format!(
+            "XDG_RUNTIME_DIR={}",
+            t.socket.parent().unwrap().parent().unwrap().display()
+        ),
     ];
     if dac {
         vars.push("FGTRACE_TEST_DAC=1".into());
@@ -351,7 +359,7 @@ fn intrude(t: &Target, dac: bool, prefix: &[String]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let at = text.find("intruder: ").unwrap_or_else(|| panic!("{text}"));
-    text[at..].lines().next().unwrap().to_string()
+    text[at..].lines().take(2).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -370,6 +378,15 @@ fn another_uid_is_refused() {
     let plain = intrude(&t, false, &prefix);
     assert!(
         plain.contains("PermissionDenied") && plain.contains("permission denied"),
+        "{plain}"
+    );
+    // SAFETY: geteuid cannot fail.
+    let owner = unsafe { libc::geteuid() };
+    assert!(
+        plain.contains(&format!(
+            "intruder-find: Err(PermissionDenied(\"permission denied: pid {} belongs to uid {owner}",
+            t.pid()
+        )),
         "{plain}"
     );
     // ... and where file permissions do not (CAP_DAC_OVERRIDE), the target

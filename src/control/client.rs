@@ -85,12 +85,28 @@ fn uid_of(pid: u32) -> Option<u32> {
 
 /// The control socket of process `pid`.
 pub fn find_socket(pid: u32) -> Result<PathBuf, ControlError> {
-    let dirs = candidate_dirs(uid_of(pid));
+    let owner = uid_of(pid);
+    let dirs = candidate_dirs(owner);
+    let mut denied = None;
     for d in &dirs {
         let p = super::socket_path_in(d, pid);
-        if std::fs::symlink_metadata(&p).is_ok() {
-            return Ok(p);
+        match std::fs::symlink_metadata(&p) {
+            Ok(_) => return Ok(p),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                denied.get_or_insert(d.clone());
+            }
+            Err(_) => {}
         }
+    }
+    if let Some(d) = denied {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        return Err(ControlError::PermissionDenied(format!(
+            "permission denied: pid {pid} belongs to uid {}, whose control directory {} \
+             uid {me} may not enter (run as that user or root)",
+            owner.map_or("?".into(), |u| u.to_string()),
+            d.display()
+        )));
     }
     Err(ControlError::NotListening {
         pid,
