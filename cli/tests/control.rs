@@ -102,6 +102,14 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
         "{graph}"
     );
     let status = ok(&fgtrace(&xdg, &["ctl", &pid, "status"]));
+    // Found from a shell whose $XDG_RUNTIME_DIR differs: the target's own
+    // environment says where its socket is.
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["ctl", &pid, "status"])
+        .env("XDG_RUNTIME_DIR", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(ok(&elsewhere), status);
     assert!(status.contains("session:  background"), "{status}");
 
     let (t_ok, out, err) = t.finish();

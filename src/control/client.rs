@@ -4,6 +4,7 @@
 use super::protocol::{self, FrameError, Reply, Request, Settings, Status};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -60,9 +61,26 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> ControlError {
     ControlError::Io(format!("{what}: {e}"))
 }
 
-/// The directories a socket of a process of `uid` may be in, this user's first.
-fn candidate_dirs(uid: Option<u32>) -> Vec<PathBuf> {
-    let mut dirs = vec![super::socket_dir()];
+/// The `$XDG_RUNTIME_DIR` process `pid` was started with, if we may read
+/// its environment (the same user, or root).
+fn runtime_dir_of(pid: u32) -> Option<PathBuf> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"XDG_RUNTIME_DIR="))
+        .map(|v| PathBuf::from(std::ffi::OsStr::from_bytes(v)))
+        .filter(|p| p.is_absolute())
+}
+
+/// The directories the socket of process `pid` (of `uid`) may be in: the one
+/// its own environment names, this user's, then the usual ones of `uid`.
+fn candidate_dirs(pid: u32, uid: Option<u32>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = runtime_dir_of(pid) {
+        dirs.push(d.join("fgtrace"));
+    }
+    if !dirs.contains(&super::socket_dir()) {
+        dirs.push(super::socket_dir());
+    }
     if let Some(uid) = uid {
         for d in [
             PathBuf::from(format!("/run/user/{uid}/fgtrace")),
@@ -86,7 +104,7 @@ fn uid_of(pid: u32) -> Option<u32> {
 /// The control socket of process `pid`.
 pub fn find_socket(pid: u32) -> Result<PathBuf, ControlError> {
     let owner = uid_of(pid);
-    let dirs = candidate_dirs(owner);
+    let dirs = candidate_dirs(pid, owner);
     let mut denied = None;
     for d in &dirs {
         let p = super::socket_path_in(d, pid);
