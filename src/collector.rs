@@ -84,6 +84,8 @@ pub struct Session {
 
 impl Session {
     /// Starts recording every `#[traced]` call that passes `config`'s filters.
+    /// A flight recorder the control endpoint keeps running in the background
+    /// (`FGTRACE_CONTROL=1`, see [`crate::control`]) is stopped to make way.
     pub fn start(config: Config) -> Result<Session, Error> {
         Self::start_with(config, spawn_collector)
     }
