@@ -12,6 +12,7 @@
 //! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
+//! | `FGTRACE_DUMP_ON_PANIC=panic.fgt` | on a panic, write the last calls of every thread there ([`Config::dump_on_panic`]) | |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
 //! otherwise it matches the display name (`parse*`, `Parser::*`). `*` and `?`
@@ -149,6 +150,12 @@ impl Config {
             match crate::sampling::Sampling::parse(&v) {
                 Ok(s) => self.sampling = Some(s),
                 Err(e) => self.errors.push(format!("FGTRACE_SAMPLE: {e}")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_DUMP_ON_PANIC") {
+            let v = v.trim();
+            if !v.is_empty() {
+                self.dump_on_panic = Some(v.into());
             }
         }
         if let Some(v) = get("FGTRACE_MODE") {

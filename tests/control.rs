@@ -473,6 +473,39 @@ fn a_directory_other_users_could_use_is_refused() {
     assert!(ok && err.contains("FGTRACE_CONTROL=`sometimes`"), "{err}");
 }
 
+#[test]
+fn a_program_run_with_fgtrace_control_dumps_its_calls_on_a_panic() {
+    let dir = runtime_dir("envpanic");
+    let path = dir.join("panic.fgt");
+    let mut t = Target::start_with(
+        &dir,
+        "1",
+        None,
+        true,
+        &[("FGTRACE_DUMP_ON_PANIC", path.to_str().unwrap())],
+    );
+    wait_for_session(&t, "background");
+    std::thread::sleep(Duration::from_millis(200));
+    writeln!(t.stdin.take().unwrap(), "panic").unwrap();
+    let out = t.finish();
+    assert!(!out.0, "the target panicked");
+    assert!(
+        out.2.contains("fgtrace: the last") && out.2.contains("panic.fgt"),
+        "{}",
+        out.2
+    );
+    let dump = Trace::load(&path).expect("a readable dump");
+    let c = counts(&dump);
+    assert!(c["tick"] > 0 && c["checksum"] > 0, "{c:?}");
+    let unwound: Vec<_> = dump
+        .calls()
+        .filter(|c| c.unwound())
+        .map(|c| dump.meta().site_name(c.site).to_string())
+        .collect();
+    assert_eq!(unwound, ["explode"]);
+    assert_eq!(dump.meta().threads.len(), 2);
+}
+
 #[fgtrace::traced]
 fn doomed(n: u32) -> u32 {
     if n == 3 {

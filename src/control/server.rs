@@ -246,7 +246,11 @@ fn send_trace(stream: &mut UnixStream, trace: &Trace, note: &str) -> io::Result<
 }
 
 fn start_background(s: &Settings) -> Result<(), String> {
-    let cfg = s.config(protocol::DEFAULT_BACKGROUND_MODE)?;
+    let mut cfg = s.config(protocol::DEFAULT_BACKGROUND_MODE)?;
+    // The always-on flight recorder is what a panic dump needs.
+    if let Some(p) = std::env::var_os("FGTRACE_DUMP_ON_PANIC").filter(|p| !p.is_empty()) {
+        cfg = cfg.dump_on_panic(p);
+    }
     // `Session::start` stops a background session already running first.
     let session = Session::start(cfg).map_err(explain)?;
     *BACKGROUND.lock() = Some(session);

@@ -48,10 +48,21 @@ pub fn tick(round: u64) -> u32 {
         .fold(0, u32::wrapping_add)
 }
 
+/// Set when stdin says `panic`: the main thread then panics in [`explode`].
+static PANIC: AtomicBool = AtomicBool::new(false);
+
+#[fgtrace::traced]
+pub fn explode(round: u64) -> u32 {
+    panic!("target: asked to panic at round {round}");
+}
+
 fn work(name: &str, rounds: Option<u64>, stop: &AtomicBool) -> u32 {
     let mut sum = 0u32;
     let mut round = 0u64;
     while rounds.is_none_or(|n| round < n) && !stop.load(Ordering::Relaxed) {
+        if name == "main" && PANIC.load(Ordering::Relaxed) {
+            sum = sum.wrapping_add(explode(round));
+        }
         sum = sum.wrapping_add(tick(round));
         round += 1;
         if rounds.is_some() && round % 500 == 0 {
@@ -77,6 +88,10 @@ pub fn run_target() {
         std::thread::spawn(move || {
             let mut l = String::new();
             let _ = std::io::stdin().read_line(&mut l);
+            if l.trim() == "panic" {
+                PANIC.store(true, Ordering::Relaxed);
+                return;
+            }
             s.store(true, Ordering::Relaxed);
         });
     }
