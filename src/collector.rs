@@ -196,6 +196,8 @@ pub struct Session {
 
 impl Session {
     /// Starts recording every `#[traced]` call that passes `config`'s filters.
+    /// A flight recorder the control endpoint keeps running in the background
+    /// (`FGTRACE_CONTROL=1`, see [`crate::control`]) is stopped to make way.
     pub fn start(config: Config) -> Result<Session, Error> {
         Self::start_with(config, spawn_collector)
     }
@@ -212,6 +214,14 @@ impl Session {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
+        // ---- issue 15: a session the control endpoint runs in the
+        // background (an always-on flight recorder) makes way for the
+        // program's own; the panic hook of `Config::dump_on_panic`.
+        crate::active::yield_background();
+        if config.dump_on_panic.is_some() {
+            crate::snapshot::install_panic_hook();
+        }
+        // ---- end issue 15
         recorder::install();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
@@ -283,6 +293,14 @@ impl Session {
                 block_when_full: config.block_when_full,
             }),
             threads: Mutex::new(Some(Vec::new())),
+            // ---- issue 15: what `crate::snapshot` needs (dumps on demand and on panic).
+            snap: crate::active::SnapshotInfo {
+                cal,
+                keep: config.flight_calls,
+                mode: config.mode,
+                filters: config.describe(),
+                dump_on_panic: config.dump_on_panic.clone(),
+            },
         });
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:

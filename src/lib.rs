@@ -27,7 +27,9 @@ pub mod config;
 mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;
+pub mod control;
 mod recorder;
+pub mod snapshot;
 mod thread;
 pub mod trace;
 
