@@ -309,11 +309,12 @@ impl Session {
         let (collector, idle_gathered) = if flight {
             (None, Some(gathered))
         } else {
-            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
-                #[cfg(target_os = "linux")]
-                cancel_off_cpu();
-                Error::Collector(format!("cannot start the collector thread: {e}"))
-            })?;
+            let h =
+                spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
+                    Error::Collector(format!("cannot start the collector thread: {e}"))
+                })?;
             (Some(h), None)
         };
         #[cfg(target_os = "linux")]
@@ -420,6 +421,7 @@ impl Session {
         }
         let mut samples: Vec<Vec<RawSample>> = vec![Vec::new(); infos.len()];
         let mut sampling = None;
+        let mut sampler = None; // issue 18
         let mut mappings = Vec::new();
         if let Some(sampled) = sampled {
             for ts in sampled.threads {
@@ -441,6 +443,7 @@ impl Session {
             }
             sampling = Some(sampled.description);
             mappings = sampled.mappings;
+            sampler = sampled.backend; // issue 18: which path sampled
         }
         g.threads.resize_with(infos.len(), Default::default);
         for (info, th) in infos.iter_mut().zip(&g.threads) {
@@ -450,6 +453,7 @@ impl Session {
             sites: std::mem::take(&mut g.sites.sites),
             threads: infos,
             sampling,
+            sampler, // issue 18
             mappings,
             ..base_meta(&self.cal, end.ticks, &self.config)
         };

@@ -301,6 +301,9 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
     if let Some(s) = &m.sampling {
         writeln!(out, "sampling:  {s}")?;
     }
+    if let Some(s) = &m.sampler {
+        writeln!(out, "sampler:   {s}")?;
+    }
     if let Some(o) = &m.off_cpu {
         if o.is_available() {
             let (mut blocked, mut preempted, mut n) = (0u64, 0u64, 0usize);

@@ -11,6 +11,13 @@
 //! * a `perf_event` event (`cpu-clock`, `cycles`, `cache-misses`, ...): the
 //!   kernel samples user-space call chains into an mmap ring buffer.
 //!
+//! `timer` takes the second path wherever `perf_event_open` allows it (a
+//! `cpu-clock` ring with kernel call chains: no signal, about perf's cost) and
+//! the signal path only where it does not ([`Backend`]); `wall` always takes
+//! the signal path (a CPU-clock event cannot see blocked threads). Ring samples
+//! carry neither the shadow depth nor the cut: both are joined from the trace
+//! when it is read ([`SHADOW_DEPTH_FROM_TRACE`], `view::folded::ChainCut`).
+//!
 //! A sampler thread registers every thread of the process (rescanning
 //! `/proc/self/task`, so threads started later are sampled too), drains the
 //! buffers, and hands the samples to the session at stop.
@@ -43,6 +50,25 @@ pub enum Source {
     Perf(PerfEvent),
 }
 
+/// How `timer` samples are taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// A `cpu-clock` perf ring with kernel call chains where `perf_event_open`
+    /// allows it, the signal path where it does not (the default).
+    #[default]
+    Auto,
+    /// Always the signal handler's frame-pointer walk (records the shadow
+    /// depth and the cut at the sample itself).
+    Signal,
+    /// Always the perf ring; refused is an error.
+    Ring,
+}
+
+/// The shadow depth a sample carries when the sampler could not record it
+/// (kernel call chains from a perf ring): the trace fills it in when it is
+/// built, from the traced calls open at the sample's time.
+pub(crate) const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
+
 /// How to sample: `Config::default().sampling(Sampling::timer(999))`, or
 /// `FGTRACE_SAMPLE=<source>[:<rate>]` in the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +81,8 @@ pub struct Sampling {
     /// Keep the newest samples when a buffer is full (flight recorder)
     /// instead of counting new ones as lost (Zephyr's behaviour, the default).
     pub ring: bool,
+    /// `timer` only: perf ring or signal handler (see [`Backend`]).
+    pub backend: Backend,
 }
 
 impl Sampling {
@@ -65,6 +93,7 @@ impl Sampling {
             rate: hz.max(1),
             buffer: 4096,
             ring: false,
+            backend: Backend::Auto,
         }
     }
     /// Wall-clock sampling at `hz` per thread.
@@ -91,6 +120,11 @@ impl Sampling {
     /// Keep the newest samples instead of dropping new ones when full.
     pub fn ring(mut self, yes: bool) -> Sampling {
         self.ring = yes;
+        self
+    }
+    /// How `timer` samples are taken (`Backend::Auto` by default).
+    pub fn backend(mut self, b: Backend) -> Sampling {
+        self.backend = b;
         self
     }
 
@@ -121,6 +155,8 @@ impl Sampling {
         };
         let mut sp = match name {
             "timer" => Sampling::timer(999),
+            "timer-signal" => Sampling::timer(999).backend(Backend::Signal),
+            "timer-ring" => Sampling::timer(999).backend(Backend::Ring),
             "wall" => Sampling::wall(999),
             #[cfg(target_os = "linux")]
             n => match PerfEvent::from_name(n) {
@@ -128,7 +164,7 @@ impl Sampling {
                 None => {
                     let names: Vec<_> = PerfEvent::ALL.iter().map(|e| e.name()).collect();
                     return Err(format!(
-                        "unknown sample source `{n}` (timer, wall, {})",
+                        "unknown sample source `{n}` (timer, timer-signal, timer-ring, wall, {})",
                         names.join(", ")
                     ));
                 }
@@ -193,6 +229,8 @@ pub(crate) struct Sampled {
     pub threads: Vec<ThreadSamples>,
     pub mappings: Vec<crate::trace::Mapping>,
     pub description: String,
+    /// Which path took the samples (`TraceMeta::sampler`).
+    pub backend: Option<String>,
 }
 
 #[cfg(target_os = "linux")]
@@ -201,7 +239,7 @@ pub(crate) use running::{register_current_thread, Sampler};
 #[cfg(target_os = "linux")]
 mod running {
     use super::signal::{self, RawSample, SampleBuf};
-    use super::{maps, perf, Sampled, Sampling, Source, ThreadSamples};
+    use super::{maps, perf, Backend, Sampled, Sampling, Source, ThreadSamples};
     use crate::clock::Calibration;
     use parking_lot::Mutex;
     use std::collections::HashMap;
@@ -261,6 +299,45 @@ mod running {
         threads: Vec<Registered>,
         known: HashMap<u32, ()>,
         warned_fallback: bool,
+        paths: Paths,
+    }
+
+    /// Which path sampled how many threads, for `TraceMeta::sampler`.
+    #[derive(Clone, Default)]
+    struct Paths {
+        ring: u32,
+        signal: u32,
+        posix: u32,
+        /// Why a `timer` perf ring was refused (then the signal path ran).
+        ring_refused: Option<String>,
+    }
+
+    impl Paths {
+        fn describe(&self, source: Source) -> Option<String> {
+            let ring = "perf ring (kernel call chains; shadow depth and cut joined from the trace)";
+            let signal = "signal (frame-pointer walk in the handler)";
+            let posix = match source {
+                Source::Wall => "signal (wall-clock POSIX timers: sees blocked threads)",
+                _ => "signal (POSIX thread CPU-time timers: scheduler tick, at most about 250 Hz)",
+            };
+            let mut parts = Vec::new();
+            let n = self.ring + self.signal + self.posix;
+            for (count, what) in [
+                (self.ring, ring),
+                (self.signal, signal),
+                (self.posix, posix),
+            ] {
+                if count == n && n > 0 {
+                    parts.push(what.to_string());
+                } else if count > 0 {
+                    parts.push(format!("{what} on {count} of {n} threads"));
+                }
+            }
+            if let Some(why) = &self.ring_refused {
+                parts.push(format!("perf ring refused: {why}"));
+            }
+            (!parts.is_empty()).then(|| parts.join("; "))
+        }
     }
 
     /// The running sampler: a thread that registers threads and drains buffers.
@@ -320,7 +397,42 @@ mod running {
                     };
                     let ring = perf::Ring::open(e, every, tid as i32)?;
                     perf::enable(&ring.fd);
+                    self.paths.ring += 1;
                     (Hook::Ring(ring), None)
+                }
+                // Kernel call chains from a cpu-clock ring: no signal, so
+                // about perf's cost (issue 18); the signal path below only
+                // where the kernel refuses.
+                Source::Timer
+                    if s.backend == Backend::Ring
+                        || (s.backend == Backend::Auto && self.paths.ring_refused.is_none()) =>
+                {
+                    match perf::Ring::open(
+                        perf::PerfEvent::CpuClock,
+                        perf::Every::Nanos(period_ns),
+                        tid as i32,
+                    ) {
+                        Ok(ring) => {
+                            perf::enable(&ring.fd);
+                            self.paths.ring += 1;
+                            self.threads.push(Registered {
+                                tid,
+                                name,
+                                buf: None,
+                                hook: Hook::Ring(ring),
+                                raw: Vec::new(),
+                                ring_samples: Vec::new(),
+                                lost: 0,
+                            });
+                            return Ok(());
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(e),
+                        Err(e) if s.backend == Backend::Ring => return Err(e),
+                        Err(e) => {
+                            self.paths.ring_refused = Some(e.to_string());
+                            return self.register(tid);
+                        }
+                    }
                 }
                 Source::Timer => {
                     let buf = take_buf(s);
@@ -333,6 +445,7 @@ mod running {
                         Ok(fd) if signal::bind_fd(fd.0, buf) => {
                             buf.active.store(true, Release);
                             perf::enable(&fd);
+                            self.paths.signal += 1;
                             (Hook::Perf(fd), Some(buf))
                         }
                         other => {
@@ -347,6 +460,7 @@ mod running {
                             }
                             let clock = ((!tid as i32) << 3) | 6; // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
                             let t = posix_timer(clock, tid, buf, period_ns)?;
+                            self.paths.posix += 1;
                             (Hook::Posix(PosixTimer(t)), Some(buf))
                         }
                     }
@@ -354,6 +468,7 @@ mod running {
                 Source::Wall => {
                     let buf = take_buf(s);
                     let t = posix_timer(libc::CLOCK_MONOTONIC, tid, buf, period_ns)?;
+                    self.paths.posix += 1;
                     (Hook::Posix(PosixTimer(t)), Some(buf))
                 }
             };
@@ -456,6 +571,7 @@ mod running {
                 threads: Vec::new(),
                 known: HashMap::new(),
                 warned_fallback: false,
+                paths: Paths::default(),
             }));
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();
@@ -526,6 +642,7 @@ mod running {
                 threads: std::mem::take(&mut st.threads),
                 known: std::mem::take(&mut st.known),
                 warned_fallback: st.warned_fallback,
+                paths: st.paths.clone(),
             })
         }
 
@@ -538,6 +655,7 @@ mod running {
                     threads: Vec::new(),
                     mappings: Vec::new(),
                     description: String::new(),
+                    backend: None,
                 },
             }
         }
@@ -603,6 +721,7 @@ mod running {
             }
         }
         let description = st.sampling.describe();
+        let backend = st.paths.describe(st.sampling.source);
         let mut threads = Vec::new();
         for t in st.threads {
             if let Hook::Perf(fd) = &t.hook {
@@ -622,7 +741,8 @@ mod running {
                 if frames.first() != Some(&s.ip) {
                     frames.insert(0, s.ip);
                 }
-                (cal.mono_to_ns(s.time_mono_ns), 0, None, frames)
+                let depth = super::SHADOW_DEPTH_FROM_TRACE;
+                (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
             }));
             samples.sort_by_key(|s| s.0);
             threads.push(ThreadSamples {
@@ -637,6 +757,7 @@ mod running {
             threads,
             mappings,
             description,
+            backend,
         }
     }
 }

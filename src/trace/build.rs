@@ -190,18 +190,31 @@ pub(crate) fn build_thread(
 ) -> (Vec<super::format::Chunk>, u64) {
     let mut samples = samples.into_iter().peekable();
     // Samples go into the pre-order call stream by time: before the first
-    // call that starts after them.
-    let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
+    // call that starts after them. `open` holds the (depth, end) of the
+    // calls emitted so far that may still be open (the ancestors of the
+    // next call): a sample the sampler could not give a shadow depth (kernel
+    // call chains, issue 18) gets the number of traced calls open at its
+    // time, as the views count them (the innermost open call's depth + 1).
+    let mut emit_samples_before = |enc: &mut ChunkEncoder, open: &[(u32, u64)], until: u64| {
         while let Some(s) = samples.next_if(|s| s.0 < until) {
+            let shadow_depth = if s.1 == crate::sampling::SHADOW_DEPTH_FROM_TRACE {
+                open.iter()
+                    .rev()
+                    .find(|o| o.1 > s.0)
+                    .map_or(0, |o| o.0.saturating_add(1))
+            } else {
+                s.1
+            };
             enc.push(&Event::Sample(super::Sample {
                 thread: t,
                 ts_ns: s.0.min(recorded::MAX_NS),
-                shadow_depth: s.1,
+                shadow_depth,
                 cut: s.2,
                 frames: s.3,
             }));
         }
     };
+    let mut open: Vec<(u32, u64)> = Vec::new();
     // Separate whole-future records from the call tree.
     let n = recs.len();
     let mut tree: Vec<u32> = Vec::with_capacity(n);
@@ -253,7 +266,13 @@ pub(crate) fn build_thread(
         work.push(root);
         while let Some(k) = work.pop() {
             let r = &recs[tree[k as usize] as usize];
-            emit_samples_before(&mut enc, r.start_ns);
+            emit_samples_before(&mut enc, &open, r.start_ns);
+            while open.last().is_some_and(|o| o.0 >= r.depth) {
+                open.pop();
+            }
+            if r.kind as u64 != kind::LOST {
+                open.push((r.depth, r.end_ns));
+            }
             match r.kind as u64 {
                 kind::LOST => enc.push(&Event::Lost(Lost {
                     thread: t,
@@ -299,7 +318,7 @@ pub(crate) fn build_thread(
             }
         }
     }
-    emit_samples_before(&mut enc, u64::MAX);
+    emit_samples_before(&mut enc, &open, u64::MAX);
     futures.sort_by_key(|&i| recs[i as usize].start_ns);
     for &i in &futures {
         let r = &recs[i as usize];

@@ -118,6 +118,11 @@ pub struct TraceMeta {
     /// How samples were taken, if any (`cpu-clock@999Hz`, ...).
     #[serde(default)]
     pub sampling: Option<String>,
+    /// Which path took the samples: `perf ring (kernel call chains ...)` or
+    /// `signal (...)`, with the reason where the ring was refused (issue 18).
+    /// `None` in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<String>,
     /// Executable mappings of the traced process at stop (from
     /// `/proc/self/maps`), so sampled addresses can be symbolized later
     /// against the binary and its shared libraries.

@@ -93,6 +93,9 @@ pub struct SampleStack<'s> {
     pub names: &'s [&'s str],
     /// For each name, the index into `sample.frames` it was resolved from.
     pub frame_of: &'s [u32],
+    /// The traced calls open at the sample (outermost first, the call the
+    /// sample is joined to last): what [`ChainCut`] matches.
+    pub open: &'s [&'s SiteInfo],
 }
 
 /// Finds the traced function's own frame in a sampled stack: the pluggable
@@ -114,6 +117,89 @@ impl Cut for NameCut {
     }
 }
 
+/// Where the innermost open traced call sits in a sampled stack, found from
+/// names alone (what a kernel call chain needs: it has return addresses but
+/// no frame addresses to compare with the stack pointer a call recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainMatch {
+    /// Index into the names (innermost first) of the traced call's frame.
+    At(usize),
+    /// The open traced calls are not all in the stack, in order (a frame the
+    /// walk skipped, a truncated chain, no symbols, a `name = ".."` override).
+    NotFound,
+    /// More than one frame fits: the stack holds more frames of a traced
+    /// function than calls of it are open (a call the trace did not keep:
+    /// depth limit, threshold, loss), so which one is the open call is a guess.
+    Ambiguous,
+}
+
+/// Matches the open traced calls (outermost first) against the resolved
+/// stack (innermost first): every open call must match a frame of its
+/// function, in nesting order, and the innermost call's frame must be the
+/// same whether the calls are matched from the root inwards or from the leaf
+/// outwards. Recursion is told apart by the number of open calls of each
+/// function: four open `f` calls need four `f` frames, the fourth from the
+/// root being the innermost open call.
+pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
+    if open.is_empty() {
+        return ChainMatch::NotFound;
+    }
+    // From the root: each call takes the outermost frame left (highest index).
+    let mut from_root = names.len();
+    for site in open {
+        match names[..from_root]
+            .iter()
+            .rposition(|n| site_matches(site, n))
+        {
+            Some(j) => from_root = j,
+            None => return ChainMatch::NotFound,
+        }
+    }
+    // From the leaf: each call, innermost first, takes the innermost frame
+    // left (lowest index past the previous one).
+    let mut from_leaf = None;
+    let mut next = 0;
+    for (k, site) in open.iter().rev().enumerate() {
+        match names[next..].iter().position(|n| site_matches(site, n)) {
+            Some(j) => {
+                if k == 0 {
+                    from_leaf = Some(next + j);
+                }
+                next += j + 1;
+            }
+            None => return ChainMatch::NotFound,
+        }
+    }
+    match from_leaf {
+        Some(j) if j == from_root => ChainMatch::At(j),
+        Some(_) => ChainMatch::Ambiguous,
+        None => ChainMatch::NotFound,
+    }
+}
+
+/// Finds the traced frame by [`chain_match`]: the cut for samples that carry
+/// none (kernel call chains from a perf ring). A stack that does not match,
+/// or matches more than one way, is not guessed: the sample goes under
+/// `[unmatched]` and is counted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChainCut;
+
+impl Cut for ChainCut {
+    fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize> {
+        let open: Vec<&SiteInfo>;
+        let open = if stack.open.is_empty() {
+            open = vec![site];
+            &open[..]
+        } else {
+            stack.open
+        };
+        match chain_match(open, stack.names) {
+            ChainMatch::At(j) => Some(j),
+            ChainMatch::NotFound | ChainMatch::Ambiguous => None,
+        }
+    }
+}
+
 /// Uses the cut the sampler recorded ([`Sample::cut`], a raw frame index),
 /// refined by name among that frame's inlined functions; without one, falls
 /// back to [`NameCut`].
@@ -125,6 +211,8 @@ impl Cut for NameCut {
 /// matches at all (no symbols, a `name = ".."` override), the recorded index
 /// stands: it is the only evidence, and the right one when the traced
 /// function also appears below itself untraced (depth limits, overruns).
+/// A sample without a recorded cut (a perf ring's kernel call chain) is
+/// joined by [`ChainCut`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecordedCut;
 
@@ -149,7 +237,7 @@ impl Cut for RecordedCut {
                 return Some(outer.or_else(any).unwrap_or(last));
             }
         }
-        NameCut.cut(site, stack)
+        ChainCut.cut(site, stack)
     }
 }
 
@@ -931,10 +1019,15 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
                     .iter()
                     .map(|&n| self.tree.names[n as usize].as_str())
                     .collect();
+                let open: Vec<&SiteInfo> = st.stack[..=i]
+                    .iter()
+                    .filter_map(|o| self.meta.sites.get(o.site as usize))
+                    .collect();
                 let stack = SampleStack {
                     sample: s,
                     names: &strs,
                     frame_of: &frame_of,
+                    open: &open,
                 };
                 self.cut.cut(site, &stack).filter(|&j| j <= names.len())
             }
