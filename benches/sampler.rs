@@ -6,7 +6,10 @@
 //! the table shows medians:
 //!
 //! * `none`: the workload alone,
-//! * `fgtrace@1k`, `fgtrace@10k`: `Sampling::timer(hz)`,
+//! * `fgtrace@1k`, `fgtrace@10k`: `Sampling::timer(hz)` (a `cpu-clock`
+//!   perf ring with kernel call chains where the kernel allows it, issue 18),
+//! * `fgsignal@1k`, `fgsignal@10k`: `Sampling::timer(hz)` on the signal path
+//!   (`Backend::Signal`: the handler walks the frame pointers),
 //! * `pprof@1k`, `pprof@10k`: pprof-rs `ProfilerGuardBuilder::frequency(hz)`,
 //! * `perf@1k`, `perf@10k`: `perf record -e cpu-clock:u -F <hz> -g --call-graph fp`
 //!   around `--child none` (only where `perf` is installed and works).
@@ -64,10 +67,12 @@ mod bench {
     /// Work units per thread (about 1.25 s of CPU on the reference VM).
     const UNITS_PER_THREAD: u64 = 500_000;
 
-    const MODES: [&str; 7] = [
+    const MODES: [&str; 9] = [
         "none",
         "fgtrace@1k",
         "fgtrace@10k",
+        "fgsignal@1k",
+        "fgsignal@10k",
         "pprof@1k",
         "pprof@10k",
         "perf@1k",
@@ -309,7 +314,7 @@ mod bench {
                 drop(session.stop());
                 (w, window, None)
             }
-            "fgtrace" | "fgflight" | "fgring" => {
+            "fgtrace" | "fgsignal" | "fgflight" | "fgring" => {
                 let config = match tool {
                     // Diagnostic: flight-recorder mode has no collector thread.
                     "fgflight" => fgtrace::Config::builtin().flight_recorder(65536),
@@ -322,6 +327,10 @@ mod bench {
                         fgtrace::sampler::PerfEvent::CpuClock,
                         hz_of(mode),
                     ),
+                    // The signal path `timer` took before issue 18 (and
+                    // still takes where the kernel refuses the ring).
+                    "fgsignal" => fgtrace::sampler::Sampling::timer(hz_of(mode))
+                        .backend(fgtrace::sampler::Backend::Signal),
                     _ => fgtrace::sampler::Sampling::timer(hz_of(mode)),
                 };
                 let session = fgtrace::Session::start(config.sampling(sampling))
@@ -330,6 +339,10 @@ mod bench {
                 let window = process_cpu() - cpu0;
                 let trace = session.stop().expect("fgtrace stops");
                 let m = trace.meta();
+                eprintln!(
+                    "{mode}: sampled by {}",
+                    m.sampler.as_deref().unwrap_or("(not said)")
+                );
                 let mut by_index: HashMap<u32, String> = HashMap::new();
                 let mut counts = Counts::new();
                 for wk in &w {

@@ -477,4 +477,52 @@ mod tests {
         assert_eq!(t.meta().threads[0].calls, 6);
         assert_eq!(t.meta().threads[0].lost, 7);
     }
+
+    /// Issue 18: samples without a shadow depth (kernel call chains) get the
+    /// number of traced calls open at their time; recorded depths stand.
+    #[test]
+    fn samples_from_a_ring_get_their_shadow_depth_from_the_trace() {
+        let from_trace = crate::sampling::SHADOW_DEPTH_FROM_TRACE;
+        // main(0..100) { a(10..40) { b(20..30) } c(60..90) }, then nothing.
+        let records = vec![
+            rec(20, 2, 10, 2),
+            rec(10, 1, 30, 1),
+            rec(60, 1, 30, 3),
+            rec(0, 0, 100, 0),
+        ];
+        let samples = vec![
+            (5, from_trace, None, vec![1]),
+            (25, from_trace, None, vec![2]),
+            (35, from_trace, None, vec![3]),
+            (45, from_trace, None, vec![4]),
+            (70, 7, Some(0), vec![5]),
+            (95, from_trace, None, vec![6]),
+            (150, from_trace, None, vec![7]),
+        ];
+        let input = ThreadInput {
+            records,
+            samples,
+            ..ThreadInput::empty(1, "t".into())
+        };
+        let base = MetaBase {
+            cal: cal(),
+            end_ticks: 1_000_200,
+            mode: RecordMode::Stream,
+            filters: String::new(),
+        };
+        let t = build(base, vec![input], |_| None);
+        let got: Vec<(u64, u32)> = t.samples().map(|s| (s.ts_ns, s.shadow_depth)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (5, 1),
+                (25, 3),
+                (35, 2),
+                (45, 1),
+                (70, 7),
+                (95, 1),
+                (150, 0)
+            ]
+        );
+    }
 }

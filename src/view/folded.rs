@@ -1476,6 +1476,46 @@ mod tests {
         }
     }
 
+    /// Issue 18: recursion told apart by the number of open calls; extra
+    /// frames of the traced function (a call the trace did not keep) make
+    /// the match ambiguous, missing ones make it fail; neither is guessed.
+    #[test]
+    fn chain_match_counts_open_calls_and_never_guesses() {
+        let w = site("app", "work", false);
+        let f = site("app", "f", false);
+        let names = |v: &[&'static str]| v.to_vec();
+        // work > f > f > f, then untraced g, h below the innermost f.
+        let stack = names(&[
+            "app::h",
+            "app::g",
+            "app::f",
+            "app::f",
+            "app::f",
+            "app::work",
+            "main",
+        ]);
+        assert_eq!(chain_match(&[&w, &f, &f, &f], &stack), ChainMatch::At(2));
+        // Two f calls open but three f frames: which f is the open one?
+        assert_eq!(chain_match(&[&w, &f, &f], &stack), ChainMatch::Ambiguous);
+        // Four f calls open, three frames (a frame the walk skipped).
+        assert_eq!(
+            chain_match(&[&w, &f, &f, &f, &f], &stack),
+            ChainMatch::NotFound
+        );
+        // Nesting order matters: f open inside work, but work is below f here.
+        let inverted = names(&["app::work", "app::f", "main"]);
+        assert_eq!(chain_match(&[&w, &f], &inverted), ChainMatch::NotFound);
+        // Untraced frames between traced ones (f -> g -> f) are fine.
+        let between = names(&["app::h", "app::f", "app::g", "app::f", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f, &f], &between), ChainMatch::At(1));
+        // The sample in the traced function itself: cut 0.
+        assert_eq!(
+            chain_match(&[&w], &names(&["app::work", "main"])),
+            ChainMatch::At(0)
+        );
+        assert_eq!(chain_match(&[], &stack), ChainMatch::NotFound);
+    }
+
     #[test]
     fn resolved_names_match_their_sites() {
         let s = site("app::db", "Conn::query", false);
