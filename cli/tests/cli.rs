@@ -80,6 +80,49 @@ fn graph_report_and_info_render_a_saved_trace() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// Issue 18: `fgtrace info` says which path took the samples.
+#[cfg(target_os = "linux")]
+#[test]
+fn info_says_which_path_sampled() {
+    use fgtrace::sampler::{Backend, Sampling};
+    let dir = tempdir("sampler");
+    let info = |backend: Backend, name: &str| {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let sampling = Sampling::timer(1000).backend(backend);
+        let session =
+            fgtrace::Session::start(fgtrace::Config::builtin().sampling(sampling)).unwrap();
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            outer(1000);
+        }
+        let trace = session.stop().unwrap();
+        let path = dir.join(name);
+        trace.save(&path).unwrap();
+        let out = fgtrace(&["info", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let signal = info(Backend::Signal, "signal.fgt");
+    assert!(
+        signal.contains(
+            "sampling:  timer@1000Hz\nsampler:   signal (frame-pointer walk in the handler)"
+        ),
+        "{signal}"
+    );
+    let auto = info(Backend::Auto, "auto.fgt");
+    let line = auto
+        .lines()
+        .find(|l| l.starts_with("sampler:   "))
+        .unwrap_or_else(|| panic!("no sampler line: {auto}"));
+    // The ring where the kernel allows it; else the signal path, saying why.
+    assert!(
+        line.starts_with("sampler:   perf ring (kernel call chains")
+            || line.contains("perf ring refused: perf_event_open(cpu-clock) failed"),
+        "{line}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
 fn assert_clean_failure(out: &Output, expect: &str) {
     let err = text(&out.stderr);
     assert!(!out.status.success(), "should fail: {err}");

@@ -16,7 +16,7 @@
 //! the signal path only where it does not ([`Backend`]); `wall` always takes
 //! the signal path (a CPU-clock event cannot see blocked threads). Ring samples
 //! carry neither the shadow depth nor the cut: both are joined from the trace
-//! when it is read ([`SHADOW_DEPTH_FROM_TRACE`], `view::folded::ChainCut`).
+//! when it is read (`trace::SHADOW_DEPTH_FROM_TRACE`, `view::folded::ChainCut`).
 //!
 //! A sampler thread registers every thread of the process (rescanning
 //! `/proc/self/task`, so threads started later are sampled too), drains the
@@ -63,11 +63,6 @@ pub enum Backend {
     /// Always the perf ring; refused is an error.
     Ring,
 }
-
-/// The shadow depth a sample carries when the sampler could not record it
-/// (kernel call chains from a perf ring): the trace fills it in when it is
-/// built, from the traced calls open at the sample's time.
-pub(crate) const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
 
 /// How to sample: `Config::default().sampling(Sampling::timer(999))`, or
 /// `FGTRACE_SAMPLE=<source>[:<rate>]` in the environment.
@@ -741,7 +736,7 @@ mod running {
                 if frames.first() != Some(&s.ip) {
                     frames.insert(0, s.ip);
                 }
-                let depth = super::SHADOW_DEPTH_FROM_TRACE;
+                let depth = crate::trace::SHADOW_DEPTH_FROM_TRACE;
                 (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
             }));
             samples.sort_by_key(|s| s.0);

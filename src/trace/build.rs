@@ -197,7 +197,7 @@ pub(crate) fn build_thread(
     // time, as the views count them (the innermost open call's depth + 1).
     let mut emit_samples_before = |enc: &mut ChunkEncoder, open: &[(u32, u64)], until: u64| {
         while let Some(s) = samples.next_if(|s| s.0 < until) {
-            let shadow_depth = if s.1 == crate::sampling::SHADOW_DEPTH_FROM_TRACE {
+            let shadow_depth = if s.1 == crate::trace::SHADOW_DEPTH_FROM_TRACE {
                 open.iter()
                     .rev()
                     .find(|o| o.1 > s.0)
@@ -482,7 +482,7 @@ mod tests {
     /// number of traced calls open at their time; recorded depths stand.
     #[test]
     fn samples_from_a_ring_get_their_shadow_depth_from_the_trace() {
-        let from_trace = crate::sampling::SHADOW_DEPTH_FROM_TRACE;
+        let from_trace = crate::trace::SHADOW_DEPTH_FROM_TRACE;
         // main(0..100) { a(10..40) { b(20..30) } c(60..90) }, then nothing.
         let records = vec![
             rec(20, 2, 10, 2),

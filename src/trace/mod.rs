@@ -270,6 +270,11 @@ pub struct Lost {
     pub kind: LossKind,
 }
 
+/// The shadow depth a sample carries when the sampler could not record it
+/// (kernel call chains from a perf ring): [`build`] fills it in from the
+/// traced calls open at the sample's time (issue 18).
+pub(crate) const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
+
 /// A stack sample: raw return addresses, innermost first (`frames[0]` is the
 /// interrupted PC), with the traced shadow-stack depth at that moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
