@@ -20,6 +20,7 @@
 //! | the `fgtrace` command | `fgtrace-cli` | |
 
 mod active;
+pub mod alloc;
 pub mod buffer;
 pub mod clock;
 pub mod collector;

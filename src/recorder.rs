@@ -12,6 +12,7 @@ use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
 #[cfg(feature = "testing")]
 use fgtrace_core::probe::Counter;
 use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
+use fgtrace_core::record::AllocCounts;
 use fgtrace_core::site::{Decision, Site};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -50,6 +51,23 @@ unsafe fn free_frames(frames: *mut Frame, n: u32) {
     }
 }
 
+/// Allocation figures beside a shadow stack of `n` frames, when the counting
+/// allocator is installed (`fgtrace::alloc::Counting`); null otherwise.
+fn alloc_counts(n: u32) -> *mut AllocCounts {
+    if !fgtrace_core::alloc::installed() {
+        return ptr::null_mut();
+    }
+    Box::into_raw(vec![AllocCounts::ZERO; n as usize].into_boxed_slice()) as *mut AllocCounts
+}
+
+/// # Safety
+/// `a` came from `alloc_counts(n)`.
+unsafe fn free_alloc_counts(a: *mut AllocCounts, n: u32) {
+    if !a.is_null() {
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(a, n as usize)));
+    }
+}
+
 /// Joins this thread to the session `gen`: a buffer, the session's limits,
 /// and a shadow stack that keeps any frames still open from before.
 fn join(st: &mut ThreadState, gen: u32) -> bool {
@@ -63,15 +81,24 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     let cap = active.stack_depth;
     if st.frames.is_null() || st.stack_cap < cap {
         let new = alloc_frames(cap);
+        let new_allocs = alloc_counts(cap);
         if !st.frames.is_null() {
             // SAFETY: both hold at least `depth.min(cap)` frames.
             unsafe {
                 ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
                 free_frames(st.frames, st.stack_cap);
+                if !st.allocs.is_null() && !new_allocs.is_null() {
+                    let n = st.depth.min(cap) as usize;
+                    ptr::copy_nonoverlapping(st.allocs, new_allocs, n);
+                }
+                free_alloc_counts(st.allocs, st.stack_cap);
             }
         }
         st.frames = new;
+        st.allocs = new_allocs;
         st.stack_cap = cap;
+    } else if st.allocs.is_null() {
+        st.allocs = alloc_counts(st.stack_cap);
     }
     st.depth = st.depth.min(st.stack_cap);
     let (buf, len) = shared.storage_ptr();
@@ -125,9 +152,13 @@ fn release(st: &mut ThreadState) {
         return; // a capture's buffers belong to the capture
     }
     drop_buffer(st);
-    // SAFETY: made by `alloc_frames(stack_cap)`.
-    unsafe { free_frames(st.frames, st.stack_cap) };
+    // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts(stack_cap)`.
+    unsafe {
+        free_frames(st.frames, st.stack_cap);
+        free_alloc_counts(st.allocs, st.stack_cap);
+    }
     st.frames = ptr::null_mut();
+    st.allocs = ptr::null_mut();
     st.stack_cap = 0;
     st.depth = 0;
 }
@@ -223,12 +254,18 @@ fn send(outlet: &Outlet, shared: &ThreadBuf, full: buffer::Storage, len: usize) 
                 // carries that count forward, so one marker covers the run.
                 // SAFETY: slot 0 of a full batch was written.
                 let first = unsafe { b.storage[0].assume_init() };
-                let carried = if first.kind() == buffer::kind::LOST {
+                let carried = if first.kind() == buffer::kind::LOST && !first.is_ext() {
                     first.dur()
                 } else {
                     0
                 };
-                let calls = b.len as u64 - (carried > 0) as u64;
+                // Extension records (allocation figures) are not calls.
+                // SAFETY: the first `len` slots of a full batch were written.
+                let exts = b.storage[..b.len]
+                    .iter()
+                    .filter(|r| unsafe { r.assume_init() }.is_ext())
+                    .count() as u64;
+                let calls = b.len as u64 - (carried > 0) as u64 - exts;
                 shared.dropped.fetch_add(calls, Relaxed);
                 let _ = outlet.recycle_tx.try_send(b.storage);
                 return calls + carried;
@@ -369,6 +406,7 @@ mod captures {
         );
         let mut st = ThreadState::EMPTY;
         st.frames = alloc_frames(stack_depth);
+        st.allocs = alloc_counts(stack_depth);
         st.stack_cap = stack_depth;
         st.max_depth = u32::MAX;
         let shared = Arc::new(ThreadBuf::new(
@@ -464,8 +502,11 @@ mod captures {
             v.extend_from_slice(&side[..p.st.count.min(side.len())]);
             v
         });
-        // SAFETY: made by `alloc_frames(stack_cap)` in `capture_begin`.
-        unsafe { free_frames(p.st.frames, p.st.stack_cap) };
+        // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts` in `capture_begin`.
+        unsafe {
+            free_frames(p.st.frames, p.st.stack_cap);
+            free_alloc_counts(p.st.allocs, p.st.stack_cap);
+        }
         let overruns = shared.overruns.load(Relaxed) as u64;
         control::capture_end();
         CaptureOut {

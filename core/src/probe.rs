@@ -26,7 +26,7 @@
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::record::{ext, kind, AllocCounts, RawCall, MAX_DEPTH, MAX_SITES};
 use crate::site::{Decision, Site};
 use core::future::Future;
 use core::marker::PhantomData;
@@ -41,6 +41,11 @@ const F_POLL: u32 = 1;
 const F_GRAPH: u32 = 2;
 /// Frame flag: hidden with its subtree (nothing recorded).
 const F_HIDE: u32 = 4;
+/// Frame flag: the counting allocator counted something in this call, so its
+/// entry in `ThreadState::allocs` is live (set by [`count_alloc`], never by
+/// `push`: the hot path pays nothing for allocation counting; a fresh frame's
+/// tag has the flag clear).
+const F_ALLOC: u32 = 8;
 const SERIAL_MASK: u32 = 0xff_ffff;
 
 /// One open call on the shadow stack (32 bytes).
@@ -145,6 +150,11 @@ pub struct ThreadState {
     pub counter: *const Counter,
     /// Counter deltas parallel to `buf` (`limit` slots), or null.
     pub side: *mut u64,
+    /// Allocation figures parallel to `frames` (`stack_cap` entries), or null:
+    /// allocated by the layer above when the counting allocator is installed
+    /// ([`crate::alloc::installed`]); an entry is live while its frame has
+    /// the allocation flag.
+    pub allocs: *mut AllocCounts,
 }
 
 impl ThreadState {
@@ -172,6 +182,7 @@ impl ThreadState {
         owner: ptr::null(),
         counter: ptr::null(),
         side: ptr::null_mut(),
+        allocs: ptr::null_mut(),
     };
 }
 
@@ -594,11 +605,8 @@ fn unflag(st: &mut ThreadState, tag: u32) {
 /// The popped frame's record.
 #[inline(always)]
 fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
-    if f.tag & (F_HIDE | F_GRAPH) != 0 {
-        unflag(st, f.tag);
-        if f.tag & F_HIDE != 0 {
-            return;
-        }
+    if f.tag & (F_HIDE | F_GRAPH | F_ALLOC) != 0 {
+        return finish_flagged(st, f, depth, end);
     }
     let k = if f.tag & F_POLL != 0 {
         kind::POLL
@@ -613,6 +621,95 @@ fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
         st,
         RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
     );
+}
+
+/// A popped frame with flags: a hidden or graph-function frame, or one the
+/// counting allocator counted in. Its allocation figures (callees included)
+/// go to its parent frame, and after its record as extension records.
+#[inline(never)]
+fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
+    unflag(st, f.tag);
+    let counts = if f.tag & F_ALLOC != 0 && !st.allocs.is_null() {
+        // SAFETY: depth < stack_cap, `allocs` has stack_cap entries.
+        let c = unsafe { *st.allocs.add(depth as usize) };
+        if depth > 0 {
+            let i = depth as usize - 1;
+            // SAFETY: i < depth < stack_cap.
+            let (pf, pa) = unsafe { (&mut *st.frames.add(i), &mut *st.allocs.add(i)) };
+            if pf.tag & F_ALLOC == 0 {
+                *pa = c;
+                pf.tag |= F_ALLOC;
+            } else {
+                pa.add(&c);
+            }
+        }
+        Some(c)
+    } else {
+        None
+    };
+    if f.tag & F_HIDE != 0 {
+        return;
+    }
+    let k = if f.tag & F_POLL != 0 {
+        kind::POLL
+    } else {
+        kind::CALL
+    };
+    let dur = end.wrapping_sub(f.start);
+    if dur < st.threshold {
+        return;
+    }
+    let (count, buf) = (st.count, st.buf);
+    write(
+        st,
+        RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
+    );
+    let Some(c) = counts else {
+        return;
+    };
+    if st.count == count && st.buf == buf {
+        return; // the call's record was not written: neither are its figures
+    }
+    if c.allocs != 0 || c.alloc_bytes != 0 {
+        write(st, RawCall::ext(ext::ALLOCS, c.allocs, c.alloc_bytes));
+    }
+    if c.frees != 0 || c.freed_bytes != 0 {
+        write(st, RawCall::ext(ext::FREES, c.frees, c.freed_bytes));
+    }
+    if c.reallocs != 0 {
+        write(st, RawCall::ext(ext::REALLOCS, c.reallocs, 0));
+    }
+}
+
+/// Adds what `add` says to the innermost open call of this thread, for the
+/// counting allocator ([`crate::alloc`]). Does nothing while fgtrace's own
+/// code runs on the thread (busy: its allocations are never counted), on
+/// fgtrace's own threads, outside any traced call, or when nothing records.
+/// No allocation, no lock; `add` runs on a plain per-thread entry.
+#[inline]
+pub(crate) fn count_alloc(add: impl FnOnce(&mut AllocCounts)) {
+    if CONTROL.load(Relaxed) & ON_MASK == 0 {
+        return;
+    }
+    with_state(|st| {
+        if st.gen == GEN_BUSY || st.gen == GEN_DEAD || st.allocs.is_null() {
+            return;
+        }
+        // SAFETY (volatile): as in `write`, a signal handler may move it.
+        let d = unsafe { ptr::read_volatile(&st.depth) };
+        if d == 0 || d > st.stack_cap {
+            return;
+        }
+        let i = d as usize - 1;
+        // SAFETY: i < stack_cap; both arrays have stack_cap entries.
+        let (f, a) = unsafe { (&mut *st.frames.add(i), &mut *st.allocs.add(i)) };
+        let tag = unsafe { ptr::read_volatile(&f.tag) };
+        if tag & F_ALLOC == 0 {
+            *a = AllocCounts::ZERO;
+            unsafe { ptr::write_volatile(&mut f.tag, tag | F_ALLOC) };
+        }
+        add(a);
+    })
 }
 
 #[inline(always)]

@@ -279,6 +279,18 @@ impl Spec {
                 let n: u64 = v.int(&key)?;
                 quote!(InstructionsTotal(#n))
             }
+            "allocs" => {
+                let n: u64 = v.int(&key)?;
+                quote!(Allocs(#n))
+            }
+            "allocs_total" => {
+                let n: u64 = v.int(&key)?;
+                quote!(AllocsTotal(#n))
+            }
+            "alloc_bytes" => {
+                let n: u64 = v.int(&key)?;
+                quote!(AllocBytes(#n))
+            }
             "inside" => {
                 let g = v.name(&key)?;
                 quote!(Inside(#g))
@@ -300,7 +312,8 @@ impl Spec {
                     kv.key.span(),
                     format!(
                         "unknown limit `{other}`: limits are `calls`, `max_calls`, `max`, `total`, `self_total`, \
-                         `p50`/`p99`/.., `instructions`, `instructions_total`, `inside`, `not_inside`"
+                         `p50`/`p99`/.., `instructions`, `instructions_total`, `allocs`, `allocs_total`, `alloc_bytes`, \
+                         `inside`, `not_inside`"
                     ),
                 ))
             }

@@ -50,10 +50,12 @@
 #[doc(hidden)]
 #[path = "budget.rs"]
 pub mod __budget;
+mod allocs;
 mod captured;
 pub(crate) mod counters;
 mod query;
 mod render;
+mod snapshot;
 mod runs;
 
 pub use captured::{Capture, CounterCheck};

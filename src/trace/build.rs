@@ -165,6 +165,7 @@ pub(crate) fn build(
     };
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
+    let with_allocs = alloc_figures::recorded(&inputs);
     for (t, mut input) in inputs.into_iter().enumerate() {
         let t = t as u32;
         let samples = std::mem::take(&mut input.samples);
@@ -189,9 +190,14 @@ pub(crate) fn build(
         let mut start = Vec::with_capacity(n);
         let mut tree: Vec<u32> = Vec::with_capacity(n);
         let mut futures = Vec::new();
+        // [issue 17] allocation figures: extension records after a call's record.
+        let mut allocs = alloc_figures::Attach::default();
         for (i, r) in recs.iter().enumerate() {
             let s = full_ticks(r.start_low(), origin);
             start.push(s);
+            if allocs.take(i, *r) {
+                continue;
+            }
             if r.kind() == kind::FUTURE {
                 futures.push(i as u32);
             } else {
@@ -273,6 +279,9 @@ pub(crate) fn build(
                             dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
                             flags: fl,
                         }));
+                        if with_allocs {
+                            enc.push(&allocs.event(t, tree[k as usize] as usize));
+                        }
                     }
                 }
                 let sz = size[k as usize];
@@ -330,13 +339,78 @@ pub(crate) fn build(
         filters: base.filters,
         sites,
         threads,
-        counters: Vec::new(),
+        counters: if with_allocs {
+            crate::alloc::NAMES.iter().map(|s| s.to_string()).collect()
+        } else {
+            Vec::new()
+        },
         sampling: None,
         mappings: Vec::new(),
     };
     Trace {
         meta,
         chunks: format::interleave(chunks),
+    }
+}
+
+/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`): the core writes
+/// them as extension records right after the record of the call they belong
+/// to; here they become an `Event::Counters` after that call (values in the
+/// order of `crate::alloc::NAMES`, callees included).
+mod alloc_figures {
+    use super::ThreadInput;
+    use crate::buffer::{kind, RawCall};
+    use crate::trace::{CallCounters, Event};
+    use fgtrace_core::record::{ext, AllocCounts};
+    use std::collections::HashMap;
+
+    /// Whether the trace carries allocation figures: the counting allocator
+    /// is installed in this process, or the records have some.
+    pub(super) fn recorded(inputs: &[ThreadInput]) -> bool {
+        fgtrace_core::alloc::installed()
+            || inputs.iter().any(|t| t.records.iter().any(|r| r.is_ext()))
+    }
+
+    /// One thread's figures by the index of their call's record.
+    #[derive(Default)]
+    pub(super) struct Attach {
+        by_record: HashMap<usize, AllocCounts>,
+        last_call: Option<usize>,
+    }
+
+    impl Attach {
+        /// Takes record `i` if it is an extension record (attaching it to the
+        /// call just before; one whose call is gone, overwritten or in a
+        /// dropped batch, is dropped with it).
+        pub(super) fn take(&mut self, i: usize, r: RawCall) -> bool {
+            if !r.is_ext() {
+                self.last_call = match r.kind() {
+                    kind::CALL | kind::POLL => Some(i),
+                    _ => None,
+                };
+                return false;
+            }
+            if let Some(c) = self.last_call {
+                let a = self.by_record.entry(c).or_default();
+                let (x, y) = r.ext_values();
+                match r.ext_sub() {
+                    ext::ALLOCS => (a.allocs, a.alloc_bytes) = (x, y),
+                    ext::FREES => (a.frees, a.freed_bytes) = (x, y),
+                    ext::REALLOCS => a.reallocs = x,
+                    _ => {}
+                }
+            }
+            true
+        }
+
+        /// The counters event of the call recorded at `i`.
+        pub(super) fn event(&self, thread: u32, i: usize) -> Event {
+            let a = self.by_record.get(&i).copied().unwrap_or_default();
+            Event::Counters(CallCounters {
+                thread,
+                values: vec![a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs],
+            })
+        }
     }
 }
 

@@ -89,6 +89,35 @@ impl<const N: usize> Write for StackStr<N> {
     }
 }
 
+/// Bytes with a binary unit: `512 B`, `4.0 KiB`, `1.5 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// A call's allocation figures for a tail comment: `3 allocs 4.0 KiB`, with
+/// `, 2 frees 1.0 KiB` and `, 1 realloc` when there are any.
+pub fn alloc_note(a: &fgtrace_core::record::AllocCounts) -> String {
+    let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+    let mut s = format!("{} {}", plural(a.allocs, "alloc"), human_bytes(a.alloc_bytes));
+    if a.frees != 0 || a.freed_bytes != 0 {
+        s.push_str(&format!(", {} {}", plural(a.frees, "free"), human_bytes(a.freed_bytes)));
+    }
+    if a.reallocs != 0 {
+        s.push_str(&format!(", {}", plural(a.reallocs, "realloc")));
+    }
+    s
+}
+
 /// ftrace's overhead mark for a duration: strict greater-than on nanoseconds
 /// (`trace_find_mark`), so exactly 10 us gets no `+`.
 pub fn overhead_mark(ns: u64) -> char {
