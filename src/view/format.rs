@@ -118,6 +118,40 @@ pub fn alloc_note(a: &fgtrace_core::record::AllocCounts) -> String {
     s
 }
 
+/// A call's per-call counters (named by `TraceMeta::counters`) as a tail
+/// comment's text: allocation figures when it allocated or freed anything
+/// (see [`alloc_note`]), `N instr`, `N name` for any other counter; `None`
+/// when there is nothing to say.
+pub fn counter_note(names: &[String], values: &[u64]) -> Option<String> {
+    let at = |n: &str| {
+        names
+            .iter()
+            .position(|x| x == n)
+            .and_then(|i| values.get(i).copied())
+    };
+    let mut parts = Vec::new();
+    if let Some(allocs) = at("allocs") {
+        let a = fgtrace_core::record::AllocCounts {
+            allocs,
+            alloc_bytes: at("alloc_bytes").unwrap_or(0),
+            frees: at("frees").unwrap_or(0),
+            freed_bytes: at("freed_bytes").unwrap_or(0),
+            reallocs: at("reallocs").unwrap_or(0),
+        };
+        if a != fgtrace_core::record::AllocCounts::ZERO {
+            parts.push(alloc_note(&a));
+        }
+    }
+    for (n, v) in names.iter().zip(values) {
+        match n.as_str() {
+            "allocs" | "alloc_bytes" | "frees" | "freed_bytes" | "reallocs" => {}
+            "instructions" => parts.push(format!("{v} instr")),
+            other => parts.push(format!("{v} {other}")),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 /// ftrace's overhead mark for a duration: strict greater-than on nanoseconds
 /// (`trace_find_mark`), so exactly 10 us gets no `+`.
 pub fn overhead_mark(ns: u64) -> char {
