@@ -168,3 +168,76 @@ fn a_session_records_the_figures_beside_each_call() {
         seen.len()
     );
 }
+
+#[test]
+fn graph_report_and_html_show_the_figures() {
+    use fgtrace::view::graph::GraphOptions;
+    use fgtrace::view::html::HtmlOptions;
+    use fgtrace::view::report::ReportOptions;
+    let cap = testing::capture(parent);
+    let t = cap.trace();
+
+    let mut g = Vec::new();
+    t.write_graph(&GraphOptions::default(), &mut g).unwrap();
+    let g = String::from_utf8(g).unwrap();
+    assert_eq!(
+        g.matches("leaf(); /* 3 allocs 192 B, 3 frees 192 B */").count(),
+        2,
+        "{g}"
+    );
+    assert!(g.contains("} /* parent: 8 allocs 453 B, 8 frees 453 B */"), "{g}");
+
+    let r = t.report(&ReportOptions::default());
+    let allocs = r.counter_names.iter().position(|n| n == "allocs").unwrap();
+    let row = |n: &str| r.functions.iter().find(|f| f.name == n).unwrap();
+    assert_eq!(row("parent").counters[allocs], 8);
+    assert_eq!(row("parent").self_counters[allocs], 2);
+    assert_eq!(row("leaf").counters[allocs], 6);
+    let mut text = Vec::new();
+    t.write_report(&ReportOptions::default(), &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("Allocs  Self allocs  Alloc bytes"), "{text}");
+    let parent_line = text.lines().find(|l| l.ends_with("  parent")).unwrap();
+    let cells: Vec<&str> = parent_line.split_whitespace().collect();
+    // ... s^2, Allocs, Self allocs, Alloc bytes, Reallocs, name
+    assert_eq!(&cells[cells.len() - 5..], ["8", "2", "453", "0", "parent"], "{text}");
+
+    let mut html = Vec::new();
+    t.write_html(&HtmlOptions::default(), &mut html).unwrap();
+    let html = String::from_utf8(html).unwrap();
+    assert!(html.contains(">Self allocs</th>"), "allocation columns in the HTML table");
+    assert!(html.contains("/* parent: 8 allocs"), "the graph section's tail comments");
+}
+
+/// Calls `none` 1000 times: no allocation of its own.
+#[traced]
+fn many() -> u64 {
+    (0..1000).map(|_| none()).sum()
+}
+
+#[test]
+fn fgtrace_own_allocations_are_not_counted() {
+    // Small batches: while `many` is open its callees' records fill buffers
+    // that are handed over (allocating fresh ones) many times, and the
+    // thread's join (shadow stack, buffer) happens inside its probe. None of
+    // it is charged to the calls.
+    let session = Session::start(Config::builtin().batch_calls(64)).unwrap();
+    std::thread::spawn(many).join().unwrap();
+    let trace = session.stop().unwrap();
+    let meta = trace.meta();
+    let mut last = String::new();
+    let mut seen = 0;
+    for e in trace.events() {
+        match e {
+            Event::Call(c) => last = meta.site_name(c.site).to_string(),
+            Event::Counters(c) => {
+                assert_eq!(c.values, [0, 0, 0, 0, 0], "{last}");
+                seen += (last == "many") as u32;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, 1);
+    let cap = testing::capture(many);
+    cap.assert_allocations("many", 0);
+}
