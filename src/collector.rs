@@ -27,6 +27,9 @@ pub enum Error {
     Collector(String),
     /// Sampling could not start (the kernel refused perf_event, ...).
     Sampler(String),
+    /// A per-call hardware counter of `Config::counters` cannot be recorded
+    /// (no PMU, not permitted, ...): the message names it.
+    Counters(String),
 }
 
 impl fmt::Display for Error {
@@ -38,6 +41,7 @@ impl fmt::Display for Error {
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
+            Error::Counters(e) => write!(f, "fgtrace: {e}"),
         }
     }
 }
@@ -99,6 +103,8 @@ impl Session {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
+        // [issue 17] per-call hardware counters: fail early, naming the counter.
+        crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
         recorder::install();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();

@@ -42,6 +42,8 @@ pub struct Config {
     pub(crate) graph_functions: Vec<String>,
     pub(crate) notrace: Vec<String>,
     pub(crate) sampling: Option<crate::sampling::Sampling>,
+    /// Per-call hardware counters asked for (`Config::counters`).
+    pub(crate) counters: Vec<crate::pmu::Counter>,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
 }
@@ -101,6 +103,7 @@ impl Config {
             graph_functions: Vec::new(),
             notrace: Vec::new(),
             sampling: None,
+            counters: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -242,6 +245,18 @@ impl Config {
         self.graph_functions = patterns.into_iter().map(Into::into).collect();
         self
     }
+    /// Per-call hardware counters, as uftrace's `read:pmu-*`:
+    /// `.counters([Counter::Instructions, Counter::Cycles])`. `Session::start`
+    /// fails with an error naming the counter where it cannot be counted (no
+    /// PMU: most VMs, containers and CI runners); never zeros. Recording the
+    /// per-call deltas in sessions is not implemented yet, so where every
+    /// counter opens `Session::start` fails too, saying so (per-call
+    /// instructions work in `fgtrace::testing` captures).
+    pub fn counters(mut self, counters: impl IntoIterator<Item = crate::pmu::Counter>) -> Self {
+        self.counters = counters.into_iter().collect();
+        self
+    }
+
     /// Also sample stacks (see [`crate::sampler`]): `Sampling::timer(999)`,
     /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
     pub fn sampling(mut self, s: crate::sampling::Sampling) -> Self {

@@ -25,6 +25,7 @@ pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod pmu;
 mod recorder;
 mod thread;
 pub mod trace;
@@ -54,6 +55,7 @@ pub mod sampler {
     pub use crate::sampling::*;
 }
 pub use config::Config;
+pub use pmu::Counter;
 pub use trace::{Call, Event, Trace, TraceMeta};
 
 pub use fgtrace_core as core;
