@@ -34,6 +34,7 @@ fn parent() -> usize {
 
 /// Grows a Vec by reallocation: 1 allocation, then reallocations.
 #[traced]
+#[allow(clippy::let_and_return)] // on purpose, see below
 fn grows() -> usize {
     let mut v: Vec<u8> = Vec::with_capacity(1);
     v.push(1);
@@ -108,23 +109,31 @@ fn reallocations_and_recursion() {
 #[test]
 fn a_wrong_count_fails_with_the_graph_of_the_call() {
     let cap = testing::capture(parent);
-    let err = std::panic::catch_unwind(|| cap.assert_allocations("parent", 7))
-        .expect_err("8 is not 7");
+    let err =
+        std::panic::catch_unwind(|| cap.assert_allocations("parent", 7)).expect_err("8 is not 7");
     let msg = err.downcast_ref::<String>().unwrap();
     assert!(msg.contains("`parent` allocated 8 times"), "{msg}");
     assert!(msg.contains("expected exactly 7"), "{msg}");
-    assert!(msg.contains("3 allocs 192 B"), "tail comment of a leaf call: {msg}");
+    assert!(
+        msg.contains("3 allocs 192 B"),
+        "tail comment of a leaf call: {msg}"
+    );
     assert!(msg.contains("/* parent: 8 allocs"), "closing brace: {msg}");
 }
 
 #[test]
-#[budget(parent(allocs = 8, alloc_bytes = 4096), leaf(allocs = 3, allocs_total = 6))]
+#[budget(
+    parent(allocs = 8, alloc_bytes = 4096),
+    leaf(allocs = 3, allocs_total = 6)
+)]
 fn a_budget_on_allocations_passes_at_the_limit() {
     parent();
 }
 
 #[test]
-#[should_panic(expected = "`leaf` allocated 3 times in its most allocating call, over its budget of 2 per call")]
+#[should_panic(
+    expected = "`leaf` allocated 3 times in its most allocating call, over its budget of 2 per call"
+)]
 #[budget(leaf(allocs = 2))]
 fn a_budget_on_allocations_fails_above_it() {
     parent();
@@ -152,11 +161,17 @@ fn a_session_records_the_figures_beside_each_call() {
         }
     }
     let of = |n: &str| -> Vec<Vec<u64>> {
-        seen.iter().filter(|(s, _)| s == n).map(|(_, v)| v.clone()).collect()
+        seen.iter()
+            .filter(|(s, _)| s == n)
+            .map(|(_, v)| v.clone())
+            .collect()
     };
     // allocs, alloc_bytes, frees, freed_bytes, reallocs; callees included.
     assert_eq!(of("leaf"), vec![vec![3, 192, 3, 192, 0]; 2]);
-    assert_eq!(of("parent"), vec![vec![8, 384 + 64 + 5, 8, 384 + 64 + 5, 0]]);
+    assert_eq!(
+        of("parent"),
+        vec![vec![8, 384 + 64 + 5, 8, 384 + 64 + 5, 0]]
+    );
     assert_eq!(of("grows"), vec![vec![1, 102, 1, 102, 1]]);
     // The file keeps them.
     let mut buf = Vec::new();
@@ -164,7 +179,9 @@ fn a_session_records_the_figures_beside_each_call() {
     let back = fgtrace::Trace::read_from(&buf[..]).unwrap();
     assert_eq!(back.meta().counters, fgtrace::alloc::NAMES);
     assert_eq!(
-        back.events().filter(|e| matches!(e, Event::Counters(_))).count(),
+        back.events()
+            .filter(|e| matches!(e, Event::Counters(_)))
+            .count(),
         seen.len()
     );
 }
@@ -181,11 +198,15 @@ fn graph_report_and_html_show_the_figures() {
     t.write_graph(&GraphOptions::default(), &mut g).unwrap();
     let g = String::from_utf8(g).unwrap();
     assert_eq!(
-        g.matches("leaf(); /* 3 allocs 192 B, 3 frees 192 B */").count(),
+        g.matches("leaf(); /* 3 allocs 192 B, 3 frees 192 B */")
+            .count(),
         2,
         "{g}"
     );
-    assert!(g.contains("} /* parent: 8 allocs 453 B, 8 frees 453 B */"), "{g}");
+    assert!(
+        g.contains("} /* parent: 8 allocs 453 B, 8 frees 453 B */"),
+        "{g}"
+    );
 
     let r = t.report(&ReportOptions::default());
     let allocs = r.counter_names.iter().position(|n| n == "allocs").unwrap();
@@ -194,19 +215,30 @@ fn graph_report_and_html_show_the_figures() {
     assert_eq!(row("parent").self_counters[allocs], 2);
     assert_eq!(row("leaf").counters[allocs], 6);
     let mut text = Vec::new();
-    t.write_report(&ReportOptions::default(), &mut text).unwrap();
+    t.write_report(&ReportOptions::default(), &mut text)
+        .unwrap();
     let text = String::from_utf8(text).unwrap();
     assert!(text.contains("Allocs  Self allocs  Alloc bytes"), "{text}");
     let parent_line = text.lines().find(|l| l.ends_with("  parent")).unwrap();
     let cells: Vec<&str> = parent_line.split_whitespace().collect();
     // ... s^2, Allocs, Self allocs, Alloc bytes, Reallocs, name
-    assert_eq!(&cells[cells.len() - 5..], ["8", "2", "453", "0", "parent"], "{text}");
+    assert_eq!(
+        &cells[cells.len() - 5..],
+        ["8", "2", "453", "0", "parent"],
+        "{text}"
+    );
 
     let mut html = Vec::new();
     t.write_html(&HtmlOptions::default(), &mut html).unwrap();
     let html = String::from_utf8(html).unwrap();
-    assert!(html.contains(">Self allocs</th>"), "allocation columns in the HTML table");
-    assert!(html.contains("/* parent: 8 allocs"), "the graph section's tail comments");
+    assert!(
+        html.contains(">Self allocs</th>"),
+        "allocation columns in the HTML table"
+    );
+    assert!(
+        html.contains("/* parent: 8 allocs"),
+        "the graph section's tail comments"
+    );
 }
 
 /// Calls `none` 1000 times: no allocation of its own.

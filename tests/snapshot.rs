@@ -63,7 +63,9 @@ fn snapshots_are_written_compared_and_updated() {
 
     // A changed count fails with a diff naming the function and the figure.
     let cap = testing::capture(|| parse(true));
-    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| cap.assert_snapshot("parse"))));
+    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| {
+        cap.assert_snapshot("parse")
+    })));
     assert!(msg.contains("snapshot `parse`"), "{msg}");
     let row = |f: &str, fig: &str| {
         msg.lines()
@@ -72,10 +74,22 @@ fn snapshots_are_written_compared_and_updated() {
             .split_whitespace()
             .collect::<Vec<_>>()
     };
-    assert_eq!(row("snapshot::parse", "allocs")[2..], ["4", "5", "+1,", "+25.0%"], "{msg}");
-    assert_eq!(row("snapshot::tokenize", "calls")[2..], ["1", "2", "+1,", "+100.0%"], "{msg}");
+    assert_eq!(
+        row("snapshot::parse", "allocs")[2..],
+        ["4", "5", "+1,", "+25.0%"],
+        "{msg}"
+    );
+    assert_eq!(
+        row("snapshot::tokenize", "calls")[2..],
+        ["1", "2", "+1,", "+100.0%"],
+        "{msg}"
+    );
     assert!(msg.contains("FGTRACE_UPDATE=1"), "{msg}");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "a failure does not rewrite");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text,
+        "a failure does not rewrite"
+    );
 
     // FGTRACE_UPDATE=1 rewrites; afterwards the new figures pass.
     std::env::set_var("FGTRACE_UPDATE", "1");
@@ -91,8 +105,13 @@ fn snapshots_are_written_compared_and_updated() {
 
     // Under CI a missing snapshot fails and is not written.
     std::env::set_var("CI", "true");
-    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| cap.assert_snapshot("fresh"))));
-    assert!(msg.contains("does not exist") && msg.contains("CI"), "{msg}");
+    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| {
+        cap.assert_snapshot("fresh")
+    })));
+    assert!(
+        msg.contains("does not exist") && msg.contains("CI"),
+        "{msg}"
+    );
     assert!(!dir.join("tests/snapshots/fresh.fgsnap").exists());
     // ... but FGTRACE_UPDATE=1 writes it there too.
     std::env::set_var("FGTRACE_UPDATE", "1");
@@ -102,10 +121,14 @@ fn snapshots_are_written_compared_and_updated() {
     std::env::remove_var("CI");
 
     // A bad name and a damaged file are clear failures.
-    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| cap.assert_snapshot("../x"))));
+    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| {
+        cap.assert_snapshot("../x")
+    })));
     assert!(msg.contains("plain file name"), "{msg}");
     std::fs::write(&file, "1 2 three 4 5 parse\n").unwrap();
-    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| cap.assert_snapshot("parse"))));
+    let msg = panic_text(catch_unwind(AssertUnwindSafe(|| {
+        cap.assert_snapshot("parse")
+    })));
     assert!(msg.contains("`three` is not a count"), "{msg}");
     std::fs::remove_dir_all(&dir).ok();
 }

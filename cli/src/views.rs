@@ -395,7 +395,10 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
 
 pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
     let sort: DiffSort = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
-    let metric: Metric = a.metric.parse().map_err(|e| Some(format!("--metric: {e}")))?;
+    let metric: Metric = a
+        .metric
+        .parse()
+        .map_err(|e| Some(format!("--metric: {e}")))?;
     let limits = a
         .fail_above
         .iter()
@@ -405,7 +408,11 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
     let json = match a.format.as_str() {
         "table" => false,
         "json" => true,
-        f => return Err(Some(format!("--format: unknown format `{f}` (table, json)"))),
+        f => {
+            return Err(Some(format!(
+                "--format: unknown format `{f}` (table, json)"
+            )))
+        }
     };
     if (json || !limits.is_empty()) && (a.flame || a.folded) {
         return Err(Some(
@@ -501,7 +508,11 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
                 } else if !g.unmatched.is_empty() {
                     format!(
                         "gate failed: no function in both traces matches {}",
-                        g.unmatched.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
+                        g.unmatched
+                            .iter()
+                            .map(|u| format!("`{u}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )
                 } else {
                     format!(

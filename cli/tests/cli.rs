@@ -141,7 +141,9 @@ fn report_as_json_parses_and_holds_the_table() {
     let row = |n: &str| fns.iter().find(|f| f["name"] == n).unwrap().clone();
     assert_eq!(row("outer")["calls"], 2);
     assert_eq!(row("inner")["calls"], 5);
-    assert!(row("outer")["total_ns"].as_u64().unwrap() >= row("outer")["self_ns"].as_u64().unwrap());
+    assert!(
+        row("outer")["total_ns"].as_u64().unwrap() >= row("outer")["self_ns"].as_u64().unwrap()
+    );
     assert_eq!(v["calls"], 7);
     let out = fgtrace(&["report", p, "--format", "yaml"]);
     assert_clean_failure(&out, "--format: unknown format `yaml`");

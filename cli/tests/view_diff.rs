@@ -314,13 +314,25 @@ fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
     assert!(g.passed(), "{g:?}");
     let g = d.gate(Metric::Total, &[lim("70%"), lim("parse=60%")]);
     assert!(!g.passed());
-    let bad: Vec<&str> = g.rows.iter().filter(|r| r.regressed).map(|r| r.name.as_str()).collect();
+    let bad: Vec<&str> = g
+        .rows
+        .iter()
+        .filter(|r| r.regressed)
+        .map(|r| r.name.as_str())
+        .collect();
     assert_eq!(bad, ["app::parse"]);
     let mut text = Vec::new();
     g.write(&mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
-    assert!(text.contains("FAILED (1 of 2 functions over their limits)"), "{text}");
-    assert!(text.lines().any(|l| l.contains("REGRESSED") && l.contains("+66.67%") && l.ends_with("app::parse")), "{text}");
+    assert!(
+        text.contains("FAILED (1 of 2 functions over their limits)"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("REGRESSED") && l.contains("+66.67%") && l.ends_with("app::parse")),
+        "{text}"
+    );
     // Calls did not change: a deterministic gate passes at 0%.
     assert!(d.gate(Metric::Calls, &[lim("0%")]).passed());
     // A misspelt function fails rather than passing unchecked.
@@ -371,18 +383,45 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
             .output()
             .unwrap()
     };
-    let (a, b, c) = (pa.to_str().unwrap(), pb.to_str().unwrap(), pc.to_str().unwrap());
+    let (a, b, c) = (
+        pa.to_str().unwrap(),
+        pb.to_str().unwrap(),
+        pc.to_str().unwrap(),
+    );
 
     let out = run(&["diff", a, b, "--fail-above", "10%"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stdout}");
     assert!(stdout.contains("REGRESSED"), "{stdout}");
-    assert!(stderr.contains("gate failed: 2 functions regressed"), "{stderr}");
+    assert!(
+        stderr.contains("gate failed: 2 functions regressed"),
+        "{stderr}"
+    );
 
-    let out = run(&["diff", a, b, "--fail-above", "100%", "--fail-above", "parse=70%"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    let out = run(&["diff", a, b, "--fail-above", "100%", "--fail-above", "parse=5%"]);
+    let out = run(&[
+        "diff",
+        a,
+        b,
+        "--fail-above",
+        "100%",
+        "--fail-above",
+        "parse=70%",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(&[
+        "diff",
+        a,
+        b,
+        "--fail-above",
+        "100%",
+        "--fail-above",
+        "parse=5%",
+    ]);
     assert!(!out.status.success());
 
     // The same trace against itself: unchanged, exit 0 even at 0%.
@@ -407,15 +446,32 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["gate"].is_null());
-    let parse = v["rows"].as_array().unwrap().iter().find(|r| r["name"] == "app::parse").unwrap();
+    let parse = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "app::parse")
+        .unwrap();
     assert_eq!(parse["before"]["total_ns"], 60_000);
     assert_eq!(parse["after"]["calls"], 2);
 
     for (args, expect) in [
-        (vec!["diff", a, b, "--fail-above", "lots"], "--fail-above: `lots`"),
-        (vec!["diff", a, b, "--metric", "speed", "--fail-above", "1%"], "--metric: unknown metric"),
-        (vec!["diff", a, b, "--format", "xml"], "--format: unknown format"),
-        (vec!["diff", a, b, "--fail-above", "prase=1%"], "no function in both traces matches `prase`"),
+        (
+            vec!["diff", a, b, "--fail-above", "lots"],
+            "--fail-above: `lots`",
+        ),
+        (
+            vec!["diff", a, b, "--metric", "speed", "--fail-above", "1%"],
+            "--metric: unknown metric",
+        ),
+        (
+            vec!["diff", a, b, "--format", "xml"],
+            "--format: unknown format",
+        ),
+        (
+            vec!["diff", a, b, "--fail-above", "prase=1%"],
+            "no function in both traces matches `prase`",
+        ),
     ] {
         let out = run(&args);
         let err = String::from_utf8_lossy(&out.stderr);

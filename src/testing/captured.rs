@@ -5,12 +5,12 @@
 use super::counters::{self, CounterStatus};
 use super::Part;
 use crate::buffer::{kind, RawCall};
-use fgtrace_core::record::AllocCounts;
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::trace::build::{self, MetaBase, ThreadInput};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, RecordMode, SiteInfo, Trace, TraceBuilder,
 };
+use fgtrace_core::record::AllocCounts;
 use std::io::Write;
 use std::time::Duration;
 

@@ -55,8 +55,8 @@ mod captured;
 pub(crate) mod counters;
 mod query;
 mod render;
-mod snapshot;
 mod runs;
+mod snapshot;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};

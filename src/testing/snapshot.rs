@@ -28,7 +28,13 @@ struct Row {
     instructions: Option<u64>,
 }
 
-const FIELDS: [&str; 5] = ["calls", "allocs", "self_allocs", "alloc_bytes", "instructions"];
+const FIELDS: [&str; 5] = [
+    "calls",
+    "allocs",
+    "self_allocs",
+    "alloc_bytes",
+    "instructions",
+];
 
 impl Row {
     fn values(&self) -> [Option<u64>; 5] {
@@ -76,15 +82,20 @@ fn parse(text: &str, path: &Path) -> Result<BTreeMap<String, Row>, String> {
         let mut fields = line.split_whitespace();
         for v in vals.iter_mut() {
             let f = fields.next().ok_or_else(|| {
-                format!("{}:{}: expected 5 figures and a name", path.display(), n + 1)
+                format!(
+                    "{}:{}: expected 5 figures and a name",
+                    path.display(),
+                    n + 1
+                )
             })?;
-            *v = if f == "-" {
-                None
-            } else {
-                Some(f.parse::<u64>().map_err(|_| {
-                    format!("{}:{}: `{f}` is not a count", path.display(), n + 1)
-                })?)
-            };
+            *v =
+                if f == "-" {
+                    None
+                } else {
+                    Some(f.parse::<u64>().map_err(|_| {
+                        format!("{}:{}: `{f}` is not a count", path.display(), n + 1)
+                    })?)
+                };
         }
         let name = fields.collect::<Vec<_>>().join(" ");
         if name.is_empty() {
@@ -218,15 +229,25 @@ impl Capture {
         let old = match std::fs::read_to_string(&path) {
             Ok(s) => Some(s),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => fail(format!("snapshot `{name}`: cannot read {}: {e}", path.display())),
+            Err(e) => fail(format!(
+                "snapshot `{name}`: cannot read {}: {e}",
+                path.display()
+            )),
         };
         let write = |why: &str| {
             if let Err(e) = std::fs::create_dir_all(path.parent().expect("has a parent"))
                 .and_then(|_| std::fs::write(&path, &text))
             {
-                fail(format!("snapshot `{name}`: cannot write {}: {e}", path.display()));
+                fail(format!(
+                    "snapshot `{name}`: cannot write {}: {e}",
+                    path.display()
+                ));
             }
-            let _ = writeln!(std::io::stderr(), "fgtrace: {why} snapshot {}", path.display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "fgtrace: {why} snapshot {}",
+                path.display()
+            );
         };
         let Some(old) = old else {
             if env_set("CI") && !update {
@@ -365,7 +386,10 @@ mod tests {
     fn snapshot_text_parses_back() {
         let mut rows = BTreeMap::new();
         rows.insert("my_crate::parse".to_string(), row(3, Some(6), None));
-        rows.insert("<impl Foo for Bar>::run".to_string(), row(1, None, Some(1000)));
+        rows.insert(
+            "<impl Foo for Bar>::run".to_string(),
+            row(1, None, Some(1000)),
+        );
         let text = render(&rows, &["a note".to_string()]);
         assert_eq!(parse(&text, Path::new("x")).unwrap(), rows);
         assert!(parse("1 2 x\n", Path::new("x")).is_err());
@@ -381,9 +405,15 @@ mod tests {
         b.insert("parse".to_string(), row(3, Some(7), Some(1005)));
         b.insert("new".to_string(), row(2, Some(0), None));
         let d = diff_rows(&a, &b, 1.0);
-        assert!(d.contains("parse") && d.contains("allocs") && d.contains("+1"), "{d}");
+        assert!(
+            d.contains("parse") && d.contains("allocs") && d.contains("+1"),
+            "{d}"
+        );
         assert!(!d.contains("instructions"), "within 1%: {d}");
-        assert!(d.contains("no longer called") && d.contains("newly called"), "{d}");
+        assert!(
+            d.contains("no longer called") && d.contains("newly called"),
+            "{d}"
+        );
         assert!(diff_rows(&a, &b, 0.1).contains("instructions"));
         assert_eq!(diff_rows(&a, &a, 0.0), "");
     }

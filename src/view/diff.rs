@@ -507,8 +507,11 @@ impl GateResult {
     /// The verdict as text: regressions (and what passed) in a table.
     pub fn write(&self, mut w: impl Write) -> io::Result<()> {
         let mut out = String::new();
-        out.push_str(&format!("
-# gate on {}:", self.metric.label()));
+        out.push_str(&format!(
+            "
+# gate on {}:",
+            self.metric.label()
+        ));
         if self.unavailable {
             out.push_str(&format!(
                 " FAILED: the traces have no {} (record with {})
@@ -629,7 +632,11 @@ impl Diff {
                 .iter()
                 .enumerate()
                 .rev()
-                .find(|(_, l)| l.function.as_deref().is_some_and(|f| name_matches(&r.name, f)))
+                .find(|(_, l)| {
+                    l.function
+                        .as_deref()
+                        .is_some_and(|f| name_matches(&r.name, f))
+                })
                 .or_else(|| {
                     limits
                         .iter()
@@ -681,7 +688,8 @@ impl Diff {
             diff: &'a Diff,
             gate: Option<&'a GateResult>,
         }
-        serde_json::to_writer_pretty(&mut w, &Out { diff: self, gate }).map_err(io::Error::other)?;
+        serde_json::to_writer_pretty(&mut w, &Out { diff: self, gate })
+            .map_err(io::Error::other)?;
         w.write_all(b"\n")?;
         w.flush()
     }

@@ -108,9 +108,17 @@ pub fn human_bytes(b: u64) -> String {
 /// `, 2 frees 1.0 KiB` and `, 1 realloc` when there are any.
 pub fn alloc_note(a: &fgtrace_core::record::AllocCounts) -> String {
     let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
-    let mut s = format!("{} {}", plural(a.allocs, "alloc"), human_bytes(a.alloc_bytes));
+    let mut s = format!(
+        "{} {}",
+        plural(a.allocs, "alloc"),
+        human_bytes(a.alloc_bytes)
+    );
     if a.frees != 0 || a.freed_bytes != 0 {
-        s.push_str(&format!(", {} {}", plural(a.frees, "free"), human_bytes(a.freed_bytes)));
+        s.push_str(&format!(
+            ", {} {}",
+            plural(a.frees, "free"),
+            human_bytes(a.freed_bytes)
+        ));
     }
     if a.reallocs != 0 {
         s.push_str(&format!(", {}", plural(a.reallocs, "realloc")));

@@ -444,7 +444,9 @@ impl<'a> ReportBuilder<'a> {
                     .counters
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| v.saturating_sub(o.children_counters.get(i).copied().unwrap_or(0)))
+                    .map(|(i, v)| {
+                        v.saturating_sub(o.children_counters.get(i).copied().unwrap_or(0))
+                    })
                     .collect();
                 add_all(&mut s.self_counters, &own);
             }

@@ -33,11 +33,18 @@ fn every_function_allocates_exactly_as_written() {
     let own_bytes = 6 * string + 10; // "a bb ccc dd e f": 10 characters
     assert_eq!(cap.allocated_bytes("split"), Some(split_bytes));
     assert_eq!(cap.allocated_bytes("own"), Some(own_bytes));
-    assert_eq!(cap.allocated_bytes("run"), Some(3 * 8 + split_bytes + own_bytes));
+    assert_eq!(
+        cap.allocated_bytes("run"),
+        Some(3 * 8 + split_bytes + own_bytes)
+    );
 }
 
 #[test]
-#[budget(parse(allocs = 5, calls = 3), run(allocs_total = 13, alloc_bytes = 4096), checksum(allocs = 0))]
+#[budget(
+    parse(allocs = 5, calls = 3),
+    run(allocs_total = 13, alloc_bytes = 4096),
+    checksum(allocs = 0)
+)]
 fn budgets_hold_at_the_exact_counts() {
     run(&LINES);
 }
@@ -48,7 +55,10 @@ fn a_budget_one_below_fails_naming_the_call() {
     let err = std::panic::catch_unwind(|| cap.assert_allocations_per_call("parse", 4))
         .expect_err("parse allocates 5 times");
     let msg = err.downcast_ref::<String>().unwrap();
-    assert!(msg.contains("`parse` allocated 5 times in its most allocating call"), "{msg}");
+    assert!(
+        msg.contains("`parse` allocated 5 times in its most allocating call"),
+        "{msg}"
+    );
 }
 
 #[test]
