@@ -11,6 +11,12 @@ use std::hint::black_box;
 #[global_allocator]
 static ALLOC: Counting<System> = Counting::new(System);
 
+/// Sessions are process-wide: the tests here take turns recording.
+fn one_session() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Allocates exactly `n` boxes of 64 bytes and frees them.
 #[traced]
 fn leaf(n: usize) -> usize {
@@ -141,6 +147,7 @@ fn a_budget_on_allocations_fails_above_it() {
 
 #[test]
 fn a_session_records_the_figures_beside_each_call() {
+    let _one = one_session();
     let session = Session::start(Config::builtin()).unwrap();
     std::thread::spawn(|| {
         parent();
@@ -253,6 +260,7 @@ fn fgtrace_own_allocations_are_not_counted() {
     // that are handed over (allocating fresh ones) many times, and the
     // thread's join (shadow stack, buffer) happens inside its probe. None of
     // it is charged to the calls.
+    let _one = one_session();
     let session = Session::start(Config::builtin().batch_calls(64)).unwrap();
     std::thread::spawn(many).join().unwrap();
     let trace = session.stop().unwrap();
@@ -272,4 +280,41 @@ fn fgtrace_own_allocations_are_not_counted() {
     assert_eq!(seen, 1);
     let cap = testing::capture(many);
     cap.assert_allocations("many", 0);
+}
+
+#[test]
+fn a_flight_recorder_keeps_the_figures_of_the_calls_it_keeps() {
+    let _one = one_session();
+    let session = Session::start(Config::builtin().flight_recorder(50)).unwrap();
+    std::thread::spawn(|| {
+        for _ in 0..100 {
+            parent();
+        }
+    })
+    .join()
+    .unwrap();
+    let trace = session.stop().unwrap();
+    let meta = trace.meta();
+    let mut last = None;
+    let mut calls = 0;
+    for e in trace.events() {
+        match e {
+            Event::Call(c) => {
+                calls += 1;
+                last = Some(meta.site_name(c.site).to_string());
+            }
+            Event::Counters(c) => {
+                // Every call kept has its own figures; none are a neighbour's.
+                let want = match last.take().as_deref() {
+                    Some("leaf") => [3, 192, 3, 192, 0],
+                    Some("parent") => [8, 453, 8, 453, 0],
+                    other => panic!("counters after {other:?}"),
+                };
+                assert_eq!(c.values, want);
+            }
+            _ => {}
+        }
+    }
+    assert!(calls > 0 && calls <= 50, "{calls}");
+    assert!(meta.threads.iter().map(|t| t.lost).sum::<u64>() > 0);
 }
