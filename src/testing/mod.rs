@@ -45,6 +45,17 @@
 //! the CPU exposes them; where it does not, those assertions are skipped with
 //! a message on stderr, or fail if counters are [`Counters::Required`].
 //!
+//! **Allocations.** With [`Counting`](crate::alloc::Counting) as the global
+//! allocator, [`Capture::allocations`], [`Capture::self_allocations`],
+//! [`Capture::allocated_bytes`] and [`Capture::assert_allocations`] give exact
+//! counts per function, the same on every machine; without it the queries
+//! return `None` and the assertions panic naming the fix.
+//!
+//! **Snapshots.** [`Capture::assert_snapshot`] keeps calls and allocation
+//! counts per function in `tests/snapshots/<name>.fgsnap` and fails with a
+//! diff when they change (`FGTRACE_UPDATE=1` rewrites; see the module
+//! source for the rules on new snapshots under `CI`).
+//!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
 #[doc(hidden)]
