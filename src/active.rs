@@ -22,6 +22,8 @@ pub(crate) struct Active {
     pub threshold_ticks: u64,
     /// Stacks are sampled too: threads register with the sampler on first use.
     pub sampling: bool,
+    /// A per-call hardware counter each thread opens on itself at join.
+    pub counter: Option<crate::pmu::Counter>,
     pub outlet: Arc<Outlet>,
     /// The threads' buffers; `None` once the session is stopping.
     pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,

@@ -153,6 +153,7 @@ impl Session {
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             sampling: config.sampling.is_some(),
+            counter: config.counters.first().copied(),
             outlet: Arc::new(Outlet {
                 batches,
                 recycle_tx,
@@ -281,6 +282,12 @@ impl Session {
             end_ticks: end.ticks,
             mode: self.config.mode,
             filters: self.config.describe(),
+            counters: self
+                .config
+                .counters
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
         };
         let mut trace = build::build(meta_base, inputs, build::registered_site);
         trace.meta.sampling = sampling;

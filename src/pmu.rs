@@ -18,6 +18,10 @@ pub enum Counter {
     CacheMisses,
     /// Mispredicted branches (`PERF_COUNT_HW_BRANCH_MISSES`).
     BranchMisses,
+    /// CPU time of the thread in ns (`PERF_COUNT_SW_TASK_CLOCK`): a software
+    /// counter, there on every Linux machine, read with a syscall (slow:
+    /// about a microsecond per read; for CPU time per call where no PMU is).
+    TaskClock,
 }
 
 impl Counter {
@@ -28,18 +32,22 @@ impl Counter {
             Counter::Cycles => "cycles",
             Counter::CacheMisses => "cache-misses",
             Counter::BranchMisses => "branch-misses",
+            Counter::TaskClock => "task-clock",
         }
     }
 
+    /// `(perf type, config)`.
     #[cfg(target_os = "linux")]
-    fn perf_config(self) -> u64 {
+    fn perf_event(self) -> (u32, u64) {
         use perf_event_open_sys::bindings as b;
-        (match self {
-            Counter::Instructions => b::PERF_COUNT_HW_INSTRUCTIONS,
-            Counter::Cycles => b::PERF_COUNT_HW_CPU_CYCLES,
-            Counter::CacheMisses => b::PERF_COUNT_HW_CACHE_MISSES,
-            Counter::BranchMisses => b::PERF_COUNT_HW_BRANCH_MISSES,
-        }) as u64
+        let hw = |c: u32| (b::PERF_TYPE_HARDWARE, c as u64);
+        match self {
+            Counter::Instructions => hw(b::PERF_COUNT_HW_INSTRUCTIONS),
+            Counter::Cycles => hw(b::PERF_COUNT_HW_CPU_CYCLES),
+            Counter::CacheMisses => hw(b::PERF_COUNT_HW_CACHE_MISSES),
+            Counter::BranchMisses => hw(b::PERF_COUNT_HW_BRANCH_MISSES),
+            Counter::TaskClock => (b::PERF_TYPE_SOFTWARE, b::PERF_COUNT_SW_TASK_CLOCK as u64),
+        }
     }
 }
 
@@ -57,9 +65,10 @@ impl FromStr for Counter {
             "cycles" | "cpu-cycles" => Counter::Cycles,
             "cache-misses" => Counter::CacheMisses,
             "branch-misses" => Counter::BranchMisses,
+            "task-clock" => Counter::TaskClock,
             _ => {
                 return Err(format!(
-                    "unknown counter `{s}` (instructions, cycles, cache-misses, branch-misses)"
+                    "unknown counter `{s}` (instructions, cycles, cache-misses, branch-misses, task-clock)"
                 ))
             }
         })
@@ -98,8 +107,7 @@ pub(crate) fn open_self(c: Counter) -> Result<SelfCounter, String> {
     let fd = unsafe {
         let mut a: sys::bindings::perf_event_attr = std::mem::zeroed();
         a.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-        a.type_ = sys::bindings::PERF_TYPE_HARDWARE;
-        a.config = c.perf_config();
+        (a.type_, a.config) = c.perf_event();
         a.set_exclude_kernel(1);
         a.set_exclude_hv(1);
         sys::perf_event_open(
@@ -163,7 +171,6 @@ pub(crate) fn open_self(c: Counter) -> Result<SelfCounter, String> {
 
 /// The counter's value by `read(2)` (the fallback when `rdpmc` cannot be used).
 #[cfg(target_os = "linux")]
-#[cold]
 #[inline(never)]
 pub(crate) fn read_fd(fd: i32) -> u64 {
     let mut v = 0u64;
@@ -176,21 +183,111 @@ pub(crate) fn read_fd(fd: i32) -> u64 {
     }
 }
 
-/// What `Session::start` checks for `Config::counters`: every counter opens
-/// on this machine. Per-call recording of counters in sessions is not there
-/// yet, so where they all open this is an error too (saying so), never a
-/// trace without the figures asked for.
+/// The head of `struct perf_event_mmap_page` (`linux/perf_event.h`), as far
+/// as self-monitoring reads it.
+#[repr(C)]
+#[allow(dead_code)]
+struct PageHead {
+    version: u32,
+    compat_version: u32,
+    lock: u32,
+    index: u32,
+    offset: i64,
+    time_enabled: u64,
+    time_running: u64,
+    capabilities: u64,
+    pmc_width: u16,
+}
+
+/// `cap_user_rdpmc` in `capabilities`.
+const CAP_USER_RDPMC: u64 = 1 << 2;
+
+/// One round of the seqlock protocol of `perf_event_mmap_page`.
+pub(crate) enum Round {
+    /// The counter's value.
+    Value(u64),
+    /// The kernel moved the counter meanwhile: read again.
+    Retry,
+    /// Not on a PMU register now (or no user `rdpmc`): `read(2)` the fd.
+    NoRdpmc,
+}
+
+/// One seqlock round of an `rdpmc` read of a self-monitoring counter;
+/// `force = 1` fails the round (for calibration).
+///
+/// # Safety
+/// `page` is the mapped page of a counter open on the calling thread.
+#[inline(always)]
+pub(crate) unsafe fn rdpmc_round(page: *const u8, force: u32) -> Round {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        use std::ptr::{addr_of, read_volatile};
+        use std::sync::atomic::{compiler_fence, Ordering::SeqCst};
+        let p = page as *const PageHead;
+        let seq = read_volatile(addr_of!((*p).lock));
+        compiler_fence(SeqCst);
+        let idx = read_volatile(addr_of!((*p).index));
+        let caps = read_volatile(addr_of!((*p).capabilities));
+        if caps & CAP_USER_RDPMC == 0 || idx == 0 {
+            return Round::NoRdpmc;
+        }
+        let offset = read_volatile(addr_of!((*p).offset));
+        let width = read_volatile(addr_of!((*p).pmc_width)) as u32;
+        let (lo, hi): (u32, u32);
+        core::arch::asm!("rdpmc", in("ecx") idx - 1, out("eax") lo, out("edx") hi, options(nostack, preserves_flags));
+        let shift = 64u32.saturating_sub(width) & 63;
+        let pmc = (((hi as u64) << 32 | lo as u64) << shift) as i64 >> shift;
+        compiler_fence(SeqCst);
+        if read_volatile(addr_of!((*p).lock)) ^ force == seq {
+            return Round::Value(offset.wrapping_add(pmc) as u64);
+        }
+        Round::Retry
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = (page, force);
+        Round::NoRdpmc
+    }
+}
+
+/// The value of a counter open on this thread: `rdpmc` where the page
+/// allows, else `read(2)`.
+///
+/// # Safety
+/// `page` and `fd` come from a counter open on the calling thread.
+pub(crate) unsafe fn read_self(page: *const u8, fd: i32) -> u64 {
+    loop {
+        match rdpmc_round(page, 0) {
+            Round::Value(v) => return v,
+            Round::Retry => {}
+            Round::NoRdpmc => return read_fd(fd),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn read_fd(_fd: i32) -> u64 {
+    0
+}
+
+/// What `Session::start` checks for `Config::counters`: one counter (for
+/// now), and it opens on this machine.
 pub(crate) fn check_session_counters(counters: &[Counter]) -> Result<(), String> {
+    if counters.len() > 1 {
+        return Err(format!(
+            "{} per-call counters asked for ({}); sessions record one for now",
+            counters.len(),
+            counters
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     for &c in counters {
         if let Err(why) = open_self(c) {
             return Err(format!("cannot record the `{c}` counter per call: {why}"));
         }
     }
-    match counters.first() {
-        None => Ok(()),
-        Some(c) => Err(format!(
-            "this machine can count `{c}`, but per-call hardware counters in sessions are not \
-             implemented yet; fgtrace::testing::capture_counted records per-call instructions"
-        )),
-    }
+    Ok(())
 }

@@ -9,7 +9,6 @@
 
 use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
-#[cfg(feature = "testing")]
 use fgtrace_core::probe::Counter;
 use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
 use fgtrace_core::record::AllocCounts;
@@ -68,6 +67,72 @@ unsafe fn free_alloc_counts(a: *mut AllocCounts, n: u32) {
     }
 }
 
+/// The calling thread's own per-call counter for sessions with
+/// `Config::counters`: opened at its first join into such a session, kept
+/// for the thread's life (captures and later sessions reuse it).
+struct SessionCounter {
+    which: crate::pmu::Counter,
+    _open: crate::pmu::SelfCounter,
+    core: Box<Counter>,
+}
+
+impl Drop for SessionCounter {
+    fn drop(&mut self) {
+        // The thread is exiting: no probe of it may read the counter after
+        // its fd closes.
+        let me: *const Counter = &*self.core;
+        // SAFETY: this thread's state, outside any probe (TLS teardown).
+        unsafe {
+            core_probe::with_thread_state(|st| {
+                if st.counter == me {
+                    st.counter = ptr::null();
+                    st.gen = core_probe::GEN_DEAD;
+                }
+            })
+        };
+    }
+}
+
+std::thread_local! {
+    static SESSION_COUNTER: std::cell::RefCell<Option<SessionCounter>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`crate::pmu::read_self`] as the core's [`Counter`] calls it.
+unsafe fn read_session_counter(c: &Counter) -> u64 {
+    crate::pmu::read_self(c.page, c.fd)
+}
+
+unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+    f()
+}
+
+/// This thread's counter `which` for the core, opened if needed; null when
+/// it cannot be opened here (the thread's calls then carry no delta).
+fn session_counter(which: crate::pmu::Counter) -> *const Counter {
+    SESSION_COUNTER
+        .try_with(|sc| {
+            let mut sc = sc.borrow_mut();
+            if sc.as_ref().is_none_or(|c| c.which != which) {
+                *sc = crate::pmu::open_self(which)
+                    .ok()
+                    .map(|open| SessionCounter {
+                        which,
+                        core: Box::new(Counter {
+                            read: read_session_counter,
+                            page: open.page as *const u8,
+                            fd: open.fd,
+                            uncounted: uncounted_plain,
+                        }),
+                        _open: open,
+                    });
+            }
+            sc.as_ref()
+                .map_or(ptr::null(), |c| &*c.core as *const Counter)
+        })
+        .unwrap_or(ptr::null())
+}
+
 /// Joins this thread to the session `gen`: a buffer, the session's limits,
 /// and a shadow stack that keeps any frames still open from before.
 fn join(st: &mut ThreadState, gen: u32) -> bool {
@@ -113,6 +178,8 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     st.max_depth = active.max_depth;
     st.threshold = active.threshold_ticks;
+    // With a counter, the core sends every call through its counted path.
+    st.counter = active.counter.map_or(ptr::null(), session_counter);
     st.has_graph = active.has_graph;
     st.published = &shared.published;
     st.overruns = &shared.overruns;
@@ -152,6 +219,7 @@ fn release(st: &mut ThreadState) {
         return; // a capture's buffers belong to the capture
     }
     drop_buffer(st);
+    st.counter = ptr::null();
     // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts(stack_cap)`.
     unsafe {
         free_frames(st.frames, st.stack_cap);

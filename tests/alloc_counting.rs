@@ -318,3 +318,35 @@ fn a_flight_recorder_keeps_the_figures_of_the_calls_it_keeps() {
     assert!(calls > 0 && calls <= 50, "{calls}");
     assert!(meta.threads.iter().map(|t| t.lost).sum::<u64>() > 0);
 }
+
+#[test]
+fn allocation_figures_and_a_session_counter_together() {
+    let _one = one_session();
+    let session =
+        Session::start(Config::builtin().counters([fgtrace::Counter::TaskClock])).unwrap();
+    std::thread::spawn(parent).join().unwrap();
+    let trace = session.stop().unwrap();
+    let meta = trace.meta();
+    let mut names: Vec<String> = fgtrace::alloc::NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    names.push("task-clock".into());
+    assert_eq!(meta.counters, names);
+    let mut last = String::new();
+    let mut seen = 0;
+    for e in trace.events() {
+        match e {
+            Event::Call(c) => last = meta.site_name(c.site).to_string(),
+            Event::Counters(c) => {
+                seen += 1;
+                assert_eq!(c.values.len(), 6);
+                assert!(c.values[5] > 0, "{last}: task-clock {:?}", c.values);
+                let allocs = if last == "parent" { 8 } else { 3 };
+                assert_eq!(c.values[0], allocs, "{last}");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen, 3);
+}

@@ -84,6 +84,11 @@ pub const GEN_BUSY: u32 = u32::MAX - 1;
 pub const GEN_DEAD: u32 = u32::MAX - 2;
 /// `ThreadState::gen` of a thread recording into a capture.
 pub const GEN_CAPTURE: u32 = u32::MAX - 3;
+/// `ThreadState::gen` bit of a thread recording into session `gen & !GEN_COUNTED`
+/// with a per-call counter (`ThreadState::counter`): the session fast path's
+/// generation check fails on purpose, so only counted sessions take the
+/// out-of-line path that reads the counter (generations have 21 bits).
+pub const GEN_COUNTED: u32 = 1 << 30;
 
 /// A per-call counter that captures (and sessions with counters) read at
 /// entry and exit of every call.
@@ -370,7 +375,38 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
     if c & SESSION_ON == 0 {
         return Guard::OFF;
     }
-    enter_slow(st, site, control::generation(c), flags)
+    let gen = control::generation(c);
+    if st.gen == gen | GEN_COUNTED {
+        return enter_counted(st, site, gen, flags);
+    }
+    enter_slow(st, site, gen, flags)
+}
+
+/// A call in a session with a per-call counter: the counter is read before
+/// `push` (whose clock read comes last), and the guard marked counted, so
+/// its exit reads the counter again and records the delta.
+#[inline(never)]
+fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+    let id = site.id();
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    let Some(d) = decision(st, site, gen) else {
+        return Guard::OFF;
+    };
+    // SAFETY: the runtime keeps the counter alive while it is set.
+    let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
+        return push(st, id, d as u32, flags);
+    };
+    // SAFETY: the counter's own contract.
+    let v = unsafe { (ctr.read)(ctr) };
+    let mut g = push(st, id, d as u32, flags);
+    if g.slot != 0 {
+        // SAFETY: `push` just filled this slot.
+        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
+        g.slot |= COUNTED;
+    }
+    g
 }
 
 #[inline(always)]
@@ -491,6 +527,9 @@ fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
     if st.gen != gen && !join(st, gen) {
         return Guard::OFF;
     }
+    if st.gen == gen | GEN_COUNTED {
+        return enter_counted(st, site, gen, flags);
+    }
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
@@ -525,7 +564,12 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     let ok = busy(st, |st| (h.join)(st, gen));
     if ok {
-        st.gen = gen;
+        // A session with a per-call counter: every call goes through `enter_counted`.
+        st.gen = if st.counter.is_null() {
+            gen
+        } else {
+            gen | GEN_COUNTED
+        };
     }
     ok
 }
@@ -606,7 +650,7 @@ fn unflag(st: &mut ThreadState, tag: u32) {
 #[inline(always)]
 fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
     if f.tag & (F_HIDE | F_GRAPH | F_ALLOC) != 0 {
-        return finish_flagged(st, f, depth, end);
+        return finish_flagged(st, f, depth, end, None);
     }
     let k = if f.tag & F_POLL != 0 {
         kind::POLL
@@ -624,10 +668,11 @@ fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
 }
 
 /// A popped frame with flags: a hidden or graph-function frame, or one the
-/// counting allocator counted in. Its allocation figures (callees included)
-/// go to its parent frame, and after its record as extension records.
+/// counting allocator counted in, or a counted session call (`counter`: its
+/// delta). Its allocation figures (callees included) go to its parent frame;
+/// the figures and the counter delta follow its record as extension records.
 #[inline(never)]
-fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
+fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64, counter: Option<u64>) {
     unflag(st, f.tag);
     let counts = if f.tag & F_ALLOC != 0 && !st.allocs.is_null() {
         // SAFETY: depth < stack_cap, `allocs` has stack_cap entries.
@@ -664,12 +709,15 @@ fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
         st,
         RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
     );
-    let Some(c) = counts else {
-        return;
-    };
     if st.count == count && st.buf == buf {
         return; // the call's record was not written: neither are its figures
     }
+    if let Some(d) = counter {
+        write(st, RawCall::ext(ext::COUNTER, d, 0));
+    }
+    let Some(c) = counts else {
+        return;
+    };
     if c.allocs != 0 || c.alloc_bytes != 0 {
         write(st, RawCall::ext(ext::ALLOCS, c.allocs, c.alloc_bytes));
     }
@@ -821,7 +869,7 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
             (capture_site_id(site, false), Decision::Record)
         } else {
             let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen != gen && !join(st, gen)) {
+            if c & SESSION_ON == 0 || (st.gen & !GEN_COUNTED != gen && !join(st, gen)) {
                 return;
             }
             let id = site.id();
@@ -985,13 +1033,17 @@ fn capture_push(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
 #[inline(never)]
 fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     // SAFETY: as in `capture_push`.
-    let now = match unsafe { st.counter.as_ref() } {
-        Some(c) => unsafe { (c.read)(c) },
-        None => 0,
-    };
+    let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    let now = read.unwrap_or(0);
     let Some(f) = pop_to(st, slot, serial) else {
         return;
     };
+    if !st.capture {
+        // A session: the delta follows the call's record (none if the
+        // thread lost its counter meanwhile).
+        let delta = read.map(|v| v.wrapping_sub(f.ctr));
+        return finish_flagged(st, f, slot - 1, end, delta);
+    }
     if !st.side.is_null() && st.count < st.limit {
         // SAFETY: `write` puts this record at index `count` < limit, and
         // `side` has `limit` slots.

@@ -25,6 +25,9 @@ pub mod ext {
     pub const FREES: u64 = 1;
     /// a = reallocations, b = 0.
     pub const REALLOCS: u64 = 2;
+    /// a = the call's delta of a per-call counter (entry to exit, callees
+    /// included), b = the counter's index in the session's list.
+    pub const COUNTER: u64 = 3;
 }
 
 /// Allocation figures of one call, callees included (see [`crate::alloc`]).

@@ -132,6 +132,7 @@ impl Capture {
             end_ticks: end.ticks,
             mode: RecordMode::Stream,
             filters: String::new(),
+            counters: Vec::new(),
         };
         let trace = build::build(base, inputs, build::registered_site);
 

@@ -142,25 +142,6 @@ fn open() -> Result<ThreadCounter, String> {
     Ok(t)
 }
 
-/// The head of `struct perf_event_mmap_page` (`linux/perf_event.h`), as far
-/// as self-monitoring reads it.
-#[repr(C)]
-#[allow(dead_code)]
-struct PageHead {
-    version: u32,
-    compat_version: u32,
-    lock: u32,
-    index: u32,
-    offset: i64,
-    time_enabled: u64,
-    time_running: u64,
-    capabilities: u64,
-    pmc_width: u16,
-}
-
-/// `cap_user_rdpmc` in `capabilities`.
-const CAP_USER_RDPMC: u64 = 1 << 2;
-
 thread_local! {
     /// Failed seqlock rounds of this thread's reads so far.
     static RETRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -223,52 +204,21 @@ unsafe fn uncounted_counter(c: &Counter, f: &mut dyn FnMut()) {
 /// out-of-line copy, so every round costs the same wherever it is called from.
 #[inline(never)]
 unsafe fn read_raw(page: *const u8, fd: i32, force: u32) -> u64 {
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    {
-        use std::ptr::{addr_of, read_volatile};
-        use std::sync::atomic::{compiler_fence, Ordering::SeqCst};
-        let p = page as *const PageHead;
-        // Opaque, so the optimizer cannot make a copy specialised for the
-        // calibration's `force = 1` whose rounds cost more or less.
-        let mut force = std::hint::black_box(force);
-        // The seqlock protocol of perf_event_mmap_page: retry if the kernel
-        // rescheduled the counter while we read it.
-        loop {
-            let seq = read_volatile(addr_of!((*p).lock));
-            compiler_fence(SeqCst);
-            let idx = read_volatile(addr_of!((*p).index));
-            let caps = read_volatile(addr_of!((*p).capabilities));
-            if caps & CAP_USER_RDPMC == 0 || idx == 0 {
-                return read_fd(fd);
+    use crate::pmu::{rdpmc_round, Round};
+    // Opaque, so the optimizer cannot make a copy specialised for the
+    // calibration's `force = 1` whose rounds cost more or less.
+    let mut force = std::hint::black_box(force);
+    loop {
+        match rdpmc_round(page, force) {
+            Round::Value(v) => return v,
+            Round::NoRdpmc => return crate::pmu::read_fd(fd),
+            Round::Retry => {
+                force = 0;
+                RETRIES.with(|r| r.set(r.get() + 1));
             }
-            let offset = read_volatile(addr_of!((*p).offset));
-            let width = read_volatile(addr_of!((*p).pmc_width)) as u32;
-            let (lo, hi): (u32, u32);
-            core::arch::asm!("rdpmc", in("ecx") idx - 1, out("eax") lo, out("edx") hi, options(nostack, preserves_flags));
-            let shift = 64u32.saturating_sub(width) & 63;
-            let pmc = (((hi as u64) << 32 | lo as u64) << shift) as i64 >> shift;
-            compiler_fence(SeqCst);
-            if read_volatile(addr_of!((*p).lock)) ^ force == seq {
-                return offset.wrapping_add(pmc) as u64;
-            }
-            force = 0;
-            RETRIES.with(|r| r.set(r.get() + 1));
         }
     }
-    #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
-    {
-        let _ = (page, force);
-        read_fd(fd)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (page, fd, force);
-        0
-    }
 }
-
-#[cfg(target_os = "linux")]
-use crate::pmu::read_fd;
 
 /// What the probes themselves add to the counts, measured once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

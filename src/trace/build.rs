@@ -48,6 +48,8 @@ pub(crate) struct MetaBase {
     pub end_ticks: u64,
     pub mode: RecordMode,
     pub filters: String,
+    /// Names of the per-call counters the records carry (`Config::counters`).
+    pub counters: Vec<String>,
 }
 
 /// Builds a [`Trace`] incrementally from already-decoded events: what importers
@@ -166,6 +168,7 @@ pub(crate) fn build(
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
     let with_allocs = alloc_figures::recorded(&inputs);
+    let n_counters = base.counters.len();
     for (t, mut input) in inputs.into_iter().enumerate() {
         let t = t as u32;
         let samples = std::mem::take(&mut input.samples);
@@ -279,8 +282,10 @@ pub(crate) fn build(
                             dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
                             flags: fl,
                         }));
-                        if with_allocs {
-                            enc.push(&allocs.event(t, tree[k as usize] as usize));
+                        if let Some(e) =
+                            allocs.event(t, tree[k as usize] as usize, with_allocs, n_counters)
+                        {
+                            enc.push(&e);
                         }
                     }
                 }
@@ -343,7 +348,10 @@ pub(crate) fn build(
             crate::alloc::NAMES.iter().map(|s| s.to_string()).collect()
         } else {
             Vec::new()
-        },
+        }
+        .into_iter()
+        .chain(base.counters)
+        .collect(),
         sampling: None,
         mappings: Vec::new(),
     };
@@ -353,10 +361,12 @@ pub(crate) fn build(
     }
 }
 
-/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`): the core writes
-/// them as extension records right after the record of the call they belong
-/// to; here they become an `Event::Counters` after that call (values in the
-/// order of `crate::alloc::NAMES`, callees included).
+/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`) and per-call
+/// counter deltas (`Config::counters`): the core writes them as extension
+/// records right after the record of the call they belong to; here they
+/// become an `Event::Counters` after that call (values: the allocation
+/// figures in the order of `crate::alloc::NAMES` when recorded, then the
+/// session's counters; callees included).
 mod alloc_figures {
     use super::ThreadInput;
     use crate::buffer::{kind, RawCall};
@@ -368,13 +378,19 @@ mod alloc_figures {
     /// is installed in this process, or the records have some.
     pub(super) fn recorded(inputs: &[ThreadInput]) -> bool {
         fgtrace_core::alloc::installed()
-            || inputs.iter().any(|t| t.records.iter().any(|r| r.is_ext()))
+            || inputs.iter().any(|t| {
+                t.records
+                    .iter()
+                    .any(|r| r.is_ext() && r.ext_sub() != ext::COUNTER)
+            })
     }
 
     /// One thread's figures by the index of their call's record.
     #[derive(Default)]
     pub(super) struct Attach {
         by_record: HashMap<usize, AllocCounts>,
+        /// Counter deltas by record, by counter index.
+        counters: HashMap<usize, Vec<Option<u64>>>,
         last_call: Option<usize>,
     }
 
@@ -397,19 +413,45 @@ mod alloc_figures {
                     ext::ALLOCS => (a.allocs, a.alloc_bytes) = (x, y),
                     ext::FREES => (a.frees, a.freed_bytes) = (x, y),
                     ext::REALLOCS => a.reallocs = x,
+                    ext::COUNTER => {
+                        let v = self.counters.entry(c).or_default();
+                        let i = y as usize;
+                        if i < 64 {
+                            if v.len() <= i {
+                                v.resize(i + 1, None);
+                            }
+                            v[i] = Some(x);
+                        }
+                    }
                     _ => {}
                 }
             }
             true
         }
 
-        /// The counters event of the call recorded at `i`.
-        pub(super) fn event(&self, thread: u32, i: usize) -> Event {
-            let a = self.by_record.get(&i).copied().unwrap_or_default();
-            Event::Counters(CallCounters {
-                thread,
-                values: vec![a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs],
-            })
+        /// The counters event of the call recorded at `i`: `None` when the
+        /// trace has no allocation figures and the call no counter delta
+        /// (a call open before its thread joined a counted session).
+        pub(super) fn event(
+            &self,
+            thread: u32,
+            i: usize,
+            with_allocs: bool,
+            n_counters: usize,
+        ) -> Option<Event> {
+            let ctr = self.counters.get(&i);
+            if !with_allocs && ctr.is_none() {
+                return None;
+            }
+            let mut values = Vec::with_capacity(5 + n_counters);
+            if with_allocs {
+                let a = self.by_record.get(&i).copied().unwrap_or_default();
+                values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
+            }
+            for k in 0..n_counters {
+                values.push(ctr.and_then(|v| v.get(k).copied().flatten()).unwrap_or(0));
+            }
+            Some(Event::Counters(CallCounters { thread, values }))
         }
     }
 }
@@ -468,6 +510,7 @@ mod tests {
             end_ticks: 1_000_200,
             mode: RecordMode::Stream,
             filters: String::new(),
+            counters: Vec::new(),
         };
         let t = build(base, vec![input], |_| None);
         let got: Vec<String> = t
