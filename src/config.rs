@@ -245,13 +245,12 @@ impl Config {
         self.graph_functions = patterns.into_iter().map(Into::into).collect();
         self
     }
-    /// Per-call hardware counters, as uftrace's `read:pmu-*`:
-    /// `.counters([Counter::Instructions, Counter::Cycles])`. `Session::start`
-    /// fails with an error naming the counter where it cannot be counted (no
-    /// PMU: most VMs, containers and CI runners); never zeros. Recording the
-    /// per-call deltas in sessions is not implemented yet, so where every
-    /// counter opens `Session::start` fails too, saying so (per-call
-    /// instructions work in `fgtrace::testing` captures).
+    /// A per-call counter, as uftrace's `read:pmu-*`:
+    /// `.counters([Counter::Instructions])`. Each call's delta (entry to exit,
+    /// callees included) is recorded beside it. `Session::start` fails with
+    /// an error naming the counter where it cannot be counted (no PMU: most
+    /// VMs, containers and CI runners), never zeros; and, for now, when more
+    /// than one counter is asked for.
     pub fn counters(mut self, counters: impl IntoIterator<Item = crate::pmu::Counter>) -> Self {
         self.counters = counters.into_iter().collect();
         self
