@@ -68,11 +68,12 @@ fn a_session_records_each_calls_counter_delta() {
     let d = deltas(&t);
     let names: Vec<&str> = d.iter().map(|x| x.0.as_str()).collect();
     assert_eq!(names, ["outer", "spin", "spin"]);
-    // CPU time per call: at least what each spin waited for, callees
-    // included in the caller's.
+    // CPU time per call: what each spin waited for (the kernel's task clock
+    // and the thread's CPU clock agree within a few µs), callees included in
+    // the caller's.
     let (o, s3, s6) = (d[0].1, d[1].1, d[2].1);
-    assert!((3_000_000..60_000_000).contains(&s3), "{d:?}");
-    assert!((6_000_000..60_000_000).contains(&s6), "{d:?}");
+    assert!((2_950_000..60_000_000).contains(&s3), "{d:?}");
+    assert!((5_950_000..60_000_000).contains(&s6), "{d:?}");
     assert!(o >= s3 + s6, "{d:?}");
 
     let mut g = Vec::new();
