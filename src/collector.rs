@@ -6,11 +6,18 @@ use crate::buffer::{self, Batch, Outlet, RawCall, Storage};
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
 use crate::recorder;
-use crate::trace::{build, RecordMode, Trace};
+use crate::trace::build;
+use crate::trace::build::{Recorded, RecordedThread, Source};
+use crate::trace::file::RecordingWriter;
+use crate::trace::format::ChunkEncoder;
+use crate::trace::recorded::RawSample;
+use crate::trace::recorded::{RawChunk, RawEncoder, SiteMap};
+use crate::trace::{ClockInfo, Event, RecordMode, Sample, ThreadInfo, Trace, TraceMeta};
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
 use parking_lot::Mutex;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -30,6 +37,8 @@ pub enum Error {
     /// A per-call hardware counter of `Config::counters` cannot be recorded
     /// (no PMU, not permitted, ...): the message names it.
     Counters(String),
+    /// The output file (`Config::output`) could not be created or written.
+    Output(String),
 }
 
 impl fmt::Display for Error {
@@ -42,6 +51,7 @@ impl fmt::Display for Error {
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
             Error::Counters(e) => write!(f, "fgtrace: {e}"),
+            Error::Output(e) => write!(f, "fgtrace trace file: {e}"),
         }
     }
 }
@@ -50,25 +60,121 @@ impl std::error::Error for Error {}
 
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
 
-/// Records of one thread gathered so far.
-#[derive(Default)]
+/// What the collector keeps: each thread's calls encoded as raw chunks, one
+/// per batch, as they arrive (or appended to the output file).
 struct Gathered {
-    records: Vec<Vec<RawCall>>,
+    origin: u64,
+    sites: SiteMap,
+    threads: Vec<Gathering>,
+    out: Option<Output>,
+}
+
+#[derive(Default)]
+struct Gathering {
+    enc: RawEncoder,
+    raw: Vec<RawChunk>,
+}
+
+/// The file a session writes while it records.
+struct Output {
+    w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
+    path: PathBuf,
+    sites_written: usize,
+    threads_written: usize,
+    /// The first write that failed; nothing is written after it.
+    error: Option<String>,
+    dirty: bool,
+}
+
+impl Output {
+    fn check(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            if self.error.is_none() {
+                self.error = Some(format!(
+                    "writing {} failed after {} bytes: {e}",
+                    self.path.display(),
+                    self.w.written
+                ));
+            }
+        }
+    }
 }
 
 impl Gathered {
-    fn add(&mut self, b: Batch) -> Storage {
-        let i = b.thread as usize;
-        if self.records.len() <= i {
-            self.records.resize_with(i + 1, Vec::new);
+    fn new(origin: u64, out: Option<Output>) -> Gathered {
+        Gathered {
+            origin,
+            sites: SiteMap::default(),
+            threads: Vec::new(),
+            out,
         }
-        // SAFETY: the first `len` slots of a handed-off batch were written.
-        self.records[i].extend(
-            b.storage[..b.len]
-                .iter()
-                .map(|r| unsafe { r.assume_init() }),
+    }
+
+    /// Encodes one thread's records; `who` names thread `i` (tid, name) for
+    /// the file.
+    fn add_records(&mut self, thread: u32, recs: &[RawCall], who: &dyn Fn(u32) -> (u32, String)) {
+        let i = thread as usize;
+        if self.threads.len() <= i {
+            self.threads.resize_with(i + 1, Gathering::default);
+        }
+        if recs.is_empty() {
+            return;
+        }
+        let c = self.threads[i].enc.encode(
+            thread,
+            recs,
+            self.origin,
+            &mut self.sites,
+            &build::registered_site,
         );
+        match &mut self.out {
+            None => self.threads[i].raw.push(c),
+            Some(o) if o.error.is_some() => self.threads[i].raw.push(c),
+            Some(o) => {
+                let mut r = Ok(());
+                while r.is_ok() && o.sites_written < self.sites.sites.len() {
+                    r =
+                        o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
+                    o.sites_written += 1;
+                }
+                while r.is_ok() && o.threads_written <= i {
+                    let (tid, name) = who(o.threads_written as u32);
+                    r = o.w.thread(o.threads_written as u32, tid, &name);
+                    o.threads_written += 1;
+                }
+                let r = r.and_then(|_| o.w.raw(&c));
+                let failed = r.is_err();
+                o.check(r);
+                o.dirty = true;
+                if failed {
+                    // Kept in memory instead; `stop` reports the error.
+                    self.threads[i].raw.push(c);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, b: Batch, who: &dyn Fn(u32) -> (u32, String)) -> Storage {
+        // SAFETY: the first `len` slots of a handed-off batch were written.
+        let recs = unsafe {
+            std::slice::from_raw_parts(
+                b.storage.as_ptr() as *const RawCall,
+                b.len.min(b.storage.len()),
+            )
+        };
+        self.add_records(b.thread, recs, who);
         b.storage
+    }
+
+    /// Flushes the file while the collector idles, so a crash loses little.
+    fn idle(&mut self) {
+        if let Some(o) = &mut self.out {
+            if o.dirty && o.error.is_none() {
+                let r = o.w.flush();
+                o.check(r);
+                o.dirty = false;
+            }
+        }
     }
 }
 
@@ -81,6 +187,8 @@ pub struct Session {
     config: Config,
     stop: Arc<AtomicBool>,
     collector: Option<JoinHandle<Gathered>>,
+    /// Flight recorder (no collector thread): where the records go at stop.
+    idle_gathered: Option<Gathered>,
     batches_rx: Receiver<Batch>,
     #[cfg(target_os = "linux")]
     sampler: Option<crate::sampling::Sampler>,
@@ -98,6 +206,7 @@ impl Session {
             Receiver<Batch>,
             Arc<AtomicBool>,
             Arc<Active>,
+            Gathered,
         ) -> std::io::Result<JoinHandle<Gathered>>,
     ) -> Result<Session, Error> {
         if !config.errors.is_empty() {
@@ -165,12 +274,17 @@ impl Session {
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:
         // a failure leaves no session behind.
-        let collector = if flight {
-            None
+        let out = match &config.output {
+            Some(path) => Some(open_output(path, &cal, &config)?),
+            None => None,
+        };
+        let gathered = Gathered::new(cal.origin.ticks, out);
+        let (collector, idle_gathered) = if flight {
+            (None, Some(gathered))
         } else {
-            let h = spawn(batches_rx.clone(), stop.clone(), active.clone())
+            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered)
                 .map_err(|e| Error::Collector(format!("cannot start the collector thread: {e}")))?;
-            Some(h)
+            (Some(h), None)
         };
         #[cfg(target_os = "linux")]
         let sampler = match &config.sampling {
@@ -180,6 +294,9 @@ impl Session {
                     stop.store(true, Release);
                     if let Some(h) = collector {
                         let _ = h.join();
+                    }
+                    if let Some(p) = &config.output {
+                        let _ = std::fs::remove_file(p);
                     }
                     return Err(Error::Sampler(e.to_string()));
                 }
@@ -199,6 +316,7 @@ impl Session {
             config,
             stop,
             collector,
+            idle_gathered,
             batches_rx,
             #[cfg(target_os = "linux")]
             sampler,
@@ -229,71 +347,218 @@ impl Session {
         // or finds its buffer closed and sends nothing.
         let threads = self.active.close();
         self.stop.store(true, Release);
-        let mut gathered = match self.collector.take() {
+        let mut g = match self.collector.take() {
             Some(h) => h
                 .join()
                 .map_err(|_| Error::Collector("collector thread panicked".into()))?,
-            None => Gathered::default(),
+            None => match self.idle_gathered.take() {
+                Some(g) => g,
+                None => return Err(Error::Collector("the session was already stopped".into())),
+            },
+        };
+        let who = |i: u32| {
+            threads
+                .get(i as usize)
+                .map(|t| (t.tid, t.name.clone()))
+                .unwrap_or_default()
         };
         while let Ok(b) = self.batches_rx.try_recv() {
-            gathered.add(b);
+            g.add(b, &who);
         }
         self.cal.refine(end);
         #[cfg(target_os = "linux")]
         let sampled = self.sampler.take().map(|s| s.stop(&self.cal));
         #[cfg(not(target_os = "linux"))]
         let sampled: Option<crate::sampling::Sampled> = None;
-        let mut inputs = Vec::with_capacity(threads.len());
+        let mut infos = Vec::with_capacity(threads.len());
+        let mut overwritten = Vec::with_capacity(threads.len());
         for t in &threads {
-            let (tail, overwritten) = t.snapshot(self.active.flight, self.config.flight_calls);
-            let i = t.index as usize;
-            let mut recs = std::mem::take(gathered.records.get_mut(i).unwrap_or(&mut Vec::new()));
-            recs.extend(tail);
-            inputs.push(build::ThreadInput {
+            let (tail, lost) = t.snapshot(self.active.flight, self.config.flight_calls);
+            g.add_records(t.index, &tail, &who);
+            overwritten.push(lost);
+            infos.push(ThreadInfo {
                 tid: t.tid,
                 name: t.name.clone(),
-                records: recs,
-                overwritten,
-                dropped: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64,
+                calls: 0,
+                lost: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64 + lost,
                 overruns: t.overruns.load(Relaxed) as u64,
-                samples: Vec::new(),
+                samples: 0,
                 samples_lost: 0,
             });
         }
+        let mut samples: Vec<Vec<RawSample>> = vec![Vec::new(); infos.len()];
         let mut sampling = None;
         let mut mappings = Vec::new();
         if let Some(sampled) = sampled {
             for ts in sampled.threads {
-                let input = match inputs.iter_mut().position(|i| i.tid == ts.tid) {
-                    Some(i) => &mut inputs[i],
+                let i = match infos.iter().position(|i| i.tid == ts.tid) {
+                    Some(i) => i,
                     None => {
-                        inputs.push(build::ThreadInput::empty(ts.tid, ts.name));
-                        inputs.last_mut().expect("just pushed")
+                        infos.push(ThreadInfo {
+                            tid: ts.tid,
+                            name: ts.name,
+                            ..ThreadInfo::default()
+                        });
+                        samples.push(Vec::new());
+                        infos.len() - 1
                     }
                 };
-                input.samples = ts.samples;
-                input.samples_lost = ts.lost;
+                infos[i].samples = ts.samples.len() as u64;
+                infos[i].samples_lost = ts.lost;
+                samples[i] = ts.samples;
             }
             sampling = Some(sampled.description);
             mappings = sampled.mappings;
         }
-        let meta_base = build::MetaBase {
-            cal: self.cal,
-            end_ticks: end.ticks,
-            mode: self.config.mode,
-            filters: self.config.describe(),
-            counters: self
-                .config
-                .counters
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect(),
+        g.threads.resize_with(infos.len(), Default::default);
+        for (info, th) in infos.iter_mut().zip(&g.threads) {
+            info.calls = th.enc.calls;
+        }
+        let meta = TraceMeta {
+            sites: std::mem::take(&mut g.sites.sites),
+            threads: infos,
+            sampling,
+            mappings,
+            ..base_meta(&self.cal, end.ticks, &self.config)
         };
-        let mut trace = build::build(meta_base, inputs, build::registered_site);
-        trace.meta.sampling = sampling;
-        trace.meta.mappings = mappings;
-        Ok(trace)
+        match g.out.take() {
+            None => {
+                let threads = g
+                    .threads
+                    .into_iter()
+                    .zip(samples)
+                    .zip(overwritten.into_iter().chain(std::iter::repeat(0)))
+                    .map(|((th, samples), overwritten)| RecordedThread {
+                        raw: th.raw,
+                        samples,
+                        overwritten,
+                    })
+                    .collect();
+                Ok(Trace::from_source(
+                    meta,
+                    Source::Memory(Recorded {
+                        ticks_per_ns: self.cal.ticks_per_ns,
+                        threads,
+                    }),
+                ))
+            }
+            Some(mut o) => {
+                finish_output(&mut o, &meta, &g.threads, samples, &overwritten);
+                if let Some(e) = o.error {
+                    return Err(Error::Output(format!(
+                        "{e}; the file holds what was written before (readable up to its last complete section)"
+                    )));
+                }
+                match o.w.finish(&meta) {
+                    Ok(_) => Ok(Trace::from_source(meta, Source::File(o.path))),
+                    Err(e) => Err(Error::Output(format!(
+                        "finishing {} failed: {e}",
+                        o.path.display()
+                    ))),
+                }
+            }
+        }
     }
+}
+
+/// What every trace of this session says about itself, before threads and sites.
+fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
+    TraceMeta {
+        program: std::env::args().next().unwrap_or_default(),
+        pid: std::process::id(),
+        clock: ClockInfo {
+            source: clock::SOURCE.to_string(),
+            ticks_per_ns: cal.ticks_per_ns,
+            start_mono_ns: cal.origin.mono_ns,
+            start_unix_ns: cal.origin.unix_ns,
+        },
+        duration_ns: cal.ns(end_ticks),
+        mode: config.mode,
+        filters: config.describe(),
+        // [issue 17] per-call figures beside each call (extension records):
+        // allocations when the counting allocator is installed, then the
+        // session's counter.
+        counters: crate::trace::build::counter_names(
+            fgtrace_core::alloc::installed(),
+            config.counters.iter().map(|c| c.name()),
+        ),
+        ..TraceMeta::default()
+    }
+}
+
+/// Creates the output file and writes its provisional header.
+fn open_output(
+    path: &std::path::Path,
+    cal: &Calibration,
+    config: &Config,
+) -> Result<Output, Error> {
+    let f = std::fs::File::create(path)
+        .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
+    let meta = base_meta(cal, cal.origin.ticks, config);
+    let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
+        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
+    Ok(Output {
+        w,
+        path: path.to_path_buf(),
+        sites_written: 0,
+        threads_written: 0,
+        error: None,
+        dirty: false,
+    })
+}
+
+/// Writes what the file still lacks at stop: sites and threads not yet
+/// announced, the chunks kept in memory, the samples.
+fn finish_output(
+    o: &mut Output,
+    meta: &TraceMeta,
+    threads: &[Gathering],
+    samples: Vec<Vec<RawSample>>,
+    overwritten: &[u64],
+) {
+    if o.error.is_some() {
+        return;
+    }
+    let mut r = Ok(());
+    while r.is_ok() && o.sites_written < meta.sites.len() {
+        r =
+            o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
+        o.sites_written += 1;
+    }
+    while r.is_ok() && o.threads_written < meta.threads.len() {
+        let t = &meta.threads[o.threads_written];
+        r = o.w.thread(o.threads_written as u32, t.tid, &t.name);
+        o.threads_written += 1;
+    }
+    for th in threads {
+        for c in &th.raw {
+            r = r.and_then(|_| o.w.raw(c));
+        }
+    }
+    for (t, s) in samples.into_iter().enumerate() {
+        if s.is_empty() {
+            continue;
+        }
+        let mut enc = ChunkEncoder::new(t as u32);
+        for (ts, shadow_depth, cut, frames) in s {
+            enc.push(&Event::Sample(Sample {
+                thread: t as u32,
+                ts_ns: ts,
+                shadow_depth,
+                cut,
+                frames,
+            }));
+        }
+        for c in enc.finish() {
+            r = r.and_then(|_| o.w.samples(&c));
+        }
+    }
+    for (t, &n) in overwritten.iter().enumerate() {
+        if n > 0 {
+            r = r.and_then(|_| o.w.overwritten(t as u32, n));
+        }
+    }
+    o.check(r);
 }
 
 /// Samples the whole process for `duration` at `frequency_hz` per thread
@@ -330,23 +595,36 @@ fn spawn_collector(
     rx: Receiver<Batch>,
     stop: Arc<AtomicBool>,
     active: Arc<Active>,
+    g: Gathered,
 ) -> std::io::Result<JoinHandle<Gathered>> {
     std::thread::Builder::new()
         .name("fgtrace-collector".into())
-        .spawn(move || collect(rx, stop, active))
+        .spawn(move || collect(rx, stop, active, g))
 }
 
-fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> Gathered {
+fn collect(
+    rx: Receiver<Batch>,
+    stop: Arc<AtomicBool>,
+    active: Arc<Active>,
+    mut g: Gathered,
+) -> Gathered {
     // Nothing this thread does (and no traced allocator it calls) is recorded.
     fgtrace_core::probe::mark_internal_thread();
-    let mut g = Gathered::default();
+    let who = |i: u32| {
+        active
+            .threads
+            .lock()
+            .as_ref()
+            .and_then(|t| t.get(i as usize).map(|t| (t.tid, t.name.clone())))
+            .unwrap_or_default()
+    };
     // Poll fast while batches arrive, back off to 10 ms while idle: an idle
     // session should cost (almost) nothing, a busy one never waits long.
     let mut nap = MIN_NAP;
     loop {
         let mut got = false;
         while let Ok(b) = rx.try_recv() {
-            let s = g.add(b);
+            let s = g.add(b, &who);
             let _ = active.outlet.recycle_tx.try_send(s);
             got = true;
         }
@@ -356,6 +634,7 @@ fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> G
         if got {
             nap = MIN_NAP;
         } else {
+            g.idle();
             std::thread::sleep(nap);
             nap = (nap * 2).min(MAX_NAP);
         }
@@ -366,11 +645,50 @@ fn collect(rx: Receiver<Batch>, stop: Arc<AtomicBool>, active: Arc<Active>) -> G
 mod tests {
     use super::*;
 
+    /// With an output file the collector keeps no records in memory: each
+    /// batch is encoded, written and dropped; without one it keeps the
+    /// encoded chunk (a few bytes per call), never the 16-byte records.
+    #[test]
+    fn the_collector_holds_encoded_chunks_in_memory_and_nothing_with_a_file() {
+        let recs: Vec<RawCall> = (0..4096u64)
+            .map(|i| RawCall::pack(1000 + i * 50, 1, 30, 0, false, buffer::kind::CALL))
+            .collect();
+        let who = |_| (7, "t".to_string());
+        let mut g = Gathered::new(1000, None);
+        g.add_records(0, &recs, &who);
+        let kept: usize = g.threads[0].raw.iter().map(|c| c.payload.len()).sum();
+        assert!(
+            kept > 0 && kept <= 4 * recs.len(),
+            "{kept} bytes for {} calls",
+            recs.len()
+        );
+        assert_eq!(g.threads[0].enc.calls, 4096);
+
+        let path =
+            std::env::temp_dir().join(format!("fgtrace-collector-{}.fgt", std::process::id()));
+        let cal = Calibration {
+            origin: ClockPoint::now(),
+            ticks_per_ns: 1.0,
+        };
+        let out = open_output(&path, &cal, &Config::builtin()).unwrap();
+        let mut g = Gathered::new(1000, Some(out));
+        for _ in 0..10 {
+            g.add_records(0, &recs, &who);
+        }
+        assert!(g.threads[0].raw.is_empty());
+        assert_eq!(g.threads[0].enc.calls, 40960);
+        g.idle();
+        let o = g.out.as_ref().unwrap();
+        assert!(o.error.is_none());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), o.w.written);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// A collector thread that cannot be spawned leaves no session behind:
     /// the next `start` works.
     #[test]
     fn a_failed_collector_spawn_leaves_no_session_running() {
-        let failed = Session::start_with(Config::builtin(), |_, _, _| {
+        let failed = Session::start_with(Config::builtin(), |_, _, _, _| {
             Err(std::io::Error::other("no threads left"))
         });
         match failed {

@@ -44,6 +44,8 @@ pub struct Config {
     pub(crate) sampling: Option<crate::sampling::Sampling>,
     /// Per-call hardware counters asked for (`Config::counters`).
     pub(crate) counters: Vec<crate::pmu::Counter>,
+    /// Write the trace file here while recording.
+    pub(crate) output: Option<std::path::PathBuf>,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
 }
@@ -104,6 +106,7 @@ impl Config {
             notrace: Vec::new(),
             sampling: None,
             counters: Vec::new(),
+            output: None,
             errors: Vec::new(),
         }
     }
@@ -151,6 +154,14 @@ impl Config {
                 Err(e) => self.errors.push(format!("FGTRACE_SAMPLE: {e}")),
             }
         }
+        if let Some(v) = get("FGTRACE_OUTPUT") {
+            if v.trim().is_empty() {
+                self.errors
+                    .push("FGTRACE_OUTPUT is set but empty: name the trace file to write".into());
+            } else {
+                self.output = Some(v.into());
+            }
+        }
         if let Some(v) = get("FGTRACE_MODE") {
             let v = v.trim();
             if v == "stream" {
@@ -176,6 +187,20 @@ impl Config {
                 ));
             }
         }
+    }
+
+    /// Writes the trace file at `path` while recording (`FGTRACE_OUTPUT`):
+    /// the collector appends each batch as it arrives, so memory stays
+    /// bounded however long the session runs, and [`Session::stop`]
+    /// returns with the file complete. A process that crashes or is killed
+    /// leaves a file that reads up to its last complete section, with a
+    /// note that it was cut short. The returned [`Trace`](crate::Trace)
+    /// reads its events back from the file when a view asks for them.
+    ///
+    /// [`Session::stop`]: crate::Session::stop
+    pub fn output(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.output = Some(path.into());
+        self
     }
 
     /// Keep every call, handing batches to the collector (the default).

@@ -350,3 +350,30 @@ fn allocation_figures_and_a_session_counter_together() {
     }
     assert_eq!(seen, 3);
 }
+
+#[test]
+fn a_trace_written_while_recording_keeps_the_figures() {
+    let _one = one_session();
+    let path = std::env::temp_dir().join(format!("fgtrace-alloc-{}.fgt", std::process::id()));
+    let session = Session::start(Config::builtin().output(&path)).unwrap();
+    std::thread::spawn(parent).join().unwrap();
+    let trace = session.stop().unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    for t in [&trace, &back] {
+        let meta = t.meta();
+        assert_eq!(meta.counters, fgtrace::alloc::NAMES);
+        let mut last = String::new();
+        let mut got = Vec::new();
+        for e in t.events() {
+            match e {
+                Event::Call(c) => last = meta.site_name(c.site).to_string(),
+                Event::Counters(c) => got.push((last.clone(), c.values[0])),
+                _ => {}
+            }
+        }
+        let want = [("parent", 8), ("leaf", 3), ("leaf", 3)];
+        let want: Vec<(String, u64)> = want.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(got, want);
+    }
+    std::fs::remove_file(&path).ok();
+}

@@ -294,6 +294,9 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
         m.total_lost(),
         m.total_overruns()
     )?;
+    for w in &m.warnings {
+        writeln!(out, "warning:   {w}")?;
+    }
     writeln!(out, "threads:")?;
     for t in &m.threads {
         writeln!(

@@ -105,10 +105,14 @@ pub fn open(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError
             (self::bar(len, &format!("reading {name}")), true)
         }
     };
-    TraceReader::new(io::BufReader::with_capacity(
+    let r = TraceReader::new(io::BufReader::with_capacity(
         1 << 16,
         Counting::new(f, bar, owns),
-    ))
+    ))?;
+    for w in &r.meta().warnings {
+        eprintln!("fgtrace: warning: {}: {w}", path.display());
+    }
+    Ok(r)
 }
 
 /// Length of a file, for a bar over several passes.

@@ -254,11 +254,24 @@ impl Capture {
 
     /// Display names of the functions called, in order of first call.
     pub fn functions(&self) -> Vec<&str> {
-        self.trace
-            .meta()
-            .sites
+        let meta = self.trace.meta();
+        let mut first: Vec<Option<u64>> = vec![None; meta.sites.len()];
+        for c in self.trace.calls() {
+            if let Some(f) = first.get_mut(c.site as usize) {
+                if f.is_none_or(|t| c.start_ns < t) {
+                    *f = Some(c.start_ns);
+                }
+            }
+        }
+        let mut order: Vec<(u64, usize)> = first
             .iter()
-            .map(|s| s.name.as_str())
+            .enumerate()
+            .map(|(i, t)| (t.unwrap_or(u64::MAX), i))
+            .collect();
+        order.sort();
+        order
+            .into_iter()
+            .map(|(_, i)| meta.sites[i].name.as_str())
             .collect()
     }
 

@@ -2,16 +2,17 @@
 //! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
 //! from exit order (how probes write them) to pre-order (how views read them).
 
-use super::format::{self, ChunkEncoder};
+use super::format::{self, interleave, Chunk, ChunkEncoder, TraceError};
+use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use super::{
     flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
     Trace, TraceMeta,
 };
-use crate::buffer::{kind, RawCall, START_MASK};
+use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration};
 use fgtrace_core::site::Site;
-use std::collections::HashMap;
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 /// One thread's records as gathered, oldest first.
 pub(crate) struct ThreadInput {
     pub tid: u32,
@@ -27,6 +28,7 @@ pub(crate) struct ThreadInput {
     pub samples_lost: u64,
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 impl ThreadInput {
     /// A thread with samples but no traced calls.
     pub fn empty(tid: u32, name: String) -> ThreadInput {
@@ -43,6 +45,7 @@ impl ThreadInput {
     }
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 pub(crate) struct MetaBase {
     pub cal: Calibration,
     pub end_ticks: u64,
@@ -106,20 +109,7 @@ impl TraceBuilder {
             }
             chunks.extend(enc.finish());
         }
-        Trace {
-            meta: self.meta,
-            chunks: format::interleave(chunks),
-        }
-    }
-}
-
-/// Full tick value of a 54-bit start, taken as the one nearest the origin.
-fn full_ticks(low: u64, origin: u64) -> u64 {
-    let diff = low.wrapping_sub(origin) & START_MASK;
-    if diff < (START_MASK >> 1) {
-        origin.wrapping_add(diff)
-    } else {
-        origin.wrapping_sub((origin.wrapping_sub(low)) & START_MASK)
+        Trace::from_chunks(self.meta, format::interleave(chunks))
     }
 }
 
@@ -138,6 +128,7 @@ fn site_info(s: &Site) -> SiteInfo {
     }
 }
 
+#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
 /// `site_of` names the sites that records refer to by id (the process's
 /// registry, or a site table that came with the records).
 pub(crate) fn build(
@@ -147,179 +138,26 @@ pub(crate) fn build(
 ) -> Trace {
     let cal = base.cal;
     let origin = cal.origin.ticks;
-    let mut sites: Vec<SiteInfo> = Vec::new();
-    let mut site_index: HashMap<u32, u32> = HashMap::new();
-    let mut map_site = |id: u32| -> u32 {
-        *site_index.entry(id).or_insert_with(|| {
-            let info = match site_of(id) {
-                Some(s) => s,
-                None => SiteInfo {
-                    name: format!("[site {id}]"),
-                    module_path: String::new(),
-                    file: String::new(),
-                    line: 0,
-                    is_async: false,
-                },
-            };
-            sites.push(info);
-            sites.len() as u32 - 1
-        })
-    };
+    let scale = TickScale::new(cal.ticks_per_ns);
+    let mut sites = SiteMap::default();
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
-    let with_allocs = alloc_figures::recorded(&inputs);
-    let n_counters = base.counters.len();
-    for (t, mut input) in inputs.into_iter().enumerate() {
+    let counters = counter_names(
+        alloc_figures::recorded(&inputs),
+        base.counters.iter().map(|s| s.as_str()),
+    );
+    let layout = CounterLayout::of(&counters);
+    for (t, input) in inputs.into_iter().enumerate() {
         let t = t as u32;
-        let samples = std::mem::take(&mut input.samples);
-        let n_samples = samples.len() as u64;
-        let mut samples = samples.into_iter().peekable();
-        // Samples go into the pre-order call stream by time: before the first
-        // call that starts after them.
-        let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
-            while let Some(s) = samples.next_if(|s| s.0 < until) {
-                enc.push(&Event::Sample(super::Sample {
-                    thread: t,
-                    ts_ns: s.0,
-                    shadow_depth: s.1,
-                    cut: s.2,
-                    frames: s.3,
-                }));
-            }
-        };
-        let recs = &input.records;
-        let n = recs.len();
-        // Restore full timestamps; separate whole-future records from the call tree.
-        let mut start = Vec::with_capacity(n);
-        let mut tree: Vec<u32> = Vec::with_capacity(n);
-        let mut futures = Vec::new();
-        // [issue 17] allocation figures: extension records after a call's record.
-        let mut allocs = alloc_figures::Attach::default();
-        for (i, r) in recs.iter().enumerate() {
-            let s = full_ticks(r.start_low(), origin);
-            start.push(s);
-            if allocs.take(i, *r) {
-                continue;
-            }
-            if r.kind() == kind::FUTURE {
-                futures.push(i as u32);
-            } else {
-                tree.push(i as u32);
-            }
-        }
-        // Subtree sizes in exit order: a record adopts the finished subtrees
-        // above it on the stack that are deeper and started no earlier (the
-        // time check keeps orphans of a lost parent from being adopted by a
-        // later sibling of that parent).
-        let m = tree.len();
-        let mut size = vec![1u32; m];
-        let mut stack: Vec<u32> = Vec::new();
-        for k in 0..m {
-            let r = recs[tree[k] as usize];
-            let (d, s) = (r.depth(), start[tree[k] as usize]);
-            let mut sz = 1u32;
-            while let Some(&top) = stack.last() {
-                let tr = recs[tree[top as usize] as usize];
-                if tr.depth() > d && start[tree[top as usize] as usize] >= s {
-                    sz += size[top as usize];
-                    stack.pop();
-                } else {
-                    break;
-                }
-            }
-            size[k] = sz;
-            stack.push(k as u32);
-        }
-        let mut enc = ChunkEncoder::new(t);
-        let mut calls = 0u64;
-        if input.overwritten > 0 {
-            let at = recs
-                .first()
-                .map(|r| cal.ns(full_ticks(r.start_low(), origin)))
-                .unwrap_or(0);
-            enc.push(&Event::Lost(Lost {
-                thread: t,
-                depth: 0,
-                at_ns: at,
-                count: input.overwritten,
-                kind: LossKind::Overwritten,
-            }));
-        }
-        // Pre-order walk: roots left to right, children left to right.
-        let mut work: Vec<u32> = Vec::new();
-        for &root in stack.iter() {
-            work.push(root);
-            while let Some(k) = work.pop() {
-                let r = recs[tree[k as usize] as usize];
-                let s = start[tree[k as usize] as usize];
-                let start_ns = cal.ns(s);
-                emit_samples_before(&mut enc, start_ns);
-                match r.kind() {
-                    kind::LOST => enc.push(&Event::Lost(Lost {
-                        thread: t,
-                        depth: r.depth(),
-                        at_ns: start_ns,
-                        count: r.dur(),
-                        kind: LossKind::Dropped,
-                    })),
-                    rk => {
-                        calls += 1;
-                        let mut fl = 0;
-                        if r.unwound() {
-                            fl |= flags::UNWOUND;
-                        }
-                        if rk == kind::POLL {
-                            fl |= flags::POLL;
-                        }
-                        if size[k as usize] > 1 {
-                            fl |= flags::HAS_CHILDREN;
-                        }
-                        enc.push(&Event::Call(Call {
-                            thread: t,
-                            site: map_site(r.site()),
-                            depth: r.depth(),
-                            start_ns,
-                            dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
-                            flags: fl,
-                        }));
-                        if let Some(e) =
-                            allocs.event(t, tree[k as usize] as usize, with_allocs, n_counters)
-                        {
-                            enc.push(&e);
-                        }
-                    }
-                }
-                let sz = size[k as usize];
-                if sz > 1 {
-                    let lo = k + 1 - sz;
-                    let mut c = k - 1;
-                    loop {
-                        work.push(c);
-                        let csz = size[c as usize];
-                        if c < lo + csz {
-                            break;
-                        }
-                        c -= csz;
-                    }
-                }
-            }
-        }
-        emit_samples_before(&mut enc, u64::MAX);
-        futures.sort_by_key(|&i| start[i as usize]);
-        for &i in &futures {
-            let r = recs[i as usize];
-            let s = start[i as usize];
-            let start_ns = cal.ns(s);
-            enc.push(&Event::Future(FutureSpan {
-                thread: t,
-                site: map_site(r.site()),
-                start_ns,
-                dur_ns: cal.ns(s.wrapping_add(r.dur())) - start_ns,
-                polls: r.depth(),
-                cancelled: r.unwound(),
-            }));
-        }
-        chunks.extend(enc.finish());
+        let mut enc = RawEncoder::default();
+        let raw = enc.encode(t, &input.records, origin, &mut sites, &site_of);
+        let mut recs = Vec::with_capacity(input.records.len());
+        drop(input.records);
+        recorded::decode(&raw, sites.sites.len(), scale, &mut recs)
+            .expect("records encoded here decode");
+        let n_samples = input.samples.len() as u64;
+        let (c, calls) = build_thread(t, &recs, input.samples, input.overwritten, layout);
+        chunks.extend(c);
         threads.push(ThreadInfo {
             tid: input.tid,
             name: input.name,
@@ -342,40 +180,256 @@ pub(crate) fn build(
         duration_ns: cal.ns(base.end_ticks),
         mode: base.mode,
         filters: base.filters,
-        sites,
+        sites: sites.sites,
         threads,
-        counters: if with_allocs {
-            crate::alloc::NAMES.iter().map(|s| s.to_string()).collect()
-        } else {
-            Vec::new()
-        }
-        .into_iter()
-        .chain(base.counters)
-        .collect(),
-        sampling: None,
-        mappings: Vec::new(),
+        counters,
+        ..TraceMeta::default()
     };
-    Trace {
-        meta,
-        chunks: format::interleave(chunks),
+    Trace::from_chunks(meta, format::interleave(chunks))
+}
+
+/// [issue 17] The per-call counters of a trace: the allocation figures
+/// (`crate::alloc::NAMES`) when recorded, then the session's counters.
+pub(crate) fn counter_names<'a>(
+    with_allocs: bool,
+    session: impl Iterator<Item = &'a str>,
+) -> Vec<String> {
+    let allocs = crate::alloc::NAMES.iter().filter(|_| with_allocs).copied();
+    allocs.chain(session).map(String::from).collect()
+}
+
+/// How a trace's `Counters` values are laid out (see [`counter_names`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CounterLayout {
+    pub with_allocs: bool,
+    /// Counters after the allocation figures.
+    pub n_counters: usize,
+}
+
+impl CounterLayout {
+    pub fn of(names: &[String]) -> CounterLayout {
+        let with_allocs = names.len() >= 5 && names[..5] == crate::alloc::NAMES;
+        CounterLayout {
+            with_allocs,
+            n_counters: names.len() - if with_allocs { 5 } else { 0 },
+        }
+    }
+}
+
+/// One thread's records (exit order) as pre-order chunks, with its samples
+/// merged in by time; returns the chunks and the number of calls.
+pub(crate) fn build_thread(
+    t: u32,
+    recs: &[Rec],
+    samples: Vec<RawSample>,
+    overwritten: u64,
+    layout: CounterLayout,
+) -> (Vec<super::format::Chunk>, u64) {
+    let mut samples = samples.into_iter().peekable();
+    // Samples go into the pre-order call stream by time: before the first
+    // call that starts after them.
+    let mut emit_samples_before = |enc: &mut ChunkEncoder, until: u64| {
+        while let Some(s) = samples.next_if(|s| s.0 < until) {
+            enc.push(&Event::Sample(super::Sample {
+                thread: t,
+                ts_ns: s.0.min(recorded::MAX_NS),
+                shadow_depth: s.1,
+                cut: s.2,
+                frames: s.3,
+            }));
+        }
+    };
+    // Separate whole-future records from the call tree.
+    let n = recs.len();
+    let mut tree: Vec<u32> = Vec::with_capacity(n);
+    let mut futures = Vec::new();
+    // [issue 17] allocation figures and counter deltas: extension records after a call's.
+    let mut figures = alloc_figures::Attach::default();
+    for (i, r) in recs.iter().enumerate() {
+        if figures.take(i, r) {
+            continue;
+        }
+        if r.kind as u64 == kind::FUTURE {
+            futures.push(i as u32);
+        } else {
+            tree.push(i as u32);
+        }
+    }
+    // Subtree sizes in exit order: a record adopts the finished subtrees
+    // above it on the stack that are deeper and started no earlier (the
+    // time check keeps orphans of a lost parent from being adopted by a
+    // later sibling of that parent).
+    let m = tree.len();
+    let mut size = vec![1u32; m];
+    let mut stack: Vec<u32> = Vec::new();
+    for k in 0..m {
+        let r = &recs[tree[k] as usize];
+        let mut sz = 1u32;
+        while let Some(&top) = stack.last() {
+            let tr = &recs[tree[top as usize] as usize];
+            if tr.depth > r.depth && tr.start_ns >= r.start_ns {
+                sz += size[top as usize];
+                stack.pop();
+            } else {
+                break;
+            }
+        }
+        size[k] = sz;
+        stack.push(k as u32);
+    }
+    let mut enc = ChunkEncoder::new(t);
+    let mut calls = 0u64;
+    if overwritten > 0 {
+        let at = recs.first().map(|r| r.start_ns).unwrap_or(0);
+        enc.push(&Event::Lost(Lost {
+            thread: t,
+            depth: 0,
+            at_ns: at,
+            count: overwritten,
+            kind: LossKind::Overwritten,
+        }));
+    }
+    // Pre-order walk: roots left to right, children left to right.
+    let mut work: Vec<u32> = Vec::new();
+    for &root in stack.iter() {
+        work.push(root);
+        while let Some(k) = work.pop() {
+            let r = &recs[tree[k as usize] as usize];
+            emit_samples_before(&mut enc, r.start_ns);
+            match r.kind as u64 {
+                kind::LOST => enc.push(&Event::Lost(Lost {
+                    thread: t,
+                    depth: r.depth,
+                    at_ns: r.start_ns,
+                    count: r.count,
+                    kind: LossKind::Dropped,
+                })),
+                rk => {
+                    calls += 1;
+                    let mut fl = 0;
+                    if r.unwound {
+                        fl |= flags::UNWOUND;
+                    }
+                    if rk == kind::POLL {
+                        fl |= flags::POLL;
+                    }
+                    if size[k as usize] > 1 {
+                        fl |= flags::HAS_CHILDREN;
+                    }
+                    enc.push(&Event::Call(Call {
+                        thread: t,
+                        site: r.site,
+                        depth: r.depth,
+                        start_ns: r.start_ns,
+                        dur_ns: r.end_ns - r.start_ns,
+                        flags: fl,
+                    }));
+                    if let Some(e) = figures.event(t, tree[k as usize] as usize, layout) {
+                        enc.push(&e);
+                    }
+                }
+            }
+            let sz = size[k as usize];
+            if sz > 1 {
+                let lo = k + 1 - sz;
+                let mut c = k - 1;
+                loop {
+                    work.push(c);
+                    let csz = size[c as usize];
+                    if c < lo + csz {
+                        break;
+                    }
+                    c -= csz;
+                }
+            }
+        }
+    }
+    emit_samples_before(&mut enc, u64::MAX);
+    futures.sort_by_key(|&i| recs[i as usize].start_ns);
+    for &i in &futures {
+        let r = &recs[i as usize];
+        enc.push(&Event::Future(FutureSpan {
+            thread: t,
+            site: r.site,
+            start_ns: r.start_ns,
+            dur_ns: r.end_ns - r.start_ns,
+            polls: r.depth,
+            cancelled: r.unwound,
+        }));
+    }
+    (enc.finish(), calls)
+}
+
+/// Where a trace's calls are until something reads them.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// Kept by the session in memory.
+    Memory(Recorded),
+    /// Written to this file while recording (`Config::output`).
+    File(std::path::PathBuf),
+}
+
+impl Source {
+    /// The pre-order chunks views read.
+    pub fn chunks(&self, meta: &TraceMeta) -> Result<Vec<Chunk>, TraceError> {
+        match self {
+            Source::Memory(r) => r.build(meta.sites.len(), &meta.counters),
+            Source::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
+        }
+    }
+}
+
+/// A session's calls as recorded, per thread (indexed like `TraceMeta::threads`).
+#[derive(Debug, Default)]
+pub(crate) struct Recorded {
+    pub ticks_per_ns: f64,
+    pub threads: Vec<RecordedThread>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RecordedThread {
+    pub raw: Vec<RawChunk>,
+    /// In time order.
+    pub samples: Vec<RawSample>,
+    /// Flight recorder: calls overwritten before the snapshot.
+    pub overwritten: u64,
+}
+
+impl Recorded {
+    /// Rebuilds every thread in pre-order (one thread's records in memory
+    /// at a time) and interleaves the threads' chunks by time.
+    pub fn build(&self, n_sites: usize, counters: &[String]) -> Result<Vec<Chunk>, TraceError> {
+        let layout = CounterLayout::of(counters);
+        let scale = TickScale::new(self.ticks_per_ns);
+        let mut out = Vec::new();
+        let mut recs = Vec::new();
+        for (t, th) in self.threads.iter().enumerate() {
+            recs.clear();
+            for c in &th.raw {
+                decode(c, n_sites, scale, &mut recs)?;
+            }
+            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten, layout);
+            out.extend(c);
+        }
+        Ok(interleave(out))
     }
 }
 
 /// [issue 17] Allocation figures (`fgtrace::alloc::Counting`) and per-call
 /// counter deltas (`Config::counters`): the core writes them as extension
 /// records right after the record of the call they belong to; here they
-/// become an `Event::Counters` after that call (values: the allocation
-/// figures in the order of `crate::alloc::NAMES` when recorded, then the
-/// session's counters; callees included).
+/// become an `Event::Counters` after that call (values as [`counter_names`]
+/// lays them out; callees included).
 mod alloc_figures {
-    use super::ThreadInput;
-    use crate::buffer::{kind, RawCall};
+    use super::{CounterLayout, ThreadInput};
+    use crate::buffer::kind;
+    use crate::trace::recorded::Rec;
     use crate::trace::{CallCounters, Event};
     use fgtrace_core::record::{ext, AllocCounts};
     use std::collections::HashMap;
 
-    /// Whether the trace carries allocation figures: the counting allocator
-    /// is installed in this process, or the records have some.
+    /// Whether the records carry allocation figures: the counting allocator
+    /// is installed in this process, or some record has them.
     pub(super) fn recorded(inputs: &[ThreadInput]) -> bool {
         fgtrace_core::alloc::installed()
             || inputs.iter().any(|t| {
@@ -388,43 +442,47 @@ mod alloc_figures {
     /// One thread's figures by the index of their call's record.
     #[derive(Default)]
     pub(super) struct Attach {
-        by_record: HashMap<usize, AllocCounts>,
+        allocs: HashMap<usize, AllocCounts>,
         /// Counter deltas by record, by counter index.
         counters: HashMap<usize, Vec<Option<u64>>>,
         last_call: Option<usize>,
     }
 
     impl Attach {
-        /// Takes record `i` if it is an extension record (attaching it to the
-        /// call just before; one whose call is gone, overwritten or in a
+        /// Takes record `i` if it is an extension record, attaching it to the
+        /// call just before (one whose call is gone, overwritten or in a
         /// dropped batch, is dropped with it).
-        pub(super) fn take(&mut self, i: usize, r: RawCall) -> bool {
-            if !r.is_ext() {
-                self.last_call = match r.kind() {
+        pub(super) fn take(&mut self, i: usize, r: &Rec) -> bool {
+            let is_ext = r.kind as u64 == kind::LOST && r.unwound;
+            if !is_ext {
+                self.last_call = match r.kind as u64 {
                     kind::CALL | kind::POLL => Some(i),
                     _ => None,
                 };
                 return false;
             }
-            if let Some(c) = self.last_call {
-                let a = self.by_record.entry(c).or_default();
-                let (x, y) = r.ext_values();
-                match r.ext_sub() {
-                    ext::ALLOCS => (a.allocs, a.alloc_bytes) = (x, y),
-                    ext::FREES => (a.frees, a.freed_bytes) = (x, y),
-                    ext::REALLOCS => a.reallocs = x,
-                    ext::COUNTER => {
-                        let v = self.counters.entry(c).or_default();
-                        let i = y as usize;
-                        if i < 64 {
-                            if v.len() <= i {
-                                v.resize(i + 1, None);
-                            }
-                            v[i] = Some(x);
-                        }
-                    }
-                    _ => {}
+            let Some(c) = self.last_call else {
+                return true;
+            };
+            let (x, y) = (r.count, r.b);
+            match r.site as u64 {
+                ext::ALLOCS => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.allocs, a.alloc_bytes) = (x, y);
                 }
+                ext::FREES => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.frees, a.freed_bytes) = (x, y);
+                }
+                ext::REALLOCS => self.allocs.entry(c).or_default().reallocs = x,
+                ext::COUNTER if y < 64 => {
+                    let v = self.counters.entry(c).or_default();
+                    if v.len() <= y as usize {
+                        v.resize(y as usize + 1, None);
+                    }
+                    v[y as usize] = Some(x);
+                }
+                _ => {}
             }
             true
         }
@@ -432,23 +490,17 @@ mod alloc_figures {
         /// The counters event of the call recorded at `i`: `None` when the
         /// trace has no allocation figures and the call no counter delta
         /// (a call open before its thread joined a counted session).
-        pub(super) fn event(
-            &self,
-            thread: u32,
-            i: usize,
-            with_allocs: bool,
-            n_counters: usize,
-        ) -> Option<Event> {
+        pub(super) fn event(&self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
             let ctr = self.counters.get(&i);
-            if !with_allocs && ctr.is_none() {
+            if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {
                 return None;
             }
-            let mut values = Vec::with_capacity(5 + n_counters);
-            if with_allocs {
-                let a = self.by_record.get(&i).copied().unwrap_or_default();
+            let mut values = Vec::with_capacity(5 + layout.n_counters);
+            if layout.with_allocs {
+                let a = self.allocs.get(&i).copied().unwrap_or_default();
                 values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
             }
-            for k in 0..n_counters {
+            for k in 0..layout.n_counters {
                 values.push(ctr.and_then(|v| v.get(k).copied().flatten()).unwrap_or(0));
             }
             Some(Event::Counters(CallCounters { thread, values }))
@@ -459,7 +511,9 @@ mod alloc_figures {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::START_MASK;
     use crate::clock::ClockPoint;
+    use crate::trace::recorded::full_ticks;
 
     #[test]
     fn full_ticks_restores_high_bits_on_both_sides_of_the_origin() {
@@ -527,17 +581,18 @@ mod tests {
                 _ => "?".into(),
             })
             .collect();
-        // Site indices are assigned in order of appearance: main=0, a=1, b=2, x=3, c=4, d=5.
+        // Site indices are assigned in order of first record (exit order):
+        // b=0, a=1, x=2, d=3, c=4, main=5.
         assert_eq!(
             got,
             vec![
-                "0@0{",
+                "5@0{",
                 "  1@10{",
-                "    2@20",
-                "      3@52",
+                "    0@20",
+                "      2@52",
                 "  lost7",
                 "  4@60{",
-                "    5@70"
+                "    3@70"
             ]
         );
         assert_eq!(t.meta().threads[0].calls, 6);

@@ -24,20 +24,17 @@
 //! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
-use super::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceMeta};
+use super::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample};
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::path::Path;
+use std::io;
 
 pub const MAGIC: &[u8; 8] = b"FGTRACE\0";
 pub const VERSION: u32 = 1;
+/// A file written while recording: calls in exit order (see `recorded`).
+pub const VERSION_RECORDED: u32 = 2;
 /// Events per chunk: bounds the memory a streaming reader needs.
 pub const CHUNK_EVENTS: usize = 8192;
-const KIND_EVENTS: u8 = 1;
-const KIND_END: u8 = 0xFF;
-const END_MARK: &[u8; 4] = b"END!";
-const MAX_META: u32 = 256 << 20;
-const MAX_PAYLOAD: u64 = 64 << 20;
+pub(crate) const MAX_PAYLOAD: u64 = 64 << 20;
 
 const EV_CALL: u64 = 0;
 const EV_FUTURE: u64 = 1;
@@ -354,288 +351,23 @@ pub fn interleave(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
     chunks
 }
 
-pub(crate) fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
-    let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
-    w.write_all(MAGIC)?;
-    w.write_all(&VERSION.to_le_bytes())?;
-    w.write_all(&(json.len() as u32).to_le_bytes())?;
-    w.write_all(&json)?;
-    w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
-    let mut head = Vec::with_capacity(32);
-    for c in chunks {
-        head.clear();
-        head.push(KIND_EVENTS);
-        put_varint(&mut head, c.thread as u64);
-        put_varint(&mut head, c.count as u64);
-        put_varint(&mut head, c.first_ns);
-        put_varint(&mut head, c.payload.len() as u64);
-        head.extend_from_slice(&crc32fast::hash(&c.payload).to_le_bytes());
-        w.write_all(&head)?;
-        w.write_all(&c.payload)?;
-    }
-    head.clear();
-    head.push(KIND_END);
-    put_varint(&mut head, chunks.len() as u64);
-    head.extend_from_slice(END_MARK);
-    w.write_all(&head)
-}
-
-/// Streams a trace file chunk by chunk: memory stays at one chunk whatever the
-/// file size.
-pub struct TraceReader<R> {
-    r: R,
-    offset: u64,
-    meta: TraceMeta,
-    chunks: u64,
-    done: bool,
-}
-
-impl TraceReader<io::BufReader<std::fs::File>> {
-    /// Opens a trace file and reads its metadata.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
-        let f = std::fs::File::open(path.as_ref())?;
-        TraceReader::new(io::BufReader::with_capacity(1 << 16, f))
-    }
-}
-
-impl<R: Read> TraceReader<R> {
-    /// Reads the header and metadata from `r`.
-    pub fn new(r: R) -> Result<Self, TraceError> {
-        let mut t = TraceReader {
-            r,
-            offset: 0,
-            meta: TraceMeta::default(),
-            chunks: 0,
-            done: false,
-        };
-        let mut magic = [0u8; 8];
-        let n = t.read_up_to(&mut magic)?;
-        if n < 8 || &magic != MAGIC {
-            if n < 8 && MAGIC.starts_with(&magic[..n]) && n > 0 {
-                return Err(TraceError::Truncated {
-                    offset: n as u64,
-                    what: "file header",
-                });
-            }
-            return Err(TraceError::NotATrace);
-        }
-        let version = t.u32le("file header")?;
-        if version != VERSION {
-            return Err(TraceError::UnsupportedVersion(version));
-        }
-        let len_at = t.offset;
-        let len = t.u32le("file header")?;
-        if len > MAX_META {
-            return Err(TraceError::Corrupt {
-                offset: len_at,
-                what: format!("metadata length {len} is implausible"),
-            });
-        }
-        let meta_at = t.offset;
-        let mut json = vec![0u8; len as usize];
-        t.exact(&mut json, "metadata")?;
-        let crc = t.u32le("metadata checksum")?;
-        if crc != crc32fast::hash(&json) {
-            return Err(TraceError::Corrupt {
-                offset: meta_at,
-                what: "metadata checksum mismatch".into(),
-            });
-        }
-        t.meta = serde_json::from_slice(&json).map_err(|e| TraceError::Corrupt {
-            offset: meta_at,
-            what: format!("metadata is not valid: {e}"),
-        })?;
-        Ok(t)
-    }
-
-    pub fn meta(&self) -> &TraceMeta {
-        &self.meta
-    }
-
-    /// Byte offset of the next unread byte.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// The next chunk, or `None` at the end marker. After an error, every
-    /// chunk returned before it is intact (checksummed).
-    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, TraceError> {
-        if self.done {
-            return Ok(None);
-        }
-        let at = self.offset;
-        let mut kind = [0u8; 1];
-        if self.read_up_to(&mut kind)? == 0 {
-            return Err(TraceError::Truncated {
-                offset: at,
-                what: "chunk header (the end marker is missing)",
-            });
-        }
-        match kind[0] {
-            KIND_EVENTS => {}
-            KIND_END => {
-                let n = self.varint("end marker")?;
-                let mut mark = [0u8; 4];
-                self.exact(&mut mark, "end marker")?;
-                if &mark != END_MARK || n != self.chunks {
-                    return Err(TraceError::Corrupt {
-                        offset: at,
-                        what: format!("end marker says {n} chunks, {} were read", self.chunks),
-                    });
-                }
-                self.done = true;
-                return Ok(None);
-            }
-            k => {
-                return Err(TraceError::Corrupt {
-                    offset: at,
-                    what: format!("unknown chunk kind 0x{k:02x}"),
-                })
-            }
-        }
-        let thread = self.varint("chunk header")?;
-        let count = self.varint("chunk header")?;
-        let first_ns = self.varint("chunk header")?;
-        let len = self.varint("chunk header")?;
-        let crc = self.u32le("chunk header")?;
-        if thread >= self.meta.threads.len() as u64
-            || count > CHUNK_EVENTS as u64 * 4
-            || len > MAX_PAYLOAD
-        {
-            return Err(TraceError::Corrupt {
-                offset: at,
-                what: format!(
-                    "implausible chunk header (thread {thread}, {count} events, {len} bytes)"
-                ),
-            });
-        }
-        let payload_at = self.offset;
-        let mut payload = vec![0u8; len as usize];
-        self.exact(&mut payload, "chunk payload")?;
-        if crc32fast::hash(&payload) != crc {
-            return Err(TraceError::Corrupt {
-                offset: payload_at,
-                what: "chunk checksum mismatch".into(),
-            });
-        }
-        self.chunks += 1;
-        Ok(Some(Chunk {
-            thread: thread as u32,
-            count: count as u32,
-            first_ns,
-            payload,
-            offset: payload_at,
-        }))
-    }
-
-    /// Streams every event; stops at the first error (after yielding everything before it).
-    pub fn events(self) -> Events<R> {
-        Events {
-            reader: self,
-            pending: Vec::new().into_iter(),
-            failed: false,
-        }
-    }
-
-    fn read_up_to(&mut self, buf: &mut [u8]) -> Result<usize, TraceError> {
-        let mut n = 0;
-        while n < buf.len() {
-            match self.r.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.offset += n as u64;
-        Ok(n)
-    }
-
-    fn exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), TraceError> {
-        let n = self.read_up_to(buf)?;
-        if n < buf.len() {
-            return Err(TraceError::Truncated {
-                offset: self.offset,
-                what,
-            });
-        }
-        Ok(())
-    }
-
-    fn u32le(&mut self, what: &'static str) -> Result<u32, TraceError> {
-        let mut b = [0u8; 4];
-        self.exact(&mut b, what)?;
-        Ok(u32::from_le_bytes(b))
-    }
-
-    fn varint(&mut self, what: &'static str) -> Result<u64, TraceError> {
-        let at = self.offset;
-        let mut v = 0u64;
-        for shift in (0..70).step_by(7) {
-            let mut b = [0u8; 1];
-            self.exact(&mut b, what)?;
-            if shift == 63 && b[0] > 1 {
-                break;
-            }
-            v |= ((b[0] & 0x7f) as u64) << shift;
-            if b[0] & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(TraceError::Corrupt {
-            offset: at,
-            what: format!("overlong number in {what}"),
-        })
-    }
-}
-
-/// Iterator over a file's events (see [`TraceReader::events`]).
-pub struct Events<R> {
-    reader: TraceReader<R>,
-    pending: std::vec::IntoIter<Event>,
-    failed: bool,
-}
-
-impl<R: Read> Iterator for Events<R> {
-    type Item = Result<Event, TraceError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(e) = self.pending.next() {
-                return Some(Ok(e));
-            }
-            if self.failed {
-                return None;
-            }
-            match self
-                .reader
-                .next_chunk()
-                .and_then(|c| c.map(|c| c.decode()).transpose())
-            {
-                Ok(Some(evs)) => self.pending = evs.into_iter(),
-                Ok(None) => return None,
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
-}
-
-struct Decoder<'a> {
+pub(crate) struct Decoder<'a> {
     buf: &'a [u8],
-    pos: usize,
+    pub(crate) pos: usize,
     base: u64,
 }
 
 impl Decoder<'_> {
-    fn corrupt(&self, what: String) -> TraceError {
+    pub(crate) fn new(buf: &[u8], base: u64) -> Decoder<'_> {
+        Decoder { buf, pos: 0, base }
+    }
+    pub(crate) fn corrupt(&self, what: String) -> TraceError {
         TraceError::Corrupt {
             offset: self.base + self.pos as u64,
             what,
         }
     }
-    fn varint(&mut self) -> Result<u64, TraceError> {
+    pub(crate) fn varint(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
         let start = self.pos;
         for shift in (0..70).step_by(7) {
@@ -659,7 +391,7 @@ impl Decoder<'_> {
             what: "overlong number".into(),
         })
     }
-    fn u32(&mut self) -> Result<u32, TraceError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, TraceError> {
         let v = self.varint()?;
         u32::try_from(v).map_err(|_| self.corrupt(format!("value {v} out of range")))
     }
@@ -708,18 +440,19 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn zigzag(v: i64) -> u64 {
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{flags, ThreadInfo, Trace};
+    use crate::trace::file::*;
+    use crate::trace::{flags, ThreadInfo, Trace, TraceMeta};
 
     fn sample_trace() -> Trace {
         let mut meta = TraceMeta::default();
@@ -785,10 +518,7 @@ mod tests {
         for e in &evs {
             enc.push(e);
         }
-        Trace {
-            meta,
-            chunks: enc.finish(),
-        }
+        Trace::from_chunks(meta, enc.finish())
     }
 
     #[test]
@@ -855,7 +585,7 @@ mod tests {
     /// chunk of `count` events of thread 0.
     fn file_with_chunk(count: u32, payload: Vec<u8>) -> Vec<u8> {
         let t = sample_trace();
-        let mut chunks = t.chunks.clone();
+        let mut chunks = t.chunks().to_vec();
         chunks.push(Chunk {
             thread: 0,
             count,

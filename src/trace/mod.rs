@@ -13,10 +13,13 @@
 //! own event kind, on the same clock (nanoseconds since session start).
 
 pub(crate) mod build;
+pub(crate) mod file;
 pub mod format;
+pub(crate) mod recorded;
 
 pub use build::TraceBuilder;
-pub use format::{TraceError, TraceReader};
+pub use file::{Events, TraceReader};
+pub use format::TraceError;
 
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -118,6 +121,10 @@ pub struct TraceMeta {
     /// against the binary and its shared libraries.
     #[serde(default)]
     pub mappings: Vec<Mapping>,
+    /// What went wrong while the trace was written or read (a file whose
+    /// recording never finished, ...): views show these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One executable mapping of the traced process.
@@ -303,20 +310,59 @@ impl Event {
 /// A recorded trace: metadata plus encoded events. Returned by
 /// [`Session::stop`](crate::Session::stop), saved with [`Trace::save`], read
 /// back with [`Trace::load`] (or streamed with [`TraceReader`]).
+///
+/// A trace a session just returned holds its calls as recorded (exit order,
+/// see `recorded`); the pre-order events views read are built from them the
+/// first time something reads events, so `stop` itself never sorts.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     pub(crate) meta: TraceMeta,
-    pub(crate) chunks: Vec<format::Chunk>,
+    chunks: std::sync::OnceLock<Vec<format::Chunk>>,
+    source: Option<std::sync::Arc<build::Source>>,
 }
 
 impl Trace {
+    /// A trace whose events are already in pre-order chunks.
+    pub(crate) fn from_chunks(meta: TraceMeta, chunks: Vec<format::Chunk>) -> Trace {
+        Trace {
+            meta,
+            chunks: std::sync::OnceLock::from(chunks),
+            source: None,
+        }
+    }
+
+    /// A trace whose events are built from `source` when first read.
+    pub(crate) fn from_source(meta: TraceMeta, source: build::Source) -> Trace {
+        Trace {
+            meta,
+            chunks: std::sync::OnceLock::new(),
+            source: Some(std::sync::Arc::new(source)),
+        }
+    }
+
+    /// The pre-order chunks, built on first use.
+    pub(crate) fn chunks(&self) -> &[format::Chunk] {
+        self.chunks.get_or_init(|| match &self.source {
+            None => Vec::new(),
+            Some(s) => s.chunks(&self.meta).unwrap_or_else(|e| {
+                eprintln!("fgtrace: cannot read the recorded calls: {e}");
+                Vec::new()
+            }),
+        })
+    }
+
+    pub(crate) fn into_chunks(mut self) -> Vec<format::Chunk> {
+        self.chunks();
+        self.chunks.take().unwrap_or_default()
+    }
+
     pub fn meta(&self) -> &TraceMeta {
         &self.meta
     }
 
     /// All events, chunk by chunk (threads interleaved by time, each thread in pre-order).
     pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
-        self.chunks
+        self.chunks()
             .iter()
             .flat_map(|c| c.decode().expect("in-memory chunks are well formed"))
     }
@@ -339,7 +385,7 @@ impl Trace {
 
     /// Writes the trace in the fgtrace file format.
     pub fn write_to(&self, w: impl io::Write) -> io::Result<()> {
-        format::write_trace(w, &self.meta, &self.chunks)
+        file::write_trace(w, &self.meta, self.chunks())
     }
 
     /// Saves the trace to a file (see [`format`] for the layout).
@@ -371,11 +417,11 @@ impl Trace {
             c.decode()?;
             chunks.push(c);
         }
-        Ok(Trace { meta, chunks })
+        Ok(Trace::from_chunks(meta, chunks))
     }
 
     /// Size of the encoded events in bytes (what the file holds besides metadata).
     pub fn encoded_len(&self) -> usize {
-        self.chunks.iter().map(|c| c.payload.len()).sum()
+        self.chunks().iter().map(|c| c.payload.len()).sum()
     }
 }

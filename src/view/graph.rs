@@ -631,10 +631,7 @@ mod tests {
         let mut chunks = encode(MAIN, &main_1);
         chunks.extend(encode(MAIN, &main_2));
         chunks.extend(encode(WORKER, &worker));
-        Trace {
-            meta,
-            chunks: interleave(chunks),
-        }
+        Trace::from_chunks(meta, interleave(chunks))
     }
 
     fn render(t: &Trace, opts: &GraphOptions) -> String {
@@ -654,7 +651,7 @@ mod tests {
     #[test]
     fn chunks_interleave_as_the_golden_files_assume() {
         let t = golden_trace();
-        let order: Vec<(u32, u64)> = t.chunks.iter().map(|c| (c.thread, c.first_ns)).collect();
+        let order: Vec<(u32, u64)> = t.chunks().iter().map(|c| (c.thread, c.first_ns)).collect();
         assert_eq!(
             order,
             [(MAIN, 1_000_000), (WORKER, 2_000_000), (MAIN, 40_000_000)]
