@@ -78,11 +78,18 @@ fn fib_minitrace(n: u32) -> u64 {
 
 /// One session for the whole run, resumed for `fgtrace_on` and paused for
 /// `fgtrace_off` (paused costs the same as never started: one load and a branch).
+/// `FGTRACE_OFFCPU=1` records off-CPU time too (its cost per call must be 0:
+/// context switches are read from the kernel's ring, not by the probe).
 fn session() -> &'static fgtrace::Session {
     static SESSION: OnceLock<fgtrace::Session> = OnceLock::new();
     SESSION.get_or_init(|| {
-        fgtrace::Session::start(fgtrace::Config::builtin().flight_recorder(1 << 16))
-            .expect("session")
+        let off_cpu = std::env::var("FGTRACE_OFFCPU").is_ok_and(|v| v == "1");
+        fgtrace::Session::start(
+            fgtrace::Config::builtin()
+                .flight_recorder(1 << 16)
+                .off_cpu(off_cpu),
+        )
+        .expect("session")
     })
 }
 

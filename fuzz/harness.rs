@@ -11,6 +11,8 @@ use fgtrace::bridge::elf::{FuncSymbols, Inliner};
 use fgtrace::bridge::zephyr::{collapse, CollapseOptions, Dump};
 use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::{Mapping, Trace, TraceReader};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -208,4 +210,40 @@ pub fn board_stream(data: &[u8]) -> Result<usize, String> {
         return Err("no calls decoded".into());
     }
     Ok(calls)
+}
+
+/// Sends the bytes to this process's own control endpoint as a client
+/// would (one connection, then its write side closed), reads whatever comes
+/// back, and checks that the endpoint still serves: a `status` is answered
+/// and no session is left running (a `stop` ends one an input started).
+/// Returns the reply's length, or the error the endpoint replied with.
+pub fn control_request(data: &[u8]) -> Result<usize, String> {
+    use fgtrace::control::{protocol, Client, Reply};
+    static SOCKET: OnceLock<PathBuf> = OnceLock::new();
+    let socket = SOCKET.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("fgtrace-fuzz-control-{}", std::process::id()));
+        fgtrace::control::listen_in(&dir).expect("listen")
+    });
+    let pid = std::process::id();
+    let mut s = UnixStream::connect(socket).expect("the endpoint accepts");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let _ = s.write_all(data);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    drop(s);
+    let status = Client::connect_path(socket, pid)
+        .and_then(Client::status)
+        .expect("the endpoint still serves after this input");
+    if status.session != "idle" {
+        let _ = Client::connect_path(socket, pid).and_then(Client::stop);
+    }
+    let first = protocol::read_frame(&mut &reply[..], protocol::MAX_REPLY)
+        .map_err(|e| format!("no reply: {e}"))?;
+    let r: Reply = serde_json::from_slice(&first).expect("replies are JSON");
+    match r.error {
+        Some(e) => Err(e),
+        None => Ok(reply.len()),
+    }
 }

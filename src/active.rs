@@ -24,9 +24,27 @@ pub(crate) struct Active {
     pub sampling: bool,
     /// A per-call hardware counter each thread opens on itself at join.
     pub counter: Option<crate::pmu::Counter>,
+    /// Off-CPU time is recorded: threads open their switch ring on first use.
+    #[cfg(target_os = "linux")]
+    pub off_cpu: Option<Arc<crate::offcpu::Recorder>>,
     pub outlet: Arc<Outlet>,
     /// The threads' buffers; `None` once the session is stopping.
     pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
+    /// What a snapshot of the running session needs (`crate::snapshot`).
+    pub(crate) snap: SnapshotInfo,
+}
+
+/// What a snapshot of a running session (a flight-recorder dump on demand
+/// or on panic) needs to build a [`Trace`](crate::Trace) without stopping it.
+pub(crate) struct SnapshotInfo {
+    pub cal: crate::clock::Calibration,
+    /// Calls kept per thread (flight recorder).
+    pub keep: usize,
+    pub mode: crate::trace::RecordMode,
+    /// `Config::describe()`.
+    pub filters: String,
+    /// `Config::dump_on_panic`.
+    pub dump_on_panic: Option<std::path::PathBuf>,
 }
 
 /// Sessions whose state is still allocated (for tests: a stopped session is
@@ -72,4 +90,18 @@ pub(crate) static ACTIVE: RwLock<Option<Arc<Active>>> = RwLock::new(None);
 /// The session of generation `gen`, if it is still the active one.
 pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
     ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()
+}
+
+/// A session the control endpoint runs in the background (an always-on
+/// flight recorder) registers how to stop it here, so that a session the
+/// program starts itself takes its place instead of failing (`Session::start`
+/// calls [`yield_background`] first). Set by `crate::control`.
+pub(crate) static BACKGROUND_YIELD: Mutex<Option<fn()>> = Mutex::new(None);
+
+/// Stops the control endpoint's background session, if one runs.
+pub(crate) fn yield_background() {
+    let f = *BACKGROUND_YIELD.lock();
+    if let Some(f) = f {
+        f();
+    }
 }

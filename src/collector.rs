@@ -39,6 +39,9 @@ pub enum Error {
     Counters(String),
     /// The output file (`Config::output`) could not be created or written.
     Output(String),
+    /// Off-CPU time was required (`FGTRACE_OFFCPU=required`) and the
+    /// kernel refused it, or its reader thread could not start.
+    OffCpu(String),
 }
 
 impl fmt::Display for Error {
@@ -52,6 +55,7 @@ impl fmt::Display for Error {
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
             Error::Counters(e) => write!(f, "fgtrace: {e}"),
             Error::Output(e) => write!(f, "fgtrace trace file: {e}"),
+            Error::OffCpu(e) => write!(f, "fgtrace cannot record off-CPU time: {e}"),
         }
     }
 }
@@ -196,6 +200,8 @@ pub struct Session {
 
 impl Session {
     /// Starts recording every `#[traced]` call that passes `config`'s filters.
+    /// A flight recorder the control endpoint keeps running in the background
+    /// (`FGTRACE_CONTROL=1`, see [`crate::control`]) is stopped to make way.
     pub fn start(config: Config) -> Result<Session, Error> {
         Self::start_with(config, spawn_collector)
     }
@@ -214,6 +220,14 @@ impl Session {
         }
         // [issue 17] per-call hardware counters: fail early, naming the counter.
         crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
+        // ---- issue 15: a session the control endpoint runs in the
+        // background (an always-on flight recorder) makes way for the
+        // program's own; the panic hook of `Config::dump_on_panic`.
+        crate::active::yield_background();
+        if config.dump_on_panic.is_some() {
+            crate::snapshot::install_panic_hook();
+        }
+        // ---- end issue 15
         recorder::install();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
@@ -251,6 +265,20 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
+        // The output file first: nothing else has started if it cannot be created.
+        let out = match &config.output {
+            Some(path) => Some(open_output(path, &cal, &config)?),
+            None => None,
+        };
+        // Off-CPU time (issue 14): the recorder opens this thread's ring now,
+        // every other thread's when it joins (`recorder::join`).
+        #[cfg(target_os = "linux")]
+        let off_cpu = match config.off_cpu {
+            true => Some(crate::offcpu::Recorder::start().map_err(Error::OffCpu)?),
+            false => None,
+        };
+        #[cfg(target_os = "linux")]
+        let cancel_off_cpu = || off_cpu.as_ref().map(|o| o.cancel());
         LIVE_SESSIONS.fetch_add(1, Relaxed);
         let active = Arc::new(Active {
             gen,
@@ -263,6 +291,8 @@ impl Session {
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             sampling: config.sampling.is_some(),
             counter: config.counters.first().copied(),
+            #[cfg(target_os = "linux")]
+            off_cpu: off_cpu.clone(),
             outlet: Arc::new(Outlet {
                 batches,
                 recycle_tx,
@@ -270,20 +300,28 @@ impl Session {
                 block_when_full: config.block_when_full,
             }),
             threads: Mutex::new(Some(Vec::new())),
+            // ---- issue 15: what `crate::snapshot` needs (dumps on demand and on panic).
+            snap: crate::active::SnapshotInfo {
+                cal,
+                keep: config.flight_calls,
+                mode: config.mode,
+                filters: config.describe(),
+                dump_on_panic: config.dump_on_panic.clone(),
+            },
         });
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:
         // a failure leaves no session behind.
-        let out = match &config.output {
-            Some(path) => Some(open_output(path, &cal, &config)?),
-            None => None,
-        };
         let gathered = Gathered::new(cal.origin.ticks, out);
         let (collector, idle_gathered) = if flight {
             (None, Some(gathered))
         } else {
-            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered)
-                .map_err(|e| Error::Collector(format!("cannot start the collector thread: {e}")))?;
+            let h =
+                spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
+                    Error::Collector(format!("cannot start the collector thread: {e}"))
+                })?;
             (Some(h), None)
         };
         #[cfg(target_os = "linux")]
@@ -292,6 +330,8 @@ impl Session {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stop.store(true, Release);
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
                     if let Some(h) = collector {
                         let _ = h.join();
                     }
@@ -414,13 +454,24 @@ impl Session {
         for (info, th) in infos.iter_mut().zip(&g.threads) {
             info.calls = th.enc.calls;
         }
-        let meta = TraceMeta {
+        let mut meta = TraceMeta {
             sites: std::mem::take(&mut g.sites.sites),
             threads: infos,
             sampling,
             mappings,
             ..base_meta(&self.cal, end.ticks, &self.config)
         };
+        // Off-CPU time (issue 14): the threads' switch intervals, or why not.
+        #[cfg(target_os = "linux")]
+        if let Some(o) = &self.active.off_cpu {
+            meta.off_cpu = Some(o.finish(&self.cal, meta.duration_ns, &meta.threads));
+        }
+        #[cfg(not(target_os = "linux"))]
+        if self.config.off_cpu {
+            meta.off_cpu = Some(crate::trace::OffCpu::unavailable(
+                "off-CPU time needs Linux (perf_event)",
+            ));
+        }
         match g.out.take() {
             None => {
                 let threads = g

@@ -12,6 +12,8 @@
 //! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
+//! | `FGTRACE_OFFCPU=1` | also record off-CPU time per call (`0`: off; `required`: a refusal is an error; `unavailable`: act as if refused) | ftrace `sleep-time`, uftrace `-E sched` |
+//! | `FGTRACE_DUMP_ON_PANIC=panic.fgt` | on a panic, write the last calls of every thread there ([`Config::dump_on_panic`]) | |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
 //! otherwise it matches the display name (`parse*`, `Parser::*`). `*` and `?`
@@ -46,8 +48,12 @@ pub struct Config {
     pub(crate) counters: Vec<crate::pmu::Counter>,
     /// Write the trace file here while recording.
     pub(crate) output: Option<std::path::PathBuf>,
+    /// Off-CPU time per call (context-switch records, see `offcpu`).
+    pub(crate) off_cpu: bool,
     /// Problems found in environment variables, reported by `Session::start`.
     pub(crate) errors: Vec<String>,
+    /// Where the panic hook writes the last calls of every thread.
+    pub(crate) dump_on_panic: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -107,7 +113,9 @@ impl Config {
             sampling: None,
             counters: Vec::new(),
             output: None,
+            off_cpu: false,
             errors: Vec::new(),
+            dump_on_panic: None,
         }
     }
 
@@ -160,6 +168,23 @@ impl Config {
                     .push("FGTRACE_OUTPUT is set but empty: name the trace file to write".into());
             } else {
                 self.output = Some(v.into());
+            }
+        }
+        if let Some(v) = get("FGTRACE_DUMP_ON_PANIC") {
+            let v = v.trim();
+            if !v.is_empty() {
+                self.dump_on_panic = Some(v.into());
+            }
+        }
+        if let Some(v) = get("FGTRACE_OFFCPU") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "yes" | "true" | "required" | "require" | "unavailable" => {
+                    self.off_cpu = true
+                }
+                "0" | "off" | "no" | "false" | "" => self.off_cpu = false,
+                _ => self.errors.push(format!(
+                    "FGTRACE_OFFCPU=`{v}`: use 1, 0, required or unavailable"
+                )),
             }
         }
         if let Some(v) = get("FGTRACE_MODE") {
@@ -287,9 +312,32 @@ impl Config {
         self.sampling = Some(s);
         self
     }
+    /// Also record when each thread was off the CPU (switched out: blocked
+    /// or preempted), so that every call gets its off-CPU time. Needs
+    /// `perf_event_open` on the own threads (works at
+    /// `perf_event_paranoid` 2); where the kernel refuses, the session still
+    /// records, says so in one line on stderr, and the trace says why
+    /// off-CPU time is unavailable. `FGTRACE_OFFCPU=1` sets it.
+    pub fn off_cpu(mut self, yes: bool) -> Self {
+        self.off_cpu = yes;
+        self
+    }
     /// Hide these functions and everything they call.
     pub fn notrace<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
         self.notrace = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// On a panic in any thread while this session records, write the last
+    /// calls of every thread to `path` (an fgtrace file: `fgtrace graph
+    /// path`) before the default panic hook prints the message. With a
+    /// flight recorder these are the last N calls per thread; in stream mode,
+    /// the calls not yet handed to the collector (at most a batch per
+    /// thread). The calls open on the panicking thread (the one that panics
+    /// and its callers) are included as unwound calls ending at the panic.
+    /// The session keeps recording; a second panic rewrites the file.
+    pub fn dump_on_panic(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.dump_on_panic = Some(path.into());
         self
     }
 

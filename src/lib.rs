@@ -25,8 +25,13 @@ pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod control;
+mod offcpu;
+#[cfg(target_os = "linux")]
+mod perf_ring;
 pub mod pmu;
 mod recorder;
+pub mod snapshot;
 mod thread;
 pub mod trace;
 

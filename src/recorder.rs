@@ -189,6 +189,10 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     if active.sampling {
         crate::sampling::register_current_thread();
     }
+    #[cfg(target_os = "linux")]
+    if let Some(o) = &active.off_cpu {
+        o.register_current_thread(); // off-CPU (issue 14): this thread's switch ring
+    }
     true
 }
 

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]) -> Result<usize, String>;
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("trace_reader", harness::trace_reader),
     ("zephyr_dump", harness::zephyr_dump),
     ("elf_symbols", harness::elf_symbols),
     ("symbolizer", harness::symbolizer),
     ("board_stream", harness::board_stream),
+    ("control_request", harness::control_request),
 ];
 
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {

@@ -3,6 +3,7 @@
 //! the file through a view, print one clear line on error.
 
 mod board;
+mod control;
 mod html;
 mod plot;
 mod pprof;
@@ -39,7 +40,10 @@ use std::process::ExitCode;
         fgtrace plot run.fgt -f parse -o p.svg    per-call durations, slowest calls\n  \
         fgtrace html run.fgt -o report.html       everything in one page\n  \
         fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks\n  \
-        fgtrace board -o run.fgt --elf fw.elf -- qemu-system-riscv64 ...   a board's stream"
+        fgtrace board -o run.fgt --elf fw.elf -- qemu-system-riscv64 ...   a board's stream\n  \
+        fgtrace record --pid 4242 --duration 2s -o run.fgt     a running process (FGTRACE_CONTROL=1)\n  \
+        fgtrace ctl 4242 dump -o last.fgt          its flight recorder, on demand\n  \
+        fgtrace ps                                processes that can be controlled"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -125,6 +129,21 @@ enum Cmd {
     #[command(after_help = "Examples:\n  fgtrace html run.fgt -o report.html\n  \
         fgtrace html run.fgt --thread worker-* --rows 50 -o workers.html")]
     Html(html::HtmlArgs),
+    /// Record a running process that listens for control (FGTRACE_CONTROL=1): the trace is written here.
+    #[command(
+        after_help = "Examples:\n  fgtrace record --pid 4242 --duration 2s -o run.fgt\n  \
+        fgtrace record -p 4242 --sample timer:999 --filter 'parse*'     until Ctrl-C\n  \
+        fgtrace record -p 4242 -d 500ms --flight 10000 -o last.fgt"
+    )]
+    Record(control::RecordArgs),
+    /// Control a running process: status, start/stop a background session, dump its flight recorder.
+    #[command(after_help = "Examples:\n  fgtrace ctl 4242 status\n  \
+        fgtrace ctl 4242 start --flight 100000      a flight recorder that runs until stop\n  \
+        fgtrace ctl 4242 dump -o last.fgt          its last calls per thread, still running\n  \
+        fgtrace ctl 4242 stop -o run.fgt")]
+    Ctl(control::CtlArgs),
+    /// List the processes that can be controlled (stale sockets of dead processes are removed).
+    Ps,
 }
 
 #[derive(clap::Args)]
@@ -152,13 +171,17 @@ struct GraphArgs {
     /// Show thread indexes instead of OS thread ids in the first column.
     #[arg(long)]
     thread_index: bool,
+    /// Off-CPU time (ftrace's nosleep-time): DURATION is on-CPU time, and a
+    /// call that was switched out ends in `/* wall, off-CPU (blocked, preempted) */`.
+    #[arg(long)]
+    offcpu: bool,
 }
 
 #[derive(clap::Args)]
 struct ReportArgs {
     /// Trace file written by `Trace::save`.
     file: PathBuf,
-    /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, name.
+    /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, oncpu, offcpu, name.
     #[arg(long, short = 's', default_value = "total")]
     sort: String,
     /// Reverse the order.
@@ -220,6 +243,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 threads: threads(&a.threads),
                 max_depth: a.depth,
                 thresh_ns: a.thresh.unwrap_or(0),
+                off_cpu: a.offcpu,
                 ..GraphOptions::default()
             };
             view::write_graph(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
@@ -266,6 +290,9 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         Cmd::Plot(a) => plot::run(&a, out),
         Cmd::Html(a) => html::run(&a),
         Cmd::Board(a) => board::run(&a).map_err(Some),
+        Cmd::Record(a) => control::record(&a),
+        Cmd::Ctl(a) => control::ctl(&a),
+        Cmd::Ps => control::ps(),
     }
 }
 
@@ -285,6 +312,35 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
     }
     if let Some(s) = &m.sampling {
         writeln!(out, "sampling:  {s}")?;
+    }
+    if let Some(o) = &m.off_cpu {
+        if o.is_available() {
+            let (mut blocked, mut preempted, mut n) = (0u64, 0u64, 0usize);
+            for t in &o.threads {
+                let x = t.total();
+                blocked = blocked.saturating_add(x.blocked_ns);
+                preempted = preempted.saturating_add(x.preempted_ns);
+                n = n.saturating_add(t.intervals.len());
+            }
+            writeln!(
+                out,
+                "off-CPU:   {} stretches on {} threads: {} blocked, {} preempted{}",
+                n,
+                o.threads.len(),
+                human_duration(blocked),
+                human_duration(preempted),
+                if o.lost() > 0 {
+                    format!(", {} switch records LOST", o.lost())
+                } else {
+                    String::new()
+                }
+            )?;
+            if let Some(why) = &o.unavailable {
+                writeln!(out, "off-CPU unavailable for some threads: {why}")?;
+            }
+        } else {
+            writeln!(out, "off-CPU unavailable: {}", o.reason())?;
+        }
     }
     writeln!(out, "functions: {}", m.sites.len())?;
     writeln!(
@@ -317,6 +373,9 @@ fn info(path: &Path, r: progress::Reader, mut out: impl Write) -> Result<(), Tra
 }
 
 fn main() -> ExitCode {
+    // `FGTRACE_CONTROL` in the environment is for the programs being traced,
+    // not for this tool (which links fgtrace): no endpoint here.
+    fgtrace::control::close();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) | Err(None) => ExitCode::SUCCESS,

@@ -9,9 +9,13 @@ use fgtrace::view::diff::{
     diff_with_error, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
 };
 use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
-use fgtrace::view::flame::FlameOptions;
+use fgtrace::view::flame::{render_svg, FlameOptions};
 use fgtrace::view::flame_svg::{chart_svg, folded_svg};
 use fgtrace::view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use fgtrace::view::offcpu::{
+    self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
+    OffCpuFoldedOptions,
+};
 use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
@@ -59,6 +63,13 @@ pub struct FlameArgs {
     /// Icicle graph: roots at the top.
     #[arg(long)]
     inverted: bool,
+    /// Off-CPU flamegraph: traced stacks weighted by the time their calls
+    /// were switched out, under a `[blocked]` or `[preempted]` frame.
+    #[arg(long, conflicts_with_all = ["sampled", "combined", "chart"])]
+    offcpu: bool,
+    /// With --offcpu: blocked time only (leave preemption out).
+    #[arg(long, requires = "offcpu")]
+    blocked_only: bool,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -77,6 +88,9 @@ pub struct ChromeArgs {
     /// Leave the async futures out.
     #[arg(long)]
     no_futures: bool,
+    /// Leave the off-CPU tracks out.
+    #[arg(long)]
+    no_offcpu: bool,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -95,6 +109,9 @@ pub struct PerfettoArgs {
     /// Leave the async futures' tracks out.
     #[arg(long)]
     no_futures: bool,
+    /// Leave the off-CPU tracks out.
+    #[arg(long)]
+    no_offcpu: bool,
     /// Write here instead of stdout (never to a terminal).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -210,6 +227,9 @@ fn kind(a: &FlameArgs, meta: &TraceMeta) -> Kind {
 }
 
 pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    if a.offcpu {
+        return run_offcpu_flame(a, stdout);
+    }
     let r = open(&a.file)?;
     let meta = r.meta().clone();
     let kind = kind(a, &meta);
@@ -307,6 +327,64 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     read.map_err(|e| io_err(&a.file, e))
 }
 
+/// `fgtrace flame --offcpu`: one library builder, then folded text or an SVG.
+fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
+    let opts = OffCpuFoldedOptions {
+        per_thread: a.per_thread,
+        threads: threads(&a.threads),
+        short_names: a.short_names,
+        blocked_only: a.blocked_only,
+    };
+    let mut b = OffCpuFoldedBuilder::new(&meta, &opts)
+        .map_err(|e| Some(format!("{}: {e}", a.file.display())))?;
+    let read = b.extend(r.events());
+    let (lines, summary) = b.finish();
+    let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
+    if a.folded {
+        write_offcpu_folded(&lines, &mut out).map_err(|e| write_err(a.output.as_deref(), e))?;
+    } else {
+        let name = a
+            .file
+            .file_name()
+            .unwrap_or(a.file.as_os_str())
+            .to_string_lossy();
+        let mut flame = FlameOptions {
+            title: a
+                .title
+                .clone()
+                .unwrap_or_else(|| format!("Off-CPU flame graph: {name}")),
+            width: a.width,
+            inverted: a.inverted,
+            count_name: "ns".into(),
+            subtitle: Some(summary.subtitle(a.blocked_only)),
+            ..FlameOptions::default()
+        };
+        flame
+            .frame_colors
+            .insert(offcpu_view::BLOCKED.into(), [70, 110, 220]);
+        flame
+            .frame_colors
+            .insert(offcpu_view::PREEMPTED.into(), [230, 150, 40]);
+        let mut svg = Vec::new();
+        let drawn = render_svg(
+            lines.iter().map(|(s, n)| format!("{s} {n}")),
+            &flame,
+            &mut svg,
+        );
+        finish_svg(
+            drawn,
+            &svg,
+            &a.file,
+            read.as_ref().err(),
+            &mut out,
+            a.output.as_deref(),
+        )?;
+    }
+    read.map_err(|e| io_err(&a.file, e))
+}
+
 /// Writes a rendered SVG; with nothing to draw, says so (unless the trace
 /// was damaged, whose error says more).
 fn finish_svg(
@@ -334,6 +412,7 @@ pub fn run_chrome(a: &ChromeArgs, mut stdout: impl Write) -> Result<(), Option<S
         threads: threads(&a.threads),
         samples: !a.no_samples,
         futures: !a.no_futures,
+        off_cpu: !a.no_offcpu,
     };
     let mut sym = Symbolizer::new(&meta.mappings);
     let out = output(a.output.as_deref(), &mut stdout, false)?;
@@ -353,6 +432,7 @@ pub fn run_perfetto(a: &PerfettoArgs, mut stdout: impl Write) -> Result<(), Opti
         threads: threads(&a.threads),
         samples: !a.no_samples,
         futures: !a.no_futures,
+        off_cpu: !a.no_offcpu,
     };
     let mut sym = Symbolizer::new(&meta.mappings);
     if a.output.is_none() && io::stdout().is_terminal() {

@@ -286,6 +286,7 @@ fn options_leave_out_samples_futures_and_threads() {
         threads: vec!["main".parse().unwrap()],
         samples: false,
         futures: false,
+        off_cpu: true,
     };
     let mut out = Vec::new();
     let stats = write_chrome(t.meta(), ok_events(t.events()), HexResolve, &opts, &mut out).unwrap();

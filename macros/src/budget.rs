@@ -11,7 +11,7 @@
 //! expands the body to
 //!
 //! ```text
-//! static __FGTRACE_BUDGET: ::fgtrace::testing::__budget::Spec = Spec { counters, runs, warmup, stat,
+//! static __FGTRACE_BUDGET: ::fgtrace::testing::__budget::Spec = Spec { counters, off_cpu, runs, warmup, stat,
 //!     limits: &[("parse_headers", Limit::Calls(1)), ("parse_headers", Limit::Max(..)), ..] };
 //! __FGTRACE_BUDGET.once(move || -> Ret { <body> })          // runs = 1 (default)
 //! __FGTRACE_BUDGET.repeat(|| -> Ret { <body> })             // runs = N > 1
@@ -171,6 +171,8 @@ struct Spec {
     /// `Limit` is only known once every attribute has been read.
     limits: Vec<(String, TokenStream, Span)>,
     counted: bool,
+    /// An `off_cpu` or `blocked` limit: the capture records off-CPU time.
+    off_cpu: bool,
     /// `crate = path`: where fgtrace is. `None` is `::fgtrace`.
     krate: Option<Path>,
 }
@@ -291,6 +293,16 @@ impl Spec {
                 let n: u64 = v.int(&key)?;
                 quote!(AllocBytes(#n))
             }
+            "off_cpu" => {
+                self.off_cpu = true;
+                let d = dur(v)?;
+                quote!(OffCpu(#d))
+            }
+            "blocked" => {
+                self.off_cpu = true;
+                let d = dur(v)?;
+                quote!(Blocked(#d))
+            }
             "inside" => {
                 let g = v.name(&key)?;
                 quote!(Inside(#g))
@@ -313,7 +325,7 @@ impl Spec {
                     format!(
                         "unknown limit `{other}`: limits are `calls`, `max_calls`, `max`, `total`, `self_total`, \
                          `p50`/`p99`/.., `instructions`, `instructions_total`, `allocs`, `allocs_total`, `alloc_bytes`, \
-                         `inside`, `not_inside`"
+                         `off_cpu`, `blocked`, `inside`, `not_inside`"
                     ),
                 ))
             }
@@ -388,6 +400,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
         quote!(Off)
     });
     let stat = spec.stat.clone().unwrap_or(quote!(Median));
+    let off_cpu = spec.off_cpu;
     let krate = crate_or_default(spec.krate.as_ref());
     let limits = spec.limits.iter().map(
         |(name, limit, sp)| quote_spanned!(*sp=> (#name, #krate::testing::__budget::Limit::#limit)),
@@ -414,6 +427,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let body = quote!({
         static __FGTRACE_BUDGET: #krate::testing::__budget::Spec = #krate::testing::__budget::Spec {
             counters: #krate::testing::Counters::#counters,
+            off_cpu: #off_cpu,
             runs: #runs,
             warmup: #warmup,
             stat: #krate::testing::Stat::#stat,
@@ -442,6 +456,26 @@ mod tests {
         assert_eq!(parse_duration("3µs"), Ok(3_000));
         assert!(parse_duration("3 minutes").is_err());
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn off_cpu_limits_ask_for_off_cpu_time() {
+        let out = budget(
+            quote!(handler(blocked = "0ns", off_cpu = "1ms")),
+            quote! { #[test] fn t() { work(); } },
+        )
+        .to_string();
+        assert!(
+            out.contains("Blocked (:: core :: time :: Duration :: from_nanos (0u64))"),
+            "{out}"
+        );
+        assert!(
+            out.contains("OffCpu (:: core :: time :: Duration :: from_nanos (1000000u64))"),
+            "{out}"
+        );
+        assert!(out.contains("off_cpu : true"), "{out}");
+        let plain = budget(quote!(handler(max = "1ms")), quote! { #[test] fn t() {} }).to_string();
+        assert!(plain.contains("off_cpu : false"), "{plain}");
     }
 
     #[test]

@@ -11,7 +11,6 @@
 
 use perf_event_open_sys as sys;
 use std::io;
-use std::sync::atomic::{fence, Ordering};
 
 /// The `perf_event` events fgtrace can sample on, by their `perf` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,37 +106,8 @@ pub enum Every {
     Events(u64),
 }
 
-/// An open per-thread event; closed on drop.
-pub struct Fd(pub i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-/// Explains a refused `perf_event_open`, naming the setting to change.
-pub fn explain(err: io::Error, what: &str) -> io::Error {
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
-    let hint = match err.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => format!(
-            "the kernel refused: kernel.perf_event_paranoid is {paranoid} (user-space self-monitoring needs <= 2; \
-             containers often block perf_event_open with seccomp)"
-        ),
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-            "this CPU or VM does not expose that event (no PMU?)".to_string()
-        }
-        Some(libc::ENOSYS) => "this kernel has no perf_event_open".to_string(),
-        _ => String::new(),
-    };
-    io::Error::new(
-        err.kind(),
-        format!("perf_event_open({what}) failed: {err}; {hint}"),
-    )
-}
+pub use crate::perf_ring::{disable, enable, Fd};
+use crate::perf_ring::{open, MmapRing};
 
 fn attr(event: PerfEvent, every: Every) -> sys::bindings::perf_event_attr {
     let mut a = sys::bindings::perf_event_attr::default();
@@ -152,16 +122,6 @@ fn attr(event: PerfEvent, every: Every) -> sys::bindings::perf_event_attr {
     a.set_exclude_kernel(1);
     a.set_exclude_hv(1);
     a
-}
-
-fn open(a: &mut sys::bindings::perf_event_attr, tid: i32, what: &str) -> io::Result<Fd> {
-    // SAFETY: valid attr; pid = tid, cpu = -1 (any), no group.
-    let fd =
-        unsafe { sys::perf_event_open(a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
-    if fd < 0 {
-        return Err(explain(io::Error::last_os_error(), what));
-    }
-    Ok(Fd(fd))
 }
 
 // fcntl(2) constants the libc crate does not export (linux/fcntl.h).
@@ -196,29 +156,11 @@ pub fn open_signal_timer(event: PerfEvent, every: Every, tid: i32, signal: i32) 
     Ok(fd)
 }
 
-pub fn enable(fd: &Fd) {
-    // SAFETY: ioctls on our descriptor.
-    unsafe {
-        sys::ioctls::RESET(fd.0, 0);
-        sys::ioctls::ENABLE(fd.0, 0);
-    }
-}
-
-pub fn disable(fd: &Fd) {
-    // SAFETY: ioctl on our descriptor.
-    unsafe { sys::ioctls::DISABLE(fd.0, 0) };
-}
-
 /// A sampled event with its mmap ring buffer (kernel call chains).
 pub struct Ring {
     pub fd: Fd,
-    base: *mut u8,
-    len: usize,
-    data_size: u64,
+    ring: MmapRing,
 }
-
-// SAFETY: the ring is read by one thread at a time (the drainer).
-unsafe impl Send for Ring {}
 
 const RING_PAGES: usize = 64;
 
@@ -243,74 +185,26 @@ impl Ring {
         a.clockid = libc::CLOCK_MONOTONIC;
         a.__bindgen_anon_2.wakeup_events = 0;
         let fd = open(&mut a, tid, event.name())?;
-        let page = page_size();
-        let len = page * (RING_PAGES + 1);
-        // SAFETY: mapping the event's ring, as perf_event_open(2) describes.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.0,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::other(format!(
-                "mmap of the perf ring failed: {} (raise kernel.perf_event_mlock_kb?)",
-                io::Error::last_os_error()
-            )));
-        }
-        Ok(Ring {
-            fd,
-            base: base as *mut u8,
-            len,
-            data_size: (page * RING_PAGES) as u64,
-        })
-    }
-
-    fn header(&self) -> *mut sys::bindings::perf_event_mmap_page {
-        self.base as *mut _
+        let ring = MmapRing::map(&fd, RING_PAGES)?;
+        Ok(Ring { fd, ring })
     }
 
     /// Reads every complete record; samples go to `out`, lost counts are summed.
     pub fn drain(&mut self, out: &mut Vec<RingSample>) -> u64 {
-        let h = self.header();
-        // SAFETY: the header page is mapped; data_head is written by the kernel.
-        let head = unsafe { std::ptr::read_volatile(&(*h).data_head) };
-        fence(Ordering::Acquire);
-        let mut tail = unsafe { (*h).data_tail };
-        let data = unsafe { self.base.add(page_size()) };
         let mut lost = 0;
-        let size = self.data_size;
-        let read = |off: u64, buf: &mut [u8]| {
-            for (i, b) in buf.iter_mut().enumerate() {
-                // SAFETY: index within the data area.
-                *b = unsafe { *data.add(((off + i as u64) % size) as usize) };
-            }
-        };
-        let u64_at = |off: u64| {
-            let mut b = [0u8; 8];
-            read(off, &mut b);
-            u64::from_ne_bytes(b)
-        };
-        while tail + 8 <= head {
-            let mut hb = [0u8; 8];
-            read(tail, &mut hb);
-            let ty = u32::from_ne_bytes([hb[0], hb[1], hb[2], hb[3]]);
-            let rec_size = u16::from_ne_bytes([hb[6], hb[7]]) as u64;
-            if rec_size < 8 || tail + rec_size > head {
-                break;
-            }
-            let body = tail + 8;
-            if ty == sys::bindings::PERF_RECORD_SAMPLE {
-                let ip = u64_at(body);
-                let time = u64_at(body + 16);
-                let nr = u64_at(body + 24).min(1024);
+        self.ring.drain(|r| {
+            if r.ty == sys::bindings::PERF_RECORD_SAMPLE {
+                // ip, pid/tid, time, nr, chain...
+                let (Some(ip), Some(time), Some(nr)) = (r.u64_at(0), r.u64_at(16), r.u64_at(24))
+                else {
+                    return;
+                };
+                let nr = nr
+                    .min(1024)
+                    .min((r.body.len().saturating_sub(32) / 8) as u64);
                 let mut chain = Vec::with_capacity(nr as usize);
-                for i in 0..nr {
-                    let a = u64_at(body + 32 + i * 8);
+                for i in 0..nr as usize {
+                    let Some(a) = r.u64_at(32 + i * 8) else { break };
                     if a >= sys::bindings::PERF_CONTEXT_MAX {
                         continue; // context markers (PERF_CONTEXT_USER, ...)
                     }
@@ -321,45 +215,17 @@ impl Ring {
                     time_mono_ns: time,
                     chain,
                 });
-            } else if ty == sys::bindings::PERF_RECORD_LOST {
-                lost += u64_at(body + 8);
+            } else if r.ty == sys::bindings::PERF_RECORD_LOST {
+                lost += r.u64_at(8).unwrap_or(0);
             }
-            tail += rec_size;
-        }
-        fence(Ordering::Release);
-        // SAFETY: tells the kernel the space up to `tail` is free.
-        unsafe { std::ptr::write_volatile(&mut (*h).data_tail, tail) };
+        });
         lost
     }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmapping what `open` mapped.
-        unsafe { libc::munmap(self.base as *mut _, self.len) };
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_refused_perf_event_open_names_the_setting() {
-        let e = explain(io::Error::from_raw_os_error(libc::EACCES), "cycles");
-        let s = e.to_string();
-        assert!(
-            s.contains("perf_event_open(cycles)") && s.contains("kernel.perf_event_paranoid"),
-            "{s}"
-        );
-        let e = explain(io::Error::from_raw_os_error(libc::ENOENT), "cache-misses").to_string();
-        assert!(e.contains("no PMU"), "{e}");
-    }
 
     #[test]
     fn event_names_round_trip() {

@@ -25,12 +25,18 @@ pub enum Limit {
     AllocBytes(u64),
     Inside(&'static str),
     NotInside(&'static str),
+    /// Off-CPU time (blocked and preempted) of any one call.
+    OffCpu(Duration),
+    /// Blocked time of any one call (`"0ns"`: never blocks).
+    Blocked(Duration),
 }
 
 /// A test's budget: how to capture, and the limits per function name.
 #[derive(Debug)]
 pub struct Spec {
     pub counters: Counters,
+    /// Record off-CPU time (an `off_cpu` or `blocked` limit asks for it).
+    pub off_cpu: bool,
     pub runs: usize,
     pub warmup: usize,
     pub stat: Stat,
@@ -41,6 +47,7 @@ impl Spec {
     fn options(&self) -> Options {
         Options::new()
             .counters(self.counters)
+            .off_cpu(self.off_cpu)
             .warmup(self.warmup)
             .runs(self.runs)
     }
@@ -123,5 +130,11 @@ fn check_one(cap: &Capture, name: &str, limit: Limit) {
         Limit::AllocBytes(n) => cap.assert_allocated_bytes_per_call(name, n),
         Limit::Inside(g) => cap.assert_inside(name, g),
         Limit::NotInside(g) => cap.assert_not_inside(name, g),
+        Limit::OffCpu(d) => {
+            let _ = cap.assert_off_cpu(name, d);
+        }
+        Limit::Blocked(d) => {
+            let _ = cap.assert_blocked_at_most(name, d);
+        }
     }
 }

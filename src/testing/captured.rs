@@ -31,6 +31,8 @@ pub(super) struct Span {
     pub allocs: Option<AllocCounts>,
     /// `allocs` minus the children's.
     pub self_allocs: Option<AllocCounts>,
+    /// Off-CPU time within the call, where recorded (`Options::off_cpu`).
+    pub off: Option<crate::trace::OffTime>,
 }
 
 /// One measured call of a query: a call of a sync fn, or a whole future of
@@ -113,7 +115,9 @@ impl Capture {
         };
         let mut deltas = Vec::new();
         let mut inputs = Vec::new();
-        for p in parts {
+        let mut off = Vec::new();
+        for mut p in parts {
+            off.push(p.off.take());
             deltas.push(
                 p.out
                     .counters
@@ -134,7 +138,8 @@ impl Capture {
             filters: String::new(),
             counters: Vec::new(),
         };
-        let trace = build::build(base, inputs, build::registered_site);
+        let mut trace = build::build(base, inputs, build::registered_site);
+        trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
         let with_allocs = trace.meta().counters == crate::alloc::NAMES;
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
@@ -201,6 +206,7 @@ impl Capture {
                     self_instr: None,
                     allocs,
                     self_allocs: allocs,
+                    off: None,
                 });
                 open.push(base + i);
             }
@@ -225,6 +231,11 @@ impl Capture {
                         *ps = ps.saturating_sub(v);
                     }
                 }
+            }
+        }
+        if let Some(o) = trace.meta.off_cpu.as_ref().filter(|o| o.is_available()) {
+            for s in spans.iter_mut() {
+                s.off = o.within(s.call.thread, s.call.start_ns, s.call.end_ns());
             }
         }
         let trace = if spans.iter().any(|s| s.instr.is_some()) {

@@ -55,6 +55,12 @@
 //! counts per function in `tests/snapshots/<name>.fgsnap` and fails with a
 //! diff when they change (`FGTRACE_UPDATE=1` rewrites; see the module
 //! source for the rules on new snapshots under `CI`).
+//! **Off-CPU time.** With [`Options::off_cpu`], each call also gets the
+//! time its thread was switched out, blocked or preempted
+//! ([`Capture::off_cpu`], [`Capture::blocked`]), and
+//! [`Capture::assert_no_blocking`] checks that code never blocks (an async
+//! handler on its executor's thread). Skipped with the reason where the
+//! kernel refuses `perf_event_open`.
 //!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
@@ -64,10 +70,12 @@ pub mod __budget;
 mod allocs;
 mod captured;
 pub(crate) mod counters;
+mod offcpu;
 mod query;
 mod render;
 mod runs;
 mod snapshot;
+mod switches;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
@@ -97,7 +105,9 @@ pub use runs::{Runs, Stat, Summary};
 /// Limits, per function (`name(..)`, or `"path::to::name"(..)`):
 /// `calls = N`, `max_calls = N`; `max`, `total`, `self_total`, `p50`, `p99`
 /// (any `pNN`) `= "200us"` (units `ns`, `us`, `ms`, `s`); `instructions = N`
-/// (per call), `instructions_total = N`; `inside = g`, `not_inside = g`.
+/// (per call), `instructions_total = N`; `off_cpu = "1ms"`, `blocked =
+/// "0ns"` (per call; the capture then records off-CPU time, see
+/// [`Options::off_cpu`]); `inside = g`, `not_inside = g`.
 /// Options: `runs = N` (sync fns; repeats the body, time and instruction
 /// limits then apply to the median run), `warmup = N` (default 1 with
 /// `runs`), `stat = "median" | "min" | "max"`, `counters = "auto" |
@@ -194,6 +204,7 @@ pub fn repeat<R>(runs: usize, f: impl FnMut() -> R) -> Runs {
 #[derive(Clone, Debug)]
 pub struct Options {
     counters: Counters,
+    off_cpu: bool,
     warmup: usize,
     runs: usize,
 }
@@ -202,6 +213,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             counters: Counters::Off,
+            off_cpu: false,
             warmup: 1,
             runs: 11,
         }
@@ -217,6 +229,29 @@ impl Options {
     /// Count retired instructions per call ([`Counters::Auto`] or `Required`).
     pub fn counters(mut self, c: Counters) -> Self {
         self.counters = c;
+        self
+    }
+
+    /// Also record when each captured thread was off the CPU, so that
+    /// [`Capture::off_cpu`], [`Capture::blocked`] and
+    /// [`Capture::assert_no_blocking`] work. Each thread of the capture
+    /// opens a context-switch `perf_event` on itself; where the kernel
+    /// refuses, those queries return `None` and the assertions are
+    /// SKIPPED with the reason (`FGTRACE_OFFCPU=required`: panic instead).
+    ///
+    /// ```
+    /// #[fgtrace::traced]
+    /// fn nap() { std::thread::sleep(std::time::Duration::from_millis(2)); }
+    ///
+    /// let cap = fgtrace::testing::Options::new().off_cpu(true).capture(nap);
+    /// // `None` where the kernel refused (the reason: `cap.off_cpu_unavailable()`).
+    /// if let Some(blocked) = cap.blocked("nap") {
+    ///     assert!(blocked >= std::time::Duration::from_millis(1));
+    /// }
+    /// // `cap.assert_no_blocking("nap")` would fail: sleeping is blocking.
+    /// ```
+    pub fn off_cpu(mut self, yes: bool) -> Self {
+        self.off_cpu = yes;
         self
     }
 
@@ -242,7 +277,7 @@ impl Options {
     /// Like [`Options::capture`], and also returns what `f` returned.
     #[track_caller]
     pub fn capture_with<R>(&self, f: impl FnOnce() -> R) -> (R, Capture) {
-        let sink = Sink::new(self.counters);
+        let sink = Sink::new(self.counters, self.off_cpu);
         let origin = ClockPoint::now();
         let (r, part, status) = run_part(self.counters, &sink, f);
         let end = ClockPoint::now();
@@ -256,6 +291,7 @@ impl Options {
         CaptureFuture {
             inner: Box::pin(fut),
             mode: self.counters,
+            off_cpu: self.off_cpu,
             state: None,
         }
     }
@@ -275,19 +311,23 @@ pub(crate) struct Part {
     tid: u32,
     name: String,
     out: CaptureOut,
+    /// Its switches, when off-CPU time was asked for.
+    pub(crate) off: switches::PartOff,
 }
 
 /// Where linked threads leave their parts until the capture ends.
 struct Sink {
     counters: Counters,
+    off_cpu: bool,
     /// `None` once the capture has ended: later parts are dropped.
     parts: Mutex<Option<Vec<Part>>>,
 }
 
 impl Sink {
-    fn new(counters: Counters) -> Arc<Sink> {
+    fn new(counters: Counters, off_cpu: bool) -> Arc<Sink> {
         Arc::new(Sink {
             counters,
+            off_cpu,
             parts: Mutex::new(Some(Vec::new())),
         })
     }
@@ -333,6 +373,7 @@ fn run_part<R>(
     f: impl FnOnce() -> R,
 ) -> (R, Part, counters::CounterStatus) {
     let (src, status) = counters::resolve(mode);
+    let ring = switches::begin(sink.off_cpu);
     let running = Running::start(sink, recorder::capture_begin(CAPTURE_STACK, src));
     let r = f();
     let out = recorder::capture_end(running.take());
@@ -342,6 +383,7 @@ fn run_part<R>(
             tid: crate::thread::os_tid(),
             name: crate::thread::name(),
             out,
+            off: switches::end(ring),
         },
         status,
     )
@@ -424,6 +466,7 @@ where
 pub struct CaptureFuture<F: Future> {
     inner: Pin<Box<F>>,
     mode: Counters,
+    off_cpu: bool,
     state: Option<AsyncState>,
 }
 
@@ -435,6 +478,8 @@ struct AsyncState {
     status: CounterStatus,
     tid: u32,
     name: String,
+    /// Off-CPU time of the polls, on whichever threads ran them.
+    off: switches::AsyncOff,
 }
 
 impl<F: Future> Future for CaptureFuture<F> {
@@ -449,11 +494,12 @@ impl<F: Future> Future for CaptureFuture<F> {
                 let saved = recorder::capture_begin(CAPTURE_STACK, src);
                 let st = AsyncState {
                     parked: Suspended::empty(),
-                    sink: Sink::new(this.mode),
+                    sink: Sink::new(this.mode, this.off_cpu),
                     origin,
                     status,
                     tid: crate::thread::os_tid(),
                     name: crate::thread::name(),
+                    off: switches::AsyncOff::new(this.off_cpu),
                 };
                 (saved, st)
             }
@@ -467,12 +513,14 @@ impl<F: Future> Future for CaptureFuture<F> {
                 (recorder::capture_resume(parked, src), st)
             }
         };
+        let mut st = st;
+        let window = st.off.poll_begins();
         let running = Running::start(&st.sink, saved);
         let r = this.inner.as_mut().poll(cx);
         let saved = running.take();
+        st.off.poll_ends(window);
         match r {
             Poll::Pending => {
-                let mut st = st;
                 st.parked = recorder::capture_suspend(saved);
                 this.state = Some(st);
                 Poll::Pending
@@ -484,6 +532,7 @@ impl<F: Future> Future for CaptureFuture<F> {
                     tid: st.tid,
                     name: st.name,
                     out,
+                    off: st.off.finish(),
                 }];
                 parts.extend(st.sink.close());
                 Poll::Ready((v, Capture::build(st.origin, end, parts, st.status)))

@@ -221,6 +221,13 @@ impl<R: Read> TraceReader<R> {
         if version == VERSION_RECORDED {
             t.load_recorded()?;
         }
+        if let Some(o) = &t.meta.off_cpu {
+            o.validate(t.meta.threads.len())
+                .map_err(|e| TraceError::Corrupt {
+                    offset: meta_at,
+                    what: format!("metadata is not valid: {e}"),
+                })?;
+        }
         Ok(t)
     }
 

@@ -20,6 +20,8 @@ pub(crate) mod recorded;
 pub use build::TraceBuilder;
 pub use file::{Events, TraceReader};
 pub use format::TraceError;
+pub mod offcpu;
+pub use offcpu::{OffCpu, OffCpuThread, OffInterval, OffKind, OffTime};
 
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -125,6 +127,10 @@ pub struct TraceMeta {
     /// recording never finished, ...): views show these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Off-CPU time per thread (`Config::off_cpu`), or why it is unavailable;
+    /// `None`: not asked for (and every file written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// One executable mapping of the traced process.

@@ -20,7 +20,12 @@
 //!   after the innermost frame, with the resolved stack (root first) in
 //!   `args.stack`. The `stackFrames`/`samples` sections of the format are not
 //!   used: Perfetto's JSON importer skips them;
-//! - losses: instant events named `LOST N records`.
+//! - losses: instant events named `LOST N records`;
+//! - off-CPU time (when recorded): a track per thread, `name (off-CPU)`
+//!   (tid `0x40000000 | tid`, sorted right below its thread), with a
+//!   complete event per stretch the thread was switched out, named `blocked`
+//!   or `preempted` (`cat` `off-cpu`); where it is unavailable,
+//!   `otherData.off_cpu` says why.
 //!
 //! Written as it is read: one pending call per thread (its counters follow
 //! it), lanes per async function, resolved names cached per address. Strings
@@ -45,6 +50,8 @@ pub struct ChromeOptions {
     pub samples: bool,
     /// Whole futures as async events.
     pub futures: bool,
+    /// Off-CPU stretches on a track per thread (when the trace has them).
+    pub off_cpu: bool,
 }
 
 impl Default for ChromeOptions {
@@ -53,6 +60,7 @@ impl Default for ChromeOptions {
             threads: Vec::new(),
             samples: true,
             futures: true,
+            off_cpu: true,
         }
     }
 }
@@ -66,7 +74,12 @@ pub struct ChromeStats {
     pub losses: u64,
     /// Polls drawn on their future's lane.
     pub lane_polls: u64,
+    /// Off-CPU stretches.
+    pub off_cpu: u64,
 }
+
+/// The tid of a thread's off-CPU track: above every Linux tid (at most 2^22).
+pub const OFF_CPU_TID: u32 = 0x4000_0000;
 
 /// Microseconds with exactly the nanosecond digits: `1234567` ns -> `1234.567`.
 fn us(ns: u64) -> String {
@@ -125,7 +138,16 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             other.push_str(&format!(",\"sampling\":{}", js(s)));
         }
         let samples_lost: u64 = m.total_samples_lost();
-        other.push_str(&format!(",\"samples_lost\":{samples_lost}}}"));
+        other.push_str(&format!(",\"samples_lost\":{samples_lost}"));
+        if let Some(o) = &m.off_cpu {
+            let v = match (o.is_available(), &o.unavailable) {
+                (true, None) => "recorded".to_string(),
+                (true, Some(why)) => format!("recorded; unavailable for some threads: {why}"),
+                (false, _) => format!("unavailable: {}", o.reason()),
+            };
+            other.push_str(&format!(",\"off_cpu\":{}", js(&v)));
+        }
+        other.push('}');
         writeln!(
             self.w,
             "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
@@ -148,6 +170,53 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 js(&t.name)
             );
             self.event()?;
+        }
+        if self.opts.off_cpu {
+            self.off_cpu()?;
+        }
+        Ok(())
+    }
+
+    /// Each thread's off-CPU stretches on a track of its own (they may start
+    /// in one call and end in another, so they cannot nest in the calls').
+    fn off_cpu(&mut self) -> io::Result<()> {
+        let Some(o) = self.meta.off_cpu.as_ref() else {
+            return Ok(());
+        };
+        for th in &o.threads {
+            if !shown(&self.mask, !self.opts.threads.is_empty(), th.thread) {
+                continue;
+            }
+            let Some(info) = self.meta.threads.get(th.thread as usize) else {
+                continue;
+            };
+            let tid = OFF_CPU_TID | info.tid;
+            self.buf = format!(
+                "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+                self.pid,
+                js(&format!("{} (off-CPU)", info.name))
+            );
+            self.event()?;
+            for (t, k) in [(info.tid, 0u64), (tid, 1)] {
+                self.buf = format!(
+                    "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{t},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{}}}}}",
+                    self.pid,
+                    th.thread as u64 * 2 + k
+                );
+                self.event()?;
+            }
+            for iv in &th.intervals {
+                self.buf = format!(
+                    "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"off-cpu\",\"name\":\"{}\",\"args\":{{\"thread\":{}}}}}",
+                    us(iv.start_ns),
+                    us(iv.dur_ns),
+                    self.pid,
+                    iv.kind.name(),
+                    info.tid
+                );
+                self.event()?;
+                self.stats.off_cpu += 1;
+            }
         }
         Ok(())
     }

@@ -24,10 +24,11 @@
 //! never hidden by a filter other than the thread filter.
 
 use super::format::{
-    abs_time, counter_note, loss_lines, overhead_mark, push_centered, push_ftrace_duration,
+    abs_time, counter_note, human_duration, loss_lines, overhead_mark, push_centered,
+    push_ftrace_duration,
 };
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, Lost, Trace, TraceError, TraceMeta};
+use crate::trace::{Call, Event, Lost, OffTime, Trace, TraceError, TraceMeta};
 use std::io::{self, Write};
 
 /// What the first column (ftrace's CPU column) shows.
@@ -64,6 +65,11 @@ pub struct GraphOptions {
     pub max_depth: u32,
     /// `tracing_thresh` at render time, in nanoseconds (0: off). See the module doc.
     pub thresh_ns: u64,
+    /// Off-CPU time (ftrace's `nosleep-time`, the other way round): the
+    /// duration column shows on-CPU time, and a call that was switched out
+    /// ends in `/* wall W, off-CPU X (blocked B, preempted P) */`. Where the
+    /// trace has no off-CPU time the header says why and durations stay wall.
+    pub off_cpu: bool,
 }
 
 impl Default for GraphOptions {
@@ -78,6 +84,7 @@ impl Default for GraphOptions {
             threads: Vec::new(),
             max_depth: 0,
             thresh_ns: 0,
+            off_cpu: false,
         }
     }
 }
@@ -99,6 +106,7 @@ struct Open {
     unwound: bool,
     /// Its counters (allocations, instructions) for the exit line's comment.
     note: Option<String>,
+    off: Option<OffTime>,
 }
 
 /// Where the counters of the call just drawn go (they follow its `Call`).
@@ -177,6 +185,22 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             h.push('\n');
         }
         if !losses.is_empty() {
+            h.push_str("#\n");
+        }
+        if o.off_cpu {
+            match self.meta.off_cpu.as_ref() {
+                Some(oc) if oc.is_available() => {
+                    h.push_str("# off-CPU: DURATION is on-CPU time; /* wall, off-CPU (blocked, preempted) */ where switched out\n");
+                    if let Some(why) = &oc.unavailable {
+                        h.push_str(&format!("# off-CPU unavailable for some threads: {why}\n"));
+                    }
+                    if oc.lost() > 0 {
+                        h.push_str(&format!("# off-CPU: {} context-switch records lost\n", oc.lost()));
+                    }
+                }
+                Some(oc) => h.push_str(&format!("# off-CPU unavailable: {}\n", oc.reason())),
+                None => h.push_str("# off-CPU unavailable: not recorded (record with Config::off_cpu(true) or FGTRACE_OFFCPU=1)\n"),
+            }
             h.push_str("#\n");
         }
         // Column titles from print_graph_headers_flags, one piece per enabled column.
@@ -266,6 +290,14 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             return Ok(());
         }
         self.close_to(c.thread, c.depth)?;
+        let off = if o.off_cpu {
+            self.meta
+                .off_cpu
+                .as_ref()
+                .and_then(|oc| oc.within(c.thread, c.start_ns, c.end_ns()))
+        } else {
+            None
+        };
         let open = Open {
             site: c.site,
             depth: c.depth,
@@ -273,6 +305,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             dur_ns: c.dur_ns,
             unwound: c.unwound(),
             note: None,
+            off,
         };
         if o.thresh_ns > 0 {
             if c.dur_ns >= o.thresh_ns {
@@ -291,7 +324,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.stack(c.thread).push(open);
             self.due = Some((c.thread, Due::Open));
         } else {
-            self.duration(c.dur_ns);
+            self.duration(on_cpu(c.dur_ns, off));
             self.indent(c.depth);
             self.line.push_str(self.meta.site_name(c.site));
             self.line.push_str("();");
@@ -304,6 +337,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
                 self.due = Some((c.thread, Due::Leaf));
                 return Ok(());
             }
+            self.off_comment(c.dur_ns, off);
         }
         self.end_line()
     }
@@ -325,7 +359,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
     fn close_to(&mut self, t: u32, depth: u32) -> io::Result<()> {
         while let Some(o) = self.pop_open(t, depth) {
             self.prologue(t, o.end_ns)?;
-            self.duration(o.dur_ns);
+            self.duration(on_cpu(o.dur_ns, o.off));
             self.indent(o.depth);
             let unwound = if o.unwound { " (unwound)" } else { "" };
             if let Some(note) = &o.note {
@@ -341,9 +375,27 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             } else {
                 self.line.push('}');
             }
+            self.off_comment(o.dur_ns, o.off);
             self.end_line()?;
         }
         Ok(())
+    }
+
+    /// ` /* wall W, off-CPU X (blocked B, preempted P) */` for a call that
+    /// was switched out.
+    fn off_comment(&mut self, dur_ns: u64, off: Option<OffTime>) {
+        let Some(t) = off.filter(|t| t.total_ns() > 0) else {
+            return;
+        };
+        use std::fmt::Write as _;
+        let _ = write!(
+            self.line,
+            " /* wall {}, off-CPU {} (blocked {}, preempted {}) */",
+            human_duration(dur_ns),
+            human_duration(t.total_ns()),
+            human_duration(t.blocked_ns),
+            human_duration(t.preempted_ns)
+        );
     }
 
     fn pop_open(&mut self, t: u32, depth: u32) -> Option<Open> {
@@ -467,6 +519,11 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         }
         Ok(())
     }
+}
+
+/// The duration shown with off-CPU time on: wall minus off-CPU.
+fn on_cpu(dur_ns: u64, off: Option<OffTime>) -> u64 {
+    dur_ns.saturating_sub(off.map_or(0, |t| t.total_ns()))
 }
 
 fn digits(n: u64) -> usize {

@@ -22,10 +22,11 @@ use super::flame_svg::folded_svg;
 use super::folded::{Folded, FoldedBuilder, FoldedOptions, Resolve};
 use super::format::human_duration;
 use super::graph::{GraphOptions, GraphWriter};
+use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
 use super::{ok_events, shown, thread_mask, ThreadSel};
-use crate::trace::{saturating_sum, Call, Event, Trace, TraceError, TraceMeta};
+use crate::trace::{saturating_sum, Call, Event, OffInterval, Trace, TraceError, TraceMeta};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -130,6 +131,18 @@ where
         _ => Flame::Traced(FoldedBuilder::traced(meta, &fopts)),
     };
 
+    // Off-CPU time (when recorded): stacks by time switched out, and the
+    // longest stretches with the innermost call each started in.
+    let mut off_stacks = OffCpuFoldedBuilder::new(
+        meta,
+        &OffCpuFoldedOptions {
+            threads: opts.threads.clone(),
+            ..OffCpuFoldedOptions::default()
+        },
+    )
+    .ok();
+    let mut stretches = longest_stretches(meta, &mask, filtered, 10);
+
     // Pass 1: report, stacks, slowest root call.
     let mut report = ReportBuilder::new(meta, &ropts);
     let mut root: Option<Root> = None;
@@ -144,7 +157,18 @@ where
         };
         report.push(&ev);
         flame.push(&ev);
+        if let Some(b) = off_stacks.as_mut() {
+            b.push(&ev);
+        }
         if let Event::Call(c) = &ev {
+            for s in stretches.iter_mut() {
+                if s.thread == c.thread
+                    && (c.start_ns..c.end_ns()).contains(&s.iv.start_ns)
+                    && s.call.is_none_or(|(_, d)| c.depth >= d)
+                {
+                    s.call = Some((c.site, c.depth));
+                }
+            }
             if c.depth == 0
                 && shown(&mask, filtered, c.thread)
                 && root.is_none_or(|r| c.dur_ns > r.dur_ns)
@@ -160,6 +184,7 @@ where
     }
     let report = report.finish();
     let (folded, flame_kind) = flame.finish();
+    let off_stacks = off_stacks.map(|b| b.finish());
 
     // Pass 2: the top functions' calls and the slowest root's subtree (up to
     // where pass 1 stopped, if it failed).
@@ -168,7 +193,10 @@ where
         .iter()
         .map(|f| DurationsBuilder::for_sites(meta, &[f.site], opts.slowest, &opts.threads))
         .collect();
-    let gopts = GraphOptions::default();
+    let gopts = GraphOptions {
+        off_cpu: meta.off_cpu.as_ref().is_some_and(|o| o.is_available()),
+        ..GraphOptions::default()
+    };
     let mut graph = Subtree::new(meta, &gopts, root, opts.graph_calls)?;
     if !plots.is_empty() || root.is_some() {
         for ev in events() {
@@ -197,6 +225,7 @@ where
     summary(&mut page, meta, &report, &mask, filtered);
     table(&mut page, &report, opts.rows);
     flamegraph(&mut page, &folded, flame_kind, opts);
+    off_cpu_section(&mut page, meta, off_stacks.as_ref(), &stretches);
     duration_plots(
         &mut page,
         meta,
@@ -538,6 +567,35 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
     if !meta.filters.is_empty() {
         rows.push(("Filters", escape(&meta.filters)));
     }
+    if let Some(o) = &meta.off_cpu {
+        let v = if o.is_available() {
+            let (mut blocked, mut preempted) = (0u64, 0u64);
+            for t in o.threads.iter().filter(|t| sel(t.thread as usize)) {
+                let x = t.total();
+                blocked = blocked.saturating_add(x.blocked_ns);
+                preempted = preempted.saturating_add(x.preempted_ns);
+            }
+            format!(
+                "{} blocked, {} preempted{}",
+                human_duration(blocked),
+                human_duration(preempted),
+                if o.lost() > 0 {
+                    format!(
+                        ", <span class=\"bad\">{} switch records lost</span>",
+                        o.lost()
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        } else {
+            format!(
+                "<span class=\"bad\">off-CPU unavailable: {}</span>",
+                escape(o.reason())
+            )
+        };
+        rows.push(("Off-CPU", v));
+    }
     p.push_str("<section id=\"summary\"><h2>Summary</h2>\n<dl class=\"summary\">\n");
     for (k, v) in rows {
         let _ = writeln!(p, "<dt>{k}</dt><dd>{v}</dd>");
@@ -585,13 +643,21 @@ fn table(p: &mut String, report: &Report, rows: usize) {
             _ => vec![],
         })
         .collect();
-    for (key, label, ty) in cols
-        .into_iter()
-        .chain(counter_cols.iter().enumerate().map(|(k, c)| {
-            let key: &'static str = ["c0", "c1", "c2", "c3", "c4", "c5"][k.min(5)];
-            (key, c.0, "num")
-        }))
-    {
+    let has_off = report.off_cpu == Some(Ok(()));
+    let off_cols = [
+        ("oncpu", "On-CPU", "num"),
+        ("oncpuself", "On-CPU self", "num"),
+        ("offcpu", "Off-CPU", "num"),
+        ("offcpuself", "Off-CPU self", "num"),
+        ("blocked", "Blocked", "num"),
+    ];
+    let off_cols = if has_off { &off_cols[..] } else { &[] };
+    let counter_heads: Vec<(&str, &str, &str)> = counter_cols
+        .iter()
+        .enumerate()
+        .map(|(k, c)| (["c0", "c1", "c2", "c3", "c4", "c5"][k.min(5)], c.0, "num"))
+        .collect();
+    for &(key, label, ty) in cols.iter().chain(&counter_heads).chain(off_cols) {
         let sort = if key == "total" {
             " aria-sort=\"descending\""
         } else {
@@ -631,6 +697,22 @@ fn table(p: &mut String, report: &Report, rows: usize) {
                 v.to_string()
             };
             let _ = write!(p, "<td data-v=\"{v}\">{shown}</td>");
+        }
+        if has_off {
+            for v in [
+                f.on_cpu_ns(),
+                f.self_on_cpu_ns(),
+                f.off_cpu.map(|o| o.total.total_ns()),
+                f.off_cpu.map(|o| o.self_.total_ns()),
+                f.off_cpu.map(|o| o.total.blocked_ns),
+            ] {
+                match v {
+                    Some(ns) => {
+                        let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
+                    }
+                    None => p.push_str("<td data-v=\"-1\">-</td>"),
+                }
+            }
         }
         p.push_str("</tr>\n");
     }
@@ -697,6 +779,99 @@ fn flamegraph(p: &mut String, folded: &Folded, kind: &str, opts: &HtmlOptions) {
         Err(e) => {
             let _ = writeln!(p, "<p class=\"bad\">{}</p>", escape(&e.to_string()));
         }
+    }
+    p.push_str("</section>\n");
+}
+
+/// One of the longest off-CPU stretches, and the innermost traced call it
+/// started in (site, depth).
+struct Stretch {
+    thread: u32,
+    iv: OffInterval,
+    call: Option<(u32, u32)>,
+}
+
+fn longest_stretches(meta: &TraceMeta, mask: &[bool], filtered: bool, n: usize) -> Vec<Stretch> {
+    let Some(o) = meta.off_cpu.as_ref() else {
+        return Vec::new();
+    };
+    let mut all: Vec<Stretch> = o
+        .threads
+        .iter()
+        .filter(|t| shown(mask, filtered, t.thread))
+        .flat_map(|t| {
+            t.intervals.iter().map(|iv| Stretch {
+                thread: t.thread,
+                iv: *iv,
+                call: None,
+            })
+        })
+        .collect();
+    all.sort_by(|a, b| {
+        b.iv.dur_ns
+            .cmp(&a.iv.dur_ns)
+            .then(a.iv.start_ns.cmp(&b.iv.start_ns))
+    });
+    all.truncate(n);
+    all
+}
+
+/// Off-CPU time: the stacks that spent most time switched out, and the
+/// longest stretches (a second flamegraph would clash with inferno's script,
+/// which takes the page's first SVG; `fgtrace flame --offcpu` draws one).
+fn off_cpu_section(
+    p: &mut String,
+    meta: &TraceMeta,
+    stacks: Option<&(Vec<(String, u64)>, OffCpuSummary)>,
+    stretches: &[Stretch],
+) {
+    let Some(o) = &meta.off_cpu else {
+        return;
+    };
+    p.push_str("<section id=\"offcpu\"><h2>Off-CPU time</h2>\n");
+    let Some((lines, summary)) = stacks.filter(|_| o.is_available()) else {
+        let _ = writeln!(
+            p,
+            "<p class=\"bad\">off-CPU unavailable: {}</p></section>",
+            escape(o.reason())
+        );
+        return;
+    };
+    let _ = writeln!(
+        p,
+        "<p class=\"note\">Time the traced calls spent switched out: <b>blocked</b> (voluntarily: sleep, lock, I/O) \
+         or <b>preempted</b> (still runnable). {}. The whole graph: <code>fgtrace flame --offcpu</code>.</p>",
+        escape(&summary.subtitle(false))
+    );
+    let mut top: Vec<&(String, u64)> = lines.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    p.push_str("<table class=\"slowest\"><thead><tr><th>Stack (innermost last)</th><th>Off-CPU</th></tr></thead><tbody>\n");
+    for (stack, ns) in top.iter().take(20) {
+        let _ = writeln!(
+            p,
+            "<tr><td class=\"name\">{}</td><td>{}</td></tr>",
+            escape(&stack.replace(';', " > ")),
+            human_duration(*ns)
+        );
+    }
+    p.push_str("</tbody></table>\n");
+    if !stretches.is_empty() {
+        p.push_str("<h3>Longest off-CPU stretches</h3>\n<table class=\"slowest\"><thead><tr><th>Kind</th><th>Duration</th><th>Start</th><th>Thread</th><th>In call</th></tr></thead><tbody>\n");
+        for s in stretches {
+            let _ = writeln!(
+                p,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"name\">{}</td></tr>",
+                s.iv.kind.name(),
+                human_duration(s.iv.dur_ns),
+                human_duration(s.iv.start_ns),
+                escape(&meta.thread_label(s.thread)),
+                s.call
+                    .map_or("(outside traced calls)".to_string(), |(site, _)| escape(
+                        meta.site_name(site)
+                    ))
+            );
+        }
+        p.push_str("</tbody></table>\n");
     }
     p.push_str("</section>\n");
 }

@@ -21,6 +21,7 @@ pub mod graph;
 #[cfg(feature = "html")]
 pub mod html;
 pub mod lanes;
+pub mod offcpu;
 #[cfg(feature = "perfetto")]
 pub mod perfetto;
 #[cfg(feature = "plot")]
@@ -30,8 +31,8 @@ pub mod sampled;
 
 pub use graph::{write_graph, GraphOptions, GraphWriter, ThreadColumn};
 pub use report::{
-    write_report, Column, FunctionStats, FutureStats, Report, ReportBuilder, ReportOptions,
-    ReportStyle, ThreadLoss,
+    write_report, Column, FunctionStats, FutureStats, OffStats, Report, ReportBuilder,
+    ReportOptions, ReportStyle, ThreadLoss,
 };
 
 use crate::trace::{Event, TraceError, TraceMeta};

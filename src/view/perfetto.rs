@@ -17,7 +17,11 @@
 //!   annotations on the call's slice;
 //! - samples: `PerfSample` packets (pid, tid, interned callstack of
 //!   symbolized frames, root first);
-//! - losses: instant events named `LOST N records` on the thread's track.
+//! - losses: instant events named `LOST N records` on the thread's track;
+//! - off-CPU time (when recorded): a child track `off-CPU` under each
+//!   thread's track, with a `blocked` or `preempted` slice per stretch the
+//!   thread was switched out (they may start in one call and end in another,
+//!   so they get their own track).
 //!
 //! One packet sequence (`trusted_packet_sequence_id` 1) whose first packet
 //! clears the incremental state; interned data is written the first time a
@@ -254,6 +258,8 @@ pub struct PerfettoOptions {
     pub samples: bool,
     /// A track per future, with its polls.
     pub futures: bool,
+    /// An off-CPU track under each thread (when the trace has off-CPU time).
+    pub off_cpu: bool,
 }
 
 impl Default for PerfettoOptions {
@@ -262,6 +268,7 @@ impl Default for PerfettoOptions {
             threads: Vec::new(),
             samples: true,
             futures: true,
+            off_cpu: true,
         }
     }
 }
@@ -278,6 +285,8 @@ pub struct PerfettoStats {
     pub samples: u64,
     pub losses: u64,
     pub counter_values: u64,
+    /// Off-CPU slices.
+    pub off_cpu: u64,
     pub packets: u64,
     pub bytes: u64,
 }
@@ -292,6 +301,10 @@ fn thread_uuid(t: u32) -> u64 {
 
 fn counter_uuid(t: u32, k: usize) -> u64 {
     0x2_0000_0000 + ((t as u64) << 8) + k as u64
+}
+
+fn off_cpu_uuid(t: u32) -> u64 {
+    0x3_0000_0000 + t as u64
 }
 
 fn future_uuid(n: u64) -> u64 {
@@ -382,6 +395,57 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         for t in 0..m.threads.len() as u32 {
             if shown(&self.mask, !self.opts.threads.is_empty(), t) {
                 self.thread(t)?;
+            }
+        }
+        if self.opts.off_cpu {
+            self.off_cpu()?;
+        }
+        Ok(())
+    }
+
+    /// Each thread's off-CPU stretches, on a track under the thread's.
+    fn off_cpu(&mut self) -> io::Result<()> {
+        let Some(o) = self.meta.off_cpu.as_ref() else {
+            return Ok(());
+        };
+        for th in &o.threads {
+            let t = th.thread;
+            if !shown(&self.mask, !self.opts.threads.is_empty(), t)
+                || t as usize >= self.meta.threads.len()
+            {
+                continue;
+            }
+            self.packet(TracePacket {
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(off_cpu_uuid(t)),
+                    parent_uuid: Some(thread_uuid(t)),
+                    name: Some("off-CPU".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })?;
+            for iv in &th.intervals {
+                for (ts, ty) in [
+                    (iv.start_ns, TYPE_SLICE_BEGIN),
+                    (iv.end_ns(), TYPE_SLICE_END),
+                ] {
+                    self.packet(TracePacket {
+                        timestamp: Some(ts),
+                        track_event: Some(TrackEvent {
+                            r#type: Some(ty),
+                            track_uuid: Some(off_cpu_uuid(t)),
+                            name: (ty == TYPE_SLICE_BEGIN).then(|| iv.kind.name().to_string()),
+                            categories: if ty == TYPE_SLICE_BEGIN {
+                                vec!["off-cpu".into()]
+                            } else {
+                                Vec::new()
+                            },
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })?;
+                }
+                self.stats.off_cpu += 1;
             }
         }
         Ok(())

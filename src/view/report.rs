@@ -11,7 +11,7 @@
 
 use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, FutureSpan, Lost, Trace, TraceError, TraceMeta};
+use crate::trace::{Call, Event, FutureSpan, Lost, OffTime, Trace, TraceError, TraceMeta};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,6 +33,10 @@ pub enum Column {
     P99,
     /// s², the sample variance.
     Variance,
+    /// On-CPU total time (inclusive time minus off-CPU time).
+    OnCpu,
+    /// Off-CPU total time (switched out: blocked or preempted).
+    OffCpu,
     Name,
 }
 
@@ -49,10 +53,12 @@ impl FromStr for Column {
             "p50" | "median" => Column::P50,
             "p99" => Column::P99,
             "s2" | "s^2" | "var" | "variance" => Column::Variance,
+            "oncpu" | "on-cpu" => Column::OnCpu,
+            "offcpu" | "off-cpu" => Column::OffCpu,
             "name" | "func" | "function" => Column::Name,
             _ => {
                 return Err(format!(
-                "unknown sort column `{s}` (calls, total, self, avg, min, max, p50, p99, s2, name)"
+                "unknown sort column `{s}` (calls, total, self, avg, min, max, p50, p99, s2, oncpu, offcpu, name)"
             ))
             }
         })
@@ -109,6 +115,18 @@ pub struct FunctionStats {
     pub counters: Vec<u64>,
     /// The same, minus the recorded children's: the function's own.
     pub self_counters: Vec<u64>,
+    /// Off-CPU time of the calls, where the trace has it for every thread
+    /// they ran on (else `None`: never zeros that look real).
+    pub off_cpu: Option<OffStats>,
+}
+
+/// A function's off-CPU time: inclusive (`total`) and its own (`self_`,
+/// minus what its recorded children spent off the CPU). On-CPU time is the
+/// duration minus these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OffStats {
+    pub total: OffTime,
+    pub self_: OffTime,
 }
 
 /// One async fn's whole futures (first poll to completion); durations in nanoseconds.
@@ -160,6 +178,9 @@ pub struct Report {
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
     pub counter_names: Vec<String>,
+    /// Whether the rows have off-CPU time: `Ok(())`, or why not
+    /// (`None`: the trace was recorded without it).
+    pub off_cpu: Option<Result<(), String>>,
 }
 
 /// Log-linear histogram for percentiles in bounded memory: values below 128 ns
@@ -284,6 +305,9 @@ struct SiteAcc {
     unwound: u64,
     counters: Vec<u64>,
     self_counters: Vec<u64>,
+    off: OffStats,
+    /// A call ran on a thread without off-CPU data.
+    off_missing: bool,
 }
 
 #[derive(Default)]
@@ -302,6 +326,8 @@ struct Open {
     /// Its counters (empty until its `Counters` event), and its children's.
     counters: Vec<u64>,
     children_counters: Vec<u64>,
+    off: OffTime,
+    children_off: OffTime,
 }
 
 /// `a[i] += b[i]`, growing `a` as needed.
@@ -390,8 +416,13 @@ impl<'a> ReportBuilder<'a> {
         let stack = grow(&mut self.stacks, c.thread as usize);
         // The nearest open call above is the parent (or, past a loss, an ancestor,
         // whose time includes this call all the same).
+        let off = match self.meta.off_cpu.as_ref().filter(|o| o.is_available()) {
+            Some(o) => o.within(c.thread, c.start_ns, c.end_ns()),
+            None => Some(OffTime::default()),
+        };
         if let Some(parent) = stack.last_mut() {
             parent.children_ns = parent.children_ns.saturating_add(c.dur_ns);
+            parent.children_off.add(off.unwrap_or_default());
         }
         stack.push(Open {
             site: c.site,
@@ -400,9 +431,13 @@ impl<'a> ReportBuilder<'a> {
             children_ns: 0,
             counters: Vec::new(),
             children_counters: Vec::new(),
+            off: off.unwrap_or_default(),
+            children_off: OffTime::default(),
         });
         *grow(&mut self.counters_due, c.thread as usize) = true;
         let s = grow(&mut self.sites, c.site as usize);
+        s.off.total.add(off.unwrap_or_default());
+        s.off_missing |= off.is_none();
         s.d.add(c.dur_ns);
         s.unwound += c.unwound() as u64;
         *grow(&mut self.active, c.thread as usize) = true;
@@ -450,6 +485,9 @@ impl<'a> ReportBuilder<'a> {
                     .collect();
                 add_all(&mut s.self_counters, &own);
             }
+            let mut own = o.off;
+            own.sub(o.children_off);
+            s.off.self_.add(own);
         }
     }
 
@@ -459,6 +497,14 @@ impl<'a> ReportBuilder<'a> {
             self.pop_to(t as u32, 0);
         }
         let meta = self.meta;
+        let off_cpu = meta.off_cpu.as_ref().map(|o| {
+            if o.is_available() {
+                Ok(())
+            } else {
+                Err(o.reason().to_string())
+            }
+        });
+        let has_off = off_cpu == Some(Ok(()));
         let mut functions: Vec<FunctionStats> = self
             .sites
             .iter()
@@ -479,6 +525,7 @@ impl<'a> ReportBuilder<'a> {
                 unwound: s.unwound,
                 counters: padded(&s.counters, meta.counters.len()),
                 self_counters: padded(&s.self_counters, meta.counters.len()),
+                off_cpu: (has_off && !s.off_missing).then_some(s.off),
             })
             .collect();
         let mut futures: Vec<FutureStats> = self
@@ -544,6 +591,7 @@ impl<'a> ReportBuilder<'a> {
             functions,
             futures,
             counter_names: meta.counters.clone(),
+            off_cpu,
         }
     }
 }
@@ -597,8 +645,22 @@ impl FunctionStats {
             Column::P50 => self.p50_ns as f64,
             Column::P99 => self.p99_ns as f64,
             Column::Variance => self.variance_ns2,
+            Column::OnCpu => self.on_cpu_ns().map_or(-1.0, |v| v as f64),
+            Column::OffCpu => self.off_cpu.map_or(-1.0, |o| o.total.total_ns() as f64),
             Column::Name => return Key::Name(&self.name),
         })
+    }
+
+    /// Inclusive time on a CPU: total minus off-CPU time.
+    pub fn on_cpu_ns(&self) -> Option<u64> {
+        self.off_cpu
+            .map(|o| self.total_ns.saturating_sub(o.total.total_ns()))
+    }
+
+    /// Own time on a CPU: self time minus own off-CPU time.
+    pub fn self_on_cpu_ns(&self) -> Option<u64> {
+        self.off_cpu
+            .map(|o| self.self_ns.saturating_sub(o.self_.total_ns()))
     }
 }
 
@@ -614,6 +676,7 @@ impl FutureStats {
             Column::P50 => self.p50_ns as f64,
             Column::P99 => self.p99_ns as f64,
             Column::Variance => self.variance_ns2,
+            Column::OnCpu | Column::OffCpu => -1.0,
             Column::Name => return Key::Name(&self.name),
         })
     }
@@ -724,6 +787,19 @@ impl Report {
         for l in &self.loss_lines {
             let _ = writeln!(out, "# {l}");
         }
+        let has_off = self.off_cpu == Some(Ok(()));
+        match &self.off_cpu {
+            Some(Ok(())) => {
+                let _ = writeln!(
+                    out,
+                    "# off-CPU: time switched out (blocked: voluntarily; the rest preempted); on-CPU = time - off-CPU"
+                );
+            }
+            Some(Err(why)) => {
+                let _ = writeln!(out, "# off-CPU unavailable: {why}");
+            }
+            None => {}
+        }
         let _ = writeln!(out, "#");
         let mut headers = vec![
             "Calls".to_string(),
@@ -739,6 +815,18 @@ impl Report {
         // Counter columns: (index, self?) per column shown.
         let ccols = self.counter_columns();
         headers.extend(ccols.iter().map(|c| c.0.clone()));
+        if has_off {
+            headers.extend(
+                [
+                    "On-CPU total",
+                    "On-CPU self",
+                    "Off-CPU total",
+                    "Off-CPU self",
+                    "Blocked",
+                ]
+                .map(String::from),
+            );
+        }
         let rows: Vec<_> = self
             .functions
             .iter()
@@ -757,6 +845,18 @@ impl Report {
                 for (_, i, own) in &ccols {
                     let v = if *own { &f.self_counters } else { &f.counters };
                     cells.push(v.get(*i).copied().unwrap_or(0).to_string());
+                }
+                if has_off {
+                    // A function that also ran on a thread without off-CPU
+                    // data shows `-`, not a zero that looks measured.
+                    let t = |v: Option<u64>| v.map_or("-".to_string(), uftrace_time);
+                    cells.extend([
+                        t(f.on_cpu_ns()),
+                        t(f.self_on_cpu_ns()),
+                        t(f.off_cpu.map(|o| o.total.total_ns())),
+                        t(f.off_cpu.map(|o| o.self_.total_ns())),
+                        t(f.off_cpu.map(|o| o.total.blocked_ns)),
+                    ]);
                 }
                 (cells, f.name.clone())
             })

@@ -1,0 +1,231 @@
+//! `fgtrace record --pid`, `fgtrace ctl`, `fgtrace ps`: a running process's
+//! control endpoint (`fgtrace::control`), one library call each.
+
+use fgtrace::config::parse_duration;
+use fgtrace::control::{self, Client, ControlError, Settings};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Session settings sent to the target (the `FGTRACE_*` variables' values).
+#[derive(clap::Args, Clone, Default)]
+pub struct SessionArgs {
+    /// Also sample stacks: timer:HZ, wall:HZ or a perf event (cycles:100000).
+    #[arg(long)]
+    sample: Option<String>,
+    /// Record only these functions (globs; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    filter: Vec<String>,
+    /// Never record these functions.
+    #[arg(long, value_delimiter = ',')]
+    exclude: Vec<String>,
+    /// Record only inside these functions.
+    #[arg(long = "graph-function", value_delimiter = ',')]
+    graph_function: Vec<String>,
+    /// Hide these functions and everything they call.
+    #[arg(long, value_delimiter = ',')]
+    notrace: Vec<String>,
+    /// Only calls at depth < N.
+    #[arg(long, short = 'D')]
+    depth: Option<u32>,
+    /// Only calls lasting at least this long (10us, 1.5ms).
+    #[arg(long)]
+    threshold: Option<String>,
+}
+
+impl SessionArgs {
+    fn settings(&self, mode: Option<String>, duration_ms: Option<u64>) -> Settings {
+        Settings {
+            duration_ms,
+            mode,
+            sample: self.sample.clone(),
+            filter: self.filter.clone(),
+            exclude: self.exclude.clone(),
+            graph_function: self.graph_function.clone(),
+            notrace: self.notrace.clone(),
+            depth: self.depth,
+            threshold: self.threshold.clone(),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RecordArgs {
+    /// The process to record (it listens: FGTRACE_CONTROL=1 or fgtrace::control::listen()).
+    #[arg(long, short = 'p')]
+    pid: u32,
+    /// How long to record (2s, 500ms); without it, until Ctrl-C.
+    #[arg(long, short = 'd')]
+    duration: Option<String>,
+    /// Keep only the last N calls per thread (a flight recorder) instead of every call.
+    #[arg(long)]
+    flight: Option<usize>,
+    #[command(flatten)]
+    session: SessionArgs,
+    /// Where to write the trace (default: fgtrace-PID.fgt).
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct CtlArgs {
+    /// The process to control.
+    pid: u32,
+    #[command(subcommand)]
+    action: CtlAction,
+}
+
+#[derive(clap::Subcommand)]
+enum CtlAction {
+    /// The process, its fgtrace session, the endpoint.
+    Status,
+    /// Start a session that runs until `stop`: a flight recorder (--flight N, default 65536 calls per thread) or --stream.
+    Start {
+        /// Calls kept per thread.
+        #[arg(long, conflicts_with = "stream")]
+        flight: Option<usize>,
+        /// Keep every call (the trace comes at `stop`).
+        #[arg(long)]
+        stream: bool,
+        #[command(flatten)]
+        session: SessionArgs,
+    },
+    /// Stop the session `start` began and write its trace.
+    Stop {
+        /// Where to write the trace (default: fgtrace-PID.fgt).
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
+    },
+    /// Write the running flight recorder's last calls per thread, without stopping it.
+    Dump {
+        /// Where to write the trace (default: fgtrace-PID-dump.fgt).
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
+    },
+}
+
+fn err(e: ControlError) -> Option<String> {
+    Some(e.to_string())
+}
+
+/// Writes a received trace and says what it holds (on stderr).
+fn save(received: control::client::Received, path: &Path) -> Result<(), Option<String>> {
+    std::fs::write(path, &received.bytes)
+        .map_err(|e| Some(format!("cannot write {}: {e}", path.display())))?;
+    let summary = match fgtrace::Trace::read_from(&received.bytes[..]) {
+        Ok(t) => {
+            let m = t.meta();
+            format!(
+                "{} calls of {} functions in {} threads, {} lost, {} samples",
+                m.total_calls(),
+                m.sites.len(),
+                m.threads.len(),
+                m.total_lost(),
+                m.total_samples()
+            )
+        }
+        Err(e) => return Err(Some(format!("the target sent a damaged trace: {e}"))),
+    };
+    eprintln!(
+        "fgtrace: wrote {} ({summary}; {})",
+        path.display(),
+        received.note
+    );
+    Ok(())
+}
+
+pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
+    let duration_ms = match &a.duration {
+        Some(d) => Some(parse_duration(d).map_err(|e| Some(format!("--duration: {e}")))?),
+        None => None,
+    }
+    .map(|d| d.as_millis() as u64);
+    let mode = a.flight.map(|n| format!("flight:{n}"));
+    let settings = a.session.settings(mode, duration_ms);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+        .map_err(|e| Some(format!("cannot catch Ctrl-C: {e}")))?;
+    let pid = a.pid;
+    let received = Client::connect(pid)
+        .and_then(|c| {
+            c.record(settings, &stop, || match duration_ms {
+                Some(ms) => {
+                    eprintln!("fgtrace: recording pid {pid} for {ms} ms (Ctrl-C stops sooner)")
+                }
+                None => eprintln!("fgtrace: recording pid {pid} until Ctrl-C"),
+            })
+        })
+        .map_err(err)?;
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{pid}.fgt")));
+    save(received, &out)
+}
+
+pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
+    let client = Client::connect(a.pid).map_err(err)?;
+    match &a.action {
+        CtlAction::Status => {
+            let s = client.status().map_err(err)?;
+            println!("pid:      {}", s.pid);
+            println!("program:  {}", s.program);
+            println!("session:  {}", s.session);
+            if let Some(m) = &s.mode {
+                println!("mode:     {m}");
+                println!("threads:  {}", s.threads);
+            }
+            println!("fgtrace:  {} (protocol {})", s.fgtrace, s.protocol);
+            Ok(())
+        }
+        CtlAction::Start {
+            flight,
+            stream,
+            session,
+        } => {
+            let mode = if *stream {
+                Some("stream".to_string())
+            } else {
+                flight.map(|n| format!("flight:{n}"))
+            };
+            client.start(session.settings(mode, None)).map_err(err)?;
+            eprintln!(
+                "fgtrace: pid {} records (fgtrace ctl {} dump|stop)",
+                a.pid, a.pid
+            );
+            Ok(())
+        }
+        CtlAction::Stop { output } => {
+            let r = client.stop().map_err(err)?;
+            let out = output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{}.fgt", a.pid)));
+            save(r, &out)
+        }
+        CtlAction::Dump { output } => {
+            let r = client.dump().map_err(err)?;
+            let out = output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{}-dump.fgt", a.pid)));
+            save(r, &out)
+        }
+    }
+}
+
+pub fn ps() -> Result<(), Option<String>> {
+    println!("{:>8}  {:<11} {:<14} PROGRAM", "PID", "SESSION", "MODE");
+    for p in control::client::list() {
+        match p.status {
+            Ok(s) => println!(
+                "{:>8}  {:<11} {:<14} {}",
+                p.pid,
+                s.session,
+                s.mode.as_deref().unwrap_or("-"),
+                s.program
+            ),
+            Err(e) => println!("{:>8}  {:<11} {:<14} ({e})", p.pid, "?", "-"),
+        }
+    }
+    Ok(())
+}

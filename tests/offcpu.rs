@@ -1,0 +1,238 @@
+//! Off-CPU time per call (issue 14), recorded by a session: the intervals a
+//! thread spent switched out, blocked or preempted, and what each call gets.
+//!
+//! The truth each test compares with is measured beside the traced call:
+//! the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) across the call is its
+//! on-CPU time, wall time minus that its off-CPU time. So the tolerances
+//! only need to cover the clocks' disagreement, not the machine's load.
+
+#[path = "support/cpu.rs"]
+mod cpu;
+#[path = "support/tools.rs"]
+mod tools;
+
+use cpu::{close, compute, measured};
+use fgtrace::trace::{OffCpu, Trace};
+use fgtrace::Config;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[fgtrace::traced]
+fn compute_then_sleep() -> u64 {
+    let x = compute(Duration::from_millis(10));
+    std::thread::sleep(Duration::from_millis(10));
+    x
+}
+
+#[fgtrace::traced]
+fn compute_only() -> u64 {
+    compute(Duration::from_millis(10))
+}
+
+/// The off-CPU data of a trace, or a visible skip (failure under
+/// `FGTRACE_REQUIRE_TOOLS=1`) naming why the kernel refused.
+fn off_cpu_of<'a>(t: &'a Trace, test: &str) -> Option<&'a OffCpu> {
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("off_cpu was asked for: the trace must say");
+    if !o.is_available() {
+        return tools::missing(test, &format!("off-CPU unavailable: {}", o.reason()));
+    }
+    Some(o)
+}
+
+/// (on-CPU ns, off-CPU blocked ns, preempted ns) of the one call of `name`.
+fn call_of(t: &Trace, o: &OffCpu, name: &str) -> (u64, u64, u64) {
+    let calls: Vec<_> = t
+        .calls()
+        .filter(|c| t.meta().site_name(c.site) == name)
+        .collect();
+    assert_eq!(calls.len(), 1, "{name}: {calls:?}");
+    let c = calls[0];
+    let off = t
+        .off_cpu_of(&c)
+        .expect("the calling thread has off-CPU data");
+    assert_eq!(o.within(c.thread, c.start_ns, c.end_ns()), Some(off));
+    (c.dur_ns - off.total_ns(), off.blocked_ns, off.preempted_ns)
+}
+
+#[test]
+fn compute_then_sleep_splits_into_on_and_off_cpu() {
+    let _s = serial();
+    let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    let (_, truth) = measured(compute_then_sleep);
+    let t = session.stop().unwrap();
+    let Some(o) = off_cpu_of(&t, "compute_then_sleep_splits_into_on_and_off_cpu") else {
+        return;
+    };
+    let (on, blocked, preempted) = call_of(&t, o, "compute_then_sleep");
+    let off = blocked + preempted;
+    let (true_on, true_off) = (truth.cpu, truth.off());
+    eprintln!(
+        "compute_then_sleep: on {on} ns (truth {true_on}), off {off} ns (truth {true_off}): blocked {blocked}, preempted {preempted}"
+    );
+    // About 10 ms each way; a broken feature reports 0 or double.
+    assert!(
+        close(on, true_on, 0.15, 1_000_000),
+        "on-CPU {on} vs {true_on}"
+    );
+    assert!(
+        close(off, true_off, 0.15, 1_000_000),
+        "off-CPU {off} vs {true_off}"
+    );
+    assert!(
+        blocked >= 9_000_000 && blocked <= off,
+        "a 10 ms sleep (and the wait to run again once woken, long on a loaded machine) is blocked time: {blocked} ns"
+    );
+}
+
+#[test]
+fn compute_only_is_almost_never_off_cpu() {
+    let _s = serial();
+    let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    let (_, truth) = measured(compute_only);
+    let t = session.stop().unwrap();
+    let Some(o) = off_cpu_of(&t, "compute_only_is_almost_never_off_cpu") else {
+        return;
+    };
+    let (on, blocked, preempted) = call_of(&t, o, "compute_only");
+    let (true_on, true_off) = (truth.cpu, truth.off());
+    eprintln!("compute_only: on {on} (truth {true_on}), blocked {blocked}, preempted {preempted} (truth off {true_off})");
+    assert!(
+        close(on, true_on, 0.15, 1_000_000),
+        "on-CPU {on} vs {true_on}"
+    );
+    // Never blocks; preempted only as long as the machine's load says.
+    assert!(blocked < 500_000, "compute blocked for {blocked} ns");
+    assert!(
+        close(preempted, true_off, 0.15, 1_000_000),
+        "preempted {preempted} vs {true_off}"
+    );
+}
+
+#[fgtrace::traced]
+fn hold_lock(m: &Mutex<u64>, locked: std::sync::mpsc::Sender<()>) {
+    let mut g = m.lock().unwrap();
+    locked.send(()).unwrap();
+    *g = g.wrapping_add(compute(Duration::from_millis(15)));
+}
+
+#[fgtrace::traced]
+fn wait_for_lock(m: &Mutex<u64>) {
+    *m.lock().unwrap() += 1;
+}
+
+#[test]
+fn mutex_contention_is_blocked_time_of_the_waiter_only() {
+    let _s = serial();
+    let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    let m = Arc::new(Mutex::new(0u64));
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = {
+        let m = m.clone();
+        std::thread::Builder::new()
+            .name("holder".into())
+            .spawn(move || hold_lock(&m, locked_tx))
+            .unwrap()
+    };
+    locked_rx.recv().unwrap();
+    let (_, truth) = measured(|| wait_for_lock(&m));
+    holder.join().unwrap();
+    let t = session.stop().unwrap();
+    let Some(o) = off_cpu_of(&t, "mutex_contention_is_blocked_time_of_the_waiter_only") else {
+        return;
+    };
+    let (_, w_blocked, _) = call_of(&t, o, "wait_for_lock");
+    let (_, h_blocked, _) = call_of(&t, o, "hold_lock");
+    let true_off = truth.off();
+    eprintln!(
+        "waiter blocked {w_blocked} ns (truth off {true_off}), holder blocked {h_blocked} ns"
+    );
+    assert!(
+        w_blocked > 5_000_000,
+        "the waiter waited about 15 ms: {w_blocked} ns"
+    );
+    assert!(
+        close(w_blocked, true_off, 0.15, 1_000_000),
+        "{w_blocked} vs {true_off}"
+    );
+    assert!(
+        h_blocked < 500_000,
+        "the holder never waits: {h_blocked} ns"
+    );
+}
+
+#[test]
+fn off_cpu_survives_a_file_round_trip() {
+    let _s = serial();
+    let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    compute_then_sleep();
+    let t = session.stop().unwrap();
+    let mut bytes = Vec::new();
+    t.write_to(&mut bytes).unwrap();
+    let back = Trace::read_from(&bytes[..]).unwrap();
+    assert_eq!(back.meta().off_cpu, t.meta().off_cpu);
+    assert!(t.meta().off_cpu.is_some());
+}
+
+#[test]
+fn without_off_cpu_the_trace_says_nothing_about_it() {
+    let _s = serial();
+    let session = fgtrace::Session::start(Config::builtin()).unwrap();
+    compute_only();
+    let t = session.stop().unwrap();
+    assert_eq!(t.meta().off_cpu, None);
+}
+
+#[fgtrace::traced]
+fn short_nap() {
+    std::thread::sleep(Duration::from_millis(1));
+}
+
+/// Many short-lived threads, each with its own ring (rings of exited threads
+/// are read and freed as the session goes on): every thread's sleep is
+/// there, in flight-recorder mode too.
+#[test]
+fn every_thread_of_many_short_lived_ones_has_its_blocked_time() {
+    let _s = serial();
+    for cfg in [
+        Config::builtin().off_cpu(true),
+        Config::builtin().off_cpu(true).flight_recorder(1024),
+    ] {
+        let session = fgtrace::Session::start(cfg).unwrap();
+        for round in 0..4 {
+            let hs: Vec<_> = (0..10).map(|_| std::thread::spawn(short_nap)).collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            if round == 1 {
+                // Past the reader's check for exited threads (every 100 ms).
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        }
+        let t = session.stop().unwrap();
+        let Some(o) = off_cpu_of(
+            &t,
+            "every_thread_of_many_short_lived_ones_has_its_blocked_time",
+        ) else {
+            return;
+        };
+        let naps: Vec<_> = t.calls().collect();
+        assert_eq!(naps.len(), 40);
+        for c in naps {
+            let off = o
+                .within(c.thread, c.start_ns, c.end_ns())
+                .expect("every thread recorded");
+            assert!(off.blocked_ns >= 900_000, "a 1 ms sleep: {off:?}");
+        }
+        assert_eq!(o.lost(), 0);
+    }
+}

@@ -1,0 +1,89 @@
+//! The refusal path of off-CPU time (issue 14), forced:
+//! `FGTRACE_OFFCPU=unavailable` makes every `perf_event_open` of a switch
+//! ring fail, as a seccomp filter or `perf_event_paranoid` 3 would. Sessions
+//! still record calls, the trace says why off-CPU time is missing, queries
+//! return `None` and assertions are SKIPPED with the reason, never passed.
+//! (A binary of its own: the variable is process-wide.)
+
+use fgtrace::testing::{budget, CounterCheck, Options};
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+fn force_refusal() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| std::env::set_var("FGTRACE_OFFCPU", "unavailable"));
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[fgtrace::traced]
+fn nap() {
+    std::thread::sleep(Duration::from_millis(2));
+}
+
+#[test]
+fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
+    force_refusal();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let session = fgtrace::Session::start(fgtrace::Config::default()).unwrap();
+    nap();
+    std::thread::spawn(nap).join().unwrap();
+    let t = session.stop().unwrap();
+    assert_eq!(t.calls().count(), 2, "calls are recorded all the same");
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("FGTRACE_OFFCPU asked for it");
+    assert!(!o.is_available());
+    assert!(o.threads.is_empty(), "no zeros that look measured");
+    assert!(
+        o.reason().contains("FGTRACE_OFFCPU=unavailable"),
+        "{}",
+        o.reason()
+    );
+    // And the file keeps saying so.
+    let mut bytes = Vec::new();
+    t.write_to(&mut bytes).unwrap();
+    let back = fgtrace::Trace::read_from(&bytes[..]).unwrap();
+    assert_eq!(back.meta().off_cpu, t.meta().off_cpu);
+    let mut report = Vec::new();
+    t.write_report(&Default::default(), &mut report).unwrap();
+    let report = String::from_utf8(report).unwrap();
+    assert!(
+        report.contains("# off-CPU unavailable: perf_event_open("),
+        "{report}"
+    );
+}
+
+#[test]
+fn capture_queries_are_none_and_assertions_skip_with_the_reason() {
+    force_refusal();
+    let cap = Options::new().off_cpu(true).capture(nap);
+    assert_eq!(cap.calls("nap"), 1);
+    let why = cap.off_cpu_unavailable().expect("refused").to_string();
+    assert!(why.contains("FGTRACE_OFFCPU=unavailable"), "{why}");
+    assert_eq!(cap.off_cpu("nap"), None);
+    assert_eq!(cap.blocked("nap"), None);
+    assert_eq!(cap.on_cpu("nap"), None);
+    // `nap` blocks: were off-CPU time measured, this would fail. Skipped.
+    match cap.assert_no_blocking("nap") {
+        CounterCheck::Skipped(r) => {
+            assert!(r.contains("off-CPU unavailable") && r.contains(&why), "{r}")
+        }
+        CounterCheck::Passed => panic!("a refused check must not pass"),
+    }
+    assert!(!cap.assert_off_cpu("nap", Duration::ZERO).passed());
+}
+
+/// Would fail if measured (`nap` sleeps 2 ms).
+#[budget(nap(blocked = "0ns", off_cpu = "1us"))]
+fn napping_without_blocking() {
+    nap();
+}
+
+#[test]
+fn a_budget_on_blocking_is_skipped_not_failed() {
+    force_refusal();
+    napping_without_blocking();
+}
