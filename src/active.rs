@@ -22,6 +22,8 @@ pub(crate) struct Active {
     pub threshold_ticks: u64,
     /// Stacks are sampled too: threads register with the sampler on first use.
     pub sampling: bool,
+    /// A per-call hardware counter each thread opens on itself at join.
+    pub counter: Option<crate::pmu::Counter>,
     /// Off-CPU time is recorded: threads open their switch ring on first use.
     #[cfg(target_os = "linux")]
     pub off_cpu: Option<Arc<crate::offcpu::Recorder>>,

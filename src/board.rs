@@ -186,6 +186,7 @@ impl BoardSession {
                 RecordMode::Stream
             },
             filters: String::new(),
+            counters: Vec::new(),
         };
         let sites = self.sites;
         let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());

@@ -34,6 +34,9 @@ pub enum Error {
     Collector(String),
     /// Sampling could not start (the kernel refused perf_event, ...).
     Sampler(String),
+    /// A per-call hardware counter of `Config::counters` cannot be recorded
+    /// (no PMU, not permitted, ...): the message names it.
+    Counters(String),
     /// The output file (`Config::output`) could not be created or written.
     Output(String),
     /// Off-CPU time was required (`FGTRACE_OFFCPU=required`) and the
@@ -50,6 +53,7 @@ impl fmt::Display for Error {
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
+            Error::Counters(e) => write!(f, "fgtrace: {e}"),
             Error::Output(e) => write!(f, "fgtrace trace file: {e}"),
             Error::OffCpu(e) => write!(f, "fgtrace cannot record off-CPU time: {e}"),
         }
@@ -214,6 +218,8 @@ impl Session {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
+        // [issue 17] per-call hardware counters: fail early, naming the counter.
+        crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
         // ---- issue 15: a session the control endpoint runs in the
         // background (an always-on flight recorder) makes way for the
         // program's own; the panic hook of `Config::dump_on_panic`.
@@ -284,6 +290,7 @@ impl Session {
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
             sampling: config.sampling.is_some(),
+            counter: config.counters.first().copied(),
             #[cfg(target_os = "linux")]
             off_cpu: off_cpu.clone(),
             outlet: Arc::new(Outlet {
@@ -522,6 +529,13 @@ fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
         duration_ns: cal.ns(end_ticks),
         mode: config.mode,
         filters: config.describe(),
+        // [issue 17] per-call figures beside each call (extension records):
+        // allocations when the counting allocator is installed, then the
+        // session's counter.
+        counters: crate::trace::build::counter_names(
+            fgtrace_core::alloc::installed(),
+            config.counters.iter().map(|c| c.name()),
+        ),
         ..TraceMeta::default()
     }
 }

@@ -44,6 +44,8 @@ pub struct Config {
     pub(crate) graph_functions: Vec<String>,
     pub(crate) notrace: Vec<String>,
     pub(crate) sampling: Option<crate::sampling::Sampling>,
+    /// Per-call hardware counters asked for (`Config::counters`).
+    pub(crate) counters: Vec<crate::pmu::Counter>,
     /// Write the trace file here while recording.
     pub(crate) output: Option<std::path::PathBuf>,
     /// Off-CPU time per call (context-switch records, see `offcpu`).
@@ -109,6 +111,7 @@ impl Config {
             graph_functions: Vec::new(),
             notrace: Vec::new(),
             sampling: None,
+            counters: Vec::new(),
             output: None,
             off_cpu: false,
             errors: Vec::new(),
@@ -292,6 +295,17 @@ impl Config {
         self.graph_functions = patterns.into_iter().map(Into::into).collect();
         self
     }
+    /// A per-call counter, as uftrace's `read:pmu-*`:
+    /// `.counters([Counter::Instructions])`. Each call's delta (entry to exit,
+    /// callees included) is recorded beside it. `Session::start` fails with
+    /// an error naming the counter where it cannot be counted (no PMU: most
+    /// VMs, containers and CI runners), never zeros; and, for now, when more
+    /// than one counter is asked for.
+    pub fn counters(mut self, counters: impl IntoIterator<Item = crate::pmu::Counter>) -> Self {
+        self.counters = counters.into_iter().collect();
+        self
+    }
+
     /// Also sample stacks (see [`crate::sampler`]): `Sampling::timer(999)`,
     /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
     pub fn sampling(mut self, s: crate::sampling::Sampling) -> Self {

@@ -20,6 +20,7 @@
 //! | the `fgtrace` command | `fgtrace-cli` | |
 
 mod active;
+pub mod alloc;
 pub mod buffer;
 pub mod clock;
 pub mod collector;
@@ -28,6 +29,7 @@ pub mod control;
 mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;
+pub mod pmu;
 mod recorder;
 pub mod snapshot;
 mod thread;
@@ -58,6 +60,7 @@ pub mod sampler {
     pub use crate::sampling::*;
 }
 pub use config::Config;
+pub use pmu::Counter;
 pub use trace::{Call, Event, Trace, TraceMeta};
 
 pub use fgtrace_core as core;

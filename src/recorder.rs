@@ -9,9 +9,9 @@
 
 use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
-#[cfg(feature = "testing")]
 use fgtrace_core::probe::Counter;
 use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
+use fgtrace_core::record::AllocCounts;
 use fgtrace_core::site::{Decision, Site};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -50,6 +50,89 @@ unsafe fn free_frames(frames: *mut Frame, n: u32) {
     }
 }
 
+/// Allocation figures beside a shadow stack of `n` frames, when the counting
+/// allocator is installed (`fgtrace::alloc::Counting`); null otherwise.
+fn alloc_counts(n: u32) -> *mut AllocCounts {
+    if !fgtrace_core::alloc::installed() {
+        return ptr::null_mut();
+    }
+    Box::into_raw(vec![AllocCounts::ZERO; n as usize].into_boxed_slice()) as *mut AllocCounts
+}
+
+/// # Safety
+/// `a` came from `alloc_counts(n)`.
+unsafe fn free_alloc_counts(a: *mut AllocCounts, n: u32) {
+    if !a.is_null() {
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(a, n as usize)));
+    }
+}
+
+/// The calling thread's own per-call counter for sessions with
+/// `Config::counters`: opened at its first join into such a session, kept
+/// for the thread's life (captures and later sessions reuse it).
+struct SessionCounter {
+    which: crate::pmu::Counter,
+    _open: crate::pmu::SelfCounter,
+    core: Box<Counter>,
+}
+
+impl Drop for SessionCounter {
+    fn drop(&mut self) {
+        // The thread is exiting: no probe of it may read the counter after
+        // its fd closes.
+        let me: *const Counter = &*self.core;
+        // SAFETY: this thread's state, outside any probe (TLS teardown).
+        unsafe {
+            core_probe::with_thread_state(|st| {
+                if st.counter == me {
+                    st.counter = ptr::null();
+                    st.gen = core_probe::GEN_DEAD;
+                }
+            })
+        };
+    }
+}
+
+std::thread_local! {
+    static SESSION_COUNTER: std::cell::RefCell<Option<SessionCounter>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`crate::pmu::read_self`] as the core's [`Counter`] calls it.
+unsafe fn read_session_counter(c: &Counter) -> u64 {
+    crate::pmu::read_self(c.page, c.fd)
+}
+
+unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+    f()
+}
+
+/// This thread's counter `which` for the core, opened if needed; null when
+/// it cannot be opened here (the thread's calls then carry no delta).
+fn session_counter(which: crate::pmu::Counter) -> *const Counter {
+    SESSION_COUNTER
+        .try_with(|sc| {
+            let mut sc = sc.borrow_mut();
+            if sc.as_ref().is_none_or(|c| c.which != which) {
+                *sc = crate::pmu::open_self(which)
+                    .ok()
+                    .map(|open| SessionCounter {
+                        which,
+                        core: Box::new(Counter {
+                            read: read_session_counter,
+                            page: open.page as *const u8,
+                            fd: open.fd,
+                            uncounted: uncounted_plain,
+                        }),
+                        _open: open,
+                    });
+            }
+            sc.as_ref()
+                .map_or(ptr::null(), |c| &*c.core as *const Counter)
+        })
+        .unwrap_or(ptr::null())
+}
+
 /// Joins this thread to the session `gen`: a buffer, the session's limits,
 /// and a shadow stack that keeps any frames still open from before.
 fn join(st: &mut ThreadState, gen: u32) -> bool {
@@ -63,15 +146,24 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     let cap = active.stack_depth;
     if st.frames.is_null() || st.stack_cap < cap {
         let new = alloc_frames(cap);
+        let new_allocs = alloc_counts(cap);
         if !st.frames.is_null() {
             // SAFETY: both hold at least `depth.min(cap)` frames.
             unsafe {
                 ptr::copy_nonoverlapping(st.frames, new, st.depth.min(cap) as usize);
                 free_frames(st.frames, st.stack_cap);
+                if !st.allocs.is_null() && !new_allocs.is_null() {
+                    let n = st.depth.min(cap) as usize;
+                    ptr::copy_nonoverlapping(st.allocs, new_allocs, n);
+                }
+                free_alloc_counts(st.allocs, st.stack_cap);
             }
         }
         st.frames = new;
+        st.allocs = new_allocs;
         st.stack_cap = cap;
+    } else if st.allocs.is_null() {
+        st.allocs = alloc_counts(st.stack_cap);
     }
     st.depth = st.depth.min(st.stack_cap);
     let (buf, len) = shared.storage_ptr();
@@ -86,6 +178,8 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     st.max_depth = active.max_depth;
     st.threshold = active.threshold_ticks;
+    // With a counter, the core sends every call through its counted path.
+    st.counter = active.counter.map_or(ptr::null(), session_counter);
     st.has_graph = active.has_graph;
     st.published = &shared.published;
     st.overruns = &shared.overruns;
@@ -129,9 +223,14 @@ fn release(st: &mut ThreadState) {
         return; // a capture's buffers belong to the capture
     }
     drop_buffer(st);
-    // SAFETY: made by `alloc_frames(stack_cap)`.
-    unsafe { free_frames(st.frames, st.stack_cap) };
+    st.counter = ptr::null();
+    // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts(stack_cap)`.
+    unsafe {
+        free_frames(st.frames, st.stack_cap);
+        free_alloc_counts(st.allocs, st.stack_cap);
+    }
     st.frames = ptr::null_mut();
+    st.allocs = ptr::null_mut();
     st.stack_cap = 0;
     st.depth = 0;
 }
@@ -227,12 +326,18 @@ fn send(outlet: &Outlet, shared: &ThreadBuf, full: buffer::Storage, len: usize) 
                 // carries that count forward, so one marker covers the run.
                 // SAFETY: slot 0 of a full batch was written.
                 let first = unsafe { b.storage[0].assume_init() };
-                let carried = if first.kind() == buffer::kind::LOST {
+                let carried = if first.kind() == buffer::kind::LOST && !first.is_ext() {
                     first.dur()
                 } else {
                     0
                 };
-                let calls = b.len as u64 - (carried > 0) as u64;
+                // Extension records (allocation figures) are not calls.
+                // SAFETY: the first `len` slots of a full batch were written.
+                let exts = b.storage[..b.len]
+                    .iter()
+                    .filter(|r| unsafe { r.assume_init() }.is_ext())
+                    .count() as u64;
+                let calls = b.len as u64 - (carried > 0) as u64 - exts;
                 shared.dropped.fetch_add(calls, Relaxed);
                 let _ = outlet.recycle_tx.try_send(b.storage);
                 return calls + carried;
@@ -373,6 +478,7 @@ mod captures {
         );
         let mut st = ThreadState::EMPTY;
         st.frames = alloc_frames(stack_depth);
+        st.allocs = alloc_counts(stack_depth);
         st.stack_cap = stack_depth;
         st.max_depth = u32::MAX;
         let shared = Arc::new(ThreadBuf::new(
@@ -468,8 +574,11 @@ mod captures {
             v.extend_from_slice(&side[..p.st.count.min(side.len())]);
             v
         });
-        // SAFETY: made by `alloc_frames(stack_cap)` in `capture_begin`.
-        unsafe { free_frames(p.st.frames, p.st.stack_cap) };
+        // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts` in `capture_begin`.
+        unsafe {
+            free_frames(p.st.frames, p.st.stack_cap);
+            free_alloc_counts(p.st.allocs, p.st.stack_cap);
+        }
         let overruns = shared.overruns.load(Relaxed) as u64;
         control::capture_end();
         CaptureOut {

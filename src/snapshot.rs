@@ -95,6 +95,11 @@ fn snapshot_inner(active: &Active, open: Option<(u32, Vec<crate::buffer::RawCall
             active.snap.mode
         },
         filters: active.snap.filters.clone(),
+        counters: active
+            .counter
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect(),
     };
     build::build(base, inputs, build::registered_site)
 }

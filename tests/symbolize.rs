@@ -49,12 +49,25 @@ fn work_one(units: u64) -> u64 {
     x
 }
 
-/// Rounds of varying length, so the work cannot phase-lock with the timer.
+/// CPU time of the calling thread, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Rounds of varying length, so the work cannot phase-lock with the timer,
+/// for `ms` of this thread's CPU time (the timer samples CPU time: on a
+/// loaded machine wall time would give fewer samples).
 #[inline(never)]
 fn busy(ms: u64) -> u64 {
-    let t = std::time::Instant::now();
+    let t0 = thread_cpu_ns();
     let (mut r, mut acc) = (0x9e37_79b9_7f4a_7c15u64, 0);
-    while t.elapsed().as_millis() < u128::from(ms) {
+    while thread_cpu_ns() - t0 < ms * 1_000_000 {
         r ^= r << 13;
         r ^= r >> 7;
         r ^= r << 17;

@@ -108,7 +108,7 @@ fn an_exceeded_max_fails_with_the_graph_of_the_slowest_call() {
         .split(" us")
         .next()
         .unwrap()
-        .trim_start_matches([' ', '+', '!', '#'])
+        .trim_start_matches([' ', '+', '!', '#', '*', '@', '$'])
         .trim()
         .parse()
         .unwrap();

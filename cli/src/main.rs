@@ -193,6 +193,9 @@ struct ReportArgs {
     /// ftrace's trace_stat/function layout (Function, Hit, Time, Avg, s^2).
     #[arg(long)]
     ftrace: bool,
+    /// Output: table, ftrace (as --ftrace) or json (every field, durations in ns).
+    #[arg(long, default_value = "table")]
+    format: String,
 }
 
 fn parse_duration(s: &str) -> Result<u64, String> {
@@ -253,15 +256,24 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 sort_by,
                 reverse: a.reverse,
                 threads: threads(&a.threads),
-                style: if a.ftrace {
-                    ReportStyle::Ftrace
-                } else {
-                    ReportStyle::Table
+                style: match (a.ftrace, a.format.as_str()) {
+                    (true, "table" | "ftrace") | (false, "ftrace") => ReportStyle::Ftrace,
+                    (false, "table") => ReportStyle::Table,
+                    (false, "json") => ReportStyle::Json,
+                    (true, _) => return Err(Some("--ftrace and --format json conflict".into())),
+                    (_, f) => {
+                        return Err(Some(format!(
+                            "--format: unknown format `{f}` (table, ftrace, json)"
+                        )))
+                    }
                 },
             };
             let mut out = out;
             view::write_report(&meta, r.events(), &opts, &mut out)
                 .map_err(|e| io_err(&a.file, e))?;
+            if opts.style == ReportStyle::Json {
+                return Ok(()); // samples are not part of the JSON report
+            }
             pprof::report_samples(&a.file, &opts, out)
         }
         Cmd::Info { file } => {

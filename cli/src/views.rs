@@ -6,7 +6,7 @@ use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::{TraceError, TraceMeta};
 use fgtrace::view::chrome::{write_chrome, ChromeOptions};
 use fgtrace::view::diff::{
-    differential_folded, differential_svg, write_diff, DiffOptions, DiffSort,
+    diff_with_error, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
 };
 use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace::view::flame::{render_svg, FlameOptions};
@@ -150,6 +150,17 @@ pub struct DiffArgs {
     /// Print the differential folded stacks (`stack before after`) instead of the table.
     #[arg(long)]
     folded: bool,
+    /// CI gate: exit non-zero when a function's metric grew by more than this:
+    /// `10%` for every function, `parse=5%` for one (repeatable; the last
+    /// limit naming a function wins over the one for all).
+    #[arg(long = "fail-above", value_name = "[FUNCTION=]PCT")]
+    fail_above: Vec<String>,
+    /// What the gate compares: total, self, calls, allocs, alloc_bytes, instructions.
+    #[arg(long, default_value = "total")]
+    metric: String,
+    /// Output: table or json.
+    #[arg(long, default_value = "table")]
+    format: String,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -464,6 +475,30 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
 
 pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
     let sort: DiffSort = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
+    let metric: Metric = a
+        .metric
+        .parse()
+        .map_err(|e| Some(format!("--metric: {e}")))?;
+    let limits = a
+        .fail_above
+        .iter()
+        .map(|l| l.parse::<Limit>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Some(format!("--fail-above: {e}")))?;
+    let json = match a.format.as_str() {
+        "table" => false,
+        "json" => true,
+        f => {
+            return Err(Some(format!(
+                "--format: unknown format `{f}` (table, json)"
+            )))
+        }
+    };
+    if (json || !limits.is_empty()) && (a.flame || a.folded) {
+        return Err(Some(
+            "--fail-above and --format json go with the table, not --flame/--folded".into(),
+        ));
+    }
     let ra = open(&a.before)?;
     let rb = open(&a.after)?;
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
@@ -529,12 +564,44 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             sort,
             threads: threads(&a.threads),
         };
-        let out = output(path, &mut stdout, false)?;
-        if let Err(e) = write_diff(&ma, events_a, &mb, events_b, &opts, out) {
+        let mut out = output(path, &mut stdout, false)?;
+        let (d, failed) = diff_with_error(&ma, events_a, &mb, events_b, &opts);
+        let gate = (!limits.is_empty()).then(|| d.gate(metric, &limits));
+        let written = if json {
+            d.write_json(gate.as_ref(), &mut out)
+        } else {
+            d.write(&mut out)
+                .and_then(|()| gate.as_ref().map_or(Ok(()), |g| g.write(&mut out)))
+        };
+        written.map_err(|e| write_err(path, e))?;
+        if let Some(e) = failed {
             return Err(match e {
                 TraceError::Io(e) => write_err(path, e),
                 e => Some(e.to_string()),
             });
+        }
+        if let Some(g) = gate.filter(|g| !g.passed()) {
+            if err_a.is_none() && err_b.is_none() {
+                let bad = g.rows.iter().filter(|r| r.regressed).count();
+                return Err(Some(if g.unavailable {
+                    format!("gate failed: the traces have no {} figures", a.metric)
+                } else if !g.unmatched.is_empty() {
+                    format!(
+                        "gate failed: no function in both traces matches {}",
+                        g.unmatched
+                            .iter()
+                            .map(|u| format!("`{u}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!(
+                        "gate failed: {bad} function{} regressed beyond {} (see the table above)",
+                        if bad == 1 { "" } else { "s" },
+                        a.fail_above.join(", ")
+                    )
+                }));
+            }
         }
     }
     if let Some(e) = err_a {

@@ -171,3 +171,26 @@ fn tempdir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn report_as_json_parses_and_holds_the_table() {
+    let dir = tempdir("json");
+    let path = record(&dir);
+    let p = path.to_str().unwrap();
+    let out = fgtrace(&["report", p, "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report json parses");
+    let fns = v["functions"].as_array().unwrap();
+    let row = |n: &str| fns.iter().find(|f| f["name"] == n).unwrap().clone();
+    assert_eq!(row("outer")["calls"], 2);
+    assert_eq!(row("inner")["calls"], 5);
+    assert!(
+        row("outer")["total_ns"].as_u64().unwrap() >= row("outer")["self_ns"].as_u64().unwrap()
+    );
+    assert_eq!(v["calls"], 7);
+    let out = fgtrace(&["report", p, "--format", "yaml"]);
+    assert_clean_failure(&out, "--format: unknown format `yaml`");
+    let out = fgtrace(&["report", p, "--format", "json", "--ftrace"]);
+    assert_clean_failure(&out, "conflict");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -71,6 +71,7 @@ fn side(calls: u64, total_ns: u64, self_ns: u64) -> Option<Side> {
         calls,
         total_ns,
         self_ns,
+        ..Side::default()
     })
 }
 
@@ -265,6 +266,216 @@ fn cli_diff_table_flame_and_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && !err.contains("panicked"), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expect), "{err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Before/after with allocation figures (a `Counters` event after each call,
+/// as `fgtrace::alloc::Counting` records them): `parse` allocates 3 times per
+/// call before, 4 after.
+fn with_allocs(parse_allocs: u64) -> Trace {
+    let mut m = meta("v", &["handle", "parse"]);
+    m.counters = ["allocs", "alloc_bytes", "frees", "freed_bytes", "reallocs"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut b = TraceBuilder::new(m);
+    let counters = |allocs: u64| {
+        Event::Counters(fgtrace::trace::CallCounters {
+            thread: 0,
+            values: vec![allocs, allocs * 16, allocs, allocs * 16, 0],
+        })
+    };
+    for i in 0..2 {
+        b.push(call(0, 0, i * 200_000, 100_000));
+        b.push(counters(parse_allocs + 1));
+        b.push(call(1, 1, i * 200_000 + 10_000, 30_000));
+        b.push(counters(parse_allocs));
+    }
+    b.finish()
+}
+
+#[test]
+fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
+    use fgtrace::view::diff::{Limit, Metric};
+    let (a, b) = (before(), after());
+    let d = diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        ok_events(b.events()),
+        &DiffOptions::default(),
+    )
+    .unwrap();
+    let lim = |s: &str| s.parse::<Limit>().unwrap();
+    // handle: 200 -> 300 us (+50%), parse: 60 -> 100 us (+66.7%).
+    let g = d.gate(Metric::Total, &[lim("70%")]);
+    assert!(g.passed(), "{g:?}");
+    let g = d.gate(Metric::Total, &[lim("70%"), lim("parse=60%")]);
+    assert!(!g.passed());
+    let bad: Vec<&str> = g
+        .rows
+        .iter()
+        .filter(|r| r.regressed)
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(bad, ["app::parse"]);
+    let mut text = Vec::new();
+    g.write(&mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains("FAILED (1 of 2 functions over their limits)"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("REGRESSED") && l.contains("+66.67%") && l.ends_with("app::parse")),
+        "{text}"
+    );
+    // Calls did not change: a deterministic gate passes at 0%.
+    assert!(d.gate(Metric::Calls, &[lim("0%")]).passed());
+    // A misspelt function fails rather than passing unchecked.
+    let g = d.gate(Metric::Total, &[lim("prase=5%")]);
+    assert_eq!(g.unmatched, ["prase"]);
+    assert!(!g.passed());
+    // No allocation figures in these traces: a gate on them fails, saying so.
+    assert!(d.gate(Metric::Allocs, &[lim("0%")]).unavailable);
+    for bad in ["ten", "parse=", "=5%", "-3%"] {
+        assert!(bad.parse::<Limit>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn the_gate_on_allocations() {
+    use fgtrace::view::diff::{Limit, Metric};
+    let (a, b) = (with_allocs(3), with_allocs(4));
+    let d = diff(
+        a.meta(),
+        ok_events(a.events()),
+        b.meta(),
+        ok_events(b.events()),
+        &DiffOptions::default(),
+    )
+    .unwrap();
+    let parse = d.rows.iter().find(|r| r.name == "app::parse").unwrap();
+    assert_eq!(parse.before.unwrap().allocs, Some(6));
+    assert_eq!(parse.after.unwrap().allocs, Some(8));
+    let g = d.gate(Metric::Allocs, &["10%".parse::<Limit>().unwrap()]);
+    assert!(!g.passed());
+    assert!(g.rows.iter().all(|r| r.regressed), "{g:?}");
+    let same = d.gate(Metric::Allocs, &["40%".parse::<Limit>().unwrap()]);
+    assert!(same.passed(), "{same:?}");
+}
+
+#[test]
+fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("fgtrace-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pa, pb, pc) = (dir.join("a.fgt"), dir.join("b.fgt"), dir.join("c.fgt"));
+    before().save(&pa).unwrap();
+    after().save(&pb).unwrap();
+    with_allocs(3).save(&pc).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (a, b, c) = (
+        pa.to_str().unwrap(),
+        pb.to_str().unwrap(),
+        pc.to_str().unwrap(),
+    );
+
+    let out = run(&["diff", a, b, "--fail-above", "10%"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("REGRESSED"), "{stdout}");
+    assert!(
+        stderr.contains("gate failed: 2 functions regressed"),
+        "{stderr}"
+    );
+
+    let out = run(&[
+        "diff",
+        a,
+        b,
+        "--fail-above",
+        "100%",
+        "--fail-above",
+        "parse=70%",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(&[
+        "diff",
+        a,
+        b,
+        "--fail-above",
+        "100%",
+        "--fail-above",
+        "parse=5%",
+    ]);
+    assert!(!out.status.success());
+
+    // The same trace against itself: unchanged, exit 0 even at 0%.
+    for (x, metric) in [(a, "total"), (c, "allocs"), (c, "calls")] {
+        let out = run(&["diff", x, x, "--fail-above", "0%", "--metric", metric]);
+        assert!(
+            out.status.success(),
+            "{metric}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("passed"));
+    }
+
+    // JSON parses, with the gate's verdict.
+    let out = run(&["diff", a, b, "--format", "json", "--fail-above", "10%"]);
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("diff json parses");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 4);
+    assert_eq!(v["gate"]["rows"][0]["regressed"], true);
+    let out = run(&["diff", a, b, "--format", "json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["gate"].is_null());
+    let parse = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "app::parse")
+        .unwrap();
+    assert_eq!(parse["before"]["total_ns"], 60_000);
+    assert_eq!(parse["after"]["calls"], 2);
+
+    for (args, expect) in [
+        (
+            vec!["diff", a, b, "--fail-above", "lots"],
+            "--fail-above: `lots`",
+        ),
+        (
+            vec!["diff", a, b, "--metric", "speed", "--fail-above", "1%"],
+            "--metric: unknown metric",
+        ),
+        (
+            vec!["diff", a, b, "--format", "xml"],
+            "--format: unknown format",
+        ),
+        (
+            vec!["diff", a, b, "--fail-above", "prase=1%"],
+            "no function in both traces matches `prase`",
+        ),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !err.contains("panicked"), "{err}");
         assert!(err.contains(expect), "{err}");
     }
     std::fs::remove_dir_all(dir).ok();

@@ -1,6 +1,7 @@
 //! fgtrace's recording core: everything a `#[traced]` call touches, and
 //! nothing else.
 //!
+//! * [`alloc`]: allocation counts per call, for a counting global allocator.
 //! * [`clock`]: the raw tick counter a probe reads (`rdtsc`, `rdtime`,
 //!   `cntvct_el0`).
 //! * [`site`]: the static descriptor of an instrumented function, its cached
@@ -21,6 +22,7 @@
 #![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod alloc;
 pub mod clock;
 pub mod control;
 pub mod probe;

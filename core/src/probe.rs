@@ -26,7 +26,7 @@
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::record::{ext, kind, AllocCounts, RawCall, MAX_DEPTH, MAX_SITES};
 use crate::site::{Decision, Site};
 use core::future::Future;
 use core::marker::PhantomData;
@@ -41,6 +41,11 @@ const F_POLL: u32 = 1;
 const F_GRAPH: u32 = 2;
 /// Frame flag: hidden with its subtree (nothing recorded).
 const F_HIDE: u32 = 4;
+/// Frame flag: the counting allocator counted something in this call, so its
+/// entry in `ThreadState::allocs` is live (set by [`count_alloc`], never by
+/// `push`: the hot path pays nothing for allocation counting; a fresh frame's
+/// tag has the flag clear).
+const F_ALLOC: u32 = 8;
 const SERIAL_MASK: u32 = 0xff_ffff;
 
 /// One open call on the shadow stack (32 bytes).
@@ -79,6 +84,11 @@ pub const GEN_BUSY: u32 = u32::MAX - 1;
 pub const GEN_DEAD: u32 = u32::MAX - 2;
 /// `ThreadState::gen` of a thread recording into a capture.
 pub const GEN_CAPTURE: u32 = u32::MAX - 3;
+/// `ThreadState::gen` bit of a thread recording into session `gen & !GEN_COUNTED`
+/// with a per-call counter (`ThreadState::counter`): the session fast path's
+/// generation check fails on purpose, so only counted sessions take the
+/// out-of-line path that reads the counter (generations have 21 bits).
+pub const GEN_COUNTED: u32 = 1 << 30;
 
 /// A per-call counter that captures (and sessions with counters) read at
 /// entry and exit of every call.
@@ -145,6 +155,11 @@ pub struct ThreadState {
     pub counter: *const Counter,
     /// Counter deltas parallel to `buf` (`limit` slots), or null.
     pub side: *mut u64,
+    /// Allocation figures parallel to `frames` (`stack_cap` entries), or null:
+    /// allocated by the layer above when the counting allocator is installed
+    /// ([`crate::alloc::installed`]); an entry is live while its frame has
+    /// the allocation flag.
+    pub allocs: *mut AllocCounts,
 }
 
 impl ThreadState {
@@ -172,6 +187,7 @@ impl ThreadState {
         owner: ptr::null(),
         counter: ptr::null(),
         side: ptr::null_mut(),
+        allocs: ptr::null_mut(),
     };
 }
 
@@ -359,7 +375,38 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
     if c & SESSION_ON == 0 {
         return Guard::OFF;
     }
-    enter_slow(st, site, control::generation(c), flags)
+    let gen = control::generation(c);
+    if st.gen == gen | GEN_COUNTED {
+        return enter_counted(st, site, gen, flags);
+    }
+    enter_slow(st, site, gen, flags)
+}
+
+/// A call in a session with a per-call counter: the counter is read before
+/// `push` (whose clock read comes last), and the guard marked counted, so
+/// its exit reads the counter again and records the delta.
+#[inline(never)]
+fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+    let id = site.id();
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    let Some(d) = decision(st, site, gen) else {
+        return Guard::OFF;
+    };
+    // SAFETY: the runtime keeps the counter alive while it is set.
+    let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
+        return push(st, id, d as u32, flags);
+    };
+    // SAFETY: the counter's own contract.
+    let v = unsafe { (ctr.read)(ctr) };
+    let mut g = push(st, id, d as u32, flags);
+    if g.slot != 0 {
+        // SAFETY: `push` just filled this slot.
+        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
+        g.slot |= COUNTED;
+    }
+    g
 }
 
 #[inline(always)]
@@ -480,6 +527,9 @@ fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
     if st.gen != gen && !join(st, gen) {
         return Guard::OFF;
     }
+    if st.gen == gen | GEN_COUNTED {
+        return enter_counted(st, site, gen, flags);
+    }
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
@@ -514,7 +564,12 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     let ok = busy(st, |st| (h.join)(st, gen));
     if ok {
-        st.gen = gen;
+        // A session with a per-call counter: every call goes through `enter_counted`.
+        st.gen = if st.counter.is_null() {
+            gen
+        } else {
+            gen | GEN_COUNTED
+        };
     }
     ok
 }
@@ -594,11 +649,8 @@ fn unflag(st: &mut ThreadState, tag: u32) {
 /// The popped frame's record.
 #[inline(always)]
 fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
-    if f.tag & (F_HIDE | F_GRAPH) != 0 {
-        unflag(st, f.tag);
-        if f.tag & F_HIDE != 0 {
-            return;
-        }
+    if f.tag & (F_HIDE | F_GRAPH | F_ALLOC) != 0 {
+        return finish_flagged(st, f, depth, end, None);
     }
     let k = if f.tag & F_POLL != 0 {
         kind::POLL
@@ -613,6 +665,99 @@ fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
         st,
         RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
     );
+}
+
+/// A popped frame with flags: a hidden or graph-function frame, or one the
+/// counting allocator counted in, or a counted session call (`counter`: its
+/// delta). Its allocation figures (callees included) go to its parent frame;
+/// the figures and the counter delta follow its record as extension records.
+#[inline(never)]
+fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64, counter: Option<u64>) {
+    unflag(st, f.tag);
+    let counts = if f.tag & F_ALLOC != 0 && !st.allocs.is_null() {
+        // SAFETY: depth < stack_cap, `allocs` has stack_cap entries.
+        let c = unsafe { *st.allocs.add(depth as usize) };
+        if depth > 0 {
+            let i = depth as usize - 1;
+            // SAFETY: i < depth < stack_cap.
+            let (pf, pa) = unsafe { (&mut *st.frames.add(i), &mut *st.allocs.add(i)) };
+            if pf.tag & F_ALLOC == 0 {
+                *pa = c;
+                pf.tag |= F_ALLOC;
+            } else {
+                pa.add(&c);
+            }
+        }
+        Some(c)
+    } else {
+        None
+    };
+    if f.tag & F_HIDE != 0 {
+        return;
+    }
+    let k = if f.tag & F_POLL != 0 {
+        kind::POLL
+    } else {
+        kind::CALL
+    };
+    let dur = end.wrapping_sub(f.start);
+    if dur < st.threshold {
+        return;
+    }
+    let (count, buf) = (st.count, st.buf);
+    write(
+        st,
+        RawCall::pack(f.start, depth, dur, f.site, panicking(), k),
+    );
+    if st.count == count && st.buf == buf {
+        return; // the call's record was not written: neither are its figures
+    }
+    if let Some(d) = counter {
+        write(st, RawCall::ext(ext::COUNTER, d, 0));
+    }
+    let Some(c) = counts else {
+        return;
+    };
+    if c.allocs != 0 || c.alloc_bytes != 0 {
+        write(st, RawCall::ext(ext::ALLOCS, c.allocs, c.alloc_bytes));
+    }
+    if c.frees != 0 || c.freed_bytes != 0 {
+        write(st, RawCall::ext(ext::FREES, c.frees, c.freed_bytes));
+    }
+    if c.reallocs != 0 {
+        write(st, RawCall::ext(ext::REALLOCS, c.reallocs, 0));
+    }
+}
+
+/// Adds what `add` says to the innermost open call of this thread, for the
+/// counting allocator ([`crate::alloc`]). Does nothing while fgtrace's own
+/// code runs on the thread (busy: its allocations are never counted), on
+/// fgtrace's own threads, outside any traced call, or when nothing records.
+/// No allocation, no lock; `add` runs on a plain per-thread entry.
+#[inline]
+pub(crate) fn count_alloc(add: impl FnOnce(&mut AllocCounts)) {
+    if CONTROL.load(Relaxed) & ON_MASK == 0 {
+        return;
+    }
+    with_state(|st| {
+        if st.gen == GEN_BUSY || st.gen == GEN_DEAD || st.allocs.is_null() {
+            return;
+        }
+        // SAFETY (volatile): as in `write`, a signal handler may move it.
+        let d = unsafe { ptr::read_volatile(&st.depth) };
+        if d == 0 || d > st.stack_cap {
+            return;
+        }
+        let i = d as usize - 1;
+        // SAFETY: i < stack_cap; both arrays have stack_cap entries.
+        let (f, a) = unsafe { (&mut *st.frames.add(i), &mut *st.allocs.add(i)) };
+        let tag = unsafe { ptr::read_volatile(&f.tag) };
+        if tag & F_ALLOC == 0 {
+            *a = AllocCounts::ZERO;
+            unsafe { ptr::write_volatile(&mut f.tag, tag | F_ALLOC) };
+        }
+        add(a);
+    })
 }
 
 #[inline(always)]
@@ -724,7 +869,7 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
             (capture_site_id(site, false), Decision::Record)
         } else {
             let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen != gen && !join(st, gen)) {
+            if c & SESSION_ON == 0 || (st.gen & !GEN_COUNTED != gen && !join(st, gen)) {
                 return;
             }
             let id = site.id();
@@ -933,13 +1078,17 @@ fn capture_push(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
 #[inline(never)]
 fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     // SAFETY: as in `capture_push`.
-    let now = match unsafe { st.counter.as_ref() } {
-        Some(c) => unsafe { (c.read)(c) },
-        None => 0,
-    };
+    let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    let now = read.unwrap_or(0);
     let Some(f) = pop_to(st, slot, serial) else {
         return;
     };
+    if !st.capture {
+        // A session: the delta follows the call's record (none if the
+        // thread lost its counter meanwhile).
+        let delta = read.map(|v| v.wrapping_sub(f.ctr));
+        return finish_flagged(st, f, slot - 1, end, delta);
+    }
     if !st.side.is_null() && st.count < st.limit {
         // SAFETY: `write` puts this record at index `count` < limit, and
         // `side` has `limit` slots.

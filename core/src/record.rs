@@ -9,9 +9,66 @@ pub mod kind {
     pub const POLL: u64 = 1;
     /// A whole future, first poll to completion (depth field = poll count).
     pub const FUTURE: u64 = 2;
-    /// Records were lost here (duration field = count).
+    /// Records were lost here (duration field = count). With the unwound bit
+    /// set, an extension record instead (see [`RawCall::ext`](super::RawCall::ext)).
     pub const LOST: u64 = 3;
 }
+
+/// Subkinds of extension records: allocation figures of the call record just
+/// before it (written by `probe` when the global allocator counts, see
+/// [`crate::alloc`]). Each carries two values: `a` (64 bits) and `b` (56 bits,
+/// saturating).
+pub mod ext {
+    /// a = allocations, b = bytes allocated (reallocations' new sizes included).
+    pub const ALLOCS: u64 = 0;
+    /// a = frees, b = bytes freed (reallocations' old sizes included).
+    pub const FREES: u64 = 1;
+    /// a = reallocations, b = 0.
+    pub const REALLOCS: u64 = 2;
+    /// a = the call's delta of a per-call counter (entry to exit, callees
+    /// included), b = the counter's index in the session's list.
+    pub const COUNTER: u64 = 3;
+}
+
+/// Allocation figures of one call, callees included (see [`crate::alloc`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct AllocCounts {
+    /// Allocations (`alloc`, `alloc_zeroed`).
+    pub allocs: u64,
+    /// Deallocations.
+    pub frees: u64,
+    /// Reallocations.
+    pub reallocs: u64,
+    /// Bytes allocated (a reallocation adds its new size).
+    pub alloc_bytes: u64,
+    /// Bytes freed (a reallocation adds its old size).
+    pub freed_bytes: u64,
+}
+
+impl AllocCounts {
+    /// Nothing counted.
+    pub const ZERO: AllocCounts = AllocCounts {
+        allocs: 0,
+        frees: 0,
+        reallocs: 0,
+        alloc_bytes: 0,
+        freed_bytes: 0,
+    };
+    /// Adds `o` (wrapping: a sum that wraps a u64 is beyond any real run).
+    #[inline]
+    pub fn add(&mut self, o: &AllocCounts) {
+        self.allocs = self.allocs.wrapping_add(o.allocs);
+        self.frees = self.frees.wrapping_add(o.frees);
+        self.reallocs = self.reallocs.wrapping_add(o.reallocs);
+        self.alloc_bytes = self.alloc_bytes.wrapping_add(o.alloc_bytes);
+        self.freed_bytes = self.freed_bytes.wrapping_add(o.freed_bytes);
+    }
+}
+
+/// Largest `b` value of an extension record; larger ones saturate.
+pub const EXT_B_MAX: u64 = (1 << 56) - 1;
+const UNWOUND_BIT: u64 = 1 << 61;
 
 const START_BITS: u32 = 54;
 const DEPTH_BITS: u32 = 10;
@@ -70,6 +127,26 @@ impl RawCall {
     pub fn kind(self) -> u64 {
         self.1 >> 62
     }
+    /// An extension record of subkind `sub` (one of [`ext`]) with values `a`
+    /// and `b` (saturating at [`EXT_B_MAX`]): it belongs to the call record
+    /// written just before it on the same thread.
+    #[inline]
+    pub fn ext(sub: u64, a: u64, b: u64) -> RawCall {
+        let b = if b > EXT_B_MAX { EXT_B_MAX } else { b };
+        RawCall(a, b | (sub & 0x1f) << 56 | UNWOUND_BIT | kind::LOST << 62)
+    }
+    /// This is an extension record (see [`RawCall::ext`]), not a call or a loss.
+    pub fn is_ext(self) -> bool {
+        self.kind() == kind::LOST && self.1 & UNWOUND_BIT != 0
+    }
+    /// An extension record's subkind, one of [`ext`].
+    pub fn ext_sub(self) -> u64 {
+        (self.1 >> 56) & 0x1f
+    }
+    /// An extension record's values `(a, b)`.
+    pub fn ext_values(self) -> (u64, u64) {
+        (self.0, self.1 & EXT_B_MAX)
+    }
 }
 
 #[cfg(test)]
@@ -97,5 +174,17 @@ mod tests {
             DUR_MAX
         );
         assert_eq!(core::mem::size_of::<RawCall>(), 16);
+    }
+
+    #[test]
+    fn extension_records_are_told_from_losses_and_keep_their_values() {
+        let e = RawCall::ext(ext::FREES, u64::MAX, 1 << 60);
+        assert!(e.is_ext());
+        assert_eq!(e.kind(), kind::LOST);
+        assert_eq!(e.ext_sub(), ext::FREES);
+        assert_eq!(e.ext_values(), (u64::MAX, EXT_B_MAX));
+        let lost = RawCall::pack(5, 1, 7, 0, false, kind::LOST);
+        assert!(!lost.is_ext());
+        assert!(!RawCall::pack(5, 1, 7, 0, true, kind::CALL).is_ext());
     }
 }

@@ -281,6 +281,18 @@ impl Spec {
                 let n: u64 = v.int(&key)?;
                 quote!(InstructionsTotal(#n))
             }
+            "allocs" => {
+                let n: u64 = v.int(&key)?;
+                quote!(Allocs(#n))
+            }
+            "allocs_total" => {
+                let n: u64 = v.int(&key)?;
+                quote!(AllocsTotal(#n))
+            }
+            "alloc_bytes" => {
+                let n: u64 = v.int(&key)?;
+                quote!(AllocBytes(#n))
+            }
             "off_cpu" => {
                 self.off_cpu = true;
                 let d = dur(v)?;
@@ -312,7 +324,8 @@ impl Spec {
                     kv.key.span(),
                     format!(
                         "unknown limit `{other}`: limits are `calls`, `max_calls`, `max`, `total`, `self_total`, \
-                         `p50`/`p99`/.., `instructions`, `instructions_total`, `off_cpu`, `blocked`, `inside`, `not_inside`"
+                         `p50`/`p99`/.., `instructions`, `instructions_total`, `allocs`, `allocs_total`, `alloc_bytes`, \
+                         `off_cpu`, `blocked`, `inside`, `not_inside`"
                     ),
                 ))
             }

@@ -17,6 +17,12 @@ pub enum Limit {
     Percentile(f64, Duration),
     Instructions(u64),
     InstructionsTotal(u64),
+    /// Allocations per call, callees included (at most).
+    Allocs(u64),
+    /// Allocations of all calls together (at most).
+    AllocsTotal(u64),
+    /// Bytes allocated per call, callees included (at most).
+    AllocBytes(u64),
     Inside(&'static str),
     NotInside(&'static str),
     /// Off-CPU time (blocked and preempted) of any one call.
@@ -119,6 +125,9 @@ fn check_one(cap: &Capture, name: &str, limit: Limit) {
         Limit::InstructionsTotal(n) => {
             let _ = cap.assert_instructions_total(name, n);
         }
+        Limit::Allocs(n) => cap.assert_allocations_per_call(name, n),
+        Limit::AllocsTotal(n) => cap.assert_allocations_at_most(name, n),
+        Limit::AllocBytes(n) => cap.assert_allocated_bytes_per_call(name, n),
         Limit::Inside(g) => cap.assert_inside(name, g),
         Limit::NotInside(g) => cap.assert_not_inside(name, g),
         Limit::OffCpu(d) => {

@@ -10,6 +10,7 @@ use crate::trace::build::{self, MetaBase, ThreadInput};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, RecordMode, SiteInfo, Trace, TraceBuilder,
 };
+use fgtrace_core::record::AllocCounts;
 use std::io::Write;
 use std::time::Duration;
 
@@ -26,6 +27,10 @@ pub(super) struct Span {
     pub instr: Option<u64>,
     /// `instr` minus the children's.
     pub self_instr: Option<u64>,
+    /// Allocation figures, callees included (`None`: no counting allocator).
+    pub allocs: Option<AllocCounts>,
+    /// `allocs` minus the children's.
+    pub self_allocs: Option<AllocCounts>,
     /// Off-CPU time within the call, where recorded (`Options::off_cpu`).
     pub off: Option<crate::trace::OffTime>,
 }
@@ -131,16 +136,29 @@ impl Capture {
             end_ticks: end.ticks,
             mode: RecordMode::Stream,
             filters: String::new(),
+            counters: Vec::new(),
         };
         let mut trace = build::build(base, inputs, build::registered_site);
         trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
+        let with_allocs = trace.meta().counters == crate::alloc::NAMES;
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
+        let mut thread_allocs: Vec<Vec<AllocCounts>> = vec![Vec::new(); per_thread.len()];
         let mut futures = Vec::new();
         for e in trace.events() {
             match e {
                 Event::Call(c) => per_thread[c.thread as usize].push(c),
                 Event::Future(f) => futures.push(f),
+                Event::Counters(c) if with_allocs && c.values.len() == 5 => {
+                    let v = &c.values;
+                    thread_allocs[c.thread as usize].push(AllocCounts {
+                        allocs: v[0],
+                        alloc_bytes: v[1],
+                        frees: v[2],
+                        freed_bytes: v[3],
+                        reallocs: v[4],
+                    });
+                }
                 _ => {}
             }
         }
@@ -165,6 +183,20 @@ impl Capture {
                     spans[p].self_ns = spans[p].self_ns.saturating_sub(c.dur_ns);
                 }
                 let instr = raw.map(|r| r[i]);
+                let allocs = if with_allocs {
+                    thread_allocs[t].get(i).copied()
+                } else {
+                    None
+                };
+                if let (Some(p), Some(a)) = (parent, allocs) {
+                    if let Some(ps) = spans[p].self_allocs.as_mut() {
+                        ps.allocs = ps.allocs.saturating_sub(a.allocs);
+                        ps.frees = ps.frees.saturating_sub(a.frees);
+                        ps.reallocs = ps.reallocs.saturating_sub(a.reallocs);
+                        ps.alloc_bytes = ps.alloc_bytes.saturating_sub(a.alloc_bytes);
+                        ps.freed_bytes = ps.freed_bytes.saturating_sub(a.freed_bytes);
+                    }
+                }
                 spans.push(Span {
                     call: *c,
                     end: 0,
@@ -172,6 +204,8 @@ impl Capture {
                     self_ns: c.dur_ns,
                     instr,
                     self_instr: None,
+                    allocs,
+                    self_allocs: allocs,
                     off: None,
                 });
                 open.push(base + i);
@@ -334,7 +368,9 @@ fn preorder_deltas(recs: &[RawCall], deltas: &[u64]) -> Vec<u64> {
 /// The trace re-encoded with a `Counters` event after every counted call.
 fn with_counters(trace: Trace, spans: &[Span]) -> Trace {
     let mut meta = trace.meta().clone();
-    meta.counters = vec!["instructions".to_string()];
+    // Allocation figures, if any, come first; instructions after them.
+    let others = meta.counters.len();
+    meta.counters.push("instructions".to_string());
     let n = meta.threads.len();
     // Spans hold thread 0's calls, then thread 1's, ...: where each starts,
     // and how many of each thread's calls have been seen.
@@ -347,23 +383,43 @@ fn with_counters(trace: Trace, spans: &[Span]) -> Trace {
     }
     let mut next = vec![0usize; n];
     let mut b = TraceBuilder::new(meta);
+    // Per thread, the call waiting for its counters.
+    let mut pending: Vec<Option<(usize, Vec<u64>)>> = vec![None; n];
+    let flush = |b: &mut TraceBuilder, t: u32, p: Option<(usize, Vec<u64>)>| {
+        if let Some((i, mut values)) = p {
+            match spans.get(i).and_then(|s| s.instr) {
+                Some(v) => values.push(v),
+                None if others == 0 => return,
+                None => values.push(0),
+            }
+            values.resize(others + 1, 0);
+            b.push(Event::Counters(CallCounters { thread: t, values }));
+        }
+    };
     for e in trace.events() {
-        let call = if let Event::Call(c) = &e {
-            Some(c.thread)
-        } else {
-            None
-        };
-        b.push(e);
-        if let Some(t) = call {
-            let i = base[t as usize] + next[t as usize];
-            next[t as usize] += 1;
-            if let Some(v) = spans.get(i).and_then(|s| s.instr) {
-                b.push(Event::Counters(CallCounters {
-                    thread: t,
-                    values: vec![v],
-                }));
+        match e {
+            Event::Counters(c) => {
+                if let Some(p) = pending[c.thread as usize].as_mut() {
+                    p.1 = c.values;
+                }
+            }
+            Event::Call(c) => {
+                let t = c.thread;
+                flush(&mut b, t, pending[t as usize].take());
+                b.push(Event::Call(c));
+                let i = base[t as usize] + next[t as usize];
+                next[t as usize] += 1;
+                pending[t as usize] = Some((i, Vec::new()));
+            }
+            e => {
+                let t = e.thread();
+                flush(&mut b, t, pending[t as usize].take());
+                b.push(e);
             }
         }
+    }
+    for (t, p) in pending.into_iter().enumerate() {
+        flush(&mut b, t as u32, p);
     }
     b.finish()
 }

@@ -100,21 +100,7 @@ pub(crate) fn this_thread() -> Option<CounterSrc> {
 }
 
 /// One thread's open counter.
-struct ThreadCounter {
-    fd: i32,
-    page: *mut libc::c_void,
-}
-
-impl Drop for ThreadCounter {
-    fn drop(&mut self) {
-        // SAFETY: mapped and opened in `open`, used by no capture any more
-        // (the thread is exiting).
-        unsafe {
-            libc::munmap(self.page, page_size());
-            libc::close(self.fd);
-        }
-    }
-}
+type ThreadCounter = crate::pmu::SelfCounter;
 
 thread_local! {
     /// Opened on first use, kept for the thread's life: captures repeat.
@@ -137,62 +123,12 @@ fn thread_counter() -> Result<CounterSrc, String> {
     })
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
-}
-
-#[cfg(target_os = "linux")]
+/// The thread's instruction counter (opened as `Config::counters` opens
+/// one), then checked against this module's own reads: `rdpmc` under the
+/// page's seqlock must move too.
 fn open() -> Result<ThreadCounter, String> {
-    use perf_event_open_sys as sys;
-    // SAFETY: a zeroed perf_event_attr is valid; the syscall reads `size` bytes.
-    let fd = unsafe {
-        let mut a: sys::bindings::perf_event_attr = std::mem::zeroed();
-        a.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-        a.type_ = sys::bindings::PERF_TYPE_HARDWARE;
-        a.config = sys::bindings::PERF_COUNT_HW_INSTRUCTIONS as u64;
-        a.set_exclude_kernel(1);
-        a.set_exclude_hv(1);
-        sys::perf_event_open(
-            &mut a,
-            0,
-            -1,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        let hint = match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-                " (no hardware PMU: a VM or container without one)"
-            }
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                " (not permitted: perf_event_paranoid, or a seccomp filter)"
-            }
-            _ => "",
-        };
-        return Err(format!("perf_event_open(instructions) failed: {e}{hint}"));
-    }
-    // SAFETY: maps the event's metadata page read-only.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            page_size(),
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        let e = std::io::Error::last_os_error();
-        unsafe { libc::close(fd) };
-        return Err(format!("mmap of the perf_event page failed: {e}"));
-    }
-    let t = ThreadCounter { fd, page };
-    // A vPMU that accepts the event but never counts would make every
-    // budget pass: check that the counter moves.
+    let t = crate::pmu::open_self(crate::pmu::Counter::Instructions)?;
+    // SAFETY: this thread's open counter.
     let a = unsafe { read(t.page as *const u8, t.fd) };
     std::hint::black_box((0..64u64).fold(0u64, |s, i| {
         s.wrapping_mul(31).wrapping_add(std::hint::black_box(i))
@@ -205,30 +141,6 @@ fn open() -> Result<ThreadCounter, String> {
     }
     Ok(t)
 }
-
-#[cfg(not(target_os = "linux"))]
-fn open() -> Result<ThreadCounter, String> {
-    Err("instruction counters need Linux perf_event".into())
-}
-
-/// The head of `struct perf_event_mmap_page` (`linux/perf_event.h`), as far
-/// as self-monitoring reads it.
-#[repr(C)]
-#[allow(dead_code)]
-struct PageHead {
-    version: u32,
-    compat_version: u32,
-    lock: u32,
-    index: u32,
-    offset: i64,
-    time_enabled: u64,
-    time_running: u64,
-    capabilities: u64,
-    pmc_width: u16,
-}
-
-/// `cap_user_rdpmc` in `capabilities`.
-const CAP_USER_RDPMC: u64 = 1 << 2;
 
 thread_local! {
     /// Failed seqlock rounds of this thread's reads so far.
@@ -292,61 +204,19 @@ unsafe fn uncounted_counter(c: &Counter, f: &mut dyn FnMut()) {
 /// out-of-line copy, so every round costs the same wherever it is called from.
 #[inline(never)]
 unsafe fn read_raw(page: *const u8, fd: i32, force: u32) -> u64 {
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    {
-        use std::ptr::{addr_of, read_volatile};
-        use std::sync::atomic::{compiler_fence, Ordering::SeqCst};
-        let p = page as *const PageHead;
-        // Opaque, so the optimizer cannot make a copy specialised for the
-        // calibration's `force = 1` whose rounds cost more or less.
-        let mut force = std::hint::black_box(force);
-        // The seqlock protocol of perf_event_mmap_page: retry if the kernel
-        // rescheduled the counter while we read it.
-        loop {
-            let seq = read_volatile(addr_of!((*p).lock));
-            compiler_fence(SeqCst);
-            let idx = read_volatile(addr_of!((*p).index));
-            let caps = read_volatile(addr_of!((*p).capabilities));
-            if caps & CAP_USER_RDPMC == 0 || idx == 0 {
-                return read_fd(fd);
+    use crate::pmu::{rdpmc_round, Round};
+    // Opaque, so the optimizer cannot make a copy specialised for the
+    // calibration's `force = 1` whose rounds cost more or less.
+    let mut force = std::hint::black_box(force);
+    loop {
+        match rdpmc_round(page, force) {
+            Round::Value(v) => return v,
+            Round::NoRdpmc => return crate::pmu::read_fd(fd),
+            Round::Retry => {
+                force = 0;
+                RETRIES.with(|r| r.set(r.get() + 1));
             }
-            let offset = read_volatile(addr_of!((*p).offset));
-            let width = read_volatile(addr_of!((*p).pmc_width)) as u32;
-            let (lo, hi): (u32, u32);
-            core::arch::asm!("rdpmc", in("ecx") idx - 1, out("eax") lo, out("edx") hi, options(nostack, preserves_flags));
-            let shift = 64u32.saturating_sub(width) & 63;
-            let pmc = (((hi as u64) << 32 | lo as u64) << shift) as i64 >> shift;
-            compiler_fence(SeqCst);
-            if read_volatile(addr_of!((*p).lock)) ^ force == seq {
-                return offset.wrapping_add(pmc) as u64;
-            }
-            force = 0;
-            RETRIES.with(|r| r.set(r.get() + 1));
         }
-    }
-    #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
-    {
-        let _ = (page, force);
-        read_fd(fd)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (page, fd, force);
-        0
-    }
-}
-
-#[cfg(target_os = "linux")]
-#[cold]
-#[inline(never)]
-fn read_fd(fd: i32) -> u64 {
-    let mut v = 0u64;
-    // SAFETY: reads 8 bytes (the count, default read_format) into `v`.
-    let n = unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
-    if n == 8 {
-        v
-    } else {
-        0
     }
 }
 

@@ -45,6 +45,16 @@
 //! the CPU exposes them; where it does not, those assertions are skipped with
 //! a message on stderr, or fail if counters are [`Counters::Required`].
 //!
+//! **Allocations.** With [`Counting`](crate::alloc::Counting) as the global
+//! allocator, [`Capture::allocations`], [`Capture::self_allocations`],
+//! [`Capture::allocated_bytes`] and [`Capture::assert_allocations`] give exact
+//! counts per function, the same on every machine; without it the queries
+//! return `None` and the assertions panic naming the fix.
+//!
+//! **Snapshots.** [`Capture::assert_snapshot`] keeps calls and allocation
+//! counts per function in `tests/snapshots/<name>.fgsnap` and fails with a
+//! diff when they change (`FGTRACE_UPDATE=1` rewrites; see the module
+//! source for the rules on new snapshots under `CI`).
 //! **Off-CPU time.** With [`Options::off_cpu`], each call also gets the
 //! time its thread was switched out, blocked or preempted
 //! ([`Capture::off_cpu`], [`Capture::blocked`]), and
@@ -57,12 +67,14 @@
 #[doc(hidden)]
 #[path = "budget.rs"]
 pub mod __budget;
+mod allocs;
 mod captured;
 pub(crate) mod counters;
 mod offcpu;
 mod query;
 mod render;
 mod runs;
+mod snapshot;
 mod switches;
 
 pub use captured::{Capture, CounterCheck};

@@ -89,18 +89,28 @@ fn range(
             .map(|m| format!("   {}", m.1))
             .collect::<String>()
     };
-    let instr = |i: usize| spans[i].instr;
+    // Instructions and allocation figures (callees included), as tail comments.
+    let instr = |i: usize| {
+        let mut parts = Vec::new();
+        if let Some(n) = spans[i].instr {
+            parts.push(format!("{n} instr"));
+        }
+        if let Some(a) = spans[i].allocs {
+            parts.push(crate::view::format::alloc_note(&a));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    };
     let annotated: Vec<String> = if lines.len() == body.len() {
         body.iter()
             .zip(&lines)
             .map(|(l, k)| match *k {
                 Line::Leaf(i) => match instr(i) {
-                    Some(n) => format!("{l}  /* {n} instr */{}", mark(i)),
+                    Some(n) => format!("{l}  /* {n} */{}", mark(i)),
                     None => format!("{l}{}", mark(i)),
                 },
                 Line::Open(i) => format!("{l}{}", mark(i)),
                 Line::Close(i) => match (instr(i), l.strip_suffix(" */")) {
-                    (Some(n), Some(s)) => format!("{s}: {n} instr */"),
+                    (Some(n), Some(s)) => format!("{s}: {n} */"),
                     _ => l.to_string(),
                 },
             })

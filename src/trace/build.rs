@@ -51,6 +51,8 @@ pub(crate) struct MetaBase {
     pub end_ticks: u64,
     pub mode: RecordMode,
     pub filters: String,
+    /// Names of the per-call counters the records carry (`Config::counters`).
+    pub counters: Vec<String>,
 }
 
 /// Builds a [`Trace`] incrementally from already-decoded events: what importers
@@ -140,6 +142,11 @@ pub(crate) fn build(
     let mut sites = SiteMap::default();
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
+    let counters = counter_names(
+        alloc_figures::recorded(&inputs),
+        base.counters.iter().map(|s| s.as_str()),
+    );
+    let layout = CounterLayout::of(&counters);
     for (t, input) in inputs.into_iter().enumerate() {
         let t = t as u32;
         let mut enc = RawEncoder::default();
@@ -149,7 +156,7 @@ pub(crate) fn build(
         recorded::decode(&raw, sites.sites.len(), scale, &mut recs)
             .expect("records encoded here decode");
         let n_samples = input.samples.len() as u64;
-        let (c, calls) = build_thread(t, &recs, input.samples, input.overwritten);
+        let (c, calls) = build_thread(t, &recs, input.samples, input.overwritten, layout);
         chunks.extend(c);
         threads.push(ThreadInfo {
             tid: input.tid,
@@ -175,9 +182,38 @@ pub(crate) fn build(
         filters: base.filters,
         sites: sites.sites,
         threads,
+        counters,
         ..TraceMeta::default()
     };
     Trace::from_chunks(meta, format::interleave(chunks))
+}
+
+/// [issue 17] The per-call counters of a trace: the allocation figures
+/// (`crate::alloc::NAMES`) when recorded, then the session's counters.
+pub(crate) fn counter_names<'a>(
+    with_allocs: bool,
+    session: impl Iterator<Item = &'a str>,
+) -> Vec<String> {
+    let allocs = crate::alloc::NAMES.iter().filter(|_| with_allocs).copied();
+    allocs.chain(session).map(String::from).collect()
+}
+
+/// How a trace's `Counters` values are laid out (see [`counter_names`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CounterLayout {
+    pub with_allocs: bool,
+    /// Counters after the allocation figures.
+    pub n_counters: usize,
+}
+
+impl CounterLayout {
+    pub fn of(names: &[String]) -> CounterLayout {
+        let with_allocs = names.len() >= 5 && names[..5] == crate::alloc::NAMES;
+        CounterLayout {
+            with_allocs,
+            n_counters: names.len() - if with_allocs { 5 } else { 0 },
+        }
+    }
 }
 
 /// One thread's records (exit order) as pre-order chunks, with its samples
@@ -187,6 +223,7 @@ pub(crate) fn build_thread(
     recs: &[Rec],
     samples: Vec<RawSample>,
     overwritten: u64,
+    layout: CounterLayout,
 ) -> (Vec<super::format::Chunk>, u64) {
     let mut samples = samples.into_iter().peekable();
     // Samples go into the pre-order call stream by time: before the first
@@ -219,7 +256,12 @@ pub(crate) fn build_thread(
     let n = recs.len();
     let mut tree: Vec<u32> = Vec::with_capacity(n);
     let mut futures = Vec::new();
+    // [issue 17] allocation figures and counter deltas: extension records after a call's.
+    let mut figures = alloc_figures::Attach::default();
     for (i, r) in recs.iter().enumerate() {
+        if figures.take(i, r) {
+            continue;
+        }
         if r.kind as u64 == kind::FUTURE {
             futures.push(i as u32);
         } else {
@@ -301,6 +343,9 @@ pub(crate) fn build_thread(
                         dur_ns: r.end_ns - r.start_ns,
                         flags: fl,
                     }));
+                    if let Some(e) = figures.event(t, tree[k as usize] as usize, layout) {
+                        enc.push(&e);
+                    }
                 }
             }
             let sz = size[k as usize];
@@ -347,7 +392,7 @@ impl Source {
     /// The pre-order chunks views read.
     pub fn chunks(&self, meta: &TraceMeta) -> Result<Vec<Chunk>, TraceError> {
         match self {
-            Source::Memory(r) => r.build(meta.sites.len()),
+            Source::Memory(r) => r.build(meta.sites.len(), &meta.counters),
             Source::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
         }
     }
@@ -372,7 +417,8 @@ pub(crate) struct RecordedThread {
 impl Recorded {
     /// Rebuilds every thread in pre-order (one thread's records in memory
     /// at a time) and interleaves the threads' chunks by time.
-    pub fn build(&self, n_sites: usize) -> Result<Vec<Chunk>, TraceError> {
+    pub fn build(&self, n_sites: usize, counters: &[String]) -> Result<Vec<Chunk>, TraceError> {
+        let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
         let mut out = Vec::new();
         let mut recs = Vec::new();
@@ -381,10 +427,103 @@ impl Recorded {
             for c in &th.raw {
                 decode(c, n_sites, scale, &mut recs)?;
             }
-            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten);
+            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten, layout);
             out.extend(c);
         }
         Ok(interleave(out))
+    }
+}
+
+/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`) and per-call
+/// counter deltas (`Config::counters`): the core writes them as extension
+/// records right after the record of the call they belong to; here they
+/// become an `Event::Counters` after that call (values as [`counter_names`]
+/// lays them out; callees included).
+mod alloc_figures {
+    use super::{CounterLayout, ThreadInput};
+    use crate::buffer::kind;
+    use crate::trace::recorded::Rec;
+    use crate::trace::{CallCounters, Event};
+    use fgtrace_core::record::{ext, AllocCounts};
+    use std::collections::HashMap;
+
+    /// Whether the records carry allocation figures: the counting allocator
+    /// is installed in this process, or some record has them.
+    pub(super) fn recorded(inputs: &[ThreadInput]) -> bool {
+        fgtrace_core::alloc::installed()
+            || inputs.iter().any(|t| {
+                t.records
+                    .iter()
+                    .any(|r| r.is_ext() && r.ext_sub() != ext::COUNTER)
+            })
+    }
+
+    /// One thread's figures by the index of their call's record.
+    #[derive(Default)]
+    pub(super) struct Attach {
+        allocs: HashMap<usize, AllocCounts>,
+        /// Counter deltas by record, by counter index.
+        counters: HashMap<usize, Vec<Option<u64>>>,
+        last_call: Option<usize>,
+    }
+
+    impl Attach {
+        /// Takes record `i` if it is an extension record, attaching it to the
+        /// call just before (one whose call is gone, overwritten or in a
+        /// dropped batch, is dropped with it).
+        pub(super) fn take(&mut self, i: usize, r: &Rec) -> bool {
+            let is_ext = r.kind as u64 == kind::LOST && r.unwound;
+            if !is_ext {
+                self.last_call = match r.kind as u64 {
+                    kind::CALL | kind::POLL => Some(i),
+                    _ => None,
+                };
+                return false;
+            }
+            let Some(c) = self.last_call else {
+                return true;
+            };
+            let (x, y) = (r.count, r.b);
+            match r.site as u64 {
+                ext::ALLOCS => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.allocs, a.alloc_bytes) = (x, y);
+                }
+                ext::FREES => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.frees, a.freed_bytes) = (x, y);
+                }
+                ext::REALLOCS => self.allocs.entry(c).or_default().reallocs = x,
+                ext::COUNTER if y < 64 => {
+                    let v = self.counters.entry(c).or_default();
+                    if v.len() <= y as usize {
+                        v.resize(y as usize + 1, None);
+                    }
+                    v[y as usize] = Some(x);
+                }
+                _ => {}
+            }
+            true
+        }
+
+        /// The counters event of the call recorded at `i`: `None` when the
+        /// trace has no allocation figures and the call no counter delta
+        /// (a call open before its thread joined a counted session).
+        pub(super) fn event(&self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
+            let ctr = self.counters.get(&i);
+            if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {
+                return None;
+            }
+            let mut values = Vec::with_capacity(5 + layout.n_counters);
+            if layout.with_allocs {
+                let a = self.allocs.get(&i).copied().unwrap_or_default();
+                values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
+            }
+            for k in 0..layout.n_counters {
+                values.push(ctr.and_then(|v| v.get(k).copied().flatten()).unwrap_or(0));
+            }
+            Some(Event::Counters(CallCounters { thread, values }))
+        }
     }
 }
 
@@ -444,6 +583,7 @@ mod tests {
             end_ticks: 1_000_200,
             mode: RecordMode::Stream,
             filters: String::new(),
+            counters: Vec::new(),
         };
         let t = build(base, vec![input], |_| None);
         let got: Vec<String> = t

@@ -426,7 +426,7 @@ impl<R: Read> TraceReader<R> {
                 meta.total_calls()
             ));
         }
-        let chunks = rec.build(meta.sites.len())?;
+        let chunks = rec.build(meta.sites.len(), &meta.counters)?;
         self.meta = meta;
         self.served = Some(chunks.into_iter());
         Ok(())

@@ -70,7 +70,7 @@ impl From<OffInterval> for (u64, u64, u8) {
 }
 
 /// Off-CPU time split by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OffTime {
     pub blocked_ns: u64,
     pub preempted_ns: u64,

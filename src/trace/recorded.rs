@@ -11,6 +11,9 @@
 //!   site varint    (only when not same_site) the trace's site index
 //!   gap varint     zigzag(start - prev_end), ticks since the session origin
 //!   dur varint     ticks (a count for a lost-records marker)
+//! extension record (kind 3 with the unwound bit: figures of the call before it)
+//!   header varint  3 | 1 << 2 (depth unchanged)
+//!   sub varint, a varint, b varint   (see `fgtrace_core::record::ext`)
 //! ```
 //!
 //! Times stay in ticks relative to the session origin, so a recording can be
@@ -32,6 +35,9 @@ pub(crate) struct Rec {
     pub site: u32,
     pub kind: u8,
     pub unwound: bool,
+    /// An extension record (`kind` is lost, `unwound` set): its subkind is
+    /// in `site`, its values in `count` and `b`.
+    pub b: u64,
 }
 
 /// A sample as the sampler hands it over: (ns since session start, shadow
@@ -91,8 +97,9 @@ pub(crate) struct RawEncoder {
     scratch: Vec<u8>,
 }
 
-/// Most bytes one record can take: header, site, gap, duration.
-const MAX_RECORD_BYTES: usize = 3 * 10 + 5;
+/// Most bytes one record can take: header, site, gap, duration (an
+/// extension record: header, subkind, two values).
+const MAX_RECORD_BYTES: usize = 4 * 10 + 5;
 
 impl RawEncoder {
     /// One chunk of `recs` (oldest first), with starts relative to `origin`.
@@ -116,6 +123,18 @@ impl RawEncoder {
         let (mut last_id, mut last_site) = (u32::MAX, u32::MAX);
         for r in recs {
             let k = r.kind();
+            if r.is_ext() {
+                // [issue 17] figures of the call before: no time, no depth change.
+                let (a, b) = r.ext_values();
+                // SAFETY: as below.
+                unsafe {
+                    put_raw(&mut p, 1 << 2 | kind::LOST);
+                    put_raw(&mut p, r.ext_sub());
+                    put_raw(&mut p, a);
+                    put_raw(&mut p, b);
+                }
+                continue;
+            }
             // A lost-records marker names no site.
             let site = if k == kind::LOST {
                 prev_site
@@ -263,6 +282,27 @@ pub(crate) fn decode(
         let unwound = h >> 2 & 1 != 0;
         let same = h >> 3 & 1 != 0;
         let dd = unzigzag(h >> 4);
+        if k as u64 == kind::LOST && unwound {
+            // [issue 17] an extension record.
+            let sub = varint(&mut pos)?;
+            if sub > fgtrace_core::record::ext::COUNTER || dd != 0 || same {
+                return Err(corrupt(at, format!("extension record {sub} is not one")));
+            }
+            let a = varint(&mut pos)?;
+            let b = varint(&mut pos)?;
+            let at_ns = scale.ns(prev_end);
+            out.push(Rec {
+                start_ns: at_ns,
+                end_ns: at_ns,
+                count: a,
+                depth: prev_depth,
+                site: sub as u32,
+                kind: k,
+                unwound,
+                b,
+            });
+            continue;
+        }
         let depth = (prev_depth as i64)
             .checked_add(dd)
             .filter(|d| (0..=MAX_DEPTH as i64).contains(d))
@@ -307,6 +347,7 @@ pub(crate) fn decode(
             site,
             kind: k,
             unwound,
+            b: 0,
         });
         prev_depth = depth;
         if k as u64 != kind::LOST {
@@ -381,6 +422,46 @@ mod tests {
             ]
         );
         assert_eq!(out[3].count, 3);
+    }
+
+    #[test]
+    fn extension_records_round_trip_and_leave_the_calls_around_them_intact() {
+        use fgtrace_core::record::ext;
+        let origin = 1u64 << 40;
+        let recs = vec![
+            RawCall::pack(origin + 100, 1, 10, 40, false, kind::CALL),
+            RawCall::ext(ext::ALLOCS, 3, 192),
+            RawCall::ext(ext::COUNTER, u64::MAX, 0),
+            RawCall::pack(origin + 90, 0, 30, 41, false, kind::CALL),
+        ];
+        let mut sites = SiteMap::default();
+        let mut enc = RawEncoder::default();
+        let c = enc.encode(0, &recs, origin, &mut sites, &info);
+        assert_eq!(enc.calls, 2, "extension records are not calls");
+        let mut out = Vec::new();
+        decode(&c, sites.sites.len(), TickScale::new(1.0), &mut out).unwrap();
+        let got: Vec<_> = out
+            .iter()
+            .map(|r| (r.start_ns, r.depth, r.site, r.kind, r.unwound, r.count, r.b))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (100, 1, 0, 0, false, 10, 0),
+                (110, 1, ext::ALLOCS as u32, 3, true, 3, 192),
+                (110, 1, ext::COUNTER as u32, 3, true, u64::MAX, 0),
+                (90, 0, 1, 0, false, 30, 0),
+            ]
+        );
+        // A hostile extension record is an error naming it, not a panic.
+        let bad = RawChunk {
+            thread: 0,
+            count: 1,
+            payload: vec![0x07, 9, 1, 1],
+            offset: 0,
+        };
+        let e = decode(&bad, 2, TickScale::new(1.0), &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("extension record 9"), "{e}");
     }
 
     #[test]

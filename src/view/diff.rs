@@ -13,6 +13,7 @@ use super::format::{human_duration, uftrace_time};
 use super::report::{ReportBuilder, ReportOptions};
 use super::ThreadSel;
 use crate::trace::{Event, TraceError, TraceMeta};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::str::FromStr;
@@ -54,15 +55,21 @@ pub struct DiffOptions {
 }
 
 /// One function's numbers in one trace; durations in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Side {
     pub calls: u64,
     pub total_ns: u64,
     pub self_ns: u64,
+    /// Allocations, callees included (`None`: the trace has no allocation figures).
+    pub allocs: Option<u64>,
+    /// Bytes allocated, callees included.
+    pub alloc_bytes: Option<u64>,
+    /// Retired instructions, callees included (`None`: not counted).
+    pub instructions: Option<u64>,
 }
 
 /// One function, before and after. `None`: the function is not in that trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DiffRow {
     /// `module::name`.
     pub name: String,
@@ -98,7 +105,7 @@ impl DiffRow {
 }
 
 /// Whole-trace numbers for the header.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DiffSummary {
     pub program: String,
     pub calls: u64,
@@ -106,7 +113,7 @@ pub struct DiffSummary {
 }
 
 /// The comparison, rows sorted as asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Diff {
     pub before: DiffSummary,
     pub after: DiffSummary,
@@ -145,6 +152,20 @@ fn side(
         s.calls += f.calls;
         s.total_ns = s.total_ns.saturating_add(f.total_ns);
         s.self_ns = s.self_ns.saturating_add(f.self_ns);
+        let counter = |n: &str| {
+            report
+                .counter_names
+                .iter()
+                .position(|c| c == n)
+                .map(|i| f.counters.get(i).copied().unwrap_or(0))
+        };
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        s.allocs = add(s.allocs, counter("allocs"));
+        s.alloc_bytes = add(s.alloc_bytes, counter("alloc_bytes"));
+        s.instructions = add(s.instructions, counter("instructions"));
     }
     let summary = DiffSummary {
         program: meta.program.clone(),
@@ -261,6 +282,11 @@ impl Diff {
             "Calls diff",
         ];
         let dash = || "-".to_string();
+        let with_allocs = self.has(Metric::Allocs);
+        let mut headers = headers.to_vec();
+        if with_allocs {
+            headers.extend(["Allocs before", "Allocs after", "Allocs diff"]);
+        }
         let rows: Vec<(Vec<String>, String)> = self
             .rows
             .iter()
@@ -291,6 +317,16 @@ impl Diff {
                     cell(&r.after, |s| s.calls.to_string()),
                     dc,
                 ];
+                let mut cells = cells;
+                if with_allocs {
+                    let v = |s: &Option<Side>| s.and_then(|s| s.allocs);
+                    cells.push(v(&r.before).map_or_else(dash, |v| v.to_string()));
+                    cells.push(v(&r.after).map_or_else(dash, |v| v.to_string()));
+                    cells.push(match (v(&r.before), v(&r.after)) {
+                        (Some(b), Some(a)) => format!("{:+}", a as i128 - b as i128),
+                        _ => dash(),
+                    });
+                }
                 (cells, r.name.clone())
             })
             .collect();
@@ -315,6 +351,346 @@ impl Diff {
             out.push_str(&format!("  {name}\n"));
         }
         w.write_all(out.as_bytes())?;
+        w.flush()
+    }
+}
+
+// ---------------------------------------------------------------- the CI gate
+
+/// What a regression gate compares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Inclusive time (the default).
+    #[default]
+    Total,
+    /// Self time.
+    SelfTime,
+    /// Number of calls: deterministic, holds on any machine.
+    Calls,
+    /// Allocations, callees included (`fgtrace::alloc::Counting`): deterministic.
+    Allocs,
+    /// Bytes allocated, callees included.
+    AllocBytes,
+    /// Retired instructions, callees included (needs a PMU).
+    Instructions,
+}
+
+impl FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "total" | "time" => Metric::Total,
+            "self" => Metric::SelfTime,
+            "calls" | "call" => Metric::Calls,
+            "allocs" | "allocations" => Metric::Allocs,
+            "alloc_bytes" | "bytes" => Metric::AllocBytes,
+            "instructions" | "instr" => Metric::Instructions,
+            _ => {
+                return Err(format!(
+                    "unknown metric `{s}` (total, self, calls, allocs, alloc_bytes, instructions)"
+                ))
+            }
+        })
+    }
+}
+
+impl Metric {
+    fn of(self, s: &Side) -> Option<u64> {
+        match self {
+            Metric::Total => Some(s.total_ns),
+            Metric::SelfTime => Some(s.self_ns),
+            Metric::Calls => Some(s.calls),
+            Metric::Allocs => s.allocs,
+            Metric::AllocBytes => s.alloc_bytes,
+            Metric::Instructions => s.instructions,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Metric::Total => "total time",
+            Metric::SelfTime => "self time",
+            Metric::Calls => "calls",
+            Metric::Allocs => "allocations",
+            Metric::AllocBytes => "bytes allocated",
+            Metric::Instructions => "instructions",
+        }
+    }
+
+    fn show(self, v: u64) -> String {
+        match self {
+            Metric::Total | Metric::SelfTime => uftrace_time(v),
+            _ => v.to_string(),
+        }
+    }
+}
+
+/// A limit of the gate: `10%` for every function, or `parse=5%` for the
+/// functions a name matches (display name, full path, a path suffix at a
+/// `::` boundary, or a glob on either).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Limit {
+    /// `None`: every function.
+    pub function: Option<String>,
+    /// Largest growth allowed, in percent.
+    pub percent: f64,
+}
+
+impl FromStr for Limit {
+    type Err = String;
+    /// `10%`, `10`, `parse=5%`, `my_crate::parse=2.5%`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (function, pct) = match s.rsplit_once('=') {
+            Some((f, p)) if !f.trim().is_empty() => (Some(f.trim().to_string()), p),
+            Some(_) => return Err(format!("`{s}`: a function name goes before `=`")),
+            None => (None, s),
+        };
+        let num = pct.trim().trim_end_matches('%').trim();
+        let percent: f64 = num
+            .parse()
+            .ok()
+            .filter(|p: &f64| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| {
+                format!("`{s}`: the limit is a percentage such as `10%` or `parse=5%`")
+            })?;
+        Ok(Limit { function, percent })
+    }
+}
+
+fn name_matches(full: &str, pat: &str) -> bool {
+    if full == pat
+        || full.rsplit("::").next() == Some(pat)
+        || (full.ends_with(pat) && full[..full.len() - pat.len()].ends_with("::"))
+    {
+        return true;
+    }
+    pat.contains(['*', '?'])
+        && (wildmatch::WildMatch::new(pat).matches(full)
+            || full
+                .rsplit("::")
+                .next()
+                .is_some_and(|n| wildmatch::WildMatch::new(pat).matches(n)))
+}
+
+/// One function checked by the gate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GateRow {
+    pub name: String,
+    pub before: u64,
+    pub after: u64,
+    /// Growth in percent (`inf` from zero).
+    pub change_percent: f64,
+    pub limit_percent: f64,
+    pub regressed: bool,
+}
+
+/// The gate's verdict.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GateResult {
+    pub metric: Metric,
+    /// Every function with a limit that both traces have.
+    pub rows: Vec<GateRow>,
+    /// Limits naming functions neither trace has both of (a misspelt name
+    /// must not pass): an error.
+    pub unmatched: Vec<String>,
+    /// The metric is not in the traces (no allocation figures, no counters).
+    pub unavailable: bool,
+}
+
+impl GateResult {
+    /// Whether the gate passes.
+    pub fn passed(&self) -> bool {
+        !self.unavailable && self.unmatched.is_empty() && !self.rows.iter().any(|r| r.regressed)
+    }
+
+    /// The verdict as text: regressions (and what passed) in a table.
+    pub fn write(&self, mut w: impl Write) -> io::Result<()> {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "
+# gate on {}:",
+            self.metric.label()
+        ));
+        if self.unavailable {
+            out.push_str(&format!(
+                " FAILED: the traces have no {} (record with {})
+",
+                self.metric.label(),
+                match self.metric {
+                    Metric::Allocs | Metric::AllocBytes =>
+                        "fgtrace::alloc::Counting as the global allocator",
+                    _ => "Config::counters",
+                }
+            ));
+            w.write_all(out.as_bytes())?;
+            return w.flush();
+        }
+        let bad = self.rows.iter().filter(|r| r.regressed).count();
+        if self.passed() {
+            out.push_str(&format!(
+                " passed ({} functions within their limits)
+",
+                self.rows.len()
+            ));
+        } else {
+            out.push_str(&format!(
+                " FAILED ({bad} of {} functions over their limits{})
+",
+                self.rows.len(),
+                if self.unmatched.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} limits match nothing", self.unmatched.len())
+                }
+            ));
+        }
+        for u in &self.unmatched {
+            out.push_str(&format!(
+                "#   no function in both traces matches `{u}` (is the name right?)
+"
+            ));
+        }
+        let mut rows: Vec<&GateRow> = self.rows.iter().collect();
+        rows.sort_by(|a, b| {
+            b.regressed
+                .cmp(&a.regressed)
+                .then(b.change_percent.total_cmp(&a.change_percent))
+                .then(a.name.cmp(&b.name))
+        });
+        let cells: Vec<[String; 6]> = rows
+            .iter()
+            .map(|r| {
+                [
+                    if r.regressed { "REGRESSED" } else { "ok" }.to_string(),
+                    self.metric.show(r.before),
+                    self.metric.show(r.after),
+                    if r.change_percent.is_infinite() {
+                        "+inf%".to_string()
+                    } else {
+                        format!("{:+.2}%", r.change_percent)
+                    },
+                    format!("{:.2}%", r.limit_percent),
+                    r.name.clone(),
+                ]
+            })
+            .collect();
+        let head = ["", "Before", "After", "Change", "Limit", "Function"].map(String::from);
+        let mut wd = [0usize; 5];
+        for c in std::iter::once(&head).chain(&cells) {
+            for i in 0..5 {
+                wd[i] = wd[i].max(c[i].len());
+            }
+        }
+        for c in std::iter::once(&head).chain(&cells) {
+            out.push_str(&format!(
+                "  {:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {}
+",
+                c[0],
+                c[1],
+                c[2],
+                c[3],
+                c[4],
+                c[5],
+                w0 = wd[0],
+                w1 = wd[1],
+                w2 = wd[2],
+                w3 = wd[3],
+                w4 = wd[4]
+            ));
+        }
+        w.write_all(out.as_bytes())?;
+        w.flush()
+    }
+}
+
+impl Diff {
+    /// Whether both traces have `metric` for some function.
+    pub fn has(&self, metric: Metric) -> bool {
+        self.rows.iter().any(|r| {
+            r.before.as_ref().and_then(|s| metric.of(s)).is_some()
+                || r.after.as_ref().and_then(|s| metric.of(s)).is_some()
+        })
+    }
+
+    /// The CI gate: every function both traces have is checked against the
+    /// last limit that names it (or the limit for every function, if any);
+    /// it regresses when `metric` grew by more than that percentage.
+    /// Functions only one trace has are not checked (the table shows them).
+    pub fn gate(&self, metric: Metric, limits: &[Limit]) -> GateResult {
+        let mut rows = Vec::new();
+        let unavailable = !self.has(metric);
+        let mut used = vec![false; limits.len()];
+        for r in &self.rows {
+            let (Some(b), Some(a)) = (
+                r.before.as_ref().and_then(|s| metric.of(s)),
+                r.after.as_ref().and_then(|s| metric.of(s)),
+            ) else {
+                continue;
+            };
+            let limit = limits
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, l)| {
+                    l.function
+                        .as_deref()
+                        .is_some_and(|f| name_matches(&r.name, f))
+                })
+                .or_else(|| {
+                    limits
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .find(|(_, l)| l.function.is_none())
+                });
+            let Some((i, limit)) = limit else {
+                continue;
+            };
+            used[i] = true;
+            let change = if b == 0 {
+                if a == 0 {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (a as f64 - b as f64) / b as f64 * 100.0
+            };
+            rows.push(GateRow {
+                name: r.name.clone(),
+                before: b,
+                after: a,
+                change_percent: change,
+                limit_percent: limit.percent,
+                regressed: change > limit.percent,
+            });
+        }
+        let unmatched = limits
+            .iter()
+            .zip(&used)
+            .filter(|(l, u)| l.function.is_some() && !**u)
+            .map(|(l, _)| l.function.clone().unwrap_or_default())
+            .collect();
+        GateResult {
+            metric,
+            rows,
+            unmatched,
+            unavailable,
+        }
+    }
+
+    /// The comparison as JSON (every row, durations in ns).
+    pub fn write_json(&self, gate: Option<&GateResult>, mut w: impl Write) -> io::Result<()> {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            diff: &'a Diff,
+            gate: Option<&'a GateResult>,
+        }
+        serde_json::to_writer_pretty(&mut w, &Out { diff: self, gate })
+            .map_err(io::Error::other)?;
+        w.write_all(b"\n")?;
         w.flush()
     }
 }

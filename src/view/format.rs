@@ -89,6 +89,77 @@ impl<const N: usize> Write for StackStr<N> {
     }
 }
 
+/// Bytes with a binary unit: `512 B`, `4.0 KiB`, `1.5 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// A call's allocation figures for a tail comment: `3 allocs 4.0 KiB`, with
+/// `, 2 frees 1.0 KiB` and `, 1 realloc` when there are any.
+pub fn alloc_note(a: &fgtrace_core::record::AllocCounts) -> String {
+    let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+    let mut s = format!(
+        "{} {}",
+        plural(a.allocs, "alloc"),
+        human_bytes(a.alloc_bytes)
+    );
+    if a.frees != 0 || a.freed_bytes != 0 {
+        s.push_str(&format!(
+            ", {} {}",
+            plural(a.frees, "free"),
+            human_bytes(a.freed_bytes)
+        ));
+    }
+    if a.reallocs != 0 {
+        s.push_str(&format!(", {}", plural(a.reallocs, "realloc")));
+    }
+    s
+}
+
+/// A call's per-call counters (named by `TraceMeta::counters`) as a tail
+/// comment's text: allocation figures when it allocated or freed anything
+/// (see [`alloc_note`]), `N instr`, `N name` for any other counter; `None`
+/// when there is nothing to say.
+pub fn counter_note(names: &[String], values: &[u64]) -> Option<String> {
+    let at = |n: &str| {
+        names
+            .iter()
+            .position(|x| x == n)
+            .and_then(|i| values.get(i).copied())
+    };
+    let mut parts = Vec::new();
+    if let Some(allocs) = at("allocs") {
+        let a = fgtrace_core::record::AllocCounts {
+            allocs,
+            alloc_bytes: at("alloc_bytes").unwrap_or(0),
+            frees: at("frees").unwrap_or(0),
+            freed_bytes: at("freed_bytes").unwrap_or(0),
+            reallocs: at("reallocs").unwrap_or(0),
+        };
+        if a != fgtrace_core::record::AllocCounts::ZERO {
+            parts.push(alloc_note(&a));
+        }
+    }
+    for (n, v) in names.iter().zip(values) {
+        match n.as_str() {
+            "allocs" | "alloc_bytes" | "frees" | "freed_bytes" | "reallocs" => {}
+            "instructions" => parts.push(format!("{v} instr")),
+            other => parts.push(format!("{v} {other}")),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 /// ftrace's overhead mark for a duration: strict greater-than on nanoseconds
 /// (`trace_find_mark`), so exactly 10 us gets no `+`.
 pub fn overhead_mark(ns: u64) -> char {

@@ -24,7 +24,8 @@
 //! never hidden by a filter other than the thread filter.
 
 use super::format::{
-    abs_time, human_duration, loss_lines, overhead_mark, push_centered, push_ftrace_duration,
+    abs_time, counter_note, human_duration, loss_lines, overhead_mark, push_centered,
+    push_ftrace_duration,
 };
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, Lost, OffTime, Trace, TraceError, TraceMeta};
@@ -103,7 +104,18 @@ struct Open {
     end_ns: u64,
     dur_ns: u64,
     unwound: bool,
+    /// Its counters (allocations, instructions) for the exit line's comment.
+    note: Option<String>,
     off: Option<OffTime>,
+}
+
+/// Where the counters of the call just drawn go (they follow its `Call`).
+#[derive(Clone, Copy)]
+enum Due {
+    /// At the end of the last line in the buffer (a leaf).
+    Leaf,
+    /// Into the top open call's exit line.
+    Open,
 }
 
 const LINE_BUF: usize = 64 * 1024;
@@ -125,6 +137,8 @@ pub struct GraphWriter<'a, W: Write> {
     line: String,
     /// ` N) ` per thread.
     numbers: Vec<String>,
+    /// The thread of the call just drawn and where its counters go.
+    due: Option<(u32, Due)>,
 }
 
 impl<'a, W: Write> GraphWriter<'a, W> {
@@ -155,6 +169,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             last: None,
             line: String::with_capacity(LINE_BUF + 1024),
             numbers: Vec::new(),
+            due: None,
         };
         g.header()?;
         Ok(g)
@@ -220,11 +235,40 @@ impl<'a, W: Write> GraphWriter<'a, W> {
 
     /// Renders one event (calls and losses; futures and samples are skipped).
     pub fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let due = self.due.take();
         match ev {
             Event::Call(c) => self.call(c),
             Event::Lost(l) => self.lost(l),
-            Event::Future(_) | Event::Sample(_) | Event::Counters(_) => Ok(()),
+            Event::Counters(c) => match due {
+                Some((t, d)) if t == c.thread => self.counters(d, t, &c.values),
+                _ => Ok(()),
+            },
+            Event::Future(_) | Event::Sample(_) => Ok(()),
         }
+    }
+
+    /// A call's counters, as a tail comment on its leaf line or exit line.
+    fn counters(&mut self, due: Due, t: u32, values: &[u64]) -> io::Result<()> {
+        let Some(note) = counter_note(&self.meta.counters, values) else {
+            return Ok(());
+        };
+        match due {
+            Due::Leaf => {
+                if self.line.ends_with('\n') {
+                    self.line.pop();
+                    self.line.push_str(" /* ");
+                    self.line.push_str(&note);
+                    self.line.push_str(" */");
+                    self.end_line()?;
+                }
+            }
+            Due::Open => {
+                if let Some(o) = self.stack(t).last_mut() {
+                    o.note = Some(note);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Closes every open call (their durations are known) and flushes. The
@@ -260,11 +304,13 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             end_ns: c.end_ns(),
             dur_ns: c.dur_ns,
             unwound: c.unwound(),
+            note: None,
             off,
         };
         if o.thresh_ns > 0 {
             if c.dur_ns >= o.thresh_ns {
                 self.stack(c.thread).push(open);
+                self.due = Some((c.thread, Due::Open));
             }
             return Ok(());
         }
@@ -276,6 +322,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.line.push_str(self.meta.site_name(c.site));
             self.line.push_str("() {");
             self.stack(c.thread).push(open);
+            self.due = Some((c.thread, Due::Open));
         } else {
             self.duration(on_cpu(c.dur_ns, off));
             self.indent(c.depth);
@@ -283,6 +330,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.line.push_str("();");
             if c.unwound() {
                 self.line.push_str(" /* unwound */");
+            }
+            if !self.meta.counters.is_empty() {
+                // Keep the line in the buffer: its counters may follow.
+                self.line.push('\n');
+                self.due = Some((c.thread, Due::Leaf));
+                return Ok(());
             }
             self.off_comment(c.dur_ns, off);
         }
@@ -309,7 +362,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.duration(on_cpu(o.dur_ns, o.off));
             self.indent(o.depth);
             let unwound = if o.unwound { " (unwound)" } else { "" };
-            if self.opts.thresh_ns > 0 || self.opts.tail || o.unwound {
+            if let Some(note) = &o.note {
+                self.line.push_str(&format!(
+                    "}} /* {}{unwound}: {note} */",
+                    self.meta.site_name(o.site)
+                ));
+            } else if self.opts.thresh_ns > 0 || self.opts.tail || o.unwound {
                 self.line.push_str(&format!(
                     "}} /* {}{unwound} */",
                     self.meta.site_name(o.site)

@@ -249,6 +249,8 @@ struct Subtree<'a> {
     limit: usize,
     shown: usize,
     hidden: u64,
+    /// The last call was drawn (so its counters go to the graph).
+    last_shown: bool,
 }
 
 impl<'a> Subtree<'a> {
@@ -266,6 +268,7 @@ impl<'a> Subtree<'a> {
             limit,
             shown: 0,
             hidden: 0,
+            last_shown: false,
         })
     }
 
@@ -284,15 +287,22 @@ impl<'a> Subtree<'a> {
             Event::Call(c) if !self.inside && self.is_root(c) => {
                 self.inside = true;
                 self.shown += 1;
+                self.last_shown = true;
                 self.w.push(ev)?;
             }
             _ if !self.inside => {}
             Event::Call(c) if c.depth == 0 => self.done = true,
-            Event::Call(_) if self.shown >= self.limit => self.hidden += 1,
+            Event::Call(_) if self.shown >= self.limit => {
+                self.hidden += 1;
+                self.last_shown = false;
+            }
             Event::Call(_) => {
                 self.shown += 1;
+                self.last_shown = true;
                 self.w.push(ev)?;
             }
+            // A shown call's counters (allocations, instructions): tail comments.
+            Event::Counters(_) if self.last_shown => self.w.push(ev)?,
             Event::Lost(_) => self.w.push(ev)?,
             _ => {}
         }
@@ -621,6 +631,18 @@ fn table(p: &mut String, report: &Report, rows: usize) {
         ("p50", "p50", "num"),
         ("p99", "p99", "num"),
     ];
+    // Per-call counters (allocation figures, instructions), as the text report shows them.
+    let counter_cols: Vec<(&str, usize, bool)> = report
+        .counter_names
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| match n.as_str() {
+            "allocs" => vec![("Allocs", i, false), ("Self allocs", i, true)],
+            "alloc_bytes" => vec![("Alloc bytes", i, false)],
+            "instructions" => vec![("Instr", i, false), ("Self instr", i, true)],
+            _ => vec![],
+        })
+        .collect();
     let has_off = report.off_cpu == Some(Ok(()));
     let off_cols = [
         ("oncpu", "On-CPU", "num"),
@@ -630,7 +652,12 @@ fn table(p: &mut String, report: &Report, rows: usize) {
         ("blocked", "Blocked", "num"),
     ];
     let off_cols = if has_off { &off_cols[..] } else { &[] };
-    for &(key, label, ty) in cols.iter().chain(off_cols) {
+    let counter_heads: Vec<(&str, &str, &str)> = counter_cols
+        .iter()
+        .enumerate()
+        .map(|(k, c)| (["c0", "c1", "c2", "c3", "c4", "c5"][k.min(5)], c.0, "num"))
+        .collect();
+    for &(key, label, ty) in cols.iter().chain(&counter_heads).chain(off_cols) {
         let sort = if key == "total" {
             " aria-sort=\"descending\""
         } else {
@@ -660,6 +687,16 @@ fn table(p: &mut String, report: &Report, rows: usize) {
             f.total_ns, f.self_ns, f.avg_ns, f.min_ns, f.max_ns, f.p50_ns, f.p99_ns,
         ] {
             let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
+        }
+        for &(label, i, own) in &counter_cols {
+            let v = if own { &f.self_counters } else { &f.counters };
+            let v = v.get(i).copied().unwrap_or(0);
+            let shown = if label == "Alloc bytes" {
+                super::format::human_bytes(v)
+            } else {
+                v.to_string()
+            };
+            let _ = write!(p, "<td data-v=\"{v}\">{shown}</td>");
         }
         if has_off {
             for v in [

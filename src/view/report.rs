@@ -12,6 +12,7 @@
 use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
 use super::{into_io, ok_events, shown, thread_mask, ThreadSel};
 use crate::trace::{Call, Event, FutureSpan, Lost, OffTime, Trace, TraceError, TraceMeta};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -72,6 +73,8 @@ pub enum ReportStyle {
     Table,
     /// Exactly ftrace's `trace_stat/function<N>` layout: Function, Hit, Time, Avg, s^2.
     Ftrace,
+    /// JSON (every field of [`Report`], durations in ns), for machine consumers.
+    Json,
 }
 
 /// Report options; `Default` sorts by total time, largest first, all threads.
@@ -86,7 +89,7 @@ pub struct ReportOptions {
 }
 
 /// One function's numbers; durations in nanoseconds.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FunctionStats {
     pub site: u32,
     pub name: String,
@@ -106,6 +109,12 @@ pub struct FunctionStats {
     pub variance_ns2: f64,
     /// Calls ended by a panic unwinding through them.
     pub unwound: u64,
+    /// Per-call counters summed over the calls, callees included (recursion
+    /// counted at every level, as for `total_ns`), one per
+    /// [`Report::counter_names`]: allocation figures, instructions.
+    pub counters: Vec<u64>,
+    /// The same, minus the recorded children's: the function's own.
+    pub self_counters: Vec<u64>,
     /// Off-CPU time of the calls, where the trace has it for every thread
     /// they ran on (else `None`: never zeros that look real).
     pub off_cpu: Option<OffStats>,
@@ -114,14 +123,14 @@ pub struct FunctionStats {
 /// A function's off-CPU time: inclusive (`total`) and its own (`self_`,
 /// minus what its recorded children spent off the CPU). On-CPU time is the
 /// duration minus these.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OffStats {
     pub total: OffTime,
     pub self_: OffTime,
 }
 
 /// One async fn's whole futures (first poll to completion); durations in nanoseconds.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FutureStats {
     pub site: u32,
     pub name: String,
@@ -139,7 +148,7 @@ pub struct FutureStats {
 }
 
 /// A thread that lost records.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ThreadLoss {
     pub thread: u32,
     /// `name-tid`.
@@ -151,7 +160,7 @@ pub struct ThreadLoss {
 }
 
 /// The whole report as numbers, sorted as the options asked.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     pub program: String,
     pub pid: u32,
@@ -166,6 +175,9 @@ pub struct Report {
     pub loss_lines: Vec<String>,
     pub functions: Vec<FunctionStats>,
     pub futures: Vec<FutureStats>,
+    /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
+    /// `instructions`), as in the trace.
+    pub counter_names: Vec<String>,
     /// Whether the rows have off-CPU time: `Ok(())`, or why not
     /// (`None`: the trace was recorded without it).
     pub off_cpu: Option<Result<(), String>>,
@@ -291,6 +303,8 @@ struct SiteAcc {
     d: Durations,
     self_ns: u64,
     unwound: u64,
+    counters: Vec<u64>,
+    self_counters: Vec<u64>,
     off: OffStats,
     /// A call ran on a thread without off-CPU data.
     off_missing: bool,
@@ -309,8 +323,21 @@ struct Open {
     depth: u32,
     dur_ns: u64,
     children_ns: u64,
+    /// Its counters (empty until its `Counters` event), and its children's.
+    counters: Vec<u64>,
+    children_counters: Vec<u64>,
     off: OffTime,
     children_off: OffTime,
+}
+
+/// `a[i] += b[i]`, growing `a` as needed.
+fn add_all(a: &mut Vec<u64>, b: &[u64]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
 }
 
 /// Builds a [`Report`] from events pushed one at a time.
@@ -324,6 +351,8 @@ pub struct ReportBuilder<'a> {
     lost_events: Vec<u64>,
     active: Vec<bool>,
     calls: u64,
+    /// Per thread: the last event was a call (its counters may follow).
+    counters_due: Vec<bool>,
 }
 
 impl<'a> ReportBuilder<'a> {
@@ -338,6 +367,7 @@ impl<'a> ReportBuilder<'a> {
             lost_events: Vec::new(),
             active: Vec::new(),
             calls: 0,
+            counters_due: Vec::new(),
         }
     }
 
@@ -346,8 +376,32 @@ impl<'a> ReportBuilder<'a> {
             Event::Call(c) => self.call(c),
             Event::Future(f) => self.future(f),
             Event::Lost(l) => self.lost(l),
-            Event::Sample(_) | Event::Counters(_) => {}
+            Event::Counters(c) => self.counters(c.thread, &c.values),
+            Event::Sample(_) => {}
         }
+        if !matches!(ev, Event::Call(_) | Event::Counters(_)) {
+            *grow(&mut self.counters_due, ev.thread() as usize) = false;
+        }
+    }
+
+    /// The counters of the thread's last call.
+    fn counters(&mut self, t: u32, values: &[u64]) {
+        if !self.shows(t) || !std::mem::take(grow(&mut self.counters_due, t as usize)) {
+            return;
+        }
+        let Some(stack) = self.stacks.get_mut(t as usize) else {
+            return;
+        };
+        let n = stack.len();
+        let Some(top) = stack.last_mut() else {
+            return;
+        };
+        top.counters = values.to_vec();
+        let site = top.site;
+        if n >= 2 {
+            add_all(&mut stack[n - 2].children_counters, values);
+        }
+        add_all(&mut grow(&mut self.sites, site as usize).counters, values);
     }
 
     fn shows(&self, t: u32) -> bool {
@@ -375,9 +429,12 @@ impl<'a> ReportBuilder<'a> {
             depth: c.depth,
             dur_ns: c.dur_ns,
             children_ns: 0,
+            counters: Vec::new(),
+            children_counters: Vec::new(),
             off: off.unwrap_or_default(),
             children_off: OffTime::default(),
         });
+        *grow(&mut self.counters_due, c.thread as usize) = true;
         let s = grow(&mut self.sites, c.site as usize);
         s.off.total.add(off.unwrap_or_default());
         s.off_missing |= off.is_none();
@@ -417,6 +474,17 @@ impl<'a> ReportBuilder<'a> {
             s.self_ns = s
                 .self_ns
                 .saturating_add(o.dur_ns.saturating_sub(o.children_ns));
+            if !o.counters.is_empty() {
+                let own: Vec<u64> = o
+                    .counters
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        v.saturating_sub(o.children_counters.get(i).copied().unwrap_or(0))
+                    })
+                    .collect();
+                add_all(&mut s.self_counters, &own);
+            }
             let mut own = o.off;
             own.sub(o.children_off);
             s.off.self_.add(own);
@@ -455,6 +523,8 @@ impl<'a> ReportBuilder<'a> {
                 p99_ns: s.d.quantile(0.99),
                 variance_ns2: s.d.variance(),
                 unwound: s.unwound,
+                counters: padded(&s.counters, meta.counters.len()),
+                self_counters: padded(&s.self_counters, meta.counters.len()),
                 off_cpu: (has_off && !s.off_missing).then_some(s.off),
             })
             .collect();
@@ -520,9 +590,17 @@ impl<'a> ReportBuilder<'a> {
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),
             functions,
             futures,
+            counter_names: meta.counters.clone(),
             off_cpu,
         }
     }
+}
+
+/// `v` with exactly `n` values (calls without counters count 0).
+fn padded(v: &[u64], n: usize) -> Vec<u64> {
+    let mut v = v.to_vec();
+    v.resize(n, 0);
+    v
 }
 
 fn grow<T: Default>(v: &mut Vec<T>, i: usize) -> &mut T {
@@ -652,12 +730,45 @@ fn write_table(
 }
 
 impl Report {
+    /// The counter columns of the table: (title, counter index, self figure).
+    /// Allocations show inclusive and self counts and bytes; frees are left
+    /// to the JSON output.
+    fn counter_columns(&self) -> Vec<(String, usize, bool)> {
+        let mut cols = Vec::new();
+        for (i, n) in self.counter_names.iter().enumerate() {
+            match n.as_str() {
+                "allocs" => {
+                    cols.push(("Allocs".to_string(), i, false));
+                    cols.push(("Self allocs".to_string(), i, true));
+                }
+                "alloc_bytes" => cols.push(("Alloc bytes".to_string(), i, false)),
+                "reallocs" => cols.push(("Reallocs".to_string(), i, false)),
+                "frees" | "freed_bytes" => {}
+                "instructions" => {
+                    cols.push(("Instr".to_string(), i, false));
+                    cols.push(("Self instr".to_string(), i, true));
+                }
+                other => cols.push((other.to_string(), i, false)),
+            }
+        }
+        cols
+    }
+
+    /// The report as JSON, for machine consumers (`fgtrace report --format
+    /// json`): every field of [`Report`], durations in nanoseconds.
+    pub fn write_json(&self, mut w: impl Write) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self).map_err(io::Error::other)?;
+        w.write_all(b"\n")?;
+        w.flush()
+    }
+
     /// Writes the report as text in `style`.
     pub fn write(&self, style: ReportStyle, mut w: impl Write) -> io::Result<()> {
         let mut out = String::new();
         match style {
             ReportStyle::Table => self.table(&mut out),
             ReportStyle::Ftrace => self.ftrace(&mut out),
+            ReportStyle::Json => return self.write_json(w),
         }
         w.write_all(out.as_bytes())?;
         w.flush()
@@ -691,24 +802,30 @@ impl Report {
         }
         let _ = writeln!(out, "#");
         let mut headers = vec![
-            "Calls",
-            "Total time",
-            "Self time",
-            "Avg time",
-            "Min time",
-            "Max time",
-            "p50",
-            "p99",
-            "s^2",
+            "Calls".to_string(),
+            "Total time".into(),
+            "Self time".into(),
+            "Avg time".into(),
+            "Min time".into(),
+            "Max time".into(),
+            "p50".into(),
+            "p99".into(),
+            "s^2".into(),
         ];
+        // Counter columns: (index, self?) per column shown.
+        let ccols = self.counter_columns();
+        headers.extend(ccols.iter().map(|c| c.0.clone()));
         if has_off {
-            headers.extend([
-                "On-CPU total",
-                "On-CPU self",
-                "Off-CPU total",
-                "Off-CPU self",
-                "Blocked",
-            ]);
+            headers.extend(
+                [
+                    "On-CPU total",
+                    "On-CPU self",
+                    "Off-CPU total",
+                    "Off-CPU self",
+                    "Blocked",
+                ]
+                .map(String::from),
+            );
         }
         let rows: Vec<_> = self
             .functions
@@ -725,6 +842,10 @@ impl Report {
                     uftrace_time(f.p99_ns),
                     variance_text(f.variance_ns2),
                 ];
+                for (_, i, own) in &ccols {
+                    let v = if *own { &f.self_counters } else { &f.counters };
+                    cells.push(v.get(*i).copied().unwrap_or(0).to_string());
+                }
                 if has_off {
                     // A function that also ran on a thread without off-CPU
                     // data shows `-`, not a zero that looks measured.
@@ -740,6 +861,7 @@ impl Report {
                 (cells, f.name.clone())
             })
             .collect();
+        let headers: Vec<&str> = headers.iter().map(|h| h.as_str()).collect();
         write_table(out, &headers, &rows, "Function");
         if !self.futures.is_empty() {
             let _ = writeln!(out, "\n# async futures, first poll to completion");

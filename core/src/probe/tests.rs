@@ -270,3 +270,74 @@ fn a_record_made_between_a_full_write_and_its_handoff_is_dropped_and_counted() {
         };
     });
 }
+
+#[test]
+fn allocation_figures_go_to_the_innermost_call_then_to_its_caller() {
+    use crate::record::ext;
+    static P: Site = Site::new("alloc_parent", "t", "t.rs", 90, false);
+    static K: Site = Site::new("alloc_child", "t", "t.rs", 91, false);
+    static H: Site = Site::new("hide_alloc", "t", "t.rs", 92, false);
+    on_own_thread(|| {
+        {
+            let _a = enter(&A); // joins
+        }
+        let allocs = Box::leak(std::vec![AllocCounts::ZERO; 16].into_boxed_slice());
+        unsafe { with_thread_state(|st| st.allocs = allocs.as_mut_ptr()) };
+        let first = unsafe { with_thread_state(|st| st.count) };
+        crate::alloc::allocated(100); // outside every call: counted nowhere
+        {
+            let _p = enter(&P);
+            crate::alloc::allocated(10);
+            {
+                let _c = enter(&K);
+                crate::alloc::allocated(5);
+                crate::alloc::reallocated(5, 20);
+                crate::alloc::freed(20);
+            }
+            {
+                let _h = enter(&H); // hidden: its figures are still its caller's
+                crate::alloc::allocated(7);
+            }
+            {
+                let _b = enter(&B); // allocates nothing: no extension record
+            }
+        }
+        let raw: Vec<RawCall> =
+            unsafe { with_thread_state(|st| (first..st.count).map(|i| *st.buf.add(i)).collect()) };
+        let shown: Vec<String> = raw
+            .iter()
+            .map(|r| {
+                if r.is_ext() {
+                    format!("ext{}{:?}", r.ext_sub(), r.ext_values())
+                } else {
+                    crate::site::site_by_id(r.site())
+                        .map_or("?", |s| s.name)
+                        .to_string()
+                }
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "alloc_child".to_string(),
+                format!("ext{}(1, 25)", ext::ALLOCS),
+                format!("ext{}(1, 25)", ext::FREES),
+                format!("ext{}(1, 0)", ext::REALLOCS),
+                "b".to_string(),
+                "alloc_parent".to_string(),
+                format!("ext{}(3, 42)", ext::ALLOCS),
+                format!("ext{}(1, 25)", ext::FREES),
+                format!("ext{}(1, 0)", ext::REALLOCS),
+            ]
+        );
+        // While a hook runs (busy) nothing is counted.
+        {
+            let _p = enter(&P);
+            let gen = unsafe { with_thread_state(|st| core::mem::replace(&mut st.gen, GEN_BUSY)) };
+            crate::alloc::allocated(1);
+            unsafe { with_thread_state(|st| st.gen = gen) };
+        }
+        let last = unsafe { with_thread_state(|st| *st.buf.add(st.count - 1)) };
+        assert!(!last.is_ext(), "the busy allocation was counted");
+    });
+}
