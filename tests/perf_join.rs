@@ -72,18 +72,18 @@ fn keep_going(cpu0: u64, wall: std::time::Instant, cpu_ms: u64) -> bool {
     thread_cpu_ms() - cpu0 < cpu_ms && wall.elapsed().as_secs() < 60
 }
 
+/// Every units value in turn (see `rec_workload`), parent_a doing three
+/// times parent_b's work in the same helper.
 #[fgtrace::traced]
 fn split_workload(cpu_ms: u64) -> u64 {
     let (t, cpu0) = (std::time::Instant::now(), thread_cpu_ms());
-    let mut r = 0x2545f4914f6cdd1du64;
     let mut acc = 0;
+    let mut k = 0u64;
     while keep_going(cpu0, t, cpu_ms) {
-        r ^= r << 13;
-        r ^= r >> 7;
-        r ^= r << 17;
-        let units = 1 + r % 30;
+        let units = 1 + (k * 7) % 30;
         acc ^= parent_a(units);
         acc ^= parent_b(3, units);
+        k += 1;
     }
     acc
 }
@@ -127,16 +127,19 @@ fn traced_rec(level: u32, units: u64) -> u64 {
     }
 }
 
+/// Every (level, units) pair in turn, so both sessions run the same mix
+/// (a random mix would add its own noise to the sampling noise the tests
+/// allow for); a cycle is about 10 ms of CPU.
 #[fgtrace::traced]
 fn rec_workload(cpu_ms: u64) -> u64 {
     let (t, cpu0) = (std::time::Instant::now(), thread_cpu_ms());
-    let mut r = 0x9e3779b97f4a7c15u64;
     let mut acc = 0;
+    let mut k = 0u64;
     while keep_going(cpu0, t, cpu_ms) {
-        r ^= r << 13;
-        r ^= r >> 7;
-        r ^= r << 17;
-        acc ^= traced_rec(1 + (r % 6) as u32, 1 + (r >> 8) % 20);
+        // Units vary fastest, each level visited in a different order of units.
+        let (level, units) = (1 + (k / 20) % 6, 1 + (k * 7) % 20);
+        acc ^= traced_rec(level as u32, units);
+        k += 1;
     }
     acc
 }
