@@ -717,6 +717,14 @@ mod running {
         }
         let description = st.sampling.describe();
         let backend = st.paths.describe(st.sampling.source);
+        let mappings = maps::executable(&maps::read_self());
+        // Executable ranges, sorted, for cleaning kernel call chains.
+        let mut text: Vec<(u64, u64)> = mappings.iter().map(|m| (m.start, m.end)).collect();
+        text.sort_unstable();
+        let in_text = |a: u64| {
+            let i = text.partition_point(|r| r.0 <= a);
+            i > 0 && a < text[i - 1].1
+        };
         let mut threads = Vec::new();
         for t in st.threads {
             if let Hook::Perf(fd) = &t.hook {
@@ -736,6 +744,13 @@ mod running {
                 if frames.first() != Some(&s.ip) {
                     frames.insert(0, s.ip);
                 }
+                // The kernel's walk follows whatever the frame-pointer register
+                // holds, also in code built without frame pointers (libc):
+                // like the signal handler's walk, the chain ends at the first
+                // return address outside executable code (0, a stale stack word).
+                if let Some(k) = frames.iter().skip(1).position(|&a| !in_text(a)) {
+                    frames.truncate(k + 1);
+                }
                 let depth = crate::trace::SHADOW_DEPTH_FROM_TRACE;
                 (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
             }));
@@ -747,7 +762,6 @@ mod running {
                 lost: t.lost,
             });
         }
-        let mappings = maps::executable(&maps::read_self());
         Sampled {
             threads,
             mappings,
