@@ -38,7 +38,9 @@ fn busy(ms: u64, seed: u64) -> (u64, f64) {
     let cpu0 = thread_cpu();
     let mut r = seed | 1;
     let mut acc = 0;
-    while t.elapsed().as_millis() < ms as u128 {
+    // `ms` of the thread's CPU time (a minute at most): on a loaded machine
+    // a wall-clock budget left a few hundred samples, too few for the ratio.
+    while thread_cpu() - cpu0 < ms as f64 / 1000.0 && t.elapsed().as_secs() < 60 {
         r ^= r << 13;
         r ^= r >> 7;
         r ^= r << 17;
