@@ -649,6 +649,7 @@ mod tests {
             end_ticks: 1_000_200,
             mode: RecordMode::Stream,
             filters: String::new(),
+            counters: Vec::new(),
         };
         let t = build(base, vec![input], |_| None);
         let got: Vec<(u64, u32)> = t.samples().map(|s| (s.ts_ns, s.shadow_depth)).collect();
