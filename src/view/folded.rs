@@ -141,6 +141,7 @@ pub enum ChainMatch {
 /// function: four open `f` calls need four `f` frames, the fourth from the
 /// root being the innermost open call.
 pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
+    let site_matches = chain_site_matches;
     if open.is_empty() {
         return ChainMatch::NotFound;
     }
@@ -175,6 +176,21 @@ pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
         Some(_) => ChainMatch::Ambiguous,
         None => ChainMatch::NotFound,
     }
+}
+
+/// [`site_matches`], or, for a name without a path, the site's own last
+/// segment: inlined frames have only DWARF names, which line-tables-only
+/// debug info (the release profile's usual setting) gives without the
+/// module path (`parse_line` for `app::LineParser::parse_line`), generic
+/// arguments aside. Matching more loosely costs nothing in correctness here:
+/// [`chain_match`] still needs every open call in nesting order and one
+/// answer from both ends.
+fn chain_site_matches(site: &SiteInfo, resolved: &str) -> bool {
+    if site_matches(site, resolved) {
+        return true;
+    }
+    let n = normalize(resolved);
+    !n.contains("::") && !n.is_empty() && site.name.rsplit("::").next() == Some(n.as_str())
 }
 
 /// Finds the traced frame by [`chain_match`]: the cut for samples that carry
@@ -1514,6 +1530,15 @@ mod tests {
             ChainMatch::At(0)
         );
         assert_eq!(chain_match(&[], &stack), ChainMatch::NotFound);
+        // Inlined frames named by DWARF alone, without their path (release).
+        let p = site("app::parser", "LineParser::parse_line", false);
+        let inlined = names(&["memchr", "parse_line", "app::work"]);
+        assert_eq!(chain_match(&[&w, &p], &inlined), ChainMatch::At(1));
+        let generic = names(&["collect<u8>", "f<u32>", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f], &generic), ChainMatch::At(1));
+        // A path that is not the site's is still no match.
+        let other = names(&["other::f", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f], &other), ChainMatch::NotFound);
     }
 
     #[test]
