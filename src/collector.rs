@@ -119,7 +119,14 @@ impl Gathered {
     fn add_records(&mut self, thread: u32, recs: &[RawCall], who: &dyn Fn(u32) -> (u32, String)) {
         let i = thread as usize;
         if self.threads.len() <= i {
-            self.threads.resize_with(i + 1, Gathering::default);
+            // Chunks kept in memory go into arenas; chunks written to the
+            // file are encoded in a scratch buffer and dropped.
+            let retain = self.out.is_none();
+            self.threads.resize_with(i + 1, || {
+                let mut g = Gathering::default();
+                g.enc.retain = retain;
+                g
+            });
         }
         if recs.is_empty() {
             return;
