@@ -27,6 +27,9 @@ pub enum Error {
     Collector(String),
     /// Sampling could not start (the kernel refused perf_event, ...).
     Sampler(String),
+    /// `stop` in a child process forked while the session recorded: the
+    /// session belongs to the parent; the child recorded nothing.
+    Forked { session_pid: u32, pid: u32 },
 }
 
 impl fmt::Display for Error {
@@ -38,6 +41,10 @@ impl fmt::Display for Error {
             Error::Config(e) => write!(f, "bad fgtrace configuration: {e}"),
             Error::Collector(e) => write!(f, "fgtrace collector failed: {e}"),
             Error::Sampler(e) => write!(f, "fgtrace cannot sample: {e}"),
+            Error::Forked { session_pid, pid } => write!(
+                f,
+                "this fgtrace session belongs to process {session_pid}; process {pid} is a child made by fork(), which records nothing and has nothing to stop"
+            ),
         }
     }
 }
@@ -80,6 +87,8 @@ pub struct Session {
     batches_rx: Receiver<Batch>,
     #[cfg(target_os = "linux")]
     sampler: Option<crate::sampling::Sampler>,
+    /// The process that started the session (a forked child is another).
+    pid: u32,
 }
 
 impl Session {
@@ -100,6 +109,7 @@ impl Session {
             return Err(Error::Config(config.errors.join("; ")));
         }
         recorder::install();
+        crate::active::watch_forks();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
         if slot.is_some() {
@@ -185,6 +195,7 @@ impl Session {
         }
         *slot = Some(active.clone());
         drop(slot);
+        crate::active::FORKED.store(false, SeqCst);
         control::session_on(gen);
         Ok(Session {
             active,
@@ -195,6 +206,7 @@ impl Session {
             batches_rx,
             #[cfg(target_os = "linux")]
             sampler,
+            pid: std::process::id(),
         })
     }
 
@@ -205,7 +217,10 @@ impl Session {
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
-        control::session_on(self.active.gen);
+        // Not in a forked child: the session is the parent's.
+        if self.pid == std::process::id() {
+            control::session_on(self.active.gen);
+        }
     }
 
     /// Stops recording and returns the trace.
@@ -214,6 +229,9 @@ impl Session {
     }
 
     fn shutdown(&mut self) -> Result<Trace, Error> {
+        if self.pid != std::process::id() {
+            return Err(self.forsake());
+        }
         let end = ClockPoint::now();
         control::session_off();
         ACTIVE.write().take();
@@ -283,6 +301,32 @@ impl Session {
     }
 }
 
+impl Session {
+    /// In a forked child: the collector and sampler threads are the parent's
+    /// and do not exist here, so nothing is joined or drained; their handles
+    /// are forgotten, the session slot is freed if nobody held its lock at
+    /// the fork (so the child can start a session of its own).
+    fn forsake(&mut self) -> Error {
+        control::session_off();
+        if let Some(h) = self.collector.take() {
+            std::mem::forget(h);
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(s) = self.sampler.take() {
+            std::mem::forget(s);
+        }
+        if let Some(mut slot) = ACTIVE.try_write() {
+            if slot.as_ref().is_some_and(|a| a.gen == self.active.gen) {
+                slot.take();
+            }
+        }
+        Error::Forked {
+            session_pid: self.pid,
+            pid: std::process::id(),
+        }
+    }
+}
+
 /// Samples the whole process for `duration` at `frequency_hz` per thread
 /// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
 /// returns the trace (with any traced calls made meanwhile).
@@ -296,6 +340,10 @@ pub fn record(duration: Duration, frequency_hz: u64) -> Result<Trace, Error> {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            self.forsake();
+            return;
+        }
         if self.collector.is_some()
             || ACTIVE
                 .read()
