@@ -107,6 +107,7 @@ impl TraceBuilder {
         Trace {
             meta: self.meta,
             chunks: format::interleave(chunks),
+            damage: None,
         }
     }
 }
@@ -337,6 +338,7 @@ pub(crate) fn build(
     Trace {
         meta,
         chunks: format::interleave(chunks),
+            damage: None,
     }
 }
 

@@ -575,6 +575,7 @@ mod tests {
         Trace {
             meta,
             chunks: interleave(chunks),
+            damage: None,
         }
     }
 
