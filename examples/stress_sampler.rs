@@ -156,7 +156,9 @@ fn check_session(
         }
     }
     if !wall && n > 100 && deep * 2 < n {
-        return Err(format!("only {deep} of {n} timer samples show the recursion"));
+        return Err(format!(
+            "only {deep} of {n} timer samples show the recursion"
+        ));
     }
     let mut calls = 0u64;
     for c in trace.calls() {
@@ -166,7 +168,10 @@ fn check_session(
             return Err(format!("torn record: a call of `{name}`: {c:?}"));
         }
         if c.depth > 200 / TRACED_EVERY {
-            return Err(format!("torn record: depth {} of at most 4: {c:?}", c.depth));
+            return Err(format!(
+                "torn record: depth {} of at most 4: {c:?}",
+                c.depth
+            ));
         }
         if c.start_ns.checked_add(c.dur_ns).is_none() {
             return Err(format!("torn record: ends past every time: {c:?}"));
@@ -295,8 +300,13 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
         let to = ENDED.load(SeqCst);
         let trace = session.stop().map_err(|e| e.to_string())?;
         alive.fetch_add(1, SeqCst);
-        let (n, sl, calls, lost) = check_session(&trace, wall, to.saturating_sub(from))
-            .map_err(|e| format!("session {} ({sampling}): {e}", fig.timer_sessions + fig.wall_sessions + 1))?;
+        let (n, sl, calls, lost) =
+            check_session(&trace, wall, to.saturating_sub(from)).map_err(|e| {
+                format!(
+                    "session {} ({sampling}): {e}",
+                    fig.timer_sessions + fig.wall_sessions + 1
+                )
+            })?;
         if wall {
             fig.wall_sessions += 1;
         } else {
@@ -319,8 +329,12 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
         .into_iter()
         .map(|w| w.join().map_err(|_| "a worker panicked".to_string()))
         .collect::<Result<_, _>>()?;
-    let shorts = spawner.join().map_err(|_| "the spawner panicked".to_string())?;
-    fig.captures = capturer.join().map_err(|_| "the capture thread panicked".to_string())?;
+    let shorts = spawner
+        .join()
+        .map_err(|_| "the spawner panicked".to_string())?;
+    fig.captures = capturer
+        .join()
+        .map_err(|_| "the capture thread panicked".to_string())?;
     fig.threads_created = shorts.len() as u64;
     if let Some(e) = failure.lock().unwrap().take() {
         return Err(e);
@@ -328,7 +342,13 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
     fig.jobs = done.iter().map(|d| d.0).sum::<u64>() + fig.threads_created * SHORT_JOBS;
     let traced_sum = done
         .iter()
-        .chain(shorts.iter().map(|s| (SHORT_JOBS, *s)).collect::<Vec<_>>().iter())
+        .chain(
+            shorts
+                .iter()
+                .map(|s| (SHORT_JOBS, *s))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
         .fold(0, |a, d| fold(a, d.1));
 
     // The same jobs with tracing off: no session, no capture.
@@ -345,7 +365,13 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
         .collect();
     let plain_sum = again
         .iter()
-        .chain(shorts_again.iter().map(|s| (SHORT_JOBS, *s)).collect::<Vec<_>>().iter())
+        .chain(
+            shorts_again
+                .iter()
+                .map(|s| (SHORT_JOBS, *s))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
         .fold(0, |a, d| fold(a, d.1));
     if again != done || shorts_again != shorts || traced_sum != plain_sum {
         return Err(format!(

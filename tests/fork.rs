@@ -50,7 +50,10 @@ fn a_forked_child_records_nothing_and_its_stop_returns_at_once() {
                 }
             }
             Ok(trace) => {
-                eprintln!("child: stop returned a trace of {} calls", trace.calls().count());
+                eprintln!(
+                    "child: stop returned a trace of {} calls",
+                    trace.calls().count()
+                );
                 3
             }
         };

@@ -154,7 +154,10 @@ fn a_foreign_sigprof_timer_reaches_its_own_handler_and_corrupts_nothing() {
             let ours = trace.samples().count();
             let theirs = FOREIGN.load(Relaxed) - before;
             println!("{sampling}: {ours} fgtrace samples, {theirs} foreign signals chained");
-            assert!(theirs >= 10, "only {theirs} foreign signals reached their handler");
+            assert!(
+                theirs >= 10,
+                "only {theirs} foreign signals reached their handler"
+            );
             assert!(ours >= 100, "only {ours} samples of fgtrace's own");
         }
         assert_eq!(
@@ -229,7 +232,7 @@ fn a_garbage_frame_pointer_off_the_threads_stack_is_never_read() {
     };
     let session = Session::start(Config::builtin().sampling(Sampling::timer(5000))).unwrap();
     std::thread::sleep(Duration::from_millis(50)); // the sampler has read the maps
-    // SAFETY: unmapping the upper half of our own mapping.
+                                                   // SAFETY: unmapping the upper half of our own mapping.
     assert_eq!(unsafe { libc::munmap(gone as *mut _, MB) }, 0);
     let t = Instant::now();
     while t.elapsed() < Duration::from_millis(400) {
@@ -241,7 +244,10 @@ fn a_garbage_frame_pointer_off_the_threads_stack_is_never_read() {
     let th = m.threads.iter().position(|t| t.tid == me).unwrap() as u32;
     let mine: Vec<_> = trace.samples().filter(|s| s.thread == th).collect();
     let lone = mine.iter().filter(|s| s.frames.len() == 1).count();
-    println!("{} samples of this thread, {lone} of them the PC alone", mine.len());
+    println!(
+        "{} samples of this thread, {lone} of them the PC alone",
+        mine.len()
+    );
     assert!(mine.len() >= 200, "only {} samples", mine.len());
     assert!(
         lone * 2 > mine.len(),
@@ -298,10 +304,17 @@ fn wall_sampling_does_not_interrupt_restartable_blocking_calls() {
         libc::EINTR
     );
     let m = trace.meta();
-    let th = m.threads.iter().position(|t| t.tid == tid).expect("reader sampled") as u32;
+    let th = m
+        .threads
+        .iter()
+        .position(|t| t.tid == tid)
+        .expect("reader sampled") as u32;
     let n = trace.samples().filter(|s| s.thread == th).count();
     println!("blocked reader: {n} wall samples while blocked in read(2)");
-    assert!(n >= 300, "the blocked thread was sampled only {n} times in 450 ms at 2 kHz");
+    assert!(
+        n >= 300,
+        "the blocked thread was sampled only {n} times in 450 ms at 2 kHz"
+    );
 }
 
 // ------------------------------------------------------------------ item 7
@@ -365,7 +378,10 @@ fn sample_buffers_are_freed_when_threads_exit_and_at_stop() {
                     .is_some_and(|th| trace.samples().any(|s| s.thread == th as u32))
             })
             .count();
-        println!("{sampling}: {sampled} of {} short threads in the trace with samples", tids.len());
+        println!(
+            "{sampling}: {sampled} of {} short threads in the trace with samples",
+            tids.len()
+        );
         assert_eq!(
             sampled,
             tids.len(),

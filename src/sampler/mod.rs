@@ -196,9 +196,7 @@ pub(crate) struct Sampled {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use running::{
-    register_current_thread, unregister_current_thread, Sampler,
-};
+pub(crate) use running::{register_current_thread, unregister_current_thread, Sampler};
 
 /// Sample buffers allocated in the process (each about 4 MiB at the default
 /// size): one per sampled thread while it lives, none after `stop`. For tests.
@@ -794,6 +792,12 @@ mod running {
         }
     }
 
+    /// In a child forked while a session sampled: the sampler (its thread,
+    /// its locks, its timers) is the parent's; leave it alone.
+    fn forked() -> bool {
+        crate::active::FORKED.load(Relaxed)
+    }
+
     /// The running sampler, for threads registering themselves.
     static CURRENT: Mutex<Option<Arc<Mutex<State>>>> = Mutex::new(None);
 
@@ -803,6 +807,9 @@ mod running {
     /// next rescan, with its exact stack bounds and a pointer to its shadow
     /// stack for the handler.
     pub(crate) fn register_current_thread(state: *mut ThreadState) {
+        if forked() {
+            return;
+        }
         let Some(sampler) = CURRENT.lock().clone() else {
             return;
         };
@@ -823,6 +830,9 @@ mod running {
     /// The calling thread exits (the probe's release hook, before its shadow
     /// stack is freed): stop sampling it and free its buffer.
     pub(crate) fn unregister_current_thread() {
+        if forked() {
+            return;
+        }
         let Some(sampler) = CURRENT.lock().clone() else {
             return;
         };
@@ -916,7 +926,10 @@ mod running {
                 let e = st.register(tid, None).expect_err("the thread is gone");
                 assert!(esrch(&e) || e.raw_os_error() == Some(libc::EINVAL), "{e}");
                 assert_eq!(LIVE_BUFS.load(SeqCst), before, "a buffer leaked");
-                assert!(!st.warned_fallback, "fallback warning for a thread that exited");
+                assert!(
+                    !st.warned_fallback,
+                    "fallback warning for a thread that exited"
+                );
                 assert!(st.threads.is_empty());
             }
         }

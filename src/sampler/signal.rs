@@ -19,9 +19,7 @@ use super::unwind::{self, Regs, StackBounds};
 use crate::clock::ticks;
 use fgtrace_core::probe::ThreadState;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*,
-};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Frames kept per sample (innermost first); deeper stacks are truncated.
 pub const MAX_FRAMES: usize = 127;
@@ -201,8 +199,7 @@ pub struct Claim {
 /// [`release`]). `None` when every entry is taken.
 pub fn claim(buf: *const SampleBuf) -> Option<Claim> {
     for (index, s) in SLOTS.iter().enumerate() {
-        if s
-            .buf
+        if s.buf
             .compare_exchange(std::ptr::null_mut(), buf as *mut _, SeqCst, Relaxed)
             .is_ok()
         {

@@ -338,7 +338,7 @@ pub(crate) fn build(
     Trace {
         meta,
         chunks: format::interleave(chunks),
-            damage: None,
+        damage: None,
     }
 }
 
