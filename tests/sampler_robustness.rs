@@ -58,11 +58,23 @@ fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes our timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Busy for `ms` of this thread's CPU time (however loaded the machine is;
+/// at most 20 s of wall time).
 #[inline(never)]
 fn spin(ms: u64) -> u64 {
-    let t = Instant::now();
+    let (t, c) = (Instant::now(), thread_cpu());
     let mut x = 1u64;
-    while t.elapsed() < Duration::from_millis(ms) {
+    while thread_cpu() - c < Duration::from_millis(ms) && t.elapsed() < Duration::from_secs(20) {
         for i in 0..10_000u64 {
             x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
         }
@@ -146,7 +158,7 @@ fn a_foreign_sigprof_timer_reaches_its_own_handler_and_corrupts_nothing() {
                 it_value: ms,
             };
             assert_eq!(libc::timer_settime(t, 0, &spec, std::ptr::null_mut()), 0);
-            spin(400);
+            spin(300);
             // A plain `kill`-style SIGPROF (si_code SI_TKILL) is foreign too.
             libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), libc::SIGPROF);
             libc::timer_delete(t);
@@ -234,8 +246,8 @@ fn a_garbage_frame_pointer_off_the_threads_stack_is_never_read() {
     std::thread::sleep(Duration::from_millis(50)); // the sampler has read the maps
                                                    // SAFETY: unmapping the upper half of our own mapping.
     assert_eq!(unsafe { libc::munmap(gone as *mut _, MB) }, 0);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(400) {
+    let (t, c) = (Instant::now(), thread_cpu());
+    while thread_cpu() - c < Duration::from_millis(300) && t.elapsed() < Duration::from_secs(20) {
         spin_on_other_stack(coro_top, gone + 4096, 20_000_000);
     }
     let trace = session.stop().unwrap();
