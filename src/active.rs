@@ -91,6 +91,8 @@ extern "C" fn in_forked_child() {
     if fgtrace_core::control::session_is_on() || ACTIVE.try_read().is_none_or(|a| a.is_some()) {
         FORKED.store(true, SeqCst);
         fgtrace_core::control::session_off();
+        #[cfg(target_os = "linux")]
+        crate::sampling::forked_child();
     }
 }
 /// The session of generation `gen`, if it is still the active one.

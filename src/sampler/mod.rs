@@ -196,7 +196,9 @@ pub(crate) struct Sampled {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use running::{register_current_thread, unregister_current_thread, Sampler};
+pub(crate) use running::{
+    forked_child, register_current_thread, unregister_current_thread, Sampler,
+};
 
 /// Sample buffers allocated in the process (each about 4 MiB at the default
 /// size): one per sampled thread while it lives, none after `stop`. For tests.
@@ -665,6 +667,7 @@ mod running {
                 ));
             }
             signal::install()?;
+            FORKED.store(false, SeqCst);
             refresh_ranges();
             let state = Arc::new(Mutex::new(State {
                 sampling: sampling.clone(),
@@ -792,10 +795,19 @@ mod running {
         }
     }
 
+    /// Set in a child forked while a session recorded (see
+    /// `forked_child`); cleared when a sampler starts.
+    static FORKED: AtomicBool = AtomicBool::new(false);
+
     /// In a child forked while a session sampled: the sampler (its thread,
     /// its locks, its timers) is the parent's; leave it alone.
     fn forked() -> bool {
-        crate::active::FORKED.load(Relaxed)
+        FORKED.load(Relaxed)
+    }
+
+    /// Called by the atfork child handler (one atomic store).
+    pub(crate) fn forked_child() {
+        FORKED.store(true, SeqCst);
     }
 
     /// The running sampler, for threads registering themselves.
