@@ -568,7 +568,10 @@ mod running {
         /// Stack bounds of threads registered from outside: the handler
         /// noted `pthread_self()` and SP on the thread's first sample (a
         /// sample of the PC alone); look the stack up while the thread lives,
-        /// and keep it only if it holds that SP.
+        /// and keep it only if it holds that SP. (A thread that exits between
+        /// the liveness check and `pthread_getattr_np` leaves a descriptor
+        /// glibc normally keeps in its stack cache; a thread that runs
+        /// traced code tells its bounds itself and never takes this path.)
         fn resolve_bounds(&mut self) {
             for t in &mut self.threads {
                 let Some(o) = &t.buf else { continue };
