@@ -538,15 +538,21 @@ mod running {
 
         fn scan(&mut self, me: u32) -> io::Result<bool> {
             let mut new = false;
-            let now: HashSet<u32> = tids().into_iter().collect();
+            let mut now: HashSet<u32> = tids().into_iter().collect();
             // Threads that exited: stop their timers and free their buffers
-            // (their samples stay).
+            // (their samples stay). A listing of /proc/self/task can skip
+            // live threads while others exit, so a thread missing from it is
+            // gone only if the kernel says so.
             for t in &mut self.threads {
                 if !matches!(t.hook, Hook::Done) && !now.contains(&t.tid) {
-                    t.retire();
+                    if alive(t.tid) {
+                        now.insert(t.tid);
+                    } else {
+                        t.retire();
+                    }
                 }
             }
-            self.known.retain(|t| now.contains(t));
+            self.known.retain(|t| now.contains(t) || alive(*t));
             let mut tids: Vec<u32> = now.into_iter().collect();
             tids.sort_unstable();
             for tid in tids {
@@ -887,7 +893,7 @@ mod running {
             t.retire();
         }
         let description = st.sampling.describe();
-        let mut threads = Vec::new();
+        let mut threads: Vec<ThreadSamples> = Vec::new();
         for t in st.threads {
             let Some(cal) = cal else { continue };
             let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
@@ -902,6 +908,14 @@ mod running {
                 }
                 (cal.mono_to_ns(s.time_mono_ns), 0, None, frames)
             }));
+            // A thread id registered twice (an id reused by a new thread):
+            // one entry, so the session keeps both parts.
+            if let Some(same) = threads.iter_mut().find(|x| x.tid == t.tid) {
+                same.samples.extend(samples);
+                same.samples.sort_by_key(|s| s.0);
+                same.lost += t.lost;
+                continue;
+            }
             samples.sort_by_key(|s| s.0);
             threads.push(ThreadSamples {
                 tid: t.tid,

@@ -61,13 +61,30 @@ pub struct RawSample {
     pub frames: Vec<u64>,
 }
 
+/// `n` zeroed slots straight from the allocator (`calloc`: fresh pages are
+/// zero already), so registering a thread does not write 4 MiB.
+fn zeroed_slots(n: usize) -> Box<[UnsafeCell<[u64; SLOT_WORDS]>]> {
+    let layout = std::alloc::Layout::array::<UnsafeCell<[u64; SLOT_WORDS]>>(n.max(1))
+        .expect("sample buffer size");
+    // SAFETY: a non-zero-sized layout; all-zero bytes are valid `u64`s, and
+    // `UnsafeCell` has the layout of what it holds; the Box frees it with
+    // the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut UnsafeCell<[u64; SLOT_WORDS]>;
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n.max(1)))
+    }
+}
+
 impl SampleBuf {
     pub fn new(slots: usize, ring: bool) -> SampleBuf {
         let n = Self::slots_for(slots);
         SampleBuf {
             active: AtomicBool::new(false),
             ring,
-            slots: (0..n).map(|_| UnsafeCell::new([0; SLOT_WORDS])).collect(),
+            slots: zeroed_slots(n),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -259,11 +276,19 @@ const STALE_FD: u32 = u32::MAX;
 static BY_FD: [AtomicU32; MAX_FDS] = [const { AtomicU32::new(0) }; MAX_FDS];
 
 /// Address ranges the handler may consult: executable text (to accept return
-/// addresses). A seqlock with one writer at a time: `publish` takes the
-/// sequence from even to odd with a compare-exchange, so a second writer
-/// waits instead of interleaving (which would let a reader accept an entry
-/// half from one table, half from another).
+/// addresses). Two copies, each a seqlock (a "latch", as Linux's
+/// `seqcount_latch`): a writer fills the copy readers are not directed to,
+/// then points them at it, so a writer preempted halfway never holds a
+/// reader up (a handler that found no table would record the PC alone).
+/// Writers take turns (`writing`): two interleaved writers could let a
+/// reader accept an entry half from one table, half from the other.
 pub struct Ranges {
+    writing: AtomicBool,
+    current: AtomicUsize,
+    copies: [Copy; 2],
+}
+
+struct Copy {
     seq: AtomicU64,
     len: AtomicUsize,
     r: [UnsafeCell<(u64, u64)>; RANGES],
@@ -271,57 +296,66 @@ pub struct Ranges {
 
 const RANGES: usize = 2048;
 
-// SAFETY: seqlock protocol; readers validate with `seq`, writers exclude each other.
+// SAFETY: seqlock protocol per copy; readers validate with `seq`, writers
+// exclude each other with `writing`.
 unsafe impl Sync for Ranges {}
 
 impl Ranges {
     pub const fn new() -> Ranges {
-        Ranges {
+        const COPY: Copy = Copy {
             seq: AtomicU64::new(0),
             len: AtomicUsize::new(0),
             r: [const { UnsafeCell::new((0, 0)) }; RANGES],
+        };
+        Ranges {
+            writing: AtomicBool::new(false),
+            current: AtomicUsize::new(0),
+            copies: [COPY, COPY],
         }
     }
 
     /// Replaces the ranges (sorted by start). Any thread; writers take turns.
     pub fn publish(&self, sorted: &[(u64, u64)]) {
-        let mut s = self.seq.load(Relaxed);
-        loop {
-            if s & 1 == 1 {
-                std::thread::yield_now();
-                s = self.seq.load(Relaxed);
-                continue;
-            }
-            match self.seq.compare_exchange_weak(s, s + 1, Acquire, Relaxed) {
-                Ok(_) => break,
-                Err(now) => s = now,
-            }
+        while self
+            .writing
+            .compare_exchange_weak(false, true, Acquire, Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
         }
+        let next = 1 - self.current.load(Relaxed);
+        let c = &self.copies[next];
+        let s = c.seq.load(Relaxed);
+        c.seq.store(s + 1, Relaxed);
         std::sync::atomic::fence(Release);
         let n = sorted.len().min(RANGES);
         for (i, &r) in sorted[..n].iter().enumerate() {
             // SAFETY: the only writer (odd sequence); readers retry on a change.
-            unsafe { std::ptr::write_volatile(self.r[i].get(), r) };
+            unsafe { std::ptr::write_volatile(c.r[i].get(), r) };
         }
-        self.len.store(n, Release);
-        self.seq.store(s + 2, Release);
+        c.len.store(n, Release);
+        c.seq.store(s + 2, Release);
+        self.current.store(next, Release);
+        self.writing.store(false, Release);
     }
 
     /// The range containing `addr` (binary search), if any.
     pub fn find(&self, addr: u64) -> Option<(u64, u64)> {
         for _ in 0..64 {
-            let s0 = self.seq.load(Acquire);
+            let c = &self.copies[self.current.load(Acquire) & 1];
+            let s0 = c.seq.load(Acquire);
             if s0 & 1 == 1 {
+                // Directed here just before a writer took this copy again.
                 std::hint::spin_loop();
                 continue;
             }
-            let n = self.len.load(Acquire).min(RANGES);
+            let n = c.len.load(Acquire).min(RANGES);
             let (mut lo, mut hi) = (0usize, n);
             let mut found = None;
             while lo < hi {
                 let mid = (lo + hi) / 2;
                 // SAFETY: index < RANGES; validated by the seq re-check.
-                let (a, b) = unsafe { std::ptr::read_volatile(self.r[mid].get()) };
+                let (a, b) = unsafe { std::ptr::read_volatile(c.r[mid].get()) };
                 if addr < a {
                     hi = mid;
                 } else if addr >= b {
@@ -332,7 +366,7 @@ impl Ranges {
                 }
             }
             std::sync::atomic::fence(Acquire);
-            if self.seq.load(Relaxed) == s0 {
+            if c.seq.load(Relaxed) == s0 {
                 return found;
             }
         }
@@ -685,6 +719,25 @@ mod tests {
             torn
         });
         assert_eq!(torn, 0, "{torn} torn entries accepted");
+    }
+
+    /// A writer stopped halfway (preempted, or interrupted by the handler
+    /// on its own thread) never keeps readers from the last complete table.
+    #[test]
+    fn a_writer_stopped_halfway_does_not_hold_readers_up() {
+        static R: Ranges = Ranges::new();
+        R.publish(&[(0x1000, 0x2000)]);
+        // Halfway through the next publish: the writer holds the turn and
+        // its copy's sequence is odd.
+        R.writing.store(true, Relaxed);
+        let next = 1 - R.current.load(Relaxed);
+        R.copies[next].seq.fetch_add(1, Relaxed);
+        assert_eq!(R.find(0x1800), Some((0x1000, 0x2000)));
+        R.copies[next].seq.fetch_add(1, Relaxed);
+        R.writing.store(false, Relaxed);
+        R.publish(&[(0x3000, 0x4000)]);
+        assert_eq!(R.find(0x1800), None);
+        assert_eq!(R.find(0x3800), Some((0x3000, 0x4000)));
     }
 
     #[test]
