@@ -296,21 +296,26 @@ struct Copy {
 
 const RANGES: usize = 2048;
 
+impl Copy {
+    const fn new() -> Copy {
+        Copy {
+            seq: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            r: [const { UnsafeCell::new((0, 0)) }; RANGES],
+        }
+    }
+}
+
 // SAFETY: seqlock protocol per copy; readers validate with `seq`, writers
 // exclude each other with `writing`.
 unsafe impl Sync for Ranges {}
 
 impl Ranges {
     pub const fn new() -> Ranges {
-        const COPY: Copy = Copy {
-            seq: AtomicU64::new(0),
-            len: AtomicUsize::new(0),
-            r: [const { UnsafeCell::new((0, 0)) }; RANGES],
-        };
         Ranges {
             writing: AtomicBool::new(false),
             current: AtomicUsize::new(0),
-            copies: [COPY, COPY],
+            copies: [Copy::new(), Copy::new()],
         }
     }
 
