@@ -35,9 +35,12 @@ pub fn trace_reader(data: &[u8]) -> Result<usize, String> {
     }
     match Trace::read_from(data) {
         Ok(t) => {
-            assert!(
-                stream_err.is_none(),
-                "streamed: {stream_err:?}, loaded fine"
+            // A file damaged after its metadata loads up to the damage.
+            assert_eq!(
+                t.damage().is_some(),
+                stream_err.is_some(),
+                "streamed: {stream_err:?}; loaded with damage {:?}",
+                t.damage()
             );
             let n = t.events().count();
             assert_eq!(n, streamed, "loaded and streamed event counts differ");
@@ -48,7 +51,10 @@ pub fn trace_reader(data: &[u8]) -> Result<usize, String> {
                     c.end_ns(),
                 );
             }
-            Ok(n)
+            match t.damage() {
+                Some(d) => Err(d.to_string()),
+                None => Ok(n),
+            }
         }
         Err(e) => {
             let e = e.to_string();

@@ -87,6 +87,34 @@ impl Active {
 }
 
 pub(crate) static ACTIVE: RwLock<Option<Arc<Active>>> = RwLock::new(None);
+
+/// Set in a child process forked while a session recorded (the atfork child
+/// handler): that session belongs to the parent, and the child records
+/// nothing into it. Cleared when the child starts a session of its own.
+pub(crate) static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Registers (once) the handler that runs in the child after `fork()`.
+pub(crate) fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    #[cfg(unix)]
+    ONCE.call_once(|| {
+        // SAFETY: registers an async-signal-safe child handler.
+        unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+    });
+}
+
+/// The child of a `fork()`: only the forking thread exists, none of
+/// fgtrace's threads. Recording stops (one atomic store each: nothing here
+/// may take a lock another thread held at the fork).
+#[cfg(unix)]
+extern "C" fn in_forked_child() {
+    if fgtrace_core::control::session_is_on() || ACTIVE.try_read().is_none_or(|a| a.is_some()) {
+        FORKED.store(true, SeqCst);
+        fgtrace_core::control::session_off();
+        #[cfg(target_os = "linux")]
+        crate::sampling::forked_child();
+    }
+}
 /// The session of generation `gen`, if it is still the active one.
 pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
     ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()

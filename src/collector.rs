@@ -42,6 +42,9 @@ pub enum Error {
     /// Off-CPU time was required (`FGTRACE_OFFCPU=required`) and the
     /// kernel refused it, or its reader thread could not start.
     OffCpu(String),
+    /// `stop` in a child process forked while the session recorded: the
+    /// session belongs to the parent; the child recorded nothing.
+    Forked { session_pid: u32, pid: u32 },
 }
 
 impl fmt::Display for Error {
@@ -56,6 +59,10 @@ impl fmt::Display for Error {
             Error::Counters(e) => write!(f, "fgtrace: {e}"),
             Error::Output(e) => write!(f, "fgtrace trace file: {e}"),
             Error::OffCpu(e) => write!(f, "fgtrace cannot record off-CPU time: {e}"),
+            Error::Forked { session_pid, pid } => write!(
+                f,
+                "this fgtrace session belongs to process {session_pid}; process {pid} is a child made by fork(), which records nothing and has nothing to stop"
+            ),
         }
     }
 }
@@ -119,7 +126,14 @@ impl Gathered {
     fn add_records(&mut self, thread: u32, recs: &[RawCall], who: &dyn Fn(u32) -> (u32, String)) {
         let i = thread as usize;
         if self.threads.len() <= i {
-            self.threads.resize_with(i + 1, Gathering::default);
+            // Chunks kept in memory go into arenas; chunks written to the
+            // file are encoded in a scratch buffer and dropped.
+            let retain = self.out.is_none();
+            self.threads.resize_with(i + 1, || {
+                let mut g = Gathering::default();
+                g.enc.retain = retain;
+                g
+            });
         }
         if recs.is_empty() {
             return;
@@ -196,6 +210,8 @@ pub struct Session {
     batches_rx: Receiver<Batch>,
     #[cfg(target_os = "linux")]
     sampler: Option<crate::sampling::Sampler>,
+    /// The process that started the session (a forked child is another).
+    pid: u32,
 }
 
 impl Session {
@@ -229,6 +245,7 @@ impl Session {
         }
         // ---- end issue 15
         recorder::install();
+        crate::active::watch_forks();
         let rate = clock::process_rate();
         let mut slot = ACTIVE.write();
         if slot.is_some() {
@@ -349,6 +366,7 @@ impl Session {
         }
         *slot = Some(active.clone());
         drop(slot);
+        crate::active::FORKED.store(false, SeqCst);
         control::session_on(gen);
         Ok(Session {
             active,
@@ -360,6 +378,7 @@ impl Session {
             batches_rx,
             #[cfg(target_os = "linux")]
             sampler,
+            pid: std::process::id(),
         })
     }
 
@@ -370,7 +389,10 @@ impl Session {
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
-        control::session_on(self.active.gen);
+        // Not in a forked child: the session is the parent's.
+        if self.pid == std::process::id() {
+            control::session_on(self.active.gen);
+        }
     }
 
     /// Stops recording and returns the trace.
@@ -379,6 +401,9 @@ impl Session {
     }
 
     fn shutdown(&mut self) -> Result<Trace, Error> {
+        if self.pid != std::process::id() {
+            return Err(self.forsake());
+        }
         let end = ClockPoint::now();
         control::session_off();
         ACTIVE.write().take();
@@ -615,6 +640,32 @@ fn finish_output(
     o.check(r);
 }
 
+impl Session {
+    /// In a forked child: the collector and sampler threads are the parent's
+    /// and do not exist here, so nothing is joined or drained; their handles
+    /// are forgotten, the session slot is freed if nobody held its lock at
+    /// the fork (so the child can start a session of its own).
+    fn forsake(&mut self) -> Error {
+        control::session_off();
+        if let Some(h) = self.collector.take() {
+            std::mem::forget(h);
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(s) = self.sampler.take() {
+            std::mem::forget(s);
+        }
+        if let Some(mut slot) = ACTIVE.try_write() {
+            if slot.as_ref().is_some_and(|a| a.gen == self.active.gen) {
+                slot.take();
+            }
+        }
+        Error::Forked {
+            session_pid: self.pid,
+            pid: std::process::id(),
+        }
+    }
+}
+
 /// Samples the whole process for `duration` at `frequency_hz` per thread
 /// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
 /// returns the trace (with any traced calls made meanwhile).
@@ -628,6 +679,10 @@ pub fn record(duration: Duration, frequency_hz: u64) -> Result<Trace, Error> {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            self.forsake();
+            return;
+        }
         if self.collector.is_some()
             || ACTIVE
                 .read()

@@ -46,7 +46,12 @@ pub fn open(a: &mut sys::bindings::perf_event_attr, tid: i32, what: &str) -> io:
     let fd =
         unsafe { sys::perf_event_open(a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
     if fd < 0 {
-        return Err(explain(io::Error::last_os_error(), what));
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            // The thread exited: nothing was refused, keep the code for callers.
+            return Err(e);
+        }
+        return Err(explain(e, what));
     }
     Ok(Fd(fd))
 }

@@ -187,7 +187,7 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     st.owner = Arc::into_raw(shared) as *const ();
     #[cfg(target_os = "linux")]
     if active.sampling {
-        crate::sampling::register_current_thread();
+        crate::sampling::register_current_thread(st as *mut ThreadState);
     }
     #[cfg(target_os = "linux")]
     if let Some(o) = &active.off_cpu {
@@ -222,6 +222,10 @@ fn release(st: &mut ThreadState) {
     if st.capture {
         return; // a capture's buffers belong to the capture
     }
+    // Sampling of this thread ends before its shadow stack goes (the
+    // sampler's handler reads the depth through a pointer to `st`).
+    #[cfg(target_os = "linux")]
+    crate::sampling::unregister_current_thread();
     drop_buffer(st);
     st.counter = ptr::null();
     // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts(stack_cap)`.
@@ -258,6 +262,12 @@ fn handoff(st: &mut ThreadState) {
     if st.capture {
         #[cfg(feature = "testing")]
         capture_handoff(st);
+        return;
+    }
+    if active::FORKED.load(Relaxed) {
+        // A forked child: the session is the parent's and nobody collects
+        // here. Stop recording on this thread (never wait for a collector).
+        st.buf = ptr::null_mut();
         return;
     }
     // SAFETY: set in `join`, alive while `buf` is.

@@ -229,49 +229,124 @@ pub(crate) struct Sampled {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use running::{register_current_thread, Sampler};
+pub(crate) use running::{
+    forked_child, register_current_thread, unregister_current_thread, Sampler,
+};
+
+/// Sample buffers allocated in the process (each about 4 MiB at the default
+/// size): one per sampled thread while it lives, none after `stop`. For tests.
+#[doc(hidden)]
+pub fn live_buffers() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        running::LIVE_BUFS.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// Thread ids that hold a sample buffer right now. For tests.
+#[doc(hidden)]
+pub fn buffered_threads() -> Vec<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        running::buffered_threads()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
 
 #[cfg(target_os = "linux")]
 mod running {
     use super::signal::{self, RawSample, SampleBuf};
+    use super::unwind::StackBounds;
     use super::{maps, perf, Backend, Sampled, Sampling, Source, ThreadSamples};
     use crate::clock::Calibration;
+    use fgtrace_core::probe::ThreadState;
     use parking_lot::Mutex;
-    use std::collections::HashMap;
+    use std::collections::HashSet;
     use std::io;
-    use std::sync::atomic::{AtomicBool, Ordering::*};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
     use std::sync::Arc;
     use std::thread::JoinHandle;
     use std::time::{Duration, Instant};
 
-    /// Buffers are never freed (a late signal may still hold one); they are
-    /// reused by later sessions after a grace period.
-    static POOL: Mutex<Vec<&'static SampleBuf>> = Mutex::new(Vec::new());
+    /// Sample buffers alive (see `live_buffers`).
+    pub(super) static LIVE_BUFS: AtomicUsize = AtomicUsize::new(0);
 
-    fn take_buf(s: &Sampling) -> &'static SampleBuf {
-        let mut pool = POOL.lock();
-        if let Some(i) = pool
-            .iter()
-            .position(|b| b.ring == s.ring && b.capacity() == SampleBuf::slots_for(s.buffer))
-        {
-            return pool.swap_remove(i);
-        }
-        drop(pool);
-        Box::leak(Box::new(SampleBuf::new(s.buffer, s.ring)))
+    /// How long a retiring buffer waits for a handler still inside it
+    /// (preempted mid-sample) before it is kept rather than freed.
+    const PATIENCE: Duration = Duration::from_secs(2);
+
+    /// A sample buffer registered in the handler's registry.
+    struct Owned {
+        buf: *mut SampleBuf,
+        index: usize,
+        key: usize,
     }
 
-    fn give_back(b: &'static SampleBuf) {
-        b.head.store(0, Release);
-        b.tail.store(0, Release);
-        b.lost.store(0, Release);
-        b.set_bounds(super::unwind::StackBounds { lo: 0, hi: 0 });
-        POOL.lock().push(b);
+    // SAFETY: the buffer is shared with the handler through the registry
+    // protocol (`signal::claim`/`release`); only the owner frees it.
+    unsafe impl Send for Owned {}
+
+    impl Owned {
+        fn new(s: &Sampling) -> io::Result<Owned> {
+            let buf = Box::into_raw(Box::new(SampleBuf::new(s.buffer, s.ring)));
+            LIVE_BUFS.fetch_add(1, SeqCst);
+            match signal::claim(buf) {
+                Some(c) => Ok(Owned {
+                    buf,
+                    index: c.index,
+                    key: c.timer_key,
+                }),
+                None => {
+                    // SAFETY: never published.
+                    drop(unsafe { Box::from_raw(buf) });
+                    LIVE_BUFS.fetch_sub(1, SeqCst);
+                    Err(io::Error::other(format!(
+                        "more than {} threads sampled at once",
+                        signal::MAX_THREADS
+                    )))
+                }
+            }
+        }
+
+        fn buf(&self) -> &SampleBuf {
+            // SAFETY: alive until `retire`.
+            unsafe { &*self.buf }
+        }
+
+        /// Takes the buffer out of the registry, waits until no handler is
+        /// inside it, copies out what it holds, and frees it.
+        fn retire(self, raw: &mut Vec<RawSample>, lost: &mut u64) {
+            let b = self.buf();
+            b.active.store(false, SeqCst);
+            let free = signal::release(self.index, PATIENCE);
+            b.drain(raw);
+            *lost += b.lost.load(SeqCst);
+            if free {
+                // SAFETY: out of the registry and no handler inside: ours alone.
+                drop(unsafe { Box::from_raw(self.buf) });
+                LIVE_BUFS.fetch_sub(1, SeqCst);
+            } else {
+                eprintln!(
+                    "fgtrace: a sampling signal handler did not finish within {PATIENCE:?}; \
+                     its buffer is kept rather than freed"
+                );
+            }
+        }
     }
 
     enum Hook {
         Perf(perf::Fd),
         Posix(PosixTimer),
         Ring(perf::Ring),
+        /// Retired: the thread exited (or the session stopped).
+        Done,
     }
 
     /// A POSIX timer id (a kernel handle, not a pointer to memory).
@@ -282,17 +357,45 @@ mod running {
     struct Registered {
         tid: u32,
         name: String,
-        buf: Option<&'static SampleBuf>,
+        buf: Option<Owned>,
         hook: Hook,
         raw: Vec<RawSample>,
         ring_samples: Vec<perf::RingSample>,
         lost: u64,
+        /// Lookups of the bounds from outside (see `resolve_bounds`).
+        tries: u8,
+    }
+
+    impl Registered {
+        /// Stops the thread's timer or event and frees its buffer, keeping
+        /// the samples it holds.
+        fn retire(&mut self) {
+            match std::mem::replace(&mut self.hook, Hook::Done) {
+                Hook::Perf(fd) => {
+                    perf::disable(&fd);
+                    signal::unbind_fd(fd.0);
+                    drop(fd);
+                }
+                Hook::Posix(tm) => {
+                    // SAFETY: deleting the timer we created.
+                    unsafe { libc::timer_delete(tm.0) };
+                }
+                Hook::Ring(mut r) => {
+                    perf::disable(&r.fd);
+                    self.lost += r.drain(&mut self.ring_samples);
+                }
+                Hook::Done => {}
+            }
+            if let Some(o) = self.buf.take() {
+                o.retire(&mut self.raw, &mut self.lost);
+            }
+        }
     }
 
     struct State {
         sampling: Sampling,
         threads: Vec<Registered>,
-        known: HashMap<u32, ()>,
+        known: HashSet<u32>,
         warned_fallback: bool,
         paths: Paths,
     }
@@ -372,16 +475,59 @@ mod running {
     fn refresh_ranges() {
         let m = maps::read_self();
         signal::TEXT.publish(&maps::text_ranges(&m));
-        signal::STACKS.publish(&maps::stack_ranges(&m));
+    }
+
+    /// The stack of thread `t` as glibc allocated it (`pthread_getattr_np`).
+    fn stack_of(t: libc::pthread_t) -> Option<StackBounds> {
+        // SAFETY: `t` is a live thread of this process (callers make sure).
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            if libc::pthread_getattr_np(t, &mut attr) != 0 {
+                return None;
+            }
+            let mut addr = std::ptr::null_mut();
+            let mut size = 0usize;
+            let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            let lo = addr as u64;
+            (r == 0 && size > 0).then(|| StackBounds {
+                lo,
+                hi: lo.saturating_add(size as u64),
+            })
+        }
+    }
+
+    /// Whether thread `tid` of this process still runs.
+    fn alive(tid: u32) -> bool {
+        // SAFETY: signal 0 only checks that the thread exists.
+        unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid(),
+                tid as libc::c_int,
+                0 as libc::c_int,
+            ) == 0
+        }
+    }
+
+    /// What a thread registering itself knows about itself.
+    #[derive(Clone, Copy)]
+    struct Own {
+        bounds: Option<StackBounds>,
+        state: *mut ThreadState,
+    }
+
+    fn esrch(e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::ESRCH)
     }
 
     impl State {
-        fn register(&mut self, tid: u32) -> io::Result<()> {
+        fn register(&mut self, tid: u32, own: Option<Own>) -> io::Result<()> {
             let name = comm(tid);
             if name.starts_with("fgtrace-") {
                 return Ok(()); // our own threads
             }
-            let s = &self.sampling;
+            let s = self.sampling.clone();
             let period_ns = 1_000_000_000 / s.rate.max(1);
             let (hook, buf) = match s.source {
                 Source::Perf(e) => {
@@ -410,38 +556,38 @@ mod running {
                         Ok(ring) => {
                             perf::enable(&ring.fd);
                             self.paths.ring += 1;
-                            self.threads.push(Registered {
-                                tid,
-                                name,
-                                buf: None,
-                                hook: Hook::Ring(ring),
-                                raw: Vec::new(),
-                                ring_samples: Vec::new(),
-                                lost: 0,
-                            });
-                            return Ok(());
+                            (Hook::Ring(ring), None)
                         }
-                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(e),
+                        Err(e) if esrch(&e) => return Err(e),
                         Err(e) if s.backend == Backend::Ring => return Err(e),
                         Err(e) => {
                             self.paths.ring_refused = Some(e.to_string());
-                            return self.register(tid);
+                            return self.register(tid, own);
                         }
                     }
                 }
                 Source::Timer => {
-                    let buf = take_buf(s);
-                    match perf::open_signal_timer(
+                    let timer = perf::open_signal_timer(
                         perf::PerfEvent::CpuClock,
                         perf::Every::Nanos(period_ns),
                         tid as i32,
                         signal::signal_number(),
-                    ) {
-                        Ok(fd) if signal::bind_fd(fd.0, buf) => {
-                            buf.active.store(true, Release);
+                    );
+                    // A thread that exited between the scan and the open:
+                    // nothing to sample, nothing refused, nothing to say.
+                    if let Err(e) = &timer {
+                        if esrch(e) {
+                            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                        }
+                    }
+                    let o = Owned::new(&s)?;
+                    prepare(&o, own);
+                    match timer {
+                        Ok(fd) if signal::bind_fd(fd.0, o.index) => {
+                            o.buf().active.store(true, SeqCst);
                             perf::enable(&fd);
                             self.paths.signal += 1;
-                            (Hook::Perf(fd), Some(buf))
+                            (Hook::Perf(fd), Some(o))
                         }
                         other => {
                             if let Err(e) = other {
@@ -454,17 +600,32 @@ mod running {
                                 }
                             }
                             let clock = ((!tid as i32) << 3) | 6; // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
-                            let t = posix_timer(clock, tid, buf, period_ns)?;
-                            self.paths.posix += 1;
-                            (Hook::Posix(PosixTimer(t)), Some(buf))
+                            match posix_timer(clock, tid, &o, period_ns) {
+                                Ok(t) => {
+                                    self.paths.posix += 1;
+                                    (Hook::Posix(PosixTimer(t)), Some(o))
+                                }
+                                Err(e) => {
+                                    o.retire(&mut Vec::new(), &mut 0);
+                                    return Err(e);
+                                }
+                            }
                         }
                     }
                 }
                 Source::Wall => {
-                    let buf = take_buf(s);
-                    let t = posix_timer(libc::CLOCK_MONOTONIC, tid, buf, period_ns)?;
-                    self.paths.posix += 1;
-                    (Hook::Posix(PosixTimer(t)), Some(buf))
+                    let o = Owned::new(&s)?;
+                    prepare(&o, own);
+                    match posix_timer(libc::CLOCK_MONOTONIC, tid, &o, period_ns) {
+                        Ok(t) => {
+                            self.paths.posix += 1;
+                            (Hook::Posix(PosixTimer(t)), Some(o))
+                        }
+                        Err(e) => {
+                            o.retire(&mut Vec::new(), &mut 0);
+                            return Err(e);
+                        }
+                    }
                 }
             };
             self.threads.push(Registered {
@@ -475,22 +636,39 @@ mod running {
                 raw: Vec::new(),
                 ring_samples: Vec::new(),
                 lost: 0,
+                tries: 0,
             });
             Ok(())
         }
 
         fn scan(&mut self, me: u32) -> io::Result<bool> {
             let mut new = false;
-            for tid in tids() {
-                if tid == me || self.known.contains_key(&tid) {
+            let mut now: HashSet<u32> = tids().into_iter().collect();
+            // Threads that exited: stop their timers and free their buffers
+            // (their samples stay). A listing of /proc/self/task can skip
+            // live threads while others exit, so a thread missing from it is
+            // gone only if the kernel says so.
+            for t in &mut self.threads {
+                if !matches!(t.hook, Hook::Done) && !now.contains(&t.tid) {
+                    if alive(t.tid) {
+                        now.insert(t.tid);
+                    } else {
+                        t.retire();
+                    }
+                }
+            }
+            self.known.retain(|t| now.contains(t) || alive(*t));
+            let mut tids: Vec<u32> = now.into_iter().collect();
+            tids.sort_unstable();
+            for tid in tids {
+                if tid == me || !self.known.insert(tid) {
                     continue;
                 }
-                self.known.insert(tid, ());
                 new = true;
-                match self.register(tid) {
+                match self.register(tid, None) {
                     Ok(()) => {}
                     // A thread that exited between the scan and the open.
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) if esrch(&e) => {}
                     Err(e) if self.threads.is_empty() => return Err(e),
                     Err(_) => {}
                 }
@@ -498,11 +676,43 @@ mod running {
             Ok(new)
         }
 
+        /// Stack bounds of threads registered from outside: the handler
+        /// noted `pthread_self()` and SP on the thread's first sample (a
+        /// sample of the PC alone); look the stack up while the thread lives,
+        /// and keep it only if it holds that SP. (A thread that exits between
+        /// the liveness check and `pthread_getattr_np` leaves a descriptor
+        /// glibc normally keeps in its stack cache; a thread that runs
+        /// traced code tells its bounds itself and never takes this path.)
+        fn resolve_bounds(&mut self) {
+            for t in &mut self.threads {
+                let Some(o) = &t.buf else { continue };
+                let b = o.buf();
+                if b.bounds().hi != 0 || t.tries >= 3 {
+                    continue;
+                }
+                let me = b.seen_self.load(Acquire);
+                if me == 0 {
+                    continue;
+                }
+                t.tries += 1;
+                let sp = b.seen_sp.load(Relaxed);
+                if alive(t.tid) {
+                    if let Some(bounds) = stack_of(me as libc::pthread_t) {
+                        if sp >= bounds.lo && sp < bounds.hi {
+                            b.set_bounds(bounds);
+                            continue;
+                        }
+                    }
+                }
+                b.seen_self.store(0, Release);
+            }
+        }
+
         fn drain(&mut self) {
             for t in &mut self.threads {
-                if let Some(b) = t.buf {
-                    if !b.ring {
-                        b.drain(&mut t.raw);
+                if let Some(o) = &t.buf {
+                    if !o.buf().ring {
+                        o.buf().drain(&mut t.raw);
                     }
                 }
                 if let Hook::Ring(r) = &mut t.hook {
@@ -512,10 +722,20 @@ mod running {
         }
     }
 
+    /// Bounds and probe state of a thread registering itself.
+    fn prepare(o: &Owned, own: Option<Own>) {
+        if let Some(own) = own {
+            if let Some(b) = own.bounds {
+                o.buf().set_bounds(b);
+            }
+            o.buf().set_state(own.state);
+        }
+    }
+
     fn posix_timer(
         clock: libc::clockid_t,
         tid: u32,
-        buf: &'static SampleBuf,
+        o: &Owned,
         period_ns: u64,
     ) -> io::Result<libc::timer_t> {
         // SAFETY: timer_create/settime with a sigevent aimed at one thread.
@@ -523,15 +743,16 @@ mod running {
             let mut ev: libc::sigevent = std::mem::zeroed();
             ev.sigev_notify = libc::SIGEV_THREAD_ID;
             ev.sigev_signo = signal::signal_number();
+            // The registry key, not a pointer: the handler checks it.
             ev.sigev_value = libc::sigval {
-                sival_ptr: buf as *const _ as *mut _,
+                sival_ptr: o.key as *mut libc::c_void,
             };
             ev.sigev_notify_thread_id = tid as i32;
             let mut t: libc::timer_t = std::mem::zeroed();
             if libc::timer_create(clock, &mut ev, &mut t) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            buf.active.store(true, Release);
+            o.buf().active.store(true, SeqCst);
             let ts = libc::timespec {
                 tv_sec: (period_ns / 1_000_000_000) as _,
                 tv_nsec: (period_ns % 1_000_000_000) as _,
@@ -560,14 +781,26 @@ mod running {
                 ));
             }
             signal::install()?;
+            FORKED.store(false, SeqCst);
             refresh_ranges();
             let state = Arc::new(Mutex::new(State {
                 sampling: sampling.clone(),
                 threads: Vec::new(),
-                known: HashMap::new(),
+                known: HashSet::new(),
                 warned_fallback: false,
                 paths: Paths::default(),
             }));
+            // The starting thread registers itself: exact bounds at once.
+            {
+                let mut st = state.lock();
+                let tid = own_tid();
+                st.known.insert(tid);
+                // SAFETY: only the address of this thread's state is taken.
+                let own = own_info(unsafe {
+                    fgtrace_core::probe::with_thread_state(|s| s as *mut ThreadState)
+                });
+                st.register(tid, Some(own))?;
+            }
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();
             let (stop2, st) = (stop.clone(), state.clone());
@@ -604,9 +837,18 @@ mod running {
                             }
                             last_scan = Instant::now();
                         }
-                        st.lock().drain();
+                        let mut s = st.lock();
+                        s.resolve_bounds();
+                        s.drain();
                     }
-                })?;
+                });
+            let handle = match handle {
+                Ok(h) => h,
+                Err(e) => {
+                    finish(std::mem::replace(&mut *state.lock(), State::empty()), None);
+                    return Err(e);
+                }
+            };
             let sampler = Sampler {
                 stop,
                 handle: Some(handle),
@@ -632,13 +874,7 @@ mod running {
             self.stop.store(true, Release);
             let _ = h.join();
             let mut st = self.state.lock();
-            Some(State {
-                sampling: st.sampling.clone(),
-                threads: std::mem::take(&mut st.threads),
-                known: std::mem::take(&mut st.known),
-                warned_fallback: st.warned_fallback,
-                paths: st.paths.clone(),
-            })
+            Some(std::mem::replace(&mut *st, State::empty()))
         }
 
         /// Stops every timer and event, drains what is left, converts the
@@ -656,23 +892,100 @@ mod running {
         }
     }
 
+    impl State {
+        fn empty() -> State {
+            State {
+                sampling: super::Sampling::timer(1),
+                threads: Vec::new(),
+                known: HashSet::new(),
+                warned_fallback: false,
+                paths: Paths::default(),
+            }
+        }
+    }
+
+    fn own_info(state: *mut ThreadState) -> Own {
+        Own {
+            // SAFETY: pthread_self is the calling, live thread.
+            bounds: stack_of(unsafe { libc::pthread_self() }),
+            state,
+        }
+    }
+
+    /// Set in a child forked while a session recorded (see
+    /// `forked_child`); cleared when a sampler starts.
+    static FORKED: AtomicBool = AtomicBool::new(false);
+
+    /// In a child forked while a session sampled: the sampler (its thread,
+    /// its locks, its timers) is the parent's; leave it alone.
+    fn forked() -> bool {
+        FORKED.load(Relaxed)
+    }
+
+    /// Called by the atfork child handler (one atomic store).
+    pub(crate) fn forked_child() {
+        FORKED.store(true, SeqCst);
+    }
+
     /// The running sampler, for threads registering themselves.
     static CURRENT: Mutex<Option<Arc<Mutex<State>>>> = Mutex::new(None);
 
     /// Registers the calling thread with the running sampler, if any (from
-    /// the probe's once-per-thread slow path), so a thread is sampled from its
-    /// first traced call rather than from the next rescan.
-    pub(crate) fn register_current_thread() {
-        let Some(state) = CURRENT.lock().clone() else {
+    /// the probe's once-per-thread slow path, with the thread's probe state),
+    /// so a thread is sampled from its first traced call rather than from the
+    /// next rescan, with its exact stack bounds and a pointer to its shadow
+    /// stack for the handler.
+    pub(crate) fn register_current_thread(state: *mut ThreadState) {
+        if forked() {
+            return;
+        }
+        let Some(sampler) = CURRENT.lock().clone() else {
             return;
         };
         let tid = own_tid();
-        let mut st = state.lock();
-        if st.known.insert(tid, ()).is_none() {
-            let _ = st.register(tid);
+        let own = own_info(state);
+        let mut st = sampler.lock();
+        if st.known.insert(tid) {
+            let _ = st.register(tid, Some(own));
             drop(st);
             refresh_ranges();
+        } else if let Some(t) = st.threads.iter().find(|t| t.tid == tid && t.buf.is_some()) {
+            // Registered by a scan: now the thread tells its bounds itself.
+            let o = t.buf.as_ref().expect("checked");
+            prepare(o, Some(own));
         }
+    }
+
+    /// The calling thread exits (the probe's release hook, before its shadow
+    /// stack is freed): stop sampling it and free its buffer.
+    pub(crate) fn unregister_current_thread() {
+        if forked() {
+            return;
+        }
+        let Some(sampler) = CURRENT.lock().clone() else {
+            return;
+        };
+        let tid = own_tid();
+        let mut st = sampler.lock();
+        if let Some(t) = st
+            .threads
+            .iter_mut()
+            .find(|t| t.tid == tid && !matches!(t.hook, Hook::Done))
+        {
+            t.retire();
+        }
+    }
+
+    pub(super) fn buffered_threads() -> Vec<u32> {
+        let Some(sampler) = CURRENT.lock().clone() else {
+            return Vec::new();
+        };
+        let st = sampler.lock();
+        st.threads
+            .iter()
+            .filter(|t| t.buf.is_some())
+            .map(|t| t.tid)
+            .collect()
     }
 
     impl Drop for Sampler {
@@ -684,36 +997,8 @@ mod running {
     }
 
     fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
-        for t in &st.threads {
-            match &t.hook {
-                Hook::Perf(fd) => perf::disable(fd),
-                Hook::Ring(r) => perf::disable(&r.fd),
-                // SAFETY: deleting the timer we created.
-                Hook::Posix(tm) => unsafe {
-                    libc::timer_delete(tm.0);
-                },
-            }
-            if let Some(b) = t.buf {
-                b.active.store(false, Release);
-            }
-        }
-        // Wait for handlers already running (a preempted one can take long).
-        let deadline = Instant::now() + Duration::from_millis(500);
-        for t in &st.threads {
-            if let Some(b) = t.buf {
-                while b.busy.load(Acquire) != 0 && Instant::now() < deadline {
-                    std::thread::yield_now();
-                }
-            }
-        }
         for t in &mut st.threads {
-            if let Some(b) = t.buf {
-                b.drain(&mut t.raw);
-                t.lost += b.lost.load(Relaxed);
-            }
-            if let Hook::Ring(r) = &mut t.hook {
-                t.lost += r.drain(&mut t.ring_samples);
-            }
+            t.retire();
         }
         let description = st.sampling.describe();
         let backend = st.paths.describe(st.sampling.source);
@@ -725,14 +1010,8 @@ mod running {
             let i = text.partition_point(|r| r.0 <= a);
             i > 0 && a < text[i - 1].1
         };
-        let mut threads = Vec::new();
+        let mut threads: Vec<ThreadSamples> = Vec::new();
         for t in st.threads {
-            if let Hook::Perf(fd) = &t.hook {
-                signal::unbind_fd(fd.0);
-            }
-            if let Some(b) = t.buf {
-                give_back(b);
-            }
             let Some(cal) = cal else { continue };
             let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
                 .raw
@@ -754,6 +1033,14 @@ mod running {
                 let depth = crate::trace::SHADOW_DEPTH_FROM_TRACE;
                 (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
             }));
+            // A thread id registered twice (an id reused by a new thread):
+            // one entry, so the session keeps both parts.
+            if let Some(same) = threads.iter_mut().find(|x| x.tid == t.tid) {
+                same.samples.extend(samples);
+                same.samples.sort_by_key(|s| s.0);
+                same.lost += t.lost;
+                continue;
+            }
             samples.sort_by_key(|s| s.0);
             threads.push(ThreadSamples {
                 tid: t.tid,
@@ -767,6 +1054,38 @@ mod running {
             mappings,
             description,
             backend,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A thread that exited between the scan and the open: `register`
+        /// fails with ESRCH, keeps no buffer, and prints no POSIX-timer
+        /// fallback warning (perf_event was not refused).
+        #[test]
+        fn registering_an_exited_thread_leaks_nothing_and_warns_nothing() {
+            let tid = std::thread::spawn(own_tid).join().unwrap();
+            while alive(tid) {
+                std::thread::yield_now();
+            }
+            signal::install().unwrap();
+            for sampling in [Sampling::timer(1000), Sampling::wall(1000)] {
+                let mut st = State {
+                    sampling,
+                    ..State::empty()
+                };
+                let before = LIVE_BUFS.load(SeqCst);
+                let e = st.register(tid, None).expect_err("the thread is gone");
+                assert!(esrch(&e) || e.raw_os_error() == Some(libc::EINVAL), "{e}");
+                assert_eq!(LIVE_BUFS.load(SeqCst), before, "a buffer leaked");
+                assert!(
+                    !st.warned_fallback,
+                    "fallback warning for a thread that exited"
+                );
+                assert!(st.threads.is_empty());
+            }
         }
     }
 }

@@ -2,12 +2,22 @@
 //!
 //! Like Zephyr's timer interrupt, the handler runs on the sampled thread. It
 //! reads PC, FP, SP (and LR/RA) from the `ucontext`, walks the frame-pointer
-//! chain with every read bounded by the thread's stack range, notes the
-//! thread's traced shadow-stack depth, and writes one fixed-size slot into a
-//! preallocated buffer. No allocation, no lock, no syscall, no `backtrace`.
+//! chain with every read bounded by the thread's own stack (its
+//! `pthread_getattr_np` bounds, recorded at registration), notes the thread's
+//! traced shadow-stack depth through a pointer kept in the buffer (never a
+//! thread-local), and writes one fixed-size slot into a preallocated buffer.
+//! No allocation, no lock, no syscall, no `backtrace`.
+//!
+//! The handler only writes into buffers it finds in [`SLOTS`], the registry
+//! of the sampler's own buffers: a POSIX timer's signal must carry the exact
+//! key its slot holds, a `perf_event` signal must come from a descriptor
+//! bound to a slot. Any other `SIGPROF` (another library's timer or
+//! `setitimer`, a `kill`) goes to the handler that was installed before
+//! fgtrace's, as `sigaction` returned it.
 
 use super::unwind::{self, Regs, StackBounds};
 use crate::clock::ticks;
+use fgtrace_core::probe::ThreadState;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
@@ -26,12 +36,17 @@ pub struct SampleBuf {
     pub head: AtomicU64,
     pub tail: AtomicU64,
     pub lost: AtomicU64,
-    /// Handlers currently using this buffer: the sampler waits for zero
-    /// after deactivating it, before draining or reusing it.
-    pub busy: AtomicU32,
-    /// Stack range `[lo, hi)` once known; 0 = look it up by SP.
+    /// The thread's stack `[lo, hi)` (`pthread_getattr_np`); `hi == 0`: not
+    /// known yet, and samples are the interrupted PC alone (no memory read).
     lo: AtomicU64,
     hi: AtomicU64,
+    /// The thread's probe state (shadow stack), set when the thread registers
+    /// itself; null: depth 0. Read by the handler instead of a thread-local.
+    state: AtomicPtr<ThreadState>,
+    /// While the bounds are unknown: `pthread_self()` and SP as the handler
+    /// saw them, for the sampler thread to look the bounds up.
+    pub seen_self: AtomicUsize,
+    pub seen_sp: AtomicU64,
 }
 
 // SAFETY: slots below `head` are only read after the release store of
@@ -46,25 +61,58 @@ pub struct RawSample {
     pub frames: Vec<u64>,
 }
 
+/// `n` zeroed slots straight from the allocator (`calloc`: fresh pages are
+/// zero already), so registering a thread does not write 4 MiB.
+fn zeroed_slots(n: usize) -> Box<[UnsafeCell<[u64; SLOT_WORDS]>]> {
+    let layout = std::alloc::Layout::array::<UnsafeCell<[u64; SLOT_WORDS]>>(n.max(1))
+        .expect("sample buffer size");
+    // SAFETY: a non-zero-sized layout; all-zero bytes are valid `u64`s, and
+    // `UnsafeCell` has the layout of what it holds; the Box frees it with
+    // the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut UnsafeCell<[u64; SLOT_WORDS]>;
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n.max(1)))
+    }
+}
+
 impl SampleBuf {
     pub fn new(slots: usize, ring: bool) -> SampleBuf {
         let n = Self::slots_for(slots);
         SampleBuf {
             active: AtomicBool::new(false),
             ring,
-            slots: (0..n).map(|_| UnsafeCell::new([0; SLOT_WORDS])).collect(),
+            slots: zeroed_slots(n),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             lost: AtomicU64::new(0),
-            busy: AtomicU32::new(0),
             lo: AtomicU64::new(0),
             hi: AtomicU64::new(0),
+            state: AtomicPtr::new(std::ptr::null_mut()),
+            seen_self: AtomicUsize::new(0),
+            seen_sp: AtomicU64::new(0),
         }
     }
 
+    /// The thread's real stack bounds (its own `pthread_getattr_np`).
     pub fn set_bounds(&self, b: StackBounds) {
         self.lo.store(b.lo, Relaxed);
         self.hi.store(b.hi, Release);
+    }
+
+    pub fn bounds(&self) -> StackBounds {
+        StackBounds {
+            lo: self.lo.load(Relaxed),
+            hi: self.hi.load(Acquire),
+        }
+    }
+
+    /// The thread's probe state, set by the thread itself (null to forget it
+    /// before the state's memory goes).
+    pub fn set_state(&self, st: *mut ThreadState) {
+        self.state.store(st, Release);
     }
 
     fn cap(&self) -> u64 {
@@ -74,10 +122,6 @@ impl SampleBuf {
     /// Slots a buffer asked for `samples` gets.
     pub fn slots_for(samples: usize) -> usize {
         samples.next_power_of_two().max(16)
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
     }
 
     /// Handler side: the next slot to fill, or `None` when full (stop mode).
@@ -119,33 +163,132 @@ impl SampleBuf {
     }
 }
 
-/// Buffers by perf-event file descriptor (the handler finds its buffer from
-/// `si_fd`; POSIX timers pass the pointer in `si_value` instead).
-pub const MAX_FDS: usize = 1 << 16;
-static BY_FD: [AtomicPtr<SampleBuf>; MAX_FDS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_FDS];
+// ------------------------------------------------------------ the registry
 
-pub fn bind_fd(fd: i32, buf: &'static SampleBuf) -> bool {
+/// Sampled threads at once, at most.
+pub const MAX_THREADS: usize = 8192;
+const INDEX_BITS: u32 = 13;
+const _: () = assert!(1 << INDEX_BITS == MAX_THREADS);
+
+/// One registry entry: which buffer a signal carrying `key` may write.
+/// Entries are static and never freed, so a handler can always touch
+/// `busy`, even while the buffer behind `buf` is being retired.
+pub struct Slot {
+    buf: AtomicPtr<SampleBuf>,
+    key: AtomicUsize,
+    /// Handlers inside this entry; a buffer is freed only after its entry
+    /// was cleared and `busy` read zero.
+    busy: AtomicU32,
+}
+
+pub static SLOTS: [Slot; MAX_THREADS] = [const {
+    Slot {
+        buf: AtomicPtr::new(std::ptr::null_mut()),
+        key: AtomicUsize::new(0),
+        busy: AtomicU32::new(0),
+    }
+}; MAX_THREADS];
+
+/// The tag of every POSIX-timer key (its top bits), so that a stale signal
+/// of ours is told apart from a foreign one.
+#[cfg(target_pointer_width = "64")]
+const TIMER_TAG: usize = 0xf9_7a << 48;
+#[cfg(target_pointer_width = "64")]
+const TAG_MASK: usize = 0xffff << 48;
+#[cfg(not(target_pointer_width = "64"))]
+const TIMER_TAG: usize = 0xf9 << 24;
+#[cfg(not(target_pointer_width = "64"))]
+const TAG_MASK: usize = 0xff << 24;
+/// Keys of perf-event registrations: the tag and the descriptor.
+const FD_TAG: usize = 1 << 31;
+
+static NONCE: AtomicUsize = AtomicUsize::new(1);
+
+/// A claimed registry entry.
+#[derive(Debug)]
+pub struct Claim {
+    pub index: usize,
+    /// What a POSIX timer's `sigev_value` carries.
+    pub timer_key: usize,
+}
+
+/// Claims a free entry for `buf` (the caller keeps `buf` alive until
+/// [`release`]). `None` when every entry is taken.
+pub fn claim(buf: *const SampleBuf) -> Option<Claim> {
+    for (index, s) in SLOTS.iter().enumerate() {
+        if s.buf
+            .compare_exchange(std::ptr::null_mut(), buf as *mut _, SeqCst, Relaxed)
+            .is_ok()
+        {
+            let nonce = NONCE.fetch_add(1, Relaxed) & (!TAG_MASK >> INDEX_BITS);
+            let timer_key = TIMER_TAG | nonce << INDEX_BITS | index;
+            s.key.store(timer_key, SeqCst);
+            return Some(Claim { index, timer_key });
+        }
+    }
+    None
+}
+
+/// Binds the entry to a perf-event descriptor instead of a timer key.
+pub fn bind_fd(fd: i32, index: usize) -> bool {
     match BY_FD.get(fd as usize) {
-        Some(slot) => {
-            slot.store(buf as *const _ as *mut _, Release);
+        Some(e) => {
+            SLOTS[index].key.store(FD_TAG | fd as usize, SeqCst);
+            e.store(index as u32 + 1, SeqCst);
             true
         }
         None => false,
     }
 }
 
+/// Forgets a descriptor: later signals from it are dropped as stale.
 pub fn unbind_fd(fd: i32) {
-    if let Some(slot) = BY_FD.get(fd as usize) {
-        slot.store(std::ptr::null_mut(), Release);
+    if let Some(e) = BY_FD.get(fd as usize) {
+        e.store(STALE_FD, SeqCst);
     }
 }
 
+/// Clears an entry and waits (up to `patience`) until no handler is inside
+/// it. `true`: nothing can write the buffer any more, it may be freed.
+pub fn release(index: usize, patience: std::time::Duration) -> bool {
+    let s = &SLOTS[index];
+    s.key.store(0, SeqCst);
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if s.busy.load(SeqCst) == 0 {
+            // A handler entering from here on reads the cleared key (it
+            // counts itself in `busy` before it reads the key) and leaves
+            // without touching `buf`.
+            s.buf.store(std::ptr::null_mut(), SeqCst);
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Registry entries (+1) by perf-event file descriptor: the handler finds
+/// its entry from `si_fd`.
+pub const MAX_FDS: usize = 1 << 16;
+const STALE_FD: u32 = u32::MAX;
+static BY_FD: [AtomicU32; MAX_FDS] = [const { AtomicU32::new(0) }; MAX_FDS];
+
 /// Address ranges the handler may consult: executable text (to accept return
-/// addresses) and writable anonymous/stack mappings (to bound stack reads of
-/// threads registered from outside). A seqlock: the sampler thread writes,
-/// handlers read and retry if a write overlapped.
+/// addresses). Two copies, each a seqlock (a "latch", as Linux's
+/// `seqcount_latch`): a writer fills the copy readers are not directed to,
+/// then points them at it, so a writer preempted halfway never holds a
+/// reader up (a handler that found no table would record the PC alone).
+/// Writers take turns (`writing`): two interleaved writers could let a
+/// reader accept an entry half from one table, half from the other.
 pub struct Ranges {
+    writing: AtomicBool,
+    current: AtomicUsize,
+    copies: [Copy; 2],
+}
+
+struct Copy {
     seq: AtomicU64,
     len: AtomicUsize,
     r: [UnsafeCell<(u64, u64)>; RANGES],
@@ -153,44 +296,71 @@ pub struct Ranges {
 
 const RANGES: usize = 2048;
 
-// SAFETY: seqlock protocol; readers validate with `seq`.
-unsafe impl Sync for Ranges {}
-
-impl Ranges {
-    const fn new() -> Ranges {
-        Ranges {
+impl Copy {
+    const fn new() -> Copy {
+        Copy {
             seq: AtomicU64::new(0),
             len: AtomicUsize::new(0),
             r: [const { UnsafeCell::new((0, 0)) }; RANGES],
         }
     }
+}
 
-    /// Replaces the ranges (sorted by start) — sampler thread only.
+// SAFETY: seqlock protocol per copy; readers validate with `seq`, writers
+// exclude each other with `writing`.
+unsafe impl Sync for Ranges {}
+
+impl Ranges {
+    pub const fn new() -> Ranges {
+        Ranges {
+            writing: AtomicBool::new(false),
+            current: AtomicUsize::new(0),
+            copies: [Copy::new(), Copy::new()],
+        }
+    }
+
+    /// Replaces the ranges (sorted by start). Any thread; writers take turns.
     pub fn publish(&self, sorted: &[(u64, u64)]) {
-        self.seq.fetch_add(1, AcqRel);
+        while self
+            .writing
+            .compare_exchange_weak(false, true, Acquire, Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        let next = 1 - self.current.load(Relaxed);
+        let c = &self.copies[next];
+        let s = c.seq.load(Relaxed);
+        c.seq.store(s + 1, Relaxed);
+        std::sync::atomic::fence(Release);
         let n = sorted.len().min(RANGES);
         for (i, &r) in sorted[..n].iter().enumerate() {
-            // SAFETY: the single writer; readers retry on a seq change.
-            unsafe { std::ptr::write_volatile(self.r[i].get(), r) };
+            // SAFETY: the only writer (odd sequence); readers retry on a change.
+            unsafe { std::ptr::write_volatile(c.r[i].get(), r) };
         }
-        self.len.store(n, Release);
-        self.seq.fetch_add(1, AcqRel);
+        c.len.store(n, Release);
+        c.seq.store(s + 2, Release);
+        self.current.store(next, Release);
+        self.writing.store(false, Release);
     }
 
     /// The range containing `addr` (binary search), if any.
     pub fn find(&self, addr: u64) -> Option<(u64, u64)> {
-        for _ in 0..4 {
-            let s0 = self.seq.load(Acquire);
+        for _ in 0..64 {
+            let c = &self.copies[self.current.load(Acquire) & 1];
+            let s0 = c.seq.load(Acquire);
             if s0 & 1 == 1 {
+                // Directed here just before a writer took this copy again.
+                std::hint::spin_loop();
                 continue;
             }
-            let n = self.len.load(Acquire);
+            let n = c.len.load(Acquire).min(RANGES);
             let (mut lo, mut hi) = (0usize, n);
             let mut found = None;
             while lo < hi {
                 let mid = (lo + hi) / 2;
                 // SAFETY: index < RANGES; validated by the seq re-check.
-                let (a, b) = unsafe { std::ptr::read_volatile(self.r[mid].get()) };
+                let (a, b) = unsafe { std::ptr::read_volatile(c.r[mid].get()) };
                 if addr < a {
                     hi = mid;
                 } else if addr >= b {
@@ -200,7 +370,8 @@ impl Ranges {
                     break;
                 }
             }
-            if self.seq.load(Acquire) == s0 {
+            std::sync::atomic::fence(Acquire);
+            if c.seq.load(Relaxed) == s0 {
                 return found;
             }
         }
@@ -208,15 +379,33 @@ impl Ranges {
     }
 }
 
+impl Default for Ranges {
+    fn default() -> Self {
+        Ranges::new()
+    }
+}
+
 pub static TEXT: Ranges = Ranges::new();
-pub static STACKS: Ranges = Ranges::new();
 
 /// The signal the sampler uses.
 pub fn signal_number() -> i32 {
     libc::SIGPROF
 }
 
-/// Installs the handler (idempotent).
+/// The `SIGPROF` action before fgtrace's (`sa_sigaction` or `sa_handler`
+/// as a word, and its flags), for signals that are not fgtrace's.
+static PREV_ACTION: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs the handler (idempotent), keeping the previous action to chain to.
+///
+/// `SA_RESTART`: the wall sampler interrupts blocked threads, and restartable
+/// system calls (`read` on a pipe or socket, `write`, `wait`, `open` of a
+/// FIFO, `flock`, futex waits) resume instead of failing with `EINTR`. Calls
+/// that signal(7) lists as never restarted (timeouts: `poll`, `epoll_wait`,
+/// `select`, `nanosleep`, `sigtimedwait`, `io_getevents`, SysV IPC, sockets
+/// with `SO_RCVTIMEO`/`SO_SNDTIMEO`, `inotify` reads) still return `EINTR`
+/// when a sample lands in them (see README, Sampling).
 pub fn install() -> std::io::Result<()> {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, AcqRel) {
@@ -228,7 +417,20 @@ pub fn install() -> std::io::Result<()> {
         sa.sa_sigaction = on_signal as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(signal_number(), &sa, std::ptr::null_mut()) != 0 {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        // Publish the old action before ours can run: read it first.
+        if libc::sigaction(signal_number(), std::ptr::null(), &mut old) != 0 {
+            DONE.store(false, Release);
+            return Err(std::io::Error::last_os_error());
+        }
+        let prev = if old.sa_sigaction == on_signal as *const () as usize {
+            libc::SIG_IGN
+        } else {
+            old.sa_sigaction
+        };
+        PREV_FLAGS.store(old.sa_flags as usize, Release);
+        PREV_ACTION.store(prev, Release);
+        if libc::sigaction(signal_number(), &sa, &mut old) != 0 {
             DONE.store(false, Release);
             return Err(std::io::Error::last_os_error());
         }
@@ -239,61 +441,143 @@ pub fn install() -> std::io::Result<()> {
 const SI_TIMER: i32 = -2;
 const POLL_IN: i32 = 1;
 const POLL_HUP: i32 = 6;
-/// Offset of `si_fd` (SIGPOLL) and `si_value` (timers) in `siginfo_t`.
-const SI_WORD: usize = if cfg!(target_pointer_width = "64") {
-    24
+/// Offset of the `siginfo_t` union (after signo, errno, code).
+const UNION: usize = if cfg!(target_pointer_width = "64") {
+    16
 } else {
     12
 };
+/// `si_value` of a timer signal: after `si_tid` and `si_overrun`.
+const SI_VALUE: usize = UNION + 8;
+/// `si_fd` of a SIGPOLL-style signal: after `si_band` (a long).
+const SI_FD: usize = UNION + std::mem::size_of::<usize>();
 
-extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: errno is thread-local; restore it so the interrupted code sees no change.
-    let errno = unsafe { *libc::__errno_location() };
-    unsafe { take_sample(info, uc) };
-    unsafe { *libc::__errno_location() = errno };
+/// Whose signal it is.
+enum From {
+    /// One of ours: the registry entry and the key it must hold.
+    Ours(usize, usize),
+    /// Ours, but from a timer or descriptor already retired: dropped.
+    Stale,
+    /// Somebody else's: chained to the previous action.
+    Foreign,
 }
 
-unsafe fn take_sample(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+unsafe fn whose(info: *const libc::siginfo_t) -> From {
+    let code = (*info).si_code;
+    let word = |off: usize| std::ptr::read_unaligned((info as *const u8).add(off) as *const usize);
+    match code {
+        SI_TIMER => {
+            let v = word(SI_VALUE);
+            if v & TAG_MASK != TIMER_TAG {
+                return From::Foreign;
+            }
+            From::Ours(v & (MAX_THREADS - 1), v)
+        }
+        POLL_IN | POLL_HUP => {
+            let fd = std::ptr::read_unaligned((info as *const u8).add(SI_FD) as *const i32);
+            match BY_FD.get(fd as usize).map(|e| e.load(SeqCst)) {
+                None | Some(0) => From::Foreign,
+                Some(STALE_FD) => From::Stale,
+                Some(i) => From::Ours(i as usize - 1, FD_TAG | fd as usize),
+            }
+        }
+        _ => From::Foreign,
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: errno is thread-local (a register-relative address, never
+    // allocated); restore it so the interrupted code sees no change.
+    let errno = unsafe { *libc::__errno_location() };
     if info.is_null() || uc.is_null() {
         return;
     }
-    let t = ticks();
-    let code = (*info).si_code;
-    let word = std::ptr::read_unaligned((info as *const u8).add(SI_WORD) as *const usize);
-    let buf: *const SampleBuf = match code {
-        SI_TIMER => word as *const SampleBuf,
-        POLL_IN | POLL_HUP => match BY_FD.get(word as u32 as usize) {
-            Some(p) => p.load(Acquire),
-            None => return,
-        },
-        _ => return,
-    };
-    let Some(buf) = buf.as_ref() else { return };
-    buf.busy.fetch_add(1, AcqRel);
-    if buf.active.load(Acquire) {
-        fill(buf, t, uc);
+    // SAFETY: the kernel's siginfo for this signal.
+    match unsafe { whose(info) } {
+        From::Ours(index, key) => unsafe { take_sample(index, key, uc) },
+        From::Stale => {}
+        From::Foreign => unsafe { chain(sig, info, uc) },
     }
-    buf.busy.fetch_sub(1, Release);
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Hands a signal that is not fgtrace's to the action installed before.
+unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let prev = PREV_ACTION.load(Acquire);
+    match prev {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // SIGPROF's default action ends the process: do what would have
+            // happened without fgtrace. (The signal is blocked in here; the
+            // re-raised one arrives with the default action once we return.)
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        f if PREV_FLAGS.load(Acquire) & libc::SA_SIGINFO as usize != 0 => {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(f);
+            f(sig, info, uc)
+        }
+        f => {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(f);
+            f(sig)
+        }
+    }
+}
+
+unsafe fn take_sample(index: usize, key: usize, uc: *mut libc::c_void) {
+    let t = ticks();
+    let slot = &SLOTS[index];
+    slot.busy.fetch_add(1, SeqCst);
+    if slot.key.load(SeqCst) == key {
+        if let Some(buf) = slot.buf.load(SeqCst).as_ref() {
+            if buf.active.load(Acquire) {
+                fill(buf, t, uc);
+            }
+        }
+    }
+    slot.busy.fetch_sub(1, SeqCst);
+}
+
+/// The traced shadow-stack depth and the innermost open call's SP, from the
+/// state the thread registered (the handler runs on that thread).
+unsafe fn shadow_top(buf: &SampleBuf) -> (u32, u64) {
+    let Some(st) = buf.state.load(Acquire).as_ref() else {
+        return (0, u64::MAX);
+    };
+    let d = std::ptr::read_volatile(&st.depth).min(std::ptr::read_volatile(&st.stack_cap));
+    let frames = std::ptr::read_volatile(&st.frames);
+    if d == 0 || frames.is_null() {
+        (0, u64::MAX)
+    } else {
+        (d, (*frames.add(d as usize - 1)).sp as u64)
+    }
 }
 
 unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
     let Some(regs) = regs_of(uc) else { return };
-    let mut bounds = StackBounds {
-        lo: buf.lo.load(Relaxed),
-        hi: buf.hi.load(Acquire),
-    };
-    if bounds.hi == 0 || regs.sp < bounds.lo || regs.sp >= bounds.hi {
-        match STACKS.find(regs.sp) {
-            Some((lo, hi)) => bounds = StackBounds { lo, hi },
-            None => {
-                bounds = StackBounds {
-                    lo: regs.sp,
-                    hi: regs.sp,
-                }
-            }
+    let known = buf.bounds();
+    // Read only the thread's own stack, from SP up: below SP nothing is a
+    // frame, and outside the stack (a coroutine's, an alternate signal
+    // stack, a stack not known yet) the sample is the PC alone.
+    let bounds = if known.hi != 0 && regs.sp >= known.lo && regs.sp < known.hi {
+        StackBounds {
+            lo: regs.sp,
+            hi: known.hi,
         }
-    }
-    let (depth, split_sp) = fgtrace_core::probe::shadow_top();
+    } else {
+        if known.hi == 0 && buf.seen_self.load(Relaxed) == 0 {
+            buf.seen_sp.store(regs.sp, Relaxed);
+            buf.seen_self.store(libc::pthread_self() as usize, Release);
+        }
+        StackBounds {
+            lo: regs.sp,
+            hi: regs.sp,
+        }
+    };
+    let (depth, split_sp) = shadow_top(buf);
     let Some((h, slot)) = buf.reserve() else {
         return;
     };
@@ -316,7 +600,6 @@ unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
     // Publish only if nobody reset the buffer meanwhile.
     let _ = buf.head.compare_exchange(h, h + 1, Release, Relaxed);
 }
-
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 unsafe fn regs_of(uc: *mut libc::c_void) -> Option<Regs> {
     let uc = &*(uc as *const libc::ucontext_t);
@@ -392,6 +675,74 @@ mod tests {
         assert_eq!(R.find(0x2000), None);
         assert_eq!(R.find(0x9000), None);
         assert_eq!(R.find(0x10), None);
+    }
+
+    /// Several threads publish (the sampler thread and every thread that
+    /// registers itself): a reader must never accept an entry torn between
+    /// two tables. Table A holds `[8k, 8k + 1)`, table B `[8k + 2, 8k + 5)`
+    /// (in units of 0x10000): a torn read shows up as a range of neither shape.
+    #[test]
+    fn concurrent_publishers_never_tear_an_entry() {
+        static R: Ranges = Ranges::new();
+        const U: u64 = 0x10000;
+        let a: Vec<(u64, u64)> = (0..1500).map(|k| (k * 8 * U, k * 8 * U + U)).collect();
+        let b: Vec<(u64, u64)> = (0..1500)
+            .map(|k| (k * 8 * U + 2 * U, k * 8 * U + 5 * U))
+            .collect();
+        R.publish(&a);
+        let stop = AtomicBool::new(false);
+        let torn = std::thread::scope(|s| {
+            for t in [&a, &b] {
+                let stop = &stop;
+                s.spawn(move || {
+                    while !stop.load(Relaxed) {
+                        R.publish(t);
+                    }
+                });
+            }
+            let reader = s.spawn(|| {
+                let mut torn = 0u64;
+                let mut x = 1u64;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+                while std::time::Instant::now() < deadline {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let addr = (x % 1500) * 8 * U + if x & 1 == 0 { U / 2 } else { 3 * U };
+                    if let Some((lo, hi)) = R.find(addr) {
+                        let a = lo % (8 * U) == 0 && hi.wrapping_sub(lo) == U;
+                        let b = lo % (8 * U) == 2 * U && hi.wrapping_sub(lo) == 3 * U;
+                        if !(a || b) {
+                            torn += 1;
+                        }
+                    }
+                }
+                torn
+            });
+            let torn = reader.join().unwrap();
+            stop.store(true, Relaxed);
+            torn
+        });
+        assert_eq!(torn, 0, "{torn} torn entries accepted");
+    }
+
+    /// A writer stopped halfway (preempted, or interrupted by the handler
+    /// on its own thread) never keeps readers from the last complete table.
+    #[test]
+    fn a_writer_stopped_halfway_does_not_hold_readers_up() {
+        static R: Ranges = Ranges::new();
+        R.publish(&[(0x1000, 0x2000)]);
+        // Halfway through the next publish: the writer holds the turn and
+        // its copy's sequence is odd.
+        R.writing.store(true, Relaxed);
+        let next = 1 - R.current.load(Relaxed);
+        R.copies[next].seq.fetch_add(1, Relaxed);
+        assert_eq!(R.find(0x1800), Some((0x1000, 0x2000)));
+        R.copies[next].seq.fetch_add(1, Relaxed);
+        R.writing.store(false, Relaxed);
+        R.publish(&[(0x3000, 0x4000)]);
+        assert_eq!(R.find(0x1800), None);
+        assert_eq!(R.find(0x3800), Some((0x3000, 0x4000)));
     }
 
     #[test]

@@ -333,7 +333,7 @@ impl<R: Read> TraceReader<R> {
                         let c = super::recorded::RawChunk {
                             thread: t as u32,
                             count: count as u32,
-                            payload: payload[d.pos..].to_vec(),
+                            payload: payload[d.pos..].to_vec().into(),
                             offset: base + d.pos as u64,
                         };
                         scratch.clear();

@@ -550,13 +550,72 @@ mod tests {
         let mut bad = bytes.clone();
         let n = bad.len();
         bad[n - 12] ^= 0x55;
-        let err = Trace::read_from(&bad[..]).unwrap_err().to_string();
+        let back = Trace::read_from(&bad[..]).unwrap();
+        let err = back.damage().expect("damage noted").to_string();
         assert!(err.contains("corrupt at byte"), "{err}");
         // Foreign file.
         let err = Trace::read_from(&b"\x7fELF\x02\x01\x01\0\0\0\0\0"[..])
             .unwrap_err()
             .to_string();
         assert!(err.contains("not an fgtrace"), "{err}");
+    }
+
+    /// A file damaged in the middle (one byte of the second of three chunks
+    /// flipped, then cut short too): `Trace::load` returns everything before
+    /// the damage, exactly as written, with a note naming where it starts.
+    #[test]
+    fn a_file_damaged_in_the_middle_loads_everything_before_the_damage() {
+        let mut enc = ChunkEncoder::new(0);
+        let n = 20_000u64;
+        for i in 0..n {
+            enc.push(&Event::Call(Call {
+                thread: 0,
+                site: (i % 7) as u32,
+                depth: 0,
+                start_ns: i * 40,
+                dur_ns: 15 + i % 20,
+                flags: 0,
+            }));
+        }
+        let t = Trace::from_chunks(sample_trace().meta, enc.finish());
+        assert_eq!(t.chunks().len(), 3, "8192 events a chunk");
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        let offsets: Vec<u64> = std::iter::from_fn(|| {
+            let at = r.offset();
+            r.next_chunk().unwrap().map(|_| at)
+        })
+        .collect();
+        assert_eq!(offsets.len(), 3);
+        let mid = ((offsets[1] + offsets[2]) / 2) as usize;
+        let mut bad = bytes.clone();
+        bad[mid] ^= 0x40;
+        bad.truncate(bad.len() - 100);
+        let dir = std::env::temp_dir().join(format!("fgtrace-damage-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("damaged.fgt");
+        std::fs::write(&path, &bad).unwrap();
+        let back = Trace::load(&path).expect("a damaged file still loads");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let d = back.damage().expect("the damage is noted").clone();
+        assert_eq!(d.offset, offsets[1], "damage starts at the second chunk");
+        assert_eq!((d.chunks_kept, d.events_kept), (1, 8192));
+        let msg = d.to_string();
+        assert!(
+            msg.contains(&format!("damaged from byte {}", offsets[1]))
+                && msg.contains("checksum")
+                && msg.contains("kept the 1 chunks (8192 events)"),
+            "{msg}"
+        );
+        let want: Vec<_> = t.events().take(8192).collect();
+        assert_eq!(back.events().collect::<Vec<_>>(), want);
+        assert_eq!(back.meta(), t.meta());
+        // An intact file has no damage; a damaged header is still an error.
+        assert!(Trace::read_from(&bytes[..]).unwrap().damage().is_none());
+        let mut head = bytes.clone();
+        head[20] ^= 0x40;
+        assert!(Trace::read_from(&head[..]).is_err());
     }
 
     #[test]
@@ -609,8 +668,11 @@ mod tests {
             err.contains("corrupt at byte") && err.contains(what),
             "{err}"
         );
-        // `Trace::read_from` must not hand out a trace whose `events()` panics.
-        let err = Trace::read_from(bytes).unwrap_err().to_string();
+        // `Trace::read_from` must not hand out a trace whose `events()` panics:
+        // it keeps the good chunk and notes the damage.
+        let t = Trace::read_from(bytes).unwrap();
+        assert_eq!(t.events().count(), 7);
+        let err = t.damage().expect("damage noted").to_string();
         assert!(
             err.contains("corrupt at byte") && err.contains(what),
             "{err}"

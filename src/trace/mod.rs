@@ -335,6 +335,33 @@ pub struct Trace {
     pub(crate) meta: TraceMeta,
     chunks: std::sync::OnceLock<Vec<format::Chunk>>,
     source: Option<std::sync::Arc<build::Source>>,
+    /// Where a loaded file was damaged (`None`: read whole, or built here).
+    pub(crate) damage: Option<Damage>,
+}
+
+/// Where a trace file was found damaged by [`Trace::load`]: the trace holds
+/// every chunk before that point (each checked against its CRC) and nothing
+/// from it on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset in the file where the damage starts.
+    pub offset: u64,
+    /// What is wrong there (the reader's error, with its own byte offset).
+    pub error: String,
+    /// Chunks and events kept, all from before `offset`.
+    pub chunks_kept: u64,
+    pub events_kept: u64,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the trace file is damaged from byte {}: {}; kept the {} chunks ({} events) before it, \
+             nothing after",
+            self.offset, self.error, self.chunks_kept, self.events_kept
+        )
+    }
 }
 
 impl Trace {
@@ -344,6 +371,7 @@ impl Trace {
             meta,
             chunks: std::sync::OnceLock::from(chunks),
             source: None,
+            damage: None,
         }
     }
 
@@ -353,6 +381,7 @@ impl Trace {
             meta,
             chunks: std::sync::OnceLock::new(),
             source: Some(std::sync::Arc::new(source)),
+            damage: None,
         }
     }
 
@@ -414,26 +443,63 @@ impl Trace {
 
     /// Loads a whole trace file into memory. For large files prefer
     /// [`TraceReader`], which streams.
+    ///
+    /// A file damaged after its metadata (a bad checksum, a truncated or
+    /// undecodable chunk) still loads: the trace holds every chunk before the
+    /// damage, and [`Trace::damage`] says where it starts and what was kept.
+    /// A file whose header or metadata is damaged (nothing can be read) is
+    /// an error.
     pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         Trace::read_all(TraceReader::open(path)?)
     }
 
-    /// Reads a trace from any reader.
+    /// Reads a trace from any reader (damage handled as by [`Trace::load`]).
     pub fn read_from(r: impl io::Read) -> Result<Trace, TraceError> {
         Trace::read_all(TraceReader::new(r)?)
     }
 
+    /// Where the file this trace was loaded from is damaged, if it is: the
+    /// trace holds only what came before. Check it after [`Trace::load`]
+    /// before taking a trace's counts as complete.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
     /// Every chunk is decoded once here: a chunk whose checksum holds but
-    /// whose events do not (written by a buggy or hostile program) is an
-    /// error naming its offset now, not a panic in [`Trace::events`] later.
+    /// whose events do not (written by a buggy or hostile program) ends the
+    /// trace there, as damage naming its offset, not a panic in
+    /// [`Trace::events`] later.
     fn read_all<R: io::Read>(mut r: TraceReader<R>) -> Result<Trace, TraceError> {
         let meta = r.meta().clone();
         let mut chunks = Vec::new();
-        while let Some(c) = r.next_chunk()? {
-            c.decode()?;
-            chunks.push(c);
+        let mut events = 0u64;
+        let mut damage = None;
+        loop {
+            let at = r.offset();
+            let err = match r.next_chunk() {
+                Ok(None) => break,
+                Ok(Some(c)) => match c.decode() {
+                    Ok(evs) => {
+                        events += evs.len() as u64;
+                        chunks.push(c);
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            damage = Some(Damage {
+                offset: at,
+                error: err.to_string(),
+                chunks_kept: chunks.len() as u64,
+                events_kept: events,
+            });
+            break;
         }
-        Ok(Trace::from_chunks(meta, chunks))
+        Ok(Trace {
+            damage,
+            ..Trace::from_chunks(meta, chunks)
+        })
     }
 
     /// Size of the encoded events in bytes (what the file holds besides metadata).

@@ -44,12 +44,133 @@ pub(crate) struct Rec {
 /// depth, cut, frames).
 pub(crate) type RawSample = (u64, u32, Option<u32>, Vec<u64>);
 
+/// Memory that encoded chunks are written into while a session keeps them:
+/// one mapping for many chunks, so keeping 10M calls costs a few mappings
+/// and (with transparent huge pages) a few dozen page faults, not one
+/// allocation, copy and a page fault or more per chunk.
+pub(crate) struct Arena {
+    ptr: *mut u8,
+    cap: usize,
+    #[cfg(not(target_os = "linux"))]
+    _owned: Vec<u8>,
+}
+
+// SAFETY: the bytes of a handed-out range are never written again; the
+// encoder that owns the arena writes only past every handed-out range.
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
+
+/// Smallest and largest arena: a thread that records little keeps little.
+const ARENA_MIN: usize = 256 << 10;
+const ARENA_MAX: usize = 8 << 20;
+
+impl Arena {
+    fn new(cap: usize) -> Option<Arena> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: a fresh anonymous private mapping; checked below.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    cap,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED {
+                return None;
+            }
+            if cap >= 2 << 20 {
+                // SAFETY: advice on our own mapping; failure only means small pages.
+                unsafe { libc::madvise(ptr, cap, libc::MADV_HUGEPAGE) };
+            }
+            Some(Arena {
+                ptr: ptr.cast(),
+                cap,
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let mut v = vec![0u8; cap];
+            Some(Arena {
+                ptr: v.as_mut_ptr(),
+                cap,
+                _owned: v,
+            })
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: our own mapping, no range of it is referenced any more
+        // (every `Payload` holds the arena alive).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.cap);
+        }
+    }
+}
+
+/// The bytes of an encoded chunk: its own, or a range of an arena.
+#[derive(Clone)]
+pub(crate) enum Payload {
+    Owned(Vec<u8>),
+    Shared {
+        arena: std::sync::Arc<Arena>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            // SAFETY: the range was written before the payload was made and
+            // lies inside the arena, which this payload keeps alive.
+            Payload::Shared { arena, start, len } => unsafe {
+                std::slice::from_raw_parts(arena.ptr.add(*start), *len)
+            },
+        }
+    }
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::Owned(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Self {
+        Payload::Owned(v)
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, o: &Payload) -> bool {
+        **self == **o
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Payload({} bytes)", self.len())
+    }
+}
+
 /// One batch of one thread, encoded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawChunk {
     pub thread: u32,
     pub count: u32,
-    pub payload: Vec<u8>,
+    pub payload: Payload,
     /// Byte offset of the payload in the file it came from (0 in memory).
     pub offset: u64,
 }
@@ -95,6 +216,10 @@ pub(crate) struct RawEncoder {
     /// Calls (and polls) encoded: what the thread's `calls` will say.
     pub calls: u64,
     scratch: Vec<u8>,
+    /// Keep chunks in arenas (a session in memory) rather than in a
+    /// scratch buffer copied out (chunks that are written and dropped).
+    pub retain: bool,
+    arena: Option<(std::sync::Arc<Arena>, usize)>,
 }
 
 /// Most bytes one record can take: header, site, gap, duration (an
@@ -111,10 +236,21 @@ impl RawEncoder {
         sites: &mut SiteMap,
         site_of: &impl Fn(u32) -> Option<SiteInfo>,
     ) -> RawChunk {
-        let buf = &mut self.scratch;
-        buf.clear();
-        buf.reserve(recs.len() * MAX_RECORD_BYTES);
-        let base = buf.as_mut_ptr();
+        let need = recs.len() * MAX_RECORD_BYTES;
+        let arena_at = if self.retain {
+            self.arena_room(need)
+        } else {
+            None
+        };
+        let base = match (arena_at, &self.arena) {
+            // SAFETY: `arena_room` made sure `used + need` fits the arena.
+            (Some(used), Some((arena, _))) => unsafe { arena.ptr.add(used) },
+            _ => {
+                self.scratch.clear();
+                self.scratch.reserve(need);
+                self.scratch.as_mut_ptr()
+            }
+        };
         let mut p = base;
         let mut prev_depth = 0u32;
         let mut prev_site = u32::MAX;
@@ -172,15 +308,42 @@ impl RawEncoder {
             prev_site = site;
             prev_end = start.wrapping_add(dur);
         }
-        // SAFETY: every byte up to `p` was written, within the reservation.
-        unsafe { buf.set_len(p.offset_from(base) as usize) };
+        // SAFETY: `p` moved forward from `base` within one reservation.
+        let len = unsafe { p.offset_from(base) } as usize;
         self.calls += calls;
+        let payload = if let (Some(used), Some((arena, u))) = (arena_at, self.arena.as_mut()) {
+            *u = used + len;
+            Payload::Shared {
+                arena: arena.clone(),
+                start: used,
+                len,
+            }
+        } else {
+            // SAFETY: every byte up to `p` was written, within the reservation.
+            unsafe { self.scratch.set_len(len) };
+            Payload::Owned(self.scratch.as_slice().to_vec())
+        };
         RawChunk {
             thread,
             count: recs.len() as u32,
-            payload: buf.as_slice().to_vec(),
+            payload,
             offset: 0,
         }
+    }
+
+    /// Makes sure the current arena has `need` bytes free (a new, larger
+    /// one if not); `None` if no arena can be mapped (then chunks are copied).
+    fn arena_room(&mut self, need: usize) -> Option<usize> {
+        if let Some((a, used)) = &self.arena {
+            if a.cap - used >= need {
+                return Some(*used);
+            }
+        }
+        let last = self.arena.as_ref().map_or(0, |(a, _)| a.cap);
+        let cap = (last * 2).clamp(ARENA_MIN, ARENA_MAX).max(need);
+        let a = Arena::new(cap)?;
+        self.arena = Some((std::sync::Arc::new(a), 0));
+        Some(0)
     }
 }
 
@@ -457,7 +620,7 @@ mod tests {
         let bad = RawChunk {
             thread: 0,
             count: 1,
-            payload: vec![0x07, 9, 1, 1],
+            payload: vec![0x07, 9, 1, 1].into(),
             offset: 0,
         };
         let e = decode(&bad, 2, TickScale::new(1.0), &mut Vec::new()).unwrap_err();
@@ -470,7 +633,7 @@ mod tests {
             let c = RawChunk {
                 thread: 0,
                 count,
-                payload,
+                payload: payload.into(),
                 offset: 1000,
             };
             decode(&c, 2, TickScale::new(1.0), &mut Vec::new())
