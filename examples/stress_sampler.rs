@@ -306,6 +306,10 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
         let wall = (fig.timer_sessions + fig.wall_sessions) % 2 == 1;
         let sampling = if wall {
             fgtrace::sampler::Sampling::wall((hz / 10).max(1))
+        } else if fig.timer_sessions % 2 == 0 {
+            // The signal handler's walk, and `timer`'s default (the perf
+            // ring where the kernel allows it, issue 18), in turn.
+            fgtrace::sampler::Sampling::timer(hz).backend(fgtrace::sampler::Backend::Signal)
         } else {
             fgtrace::sampler::Sampling::timer(hz)
         };
