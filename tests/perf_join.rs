@@ -546,6 +546,13 @@ fn timer_takes_the_ring_by_default_and_the_trace_says_which_path_ran() {
         "depth filled on read"
     );
     assert!(back.samples().any(|s| s.shadow_depth > 0));
+    // Keeping the newest samples (a flight recorder of samples) is what the
+    // signal path's buffers do: `ring(true)` takes it.
+    let s = Session::start(Config::builtin().sampling(Sampling::timer(1000).ring(true))).unwrap();
+    black_box(split_workload(20));
+    let t = s.stop().unwrap();
+    let sampler = t.meta().sampler.clone().unwrap_or_default();
+    assert!(sampler.starts_with("signal (frame-pointer"), "{sampler}");
     // `wall` must see blocked threads: always the signal path.
     let s = Session::start(Config::builtin().sampling(Sampling::wall(500))).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -54,7 +54,9 @@ pub enum Source {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
     /// A `cpu-clock` perf ring with kernel call chains where `perf_event_open`
-    /// allows it, the signal path where it does not (the default).
+    /// allows it, the signal path where it does not (the default). With
+    /// [`Sampling::ring`] (keep the newest samples) the signal path, whose
+    /// per-thread buffers do that.
     #[default]
     Auto,
     /// Always the signal handler's frame-pointer walk (records the shadow
@@ -543,10 +545,13 @@ mod running {
                 }
                 // Kernel call chains from a cpu-clock ring: no signal, so
                 // about perf's cost (issue 18); the signal path below only
-                // where the kernel refuses.
+                // where the kernel refuses, or for `ring(true)` (keep the
+                // newest samples), which only the signal path's buffers do.
                 Source::Timer
                     if s.backend == Backend::Ring
-                        || (s.backend == Backend::Auto && self.paths.ring_refused.is_none()) =>
+                        || (s.backend == Backend::Auto
+                            && !s.ring
+                            && self.paths.ring_refused.is_none()) =>
                 {
                     match perf::Ring::open(
                         perf::PerfEvent::CpuClock,
