@@ -86,16 +86,17 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
 
     // The always-on flight recorder is back after the recording: dump it.
     let mut graph = String::new();
-    for _ in 0..100 {
+    t.wait_until("a dump with the target's calls", |_| {
         let d = fgtrace(&xdg, &["ctl", &pid, "dump", "-o", "dump.fgt"]);
         if d.status.success() {
             graph = ok(&fgtrace(&xdg, &["graph", "dump.fgt"]));
             if graph.contains("tick() {") {
-                break;
+                return true;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+        false
+    });
     assert!(graph.contains("# tracer: function_graph"), "{graph}");
     assert!(
         graph.contains("tick() {") && graph.contains("checksum();"),
@@ -154,7 +155,13 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Recording, and the target has done some rounds since: then Ctrl-C.
+    t.wait_until("`fgtrace record` to start recording", |t| {
+        fgtrace::control::Client::connect_path(&t.socket, t.pid())
+            .and_then(fgtrace::control::Client::status)
+            .is_ok_and(|s| s.session == "recording")
+    });
+    t.wait_rounds(t.progress.rounds(), 20);
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let out = rec.wait_with_output().unwrap();

@@ -138,6 +138,14 @@ pub fn clean_stale(dir: &Path) -> usize {
     let mut removed = 0;
     for e in entries.flatten() {
         let path = e.path();
+        // A socket being put in place (bound as `.<pid>.sock.new`, renamed
+        // once it listens) is left only by a process killed meanwhile.
+        if let Some(pid) = pid_of_new_socket(&path) {
+            if pid != std::process::id() && !pid_alive(pid) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+            continue;
+        }
         let Some(pid) = pid_of_socket(&path) else {
             continue;
         };
@@ -161,6 +169,12 @@ pub(crate) fn pid_of_socket(path: &Path) -> Option<u32> {
         return None;
     }
     pid.parse().ok()
+}
+
+/// The pid of a socket not yet in place (`.<pid>.sock.new`).
+fn pid_of_new_socket(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    pid_of_socket(Path::new(name.strip_prefix('.')?.strip_suffix(".new")?))
 }
 
 /// The endpoint of this process, once [`listen`] has opened it.
@@ -291,5 +305,8 @@ mod tests {
         assert_eq!(pid_of_socket(Path::new("/x/12a.sock")), None);
         assert_eq!(pid_of_socket(Path::new("/x/.sock")), None);
         assert_eq!(pid_of_socket(Path::new("/x/123")), None);
+        assert_eq!(pid_of_socket(Path::new("/x/.123.sock.new")), None);
+        assert_eq!(pid_of_new_socket(Path::new("/x/.123.sock.new")), Some(123));
+        assert_eq!(pid_of_new_socket(Path::new("/x/123.sock")), None);
     }
 }
