@@ -151,6 +151,7 @@ fn dump_gives_the_flight_recorders_last_calls_without_stopping_it() {
     let (rec, _) = record_rounds(&t, 20);
     assert_in_proportion(&counts(&rec));
     wait_for_session(&t, "background");
+    t.wait_rounds(t.progress.rounds(), 2);
     // `stop` ends it and sends what it holds; a dump then has nothing.
     let stopped = Trace::read_from(&client(&t).stop().unwrap().bytes[..]).unwrap();
     assert!(stopped.meta().total_calls() > 0);

@@ -40,15 +40,18 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const ROUNDS: u64 = 12_000;
+const ROUNDS: u64 = 4_000;
+/// The target works on, uncounted, after its rounds until `finish`: the
+/// recording and the dump below never find it done, however slow it runs.
+const HOLD: &[(&str, &str)] = &[("FGTRACE_TEST_HOLD", "1")];
 
 #[test]
 fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
     let xdg = runtime_dir("cli");
-    let (plain_ok, plain, _) = Target::start(&xdg, "0", Some(ROUNDS), false).finish();
+    let (plain_ok, plain, _) = Target::start_with(&xdg, "0", Some(ROUNDS), false, HOLD).finish();
     assert!(plain_ok);
 
-    let t = Target::start(&xdg, "1", Some(ROUNDS), true);
+    let t = Target::start_with(&xdg, "1", Some(ROUNDS), true, HOLD);
     let pid = t.pid().to_string();
     // `fgtrace` itself links fgtrace: with FGTRACE_CONTROL in its
     // environment it still opens no endpoint, so `ps` lists the target alone.

@@ -124,20 +124,39 @@ impl Drop for Progress {
     }
 }
 
-fn work(name: &str, rounds: Option<u64>, stop: &AtomicBool, progress: Option<&Progress>) -> u32 {
+/// `rounds`: how many rounds count (are summed and printed); `hold`: then
+/// go on working, uncounted, until `stop`.
+fn work(
+    name: &str,
+    rounds: Option<u64>,
+    hold: bool,
+    stop: &AtomicBool,
+    progress: Option<&Progress>,
+) -> u32 {
     let mut sum = 0u32;
     let mut round = 0u64;
     let slot = progress.map(|p| p.slot(usize::from(name != "main")));
-    while rounds.is_none_or(|n| round < n) && !stop.load(Ordering::Relaxed) {
+    loop {
+        let counted = rounds.is_none_or(|n| round < n);
+        let go = match rounds {
+            Some(_) => counted || (hold && !stop.load(Ordering::Relaxed)),
+            None => !stop.load(Ordering::Relaxed),
+        };
+        if !go {
+            break;
+        }
         if name == "main" && PANIC.load(Ordering::Relaxed) {
             sum = sum.wrapping_add(explode(round));
         }
-        sum = sum.wrapping_add(tick(round));
+        let v = tick(round);
+        if counted {
+            sum = sum.wrapping_add(v);
+        }
         round += 1;
         if let Some(s) = slot {
             s.store(round, Ordering::Release);
         }
-        if rounds.is_some() && round % 500 == 0 {
+        if counted && rounds.is_some() && round % 500 == 0 {
             println!("target: {name} round {round} sum {sum:08x}");
         }
         std::thread::sleep(Duration::from_micros(100));
@@ -146,7 +165,10 @@ fn work(name: &str, rounds: Option<u64>, stop: &AtomicBool, progress: Option<&Pr
 }
 
 /// The target: main and `worker` call `tick` until `FGTRACE_TEST_ROUNDS`
-/// rounds are done, or (without it) until a line arrives on stdin.
+/// rounds are done, or (without it) until a line arrives on stdin. With
+/// `FGTRACE_TEST_HOLD` as well, they go on after those rounds (printing
+/// nothing more) until the line arrives, so that a test that needs the
+/// workload running is not raced by its end.
 pub fn run_target() {
     if std::env::var_os("FGTRACE_TEST_FORK").is_some() {
         fork_a_child_that_exits();
@@ -154,8 +176,9 @@ pub fn run_target() {
     let rounds: Option<u64> = std::env::var("FGTRACE_TEST_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok());
+    let hold = std::env::var_os("FGTRACE_TEST_HOLD").is_some();
     let stop = Arc::new(AtomicBool::new(false));
-    if rounds.is_none() {
+    if rounds.is_none() || hold {
         let s = stop.clone();
         std::thread::spawn(move || {
             let mut l = String::new();
@@ -173,9 +196,9 @@ pub fn run_target() {
     let p = progress.clone();
     let worker = std::thread::Builder::new()
         .name("worker".into())
-        .spawn(move || work("worker", rounds, &s, p.as_deref()))
+        .spawn(move || work("worker", rounds, hold, &s, p.as_deref()))
         .unwrap();
-    let a = work("main", rounds, &stop, progress.as_deref());
+    let a = work("main", rounds, hold, &stop, progress.as_deref());
     let b = worker.join().unwrap();
     if rounds.is_some() {
         println!("target: done {:08x}", a ^ b);
