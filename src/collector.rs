@@ -309,12 +309,11 @@ impl Session {
         let (collector, idle_gathered) = if flight {
             (None, Some(gathered))
         } else {
-            let h =
-                spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
-                    #[cfg(target_os = "linux")]
-                    cancel_off_cpu();
-                    Error::Collector(format!("cannot start the collector thread: {e}"))
-                })?;
+            let h = spawn(batches_rx.clone(), stop.clone(), active.clone(), gathered).map_err(|e| {
+                #[cfg(target_os = "linux")]
+                cancel_off_cpu();
+                Error::Collector(format!("cannot start the collector thread: {e}"))
+            })?;
             (Some(h), None)
         };
         #[cfg(target_os = "linux")]

@@ -24,10 +24,10 @@ pub mod buffer;
 pub mod clock;
 pub mod collector;
 pub mod config;
-pub mod control;
 mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;
+pub mod control;
 mod recorder;
 pub mod snapshot;
 mod thread;

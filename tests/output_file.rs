@@ -134,12 +134,7 @@ fn fgtrace_output_names_the_file() {
 /// killed while recording.
 fn killed_child(path: &Path) -> std::process::ExitStatus {
     std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_killed_while_recording",
-            "--nocapture",
-            "--ignored",
-        ])
+        .args(["--exact", "child_killed_while_recording", "--nocapture", "--ignored"])
         .env("FGTRACE_TEST_CHILD_OUTPUT", path)
         .status()
         .unwrap()
