@@ -49,14 +49,28 @@ fn record_ms(t: &Target, ms: u64) -> (Trace, String) {
     )
 }
 
+/// Records until each of the target's threads has done `n` rounds in the
+/// recording (a client's `stop`, as Ctrl-C sends): however little CPU the
+/// target gets, the trace holds that many rounds.
+fn record_rounds(t: &Target, n: u64) -> (Trace, String) {
+    let stop = AtomicBool::new(false);
+    let r = client(t)
+        .record(Settings::default(), &stop, || {
+            t.wait_rounds(t.progress.rounds(), n);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .expect("record");
+    assert!(r.note.contains("stopped by the client"), "{}", r.note);
+    (
+        Trace::read_from(&r.bytes[..]).expect("a complete trace"),
+        r.note,
+    )
+}
+
 fn wait_for_session(t: &Target, want: &str) {
-    for _ in 0..500 {
-        if client(t).status().unwrap().session == want {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the target's session never became `{want}`");
+    t.wait_until(&format!("the target's session to become `{want}`"), |t| {
+        client(t).status().unwrap().session == want
+    });
 }
 
 #[test]
@@ -87,7 +101,7 @@ fn record_gets_the_calls_in_proportion_and_the_target_runs_on() {
     assert_in_proportion(&counts(&trace));
     // The session is over, the target carries on and can record again.
     assert_eq!(client(&t).status().unwrap().session, "idle");
-    let (again, _) = record_ms(&t, 200);
+    let (again, _) = record_rounds(&t, 20);
     assert_in_proportion(&counts(&again));
     let (ok, out, err) = t.finish();
     assert!(ok, "{err}");
@@ -104,7 +118,8 @@ fn dump_gives_the_flight_recorders_last_calls_without_stopping_it() {
     let dir = runtime_dir("dump");
     let t = Target::start(&dir, "flight:64", None, true);
     wait_for_session(&t, "background");
-    std::thread::sleep(Duration::from_millis(300));
+    // Enough rounds (16 calls each) to go round the 64-call rings.
+    t.wait_rounds(t.progress.rounds(), 10);
     let d = client(&t).dump().unwrap();
     let trace = Trace::read_from(&d.bytes[..]).unwrap();
     assert_eq!(trace.meta().threads.len(), 2, "{:?}", trace.meta().threads);
@@ -123,12 +138,20 @@ fn dump_gives_the_flight_recorders_last_calls_without_stopping_it() {
             .map(|c| c.start_ns + t.meta().clock.start_mono_ns)
             .max()
     };
+    let since = t.progress.rounds();
+    t.wait_rounds(since, 2);
     let d2 = Trace::read_from(&client(&t).dump().unwrap().bytes[..]).unwrap();
-    assert!(last(&d2) > last(&trace));
+    assert!(
+        last(&d2) > last(&trace),
+        "no later calls in a dump taken after {:?} -> {:?} rounds",
+        since,
+        t.progress.rounds()
+    );
     // A client's recording takes the flight recorder's place; it comes back.
-    let (rec, _) = record_ms(&t, 200);
+    let (rec, _) = record_rounds(&t, 20);
     assert_in_proportion(&counts(&rec));
     wait_for_session(&t, "background");
+    t.wait_rounds(t.progress.rounds(), 2);
     // `stop` ends it and sends what it holds; a dump then has nothing.
     let stopped = Trace::read_from(&client(&t).stop().unwrap().bytes[..]).unwrap();
     assert!(stopped.meta().total_calls() > 0);
@@ -152,9 +175,10 @@ fn a_second_client_is_told_busy() {
                 started.store(true, std::sync::atomic::Ordering::SeqCst)
             })
         });
-        while !started.load(std::sync::atomic::Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        t.wait_until("the first client's recording to start", |_| {
+            started.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        let since = t.progress.rounds();
         match client(&t).record(Settings::default(), &AtomicBool::new(false), || {}) {
             Err(ControlError::Busy(e)) => assert!(e.contains("busy"), "{e}"),
             other => panic!("the second client was not told busy: {other:?}"),
@@ -165,7 +189,8 @@ fn a_second_client_is_told_busy() {
         }
         // A status is still answered.
         assert_eq!(client(&t).status().unwrap().session, "recording");
-        std::thread::sleep(Duration::from_millis(200));
+        // The first client's recording goes on meanwhile.
+        t.wait_rounds(since, 20);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let r = first
             .join()
@@ -184,10 +209,11 @@ fn a_target_that_exits_while_recording_sends_a_complete_trace() {
     let mut t = Target::start(&dir, "listen", None, true);
     let c = client(&t);
     let stdin = t.stdin.take();
+    let target = &t;
     let r = c
         .record(Settings::default(), &AtomicBool::new(false), move || {
-            // Recording: now the program ends on its own.
-            std::thread::sleep(Duration::from_millis(300));
+            // Recording: once some rounds are in, the program ends on its own.
+            target.wait_rounds(target.progress.rounds(), 20);
             writeln!(stdin.unwrap(), "exit").unwrap();
         })
         .expect("the trace arrives although the target exits");
@@ -263,7 +289,7 @@ fn bad_and_oversized_requests_get_errors_and_the_target_carries_on() {
     }
     let s = client(&t).status().expect("still serving");
     assert_eq!(s.session, "idle");
-    let (trace, _) = record_ms(&t, 100);
+    let (trace, _) = record_rounds(&t, 5);
     assert!(trace.meta().total_calls() > 0);
     let (ok, out, err) = t.finish();
     assert!(ok, "{err}");
@@ -298,6 +324,15 @@ fn intruder() {
     }
     let r = Client::connect_path(Path::new(&socket), pid).and_then(Client::status);
     println!("intruder: {r:?}");
+    if dac {
+        // A slow client: the target has refused it and hung up before its
+        // request goes out. It must still be told why, not get a broken pipe.
+        let r = Client::connect_path(Path::new(&socket), pid).and_then(|c| {
+            std::thread::sleep(Duration::from_millis(1500));
+            c.status()
+        });
+        println!("intruder-late: {r:?}");
+    }
     // Looking the pid up as `fgtrace ctl PID` does (in the directory its
     // `$XDG_RUNTIME_DIR` names) says why it cannot be reached.
     let r = Client::connect(pid).and_then(Client::status);
@@ -359,7 +394,7 @@ fn intrude(t: &Target, dac: bool, prefix: &[String]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let at = text.find("intruder: ").unwrap_or_else(|| panic!("{text}"));
-    text[at..].lines().take(2).collect::<Vec<_>>().join("\n")
+    text[at..].lines().take(3).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -392,7 +427,14 @@ fn another_uid_is_refused() {
     // ... and where file permissions do not (CAP_DAC_OVERRIDE), the target
     // checks the peer's uid itself.
     let dac = intrude(&t, true, &prefix);
-    assert!(dac.contains("refused: uid 65534 may not control"), "{dac}");
+    for what in ["intruder: ", "intruder-find: ", "intruder-late: "] {
+        let line = dac.lines().find(|l| l.starts_with(what)).unwrap_or("");
+        assert!(
+            line.contains("PermissionDenied")
+                && line.contains("refused: uid 65534 may not control"),
+            "{what}{dac}"
+        );
+    }
     // The target serves its own user as before.
     assert_eq!(client(&t).status().unwrap().session, "idle");
     let (ok, _, err) = t.finish();
@@ -428,10 +470,34 @@ fn a_stale_socket_of_a_dead_process_is_cleaned_up() {
 }
 
 #[test]
+fn a_socket_accepts_connections_as_soon_as_it_appears() {
+    // What `fgtrace record --pid` of a program just started does, and what
+    // another process's stale-socket cleanup checks: a socket that exists
+    // but refuses connections would be reported as not listening, or removed.
+    let dir = runtime_dir("appear");
+    for _ in 0..5 {
+        let t = Target::start(&dir, "listen", None, false);
+        let until = std::time::Instant::now() + control_support::PATIENCE;
+        while !t.socket.exists() {
+            assert!(std::time::Instant::now() < until, "no socket");
+            std::hint::spin_loop();
+        }
+        let c = UnixStream::connect(&t.socket);
+        assert!(c.is_ok(), "the socket appeared before it listened: {c:?}");
+        let mode = std::fs::metadata(&t.socket).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the socket appeared before its mode was set");
+        drop(c);
+        let (ok, _, err) = t.finish();
+        assert!(ok, "{err}");
+    }
+}
+
+#[test]
 fn a_forked_child_that_exits_leaves_the_endpoint_alone() {
     let dir = runtime_dir("fork");
+    // Started: the target forked and reaped its child before its threads
+    // went to work.
     let t = Target::start_with(&dir, "listen", None, true, &[("FGTRACE_TEST_FORK", "1")]);
-    std::thread::sleep(Duration::from_millis(300));
     assert!(t.socket.exists(), "the child removed its parent's socket");
     assert_eq!(client(&t).status().unwrap().pid, t.pid());
     let (ok, out, err) = t.finish();
@@ -485,7 +551,7 @@ fn a_program_run_with_fgtrace_control_dumps_its_calls_on_a_panic() {
         &[("FGTRACE_DUMP_ON_PANIC", path.to_str().unwrap())],
     );
     wait_for_session(&t, "background");
-    std::thread::sleep(Duration::from_millis(200));
+    t.wait_rounds(t.progress.rounds(), 5);
     writeln!(t.stdin.take().unwrap(), "panic").unwrap();
     let out = t.finish();
     assert!(!out.0, "the target panicked");

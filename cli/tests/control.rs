@@ -40,15 +40,18 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const ROUNDS: u64 = 12_000;
+const ROUNDS: u64 = 4_000;
+/// The target works on, uncounted, after its rounds until `finish`: the
+/// recording and the dump below never find it done, however slow it runs.
+const HOLD: &[(&str, &str)] = &[("FGTRACE_TEST_HOLD", "1")];
 
 #[test]
 fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
     let xdg = runtime_dir("cli");
-    let (plain_ok, plain, _) = Target::start(&xdg, "0", Some(ROUNDS), false).finish();
+    let (plain_ok, plain, _) = Target::start_with(&xdg, "0", Some(ROUNDS), false, HOLD).finish();
     assert!(plain_ok);
 
-    let t = Target::start(&xdg, "1", Some(ROUNDS), true);
+    let t = Target::start_with(&xdg, "1", Some(ROUNDS), true, HOLD);
     let pid = t.pid().to_string();
     // `fgtrace` itself links fgtrace: with FGTRACE_CONTROL in its
     // environment it still opens no endpoint, so `ps` lists the target alone.
@@ -86,16 +89,17 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
 
     // The always-on flight recorder is back after the recording: dump it.
     let mut graph = String::new();
-    for _ in 0..100 {
+    t.wait_until("a dump with the target's calls", |_| {
         let d = fgtrace(&xdg, &["ctl", &pid, "dump", "-o", "dump.fgt"]);
         if d.status.success() {
             graph = ok(&fgtrace(&xdg, &["graph", "dump.fgt"]));
             if graph.contains("tick() {") {
-                break;
+                return true;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+        false
+    });
     assert!(graph.contains("# tracer: function_graph"), "{graph}");
     assert!(
         graph.contains("tick() {") && graph.contains("checksum();"),
@@ -154,7 +158,13 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Recording, and the target has done some rounds since: then Ctrl-C.
+    t.wait_until("`fgtrace record` to start recording", |t| {
+        fgtrace::control::Client::connect_path(&t.socket, t.pid())
+            .and_then(fgtrace::control::Client::status)
+            .is_ok_and(|s| s.session == "recording")
+    });
+    t.wait_rounds(t.progress.rounds(), 20);
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let out = rec.wait_with_output().unwrap();

@@ -223,7 +223,22 @@ impl Client {
     /// Sends `req` as it is and returns the reply (for tools and tests).
     pub fn request(&mut self, req: &Request) -> Result<Reply, ControlError> {
         let _ = self.stream.set_read_timeout(Some(Duration::from_secs(30)));
-        self.send(req)?;
+        if let Err(e) = protocol::write_json(&mut self.stream, req) {
+            let sent = io_err(&format!("cannot send the request to pid {}", self.pid), &e);
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) {
+                return Err(sent);
+            }
+            // A target that refuses us (another uid) may have replied and
+            // hung up before our request went out: its reply says why.
+            let _ = self.stream.set_read_timeout(Some(Duration::from_secs(2)));
+            return match self.reply() {
+                Err(ControlError::Io(_)) => Err(sent),
+                r => r,
+            };
+        }
         self.reply()
     }
 

@@ -21,9 +21,13 @@
 //!   `$XDG_RUNTIME_DIR/fgtrace/` (or `/tmp/fgtrace-<uid>/` where that is
 //!   unset). The directory is created with mode 0700; one that exists is
 //!   used only if it is a real directory (not a symlink) owned by this uid
-//!   with no permission for group or others. The socket gets mode 0600.
+//!   with no permission for group or others. The socket gets mode 0600; it
+//!   is bound as `.<pid>.sock.new` and renamed once it listens with that
+//!   mode, so a socket found under its name always accepts connections.
 //! * **Who.** Every connection's peer is checked with `SO_PEERCRED`: the
-//!   same uid as the process, or root. Anyone else gets an error reply.
+//!   same uid as the process, or root. Anyone else gets an error reply (and
+//!   what it sent is read before the connection closes, so it gets the
+//!   reply rather than a broken pipe).
 //! * **How.** One thread (`fgtrace-control`, marked as fgtrace's own, so
 //!   nothing it does is recorded) sleeps in `poll` until a client connects;
 //!   traced threads never wait for it or wake it. Requests and replies are
@@ -138,6 +142,14 @@ pub fn clean_stale(dir: &Path) -> usize {
     let mut removed = 0;
     for e in entries.flatten() {
         let path = e.path();
+        // A socket being put in place (bound as `.<pid>.sock.new`, renamed
+        // once it listens) is left only by a process killed meanwhile.
+        if let Some(pid) = pid_of_new_socket(&path) {
+            if pid != std::process::id() && !pid_alive(pid) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+            continue;
+        }
         let Some(pid) = pid_of_socket(&path) else {
             continue;
         };
@@ -161,6 +173,12 @@ pub(crate) fn pid_of_socket(path: &Path) -> Option<u32> {
         return None;
     }
     pid.parse().ok()
+}
+
+/// The pid of a socket not yet in place (`.<pid>.sock.new`).
+fn pid_of_new_socket(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    pid_of_socket(Path::new(name.strip_prefix('.')?.strip_suffix(".new")?))
 }
 
 /// The endpoint of this process, once [`listen`] has opened it.
@@ -291,5 +309,8 @@ mod tests {
         assert_eq!(pid_of_socket(Path::new("/x/12a.sock")), None);
         assert_eq!(pid_of_socket(Path::new("/x/.sock")), None);
         assert_eq!(pid_of_socket(Path::new("/x/123")), None);
+        assert_eq!(pid_of_socket(Path::new("/x/.123.sock.new")), None);
+        assert_eq!(pid_of_new_socket(Path::new("/x/.123.sock.new")), Some(123));
+        assert_eq!(pid_of_new_socket(Path::new("/x/123.sock")), None);
     }
 }

@@ -59,8 +59,7 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = bind_listening(dir, &path)?;
     let _ = SOCKET.set(path.clone());
     let _ = OWNER.set(std::process::id());
     LISTENER_FD.store(listener.as_raw_fd(), Ordering::SeqCst);
@@ -75,6 +74,24 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
             let _ = std::fs::remove_file(&path);
         })?;
     Ok(SOCKET.get().cloned().unwrap_or_default())
+}
+
+/// Binds and listens under a temporary name, sets mode 0600, then renames
+/// the socket to `path`: it appears there only once it accepts connections
+/// and has its final mode. (Bound at `path` itself, it would exist for a
+/// moment without listening: a client connecting then would be refused, and
+/// another process's `clean_stale` would remove it as stale.)
+fn bind_listening(dir: &Path, path: &Path) -> io::Result<UnixListener> {
+    let tmp = dir.join(format!(".{}.sock.new", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
 }
 
 fn serve(listener: UnixListener) {
@@ -140,6 +157,16 @@ fn admit(stream: &mut UnixStream) -> bool {
     };
     let _ = stream.set_write_timeout(Some(BUSY_TIMEOUT));
     let _ = send(stream, &Reply::error(why));
+    // Closing now, before the peer's request arrives, would make the peer's
+    // write fail (EPIPE) before it reads the reply. So: no more from us, then
+    // read and discard what it sends (bounded in size and time) until it
+    // hangs up, having read the reply.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(BUSY_TIMEOUT));
+    let _ = io::copy(
+        &mut io::Read::take(&mut *stream, protocol::MAX_REQUEST as u64 + 4),
+        &mut io::sink(),
+    );
     false
 }
 

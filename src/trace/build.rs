@@ -28,7 +28,7 @@ pub(crate) struct ThreadInput {
     pub samples_lost: u64,
 }
 
-#[cfg_attr(not(any(feature = "board", feature = "testing")), allow(dead_code))]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 impl ThreadInput {
     /// A thread with samples but no traced calls.
     pub fn empty(tid: u32, name: String) -> ThreadInput {
