@@ -488,12 +488,19 @@ fn the_join_finds_the_cut_the_signal_handler_records_on_a_recursive_workload() {
     assert_eq!((r.traced_below, s.traced_below), (0, 0));
     // Where the cut lands (how deep the traced recursion was, and how deep
     // the untraced recursion below the innermost traced frame): the same
-    // distribution on both paths, within 4 sigma (or half a point) per
-    // bucket. (Not the single frame just below the cut: in a debug build
-    // many samples land in a tiny leaf's prologue, where a frame-pointer
-    // walk skips the leaf's caller, and the kernel's walk and the signal
-    // handler's land there at slightly different rates.)
-    same_distribution(&r.depths, &s.depths, 0.005);
+    // distribution on both paths, within 4 sigma (or 3 points) per bucket.
+    // The two sessions run one after the other, so the floor is the
+    // program's own timing, not the join: on a loaded 2-core machine the
+    // same deterministic mix spends 1.5 points more or less in one bucket
+    // from run to run (10.3% against 11.8% at four open calls with no
+    // untraced frame below, 0.8% against 1.6% at five with three, in CI),
+    // far beyond binomial noise. A cut at the wrong level moves whole
+    // buckets of 10-15% and is caught per sample above. (Not the single
+    // frame just below the cut: in a debug build many samples land in a tiny
+    // leaf's prologue, where a frame-pointer walk skips the leaf's caller,
+    // and the kernel's walk and the signal handler's land there at slightly
+    // different rates.)
+    same_distribution(&r.depths, &s.depths, 0.03);
 }
 
 #[test]
