@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use crate::bridge::elf::FuncSymbols;
+use crate::bridge::elf::{check_compressed_sections, FuncSymbols};
 use crate::trace::Mapping;
 
 /// The name of a frame nothing could name.
@@ -189,7 +189,14 @@ impl Symbolizer {
         let build_id = m.build_id.clone();
         if !self.files.contains_key(&path) {
             let bin = match Binary::open(&path, build_id.as_deref(), &self.debug_dirs) {
-                Ok(b) => Some(b),
+                Ok(b) => {
+                    if let Some(why) = &b.dwarf_refused {
+                        self.warnings.push(format!(
+                            "{path}: its DWARF is not read ({why}): names come from the symbol table, without lines or inlined frames"
+                        ));
+                    }
+                    Some(b)
+                }
                 Err(why) => {
                     self.warnings
                         .push(format!("{path}: {why}: its frames are shown as {UNKNOWN}"));
@@ -231,6 +238,8 @@ struct Binary {
     loads: Vec<Load>,
     symbols: FuncSymbols,
     dwarf: Option<addr2line::Loader>,
+    /// Why its DWARF was not read, where that is worth a warning.
+    dwarf_refused: Option<String>,
 }
 
 impl Binary {
@@ -288,14 +297,28 @@ impl Binary {
         }
         // DWARF that cannot be read still leaves the symbol table: no warning.
         // `Loader` opens the file again by path: check it is still a regular file.
+        // A corrupt compression header is named, though: the symbol table
+        // alone gives no lines and no inlined frames.
+        let mut dwarf_refused = None;
         let dwarf = debug_file
             .filter(|p| open_regular(p).is_ok())
-            .and_then(|p| addr2line::Loader::new(p).ok());
+            .and_then(|p| match check_compressed_sections(&p) {
+                Ok(()) => addr2line::Loader::new(p).ok(),
+                Err(why) => {
+                    dwarf_refused = Some(if p == Path::new(path) {
+                        why
+                    } else {
+                        format!("{}: {why}", p.display())
+                    });
+                    None
+                }
+            });
         let symbols = FuncSymbols::from_table(entries.iter().map(|(a, s, n)| (*a, *s, n.as_str())));
         Ok(Binary {
             loads,
             symbols,
             dwarf,
+            dwarf_refused,
         })
     }
 

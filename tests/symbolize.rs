@@ -493,3 +493,54 @@ fn release_style_line_tables_only_rust_keeps_full_names() {
         "{f:?}"
     );
 }
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/elf")
+        .join(name)
+}
+
+/// Compressed DWARF is read; a compressed section that claims an impossible
+/// uncompressed size (20 GB from 225 bytes, as the fuzzer found) is refused
+/// with a warning naming it, before anything is allocated for it, and the
+/// symbol table still names the functions.
+#[test]
+fn compressed_dwarf_is_read_and_an_impossible_claimed_size_is_refused() {
+    use fgtrace::bridge::elf::{ElfError, Inliner};
+    let good = fixture("inline-zlib.elf");
+    let (marker, _) = symbol(&good, "inl_marker");
+    let inl = Inliner::open(&good).expect("zlib-compressed DWARF is read");
+    assert_eq!(inl.inlined_at(marker), ["mid_inl", "leaf_inl"]);
+
+    let bad = fixture("inline-zlib-oversized.elf");
+    match Inliner::open(&bad) {
+        Err(ElfError::Dwarf { reason }) => assert!(
+            reason.contains(".debug_info")
+                && reason.contains("20000000000")
+                && reason.contains("from 201 bytes"),
+            "{reason}"
+        ),
+        other => panic!("the oversized claim was not refused: {other:?}"),
+    }
+
+    for (path, dwarf_ok) in [(good, true), (bad, false)] {
+        let (outer, _) = symbol(&path, "outer");
+        let mut s = Symbolizer::new(&[whole_file(&path, build_id(&path).as_deref())]);
+        let f = s.frames(addr_of(&path, outer), false).to_vec();
+        assert_eq!(f.last().map(|f| f.name.as_str()), Some("outer"), "{f:?}");
+        // Lines come from DWARF: present only where it was read.
+        assert_eq!(f.last().unwrap().line.is_some(), dwarf_ok, "{f:?}");
+        if dwarf_ok {
+            assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        } else {
+            assert_eq!(s.warnings().len(), 1, "{:?}", s.warnings());
+            let w = &s.warnings()[0];
+            assert!(
+                w.contains("inline-zlib-oversized.elf")
+                    && w.contains(".debug_info")
+                    && w.contains("20000000000"),
+                "{w}"
+            );
+        }
+    }
+}

@@ -376,6 +376,50 @@ fn partition(entries: &[(u64, u64, NameId)]) -> (Vec<u64>, Vec<Segment>) {
     (starts, segments)
 }
 
+/// Deflate cannot expand more than 1032:1 (its format's limit).
+const ZLIB_MAX_RATIO: u64 = 1032;
+/// Zstandard's run-length blocks: 128 KiB from 4 bytes.
+const ZSTD_MAX_RATIO: u64 = 32 * 1024;
+
+/// Refuses an ELF whose compressed debug sections claim more uncompressed
+/// bytes than their compressed bytes can hold. The DWARF readers
+/// (`object`, under `addr2line`) reserve the claimed size before they
+/// decompress: a hostile or corrupt header of a few bytes would otherwise
+/// reserve gigabytes (found by the `symbolizer` fuzz target). The error names
+/// the section and both sizes.
+pub(crate) fn check_compressed_sections(path: &Path) -> Result<(), String> {
+    use object::{CompressionFormat, Object, ObjectSection};
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let data = object::ReadCache::new(file);
+    let obj = object::File::parse(&data).map_err(|e| format!("not a readable ELF file ({e})"))?;
+    for section in obj.sections() {
+        let name = section.name().unwrap_or("");
+        if !(name.starts_with(".debug") || name.starts_with(".zdebug")) {
+            continue;
+        }
+        let range = section
+            .compressed_file_range()
+            .map_err(|e| format!("section {name}: {e}"))?;
+        let (what, ratio) = match range.format {
+            CompressionFormat::None => continue,
+            CompressionFormat::Zlib => ("zlib", ZLIB_MAX_RATIO),
+            CompressionFormat::Zstandard => ("zstd", ZSTD_MAX_RATIO),
+            _ => return Err(format!("section {name} is compressed in an unknown format")),
+        };
+        let most = range
+            .compressed_size
+            .saturating_mul(ratio)
+            .saturating_add(4096);
+        if range.uncompressed_size > most {
+            return Err(format!(
+                "section {name} claims {} bytes uncompressed from {} bytes of {what}, more than {what} can expand to (corrupt compression header)",
+                range.uncompressed_size, range.compressed_size
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Inlined-function frames from an ELF's DWARF (`--inline`).
 ///
 /// Built on `addr2line`'s loader, which also handles compressed and split
@@ -393,6 +437,7 @@ impl fmt::Debug for Inliner {
 impl Inliner {
     /// Opens the ELF at `path` and indexes its DWARF.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
+        check_compressed_sections(path).map_err(|reason| ElfError::Dwarf { reason })?;
         let loader = addr2line::Loader::new(path).map_err(|e| ElfError::Dwarf {
             reason: e.to_string(),
         })?;
