@@ -11,47 +11,10 @@ use fgtrace::view::folded::{combined_folded, traced_folded, FoldedOptions};
 use fgtrace::view::ok_events;
 use fgtrace::{Config, Session};
 use std::collections::BTreeMap;
-use std::hint::black_box;
 
-#[inline(never)]
-fn helper(units: u64) -> u64 {
-    let mut x = units;
-    for i in 0..units * 1500 {
-        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
-    }
-    x
-}
-
-#[fgtrace::traced]
-#[inline(never)]
-fn parent_a(units: u64) -> u64 {
-    helper(3 * units)
-}
-
-#[fgtrace::traced]
-#[inline(never)]
-fn parent_b(level: u32, units: u64) -> u64 {
-    if level > 0 {
-        return black_box(parent_b(level - 1, units));
-    }
-    helper(units)
-}
-
-#[fgtrace::traced]
-fn workload(ms: u64) -> u64 {
-    let t = std::time::Instant::now();
-    let mut r = 0x2545f4914f6cdd1du64;
-    let mut acc = 0;
-    while t.elapsed().as_millis() < ms as u128 {
-        r ^= r << 13;
-        r ^= r >> 7;
-        r ^= r << 17;
-        let units = 1 + r % 30;
-        acc ^= parent_a(units);
-        acc ^= parent_b(3, units);
-    }
-    acc
-}
+#[path = "support/split.rs"]
+mod split;
+use split::split_workload;
 
 /// Sum of the counts of every line whose stack starts with `prefix`.
 fn prefix_sums(text: &str) -> BTreeMap<String, u64> {
@@ -70,7 +33,7 @@ fn prefix_sums(text: &str) -> BTreeMap<String, u64> {
 #[test]
 fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals() {
     let session = Session::start(Config::builtin().sampling(Sampling::timer(10_000))).unwrap();
-    workload(1500);
+    split_workload(1500);
     let trace = session.stop().unwrap();
     let meta = trace.meta();
     let opts = FoldedOptions {
@@ -106,11 +69,22 @@ fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals(
             None => elsewhere += n,
         }
     }
+    // The truth, in the same wall-clock ns: the traced totals of the two
+    // parents (the helper is nearly all of their time). It is 3 on a quiet
+    // machine; on a loaded one a preempted call carries its wait in its wall
+    // time, and a few 10 ms waits move the truth itself (2.4 in one run on
+    // two cores under four busy loops). The view is judged against it.
+    let t = prefix_sums(&traced);
+    let truth = t["split_workload;parent_a"] as f64 / t["split_workload;parent_b"] as f64;
     let ratio = under_a as f64 / under_b.max(1) as f64;
-    println!("helper under parent_a: {under_a} ns, under parent_b: {under_b} ns, elsewhere {elsewhere} ns; ratio {ratio:.2}");
+    println!("helper under parent_a: {under_a} ns, under parent_b: {under_b} ns, elsewhere {elsewhere} ns; ratio {ratio:.2}, traced parents' ratio {truth:.2}");
     assert!(
-        (ratio / 3.0 - 1.0).abs() < 0.1,
-        "ratio {ratio:.2}, expected 3"
+        (ratio / truth - 1.0).abs() < 0.1,
+        "ratio {ratio:.2}, the traced parents' {truth:.2}"
+    );
+    assert!(
+        (truth / 3.0 - 1.0).abs() < 0.4,
+        "the workload no longer has a 3:1 split: {truth:.2}"
     );
     assert!(
         elsewhere * 20 < under_a + under_b,
@@ -122,10 +96,9 @@ fn combined_view_puts_the_helper_under_the_right_parent_and_keeps_traced_totals(
         .any(|l| l.contains("parent_b;parent_b;parent_b;parent_b;") && l.contains("helper")));
 
     // Every traced path has the same total in both views.
-    let t = prefix_sums(&traced);
     let c = prefix_sums(&combined);
     for (path, total) in &t {
         assert_eq!(c.get(path), Some(total), "traced total of {path}");
     }
-    assert!(t.contains_key("workload;parent_a"));
+    assert!(t.contains_key("split_workload;parent_a"));
 }

@@ -29,64 +29,11 @@ use std::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-// ---- the hidden 3:1 split (as tests/combined.rs) ----
+// ---- the hidden 3:1 split ----
 
-#[inline(never)]
-fn helper(units: u64) -> u64 {
-    let mut x = units;
-    for i in 0..units * 1500 {
-        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
-    }
-    x
-}
-
-#[fgtrace::traced]
-#[inline(never)]
-fn parent_a(units: u64) -> u64 {
-    helper(3 * units)
-}
-
-#[fgtrace::traced]
-#[inline(never)]
-fn parent_b(level: u32, units: u64) -> u64 {
-    if level > 0 {
-        return black_box(parent_b(level - 1, units));
-    }
-    helper(units)
-}
-
-/// The calling thread's CPU time, ms: the workloads run for a fixed amount
-/// of CPU, so a loaded machine does not starve them of samples.
-fn thread_cpu_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-/// Until the thread has spent `cpu_ms` of CPU (or a minute has passed).
-fn keep_going(cpu0: u64, wall: std::time::Instant, cpu_ms: u64) -> bool {
-    thread_cpu_ms() - cpu0 < cpu_ms && wall.elapsed().as_secs() < 60
-}
-
-/// Every units value in turn (see `rec_workload`), parent_a doing three
-/// times parent_b's work in the same helper.
-#[fgtrace::traced]
-fn split_workload(cpu_ms: u64) -> u64 {
-    let (t, cpu0) = (std::time::Instant::now(), thread_cpu_ms());
-    let mut acc = 0;
-    let mut k = 0u64;
-    while keep_going(cpu0, t, cpu_ms) {
-        let units = 1 + (k * 7) % 30;
-        acc ^= parent_a(units);
-        acc ^= parent_b(3, units);
-        k += 1;
-    }
-    acc
-}
+#[path = "support/split.rs"]
+mod split;
+use split::{keep_going, split_workload, thread_cpu_ms};
 
 // ---- a recursive workload: traced recursion through untraced frames,
 // ending in untraced recursion ----
