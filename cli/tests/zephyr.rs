@@ -5,6 +5,8 @@
 #[allow(dead_code)]
 #[path = "../src/zephyr.rs"]
 mod cli;
+#[path = "../../tests/support/tools.rs"]
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -501,9 +503,15 @@ __attribute__((noinline)) int outer(int x) { return mid_inl(x) ^ 5; }
 int main(int argc, char **argv) { (void)argv; return outer(argc); }
 "#;
 
-/// Builds a small C program with nested always-inline functions; `None` when
-/// no C compiler is installed (the test then has nothing to check against).
+/// Builds a small C program with nested always-inline functions; `None` (a
+/// visible SKIPPED line, or a failure in CI) when no C compiler is installed.
 fn build_inline_elf() -> Option<PathBuf> {
+    tools::tool(
+        "cc",
+        &["--version"],
+        "gcc",
+        "zephyr::inline_expands_dwarf_inlined_frames",
+    )?;
     let dir = tmp_dir("inline");
     let src = dir.join("inl.c");
     let elf = dir.join("inl.elf");
@@ -513,14 +521,14 @@ fn build_inline_elf() -> Option<PathBuf> {
         .arg(&elf)
         .arg(&src)
         .status()
-        .ok()?;
-    status.success().then_some(elf)
+        .expect("cc runs");
+    assert!(status.success(), "cc failed on {}", src.display());
+    Some(elf)
 }
 
 #[test]
 fn inline_expands_dwarf_inlined_frames() {
     let Some(elf_path) = build_inline_elf() else {
-        eprintln!("skipped: no C compiler (cc) to build an ELF with inlined functions");
         return;
     };
     use object::{Object, ObjectSymbol};
