@@ -9,6 +9,13 @@ use std::sync::atomic::{fence, Ordering};
 /// An open per-thread event; closed on drop.
 pub struct Fd(pub i32);
 
+impl Fd {
+    /// The descriptor, no longer closed on drop (its new owner closes it).
+    pub fn into_raw(self) -> i32 {
+        std::mem::ManuallyDrop::new(self).0
+    }
+}
+
 impl Drop for Fd {
     fn drop(&mut self) {
         // SAFETY: we own the descriptor.

@@ -38,7 +38,7 @@ impl Counter {
 
     /// `(perf type, config)`.
     #[cfg(target_os = "linux")]
-    fn perf_event(self) -> (u32, u64) {
+    pub(crate) fn perf_event(self) -> (u32, u64) {
         use perf_event_open_sys::bindings as b;
         let hw = |c: u32| (b::PERF_TYPE_HARDWARE, c as u64);
         match self {
@@ -103,34 +103,14 @@ pub(crate) fn page_size() -> usize {
 #[cfg(target_os = "linux")]
 pub(crate) fn open_self(c: Counter) -> Result<SelfCounter, String> {
     use perf_event_open_sys as sys;
-    // SAFETY: a zeroed perf_event_attr is valid; the syscall reads `size` bytes.
-    let fd = unsafe {
-        let mut a: sys::bindings::perf_event_attr = std::mem::zeroed();
-        a.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-        (a.type_, a.config) = c.perf_event();
-        a.set_exclude_kernel(1);
-        a.set_exclude_hv(1);
-        sys::perf_event_open(
-            &mut a,
-            0,
-            -1,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        let hint = match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-                " (no hardware PMU: a VM or container without one)"
-            }
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                " (not permitted: perf_event_paranoid, or a seccomp filter)"
-            }
-            _ => "",
-        };
-        return Err(format!("perf_event_open({c}) failed: {e}{hint}"));
-    }
+    let mut a = sys::bindings::perf_event_attr::default();
+    (a.type_, a.config) = c.perf_event();
+    a.set_exclude_kernel(1);
+    a.set_exclude_hv(1);
+    // The calling thread (tid 0); the error names the counter and says why.
+    let fd = crate::perf_ring::open(&mut a, 0, c.name())
+        .map_err(|e| e.to_string())?
+        .into_raw();
     // SAFETY: maps the event's metadata page read-only.
     let page = unsafe {
         libc::mmap(
@@ -290,4 +270,42 @@ pub(crate) fn check_session_counters(counters: &[Counter]) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Where the machine has no PMU (or the kernel refuses), opening a
+    /// counter is an error that names the counter and says why; where it
+    /// has one, the counter opens and moves.
+    #[test]
+    fn a_counter_that_cannot_open_is_an_error_naming_it() {
+        match open_self(Counter::Cycles) {
+            Ok(t) => assert!(t.fd >= 0),
+            Err(msg) => {
+                assert!(
+                    msg.starts_with("perf_event_open(cycles) failed: ")
+                        || msg.starts_with("the cycles counter does not count here"),
+                    "{msg}"
+                );
+                if msg.starts_with("perf_event_open") {
+                    // The errno and what it means here.
+                    assert!(msg.contains("os error"), "{msg}");
+                    assert!(
+                        msg.contains("PMU") || msg.contains("perf_event_paranoid"),
+                        "{msg}"
+                    );
+                }
+            }
+        }
+        // A software counter opens on every Linux machine that allows
+        // perf_event_open at all.
+        if let Err(msg) = open_self(Counter::TaskClock) {
+            assert!(
+                msg.starts_with("perf_event_open(task-clock) failed: "),
+                "{msg}"
+            );
+        }
+    }
 }

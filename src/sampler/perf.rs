@@ -60,39 +60,18 @@ impl PerfEvent {
     }
 
     fn type_config(self) -> (u32, u64) {
+        use sys::bindings as b;
+        let sw = |c: u32| (b::PERF_TYPE_SOFTWARE, c as u64);
+        let hw = |c: u32| (b::PERF_TYPE_HARDWARE, c as u64);
         match self {
-            PerfEvent::CpuClock => (
-                sys::bindings::PERF_TYPE_SOFTWARE,
-                sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
-            ),
-            PerfEvent::TaskClock => (
-                sys::bindings::PERF_TYPE_SOFTWARE,
-                sys::bindings::PERF_COUNT_SW_TASK_CLOCK as u64,
-            ),
-            PerfEvent::PageFaults => (
-                sys::bindings::PERF_TYPE_SOFTWARE,
-                sys::bindings::PERF_COUNT_SW_PAGE_FAULTS as u64,
-            ),
-            PerfEvent::ContextSwitches => (
-                sys::bindings::PERF_TYPE_SOFTWARE,
-                sys::bindings::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
-            ),
-            PerfEvent::Cycles => (
-                sys::bindings::PERF_TYPE_HARDWARE,
-                sys::bindings::PERF_COUNT_HW_CPU_CYCLES as u64,
-            ),
-            PerfEvent::Instructions => (
-                sys::bindings::PERF_TYPE_HARDWARE,
-                sys::bindings::PERF_COUNT_HW_INSTRUCTIONS as u64,
-            ),
-            PerfEvent::CacheMisses => (
-                sys::bindings::PERF_TYPE_HARDWARE,
-                sys::bindings::PERF_COUNT_HW_CACHE_MISSES as u64,
-            ),
-            PerfEvent::BranchMisses => (
-                sys::bindings::PERF_TYPE_HARDWARE,
-                sys::bindings::PERF_COUNT_HW_BRANCH_MISSES as u64,
-            ),
+            PerfEvent::CpuClock => sw(b::PERF_COUNT_SW_CPU_CLOCK),
+            PerfEvent::TaskClock => sw(b::PERF_COUNT_SW_TASK_CLOCK),
+            PerfEvent::PageFaults => sw(b::PERF_COUNT_SW_PAGE_FAULTS),
+            PerfEvent::ContextSwitches => sw(b::PERF_COUNT_SW_CONTEXT_SWITCHES),
+            PerfEvent::Cycles => hw(b::PERF_COUNT_HW_CPU_CYCLES),
+            PerfEvent::Instructions => hw(b::PERF_COUNT_HW_INSTRUCTIONS),
+            PerfEvent::CacheMisses => hw(b::PERF_COUNT_HW_CACHE_MISSES),
+            PerfEvent::BranchMisses => hw(b::PERF_COUNT_HW_BRANCH_MISSES),
         }
     }
 }
@@ -233,5 +212,41 @@ mod tests {
             assert_eq!(PerfEvent::from_name(e.name()), Some(e));
         }
         assert_eq!(PerfEvent::from_name("cycels"), None);
+    }
+
+    #[test]
+    fn events_map_to_their_kernel_type_and_config() {
+        use crate::pmu::Counter;
+        // The per-call counters name the same kernel events.
+        for (e, c) in [
+            (PerfEvent::TaskClock, Counter::TaskClock),
+            (PerfEvent::Cycles, Counter::Cycles),
+            (PerfEvent::Instructions, Counter::Instructions),
+            (PerfEvent::CacheMisses, Counter::CacheMisses),
+            (PerfEvent::BranchMisses, Counter::BranchMisses),
+        ] {
+            assert_eq!(e.type_config(), c.perf_event(), "{}", e.name());
+        }
+        let all: Vec<(u32, u64)> = PerfEvent::ALL.iter().map(|e| e.type_config()).collect();
+        for (i, e) in PerfEvent::ALL.iter().enumerate() {
+            assert!(!all[..i].contains(&all[i]), "{} repeats an event", e.name());
+            let software = matches!(
+                e,
+                PerfEvent::CpuClock
+                    | PerfEvent::TaskClock
+                    | PerfEvent::PageFaults
+                    | PerfEvent::ContextSwitches
+            );
+            assert_eq!(
+                all[i].0 == sys::bindings::PERF_TYPE_SOFTWARE,
+                software,
+                "{}",
+                e.name()
+            );
+        }
+        assert_eq!(
+            PerfEvent::CpuClock.type_config().1,
+            sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64
+        );
     }
 }
