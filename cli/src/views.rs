@@ -75,8 +75,9 @@ pub struct FlameArgs {
     output: Option<PathBuf>,
 }
 
+/// The flags the timeline exports share (`fgtrace chrome`, `fgtrace perfetto`).
 #[derive(clap::Args)]
-pub struct ChromeArgs {
+pub struct ExportArgs {
     /// Trace file written by `Trace::save`.
     file: PathBuf,
     /// Only these threads (tid, or name glob); repeat for several.
@@ -97,24 +98,19 @@ pub struct ChromeArgs {
 }
 
 #[derive(clap::Args)]
+pub struct ChromeArgs {
+    #[command(flatten)]
+    export: ExportArgs,
+}
+
+#[derive(clap::Args)]
+#[command(
+    mut_arg("no_futures", |a| a.help("Leave the async futures' tracks out")),
+    mut_arg("output", |a| a.help("Write here instead of stdout (never to a terminal)"))
+)]
 pub struct PerfettoArgs {
-    /// Trace file written by `Trace::save`.
-    file: PathBuf,
-    /// Only these threads (tid, or name glob); repeat for several.
-    #[arg(long = "thread", short = 't')]
-    threads: Vec<String>,
-    /// Leave the samples out.
-    #[arg(long)]
-    no_samples: bool,
-    /// Leave the async futures' tracks out.
-    #[arg(long)]
-    no_futures: bool,
-    /// Leave the off-CPU tracks out.
-    #[arg(long)]
-    no_offcpu: bool,
-    /// Write here instead of stdout (never to a terminal).
-    #[arg(short = 'o', long = "output", value_name = "OUT")]
-    output: Option<PathBuf>,
+    #[command(flatten)]
+    export: ExportArgs,
 }
 
 #[derive(clap::Args)]
@@ -405,46 +401,59 @@ fn finish_svg(
     }
 }
 
-pub fn run_chrome(a: &ChromeArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
-    let r = open(&a.file)?;
-    let meta = r.meta().clone();
+pub fn run_chrome(a: &ChromeArgs, stdout: impl Write) -> Result<(), Option<String>> {
+    let a = &a.export;
     let opts = ChromeOptions {
         threads: threads(&a.threads),
         samples: !a.no_samples,
         futures: !a.no_futures,
         off_cpu: !a.no_offcpu,
     };
-    let mut sym = Symbolizer::new(&meta.mappings);
-    let out = output(a.output.as_deref(), &mut stdout, false)?;
-    let res = write_chrome(&meta, r.events(), &mut sym, &opts, out);
-    warn_symbols(&sym);
-    match res {
-        Ok(_) => Ok(()),
-        Err(TraceError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Err(None),
-        Err(e) => Err(io_err(&a.file, e)),
-    }
+    run_export(a, stdout, None, |meta, r, sym, out| {
+        write_chrome(meta, r.events(), sym, &opts, out).map(drop)
+    })
 }
 
-pub fn run_perfetto(a: &PerfettoArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
-    let r = open(&a.file)?;
-    let meta = r.meta().clone();
+pub fn run_perfetto(a: &PerfettoArgs, stdout: impl Write) -> Result<(), Option<String>> {
+    let a = &a.export;
     let opts = PerfettoOptions {
         threads: threads(&a.threads),
         samples: !a.no_samples,
         futures: !a.no_futures,
         off_cpu: !a.no_offcpu,
     };
+    let refuse = "refusing to write protobuf to the terminal: give -o FILE.pftrace";
+    run_export(a, stdout, Some(refuse), |meta, r, sym, out| {
+        write_perfetto(meta, r.events(), sym, &opts, out).map(drop)
+    })
+}
+
+/// One timeline export of `a.file` to `-o` or stdout; `refuse_terminal`: the
+/// error when stdout is a terminal and the format is binary.
+fn run_export(
+    a: &ExportArgs,
+    mut stdout: impl Write,
+    refuse_terminal: Option<&str>,
+    write: impl FnOnce(
+        &TraceMeta,
+        super::progress::Reader,
+        &mut Symbolizer,
+        Box<dyn Write + '_>,
+    ) -> Result<(), TraceError>,
+) -> Result<(), Option<String>> {
+    let r = open(&a.file)?;
+    let meta = r.meta().clone();
     let mut sym = Symbolizer::new(&meta.mappings);
-    if a.output.is_none() && io::stdout().is_terminal() {
-        return Err(Some(
-            "refusing to write protobuf to the terminal: give -o FILE.pftrace".into(),
-        ));
+    if let Some(why) = refuse_terminal {
+        if a.output.is_none() && io::stdout().is_terminal() {
+            return Err(Some(why.into()));
+        }
     }
     let out = output(a.output.as_deref(), &mut stdout, false)?;
-    let res = write_perfetto(&meta, r.events(), &mut sym, &opts, out);
+    let res = write(&meta, r, &mut sym, out);
     warn_symbols(&sym);
     match res {
-        Ok(_) => Ok(()),
+        Ok(()) => Ok(()),
         Err(TraceError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Err(None),
         Err(e) => Err(io_err(&a.file, e)),
     }

@@ -166,6 +166,85 @@ fn bad_input_is_one_clear_error_line_and_a_non_zero_exit() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// `chrome` and `perfetto` share their flags (ExportArgs) and their runner:
+/// the same flags with each one's own help, --thread and -o honoured, and one
+/// clear error line for a file that cannot be created or a damaged trace.
+#[test]
+fn timeline_exports_share_flags_output_and_errors() {
+    let dir = tempdir("exports");
+    let path = record(&dir);
+    let p = path.to_str().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let corrupt = dir.join("corrupt.fgt");
+    let mut c = bytes.clone();
+    let n = c.len();
+    c[n - 20] ^= 0xff;
+    std::fs::write(&corrupt, &c).unwrap();
+
+    for (cmd, futures, output) in [
+        (
+            "chrome",
+            "Leave the async futures out\n",
+            "Write here instead of stdout\n",
+        ),
+        (
+            "perfetto",
+            "Leave the async futures' tracks out\n",
+            "Write here instead of stdout (never to a terminal)\n",
+        ),
+    ] {
+        let out = fgtrace(&[cmd, "--help"]);
+        assert!(out.status.success());
+        let help = text(&out.stdout);
+        for flag in [
+            "  -t, --thread <THREADS>  Only these threads (tid, or name glob); repeat for several\n",
+            "      --no-samples        Leave the samples out\n",
+            "      --no-offcpu         Leave the off-CPU tracks out\n",
+            "  <FILE>  Trace file written by `Trace::save`\n",
+        ] {
+            assert!(help.contains(flag), "{cmd}: `{flag}` in {help}");
+        }
+        assert!(
+            help.contains(&format!("      --no-futures        {futures}")),
+            "{help}"
+        );
+        assert!(
+            help.contains(&format!("  -o, --output <OUT>      {output}")),
+            "{help}"
+        );
+
+        let file = dir.join(format!("helper.{cmd}"));
+        let out = fgtrace(&[cmd, p, "--thread", "helper", "-o", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+        let written = std::fs::read(&file).unwrap();
+        let all = dir.join(format!("all.{cmd}"));
+        let out = fgtrace(&[cmd, p, "-o", all.to_str().unwrap()]);
+        assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+        let everything = std::fs::read(&all).unwrap();
+        assert!(
+            !written.is_empty() && written.len() < everything.len(),
+            "{cmd}: --thread helper keeps less than the whole trace"
+        );
+        if cmd == "chrome" {
+            let v: serde_json::Value = serde_json::from_slice(&written).unwrap();
+            let events = v["traceEvents"].as_array().unwrap();
+            let calls = events.iter().filter(|e| e["ph"] == "X").count();
+            assert_eq!(calls, 3, "outer(2) and its two inner calls");
+        }
+
+        let nowhere = dir.join("no-such-dir").join("x.out");
+        let out = fgtrace(&[cmd, p, "-o", nowhere.to_str().unwrap()]);
+        assert_clean_failure(&out, "cannot create");
+        assert!(text(&out.stderr).contains("no-such-dir"), "{cmd}");
+        assert_eq!(text(&out.stderr).lines().count(), 1, "{cmd}");
+
+        let out = fgtrace(&[cmd, corrupt.to_str().unwrap(), "-o", "/dev/null"]);
+        assert_clean_failure(&out, "corrupt at byte");
+        assert!(text(&out.stderr).contains("corrupt.fgt"), "{cmd}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("fgtrace-cli-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
