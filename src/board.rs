@@ -12,6 +12,7 @@
 use crate::buffer::RawCall;
 use crate::clock::{Calibration, ClockPoint};
 use crate::trace::build::{self, MetaBase, ThreadInput};
+use crate::trace::recorded::full_ticks;
 use crate::trace::{Mapping, RecordMode, SiteInfo, Trace};
 use fgtrace_board::wire::{self, Reader, Scan};
 use std::collections::{BTreeMap, HashMap};
@@ -196,18 +197,6 @@ impl BoardSession {
         trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
         trace.meta.mappings = mappings;
         trace
-    }
-}
-
-/// Full tick value of a 54-bit start, nearest the origin (as the host's
-/// trace build does).
-fn full_ticks(low: u64, origin: u64) -> u64 {
-    let mask = crate::buffer::START_MASK;
-    let diff = low.wrapping_sub(origin) & mask;
-    if diff < (mask >> 1) {
-        origin.wrapping_add(diff)
-    } else {
-        origin.wrapping_sub((origin.wrapping_sub(low)) & mask)
     }
 }
 

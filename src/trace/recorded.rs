@@ -362,8 +362,9 @@ unsafe fn put_raw(p: &mut *mut u8, mut v: u64) {
     *p = p.add(1);
 }
 
-/// Full tick value of a 54-bit start, taken as the one nearest the origin.
-#[cfg(test)]
+/// Full tick value of a 54-bit start, taken as the one nearest the origin
+/// (a board's records, `board.rs`, carry the same 54-bit starts).
+#[cfg(any(test, feature = "board"))]
 pub(crate) fn full_ticks(low: u64, origin: u64) -> u64 {
     let diff = low.wrapping_sub(origin) & START_MASK;
     if diff < (START_MASK >> 1) {
