@@ -127,6 +127,41 @@ fn a_wrong_count_fails_with_the_graph_of_the_call() {
     assert!(msg.contains("/* parent: 8 allocs"), "closing brace: {msg}");
 }
 
+fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let err = std::panic::catch_unwind(f).expect_err("the assertion fails");
+    err.downcast_ref::<String>().unwrap().clone()
+}
+
+#[test]
+fn budgets_on_bytes_and_totals_fail_naming_the_figure() {
+    let cap = testing::capture(parent);
+    let msg = panic_message(|| cap.assert_allocated_bytes_per_call("leaf", 100));
+    assert!(
+        msg.contains(
+            "`leaf` allocated 192 bytes in its most allocating call, over its budget of 100 bytes per call (2 calls)"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("3 allocs 192 B"), "graph of the call: {msg}");
+    let msg = panic_message(|| cap.assert_allocations_at_most("leaf", 5));
+    assert!(
+        msg.contains(
+            "`leaf` allocated 6 times in 2 calls, over its budget of 5; the call that allocated most (3):"
+        ),
+        "{msg}"
+    );
+    let msg = panic_message(|| cap.assert_allocations_per_call("parent", 7));
+    assert!(
+        msg.contains("`parent` allocated 8 times in its most allocating call, over its budget of 7 per call (1 calls)"),
+        "{msg}"
+    );
+    // At the limits they hold.
+    cap.assert_allocated_bytes_per_call("leaf", 192);
+    cap.assert_allocations_at_most("leaf", 6);
+    cap.assert_allocations("leaf", 6);
+    cap.assert_allocations_per_call("leaf", 3);
+}
+
 #[test]
 #[budget(
     parent(allocs = 8, alloc_bytes = 4096),
