@@ -145,28 +145,36 @@ impl Capture {
     /// without the counting allocator.
     #[track_caller]
     pub fn assert_allocations(&self, name: &str, n: u64) {
-        self.alloc_gate(&format!("allocation count of `{name}`"));
-        let units = self.called(name);
-        let got = self.allocations(name).unwrap_or(0);
-        if got != n {
-            let (most, graph) = self.worst_by(name, |a| a.allocs);
-            fail(format!(
-                "`{name}` allocated {got} times in {} calls, expected exactly {n}; the call that allocated most ({most}):\n\n{graph}",
-                units.len()
-            ));
-        }
+        let gate = format!("allocation count of `{name}`");
+        let expected = format!("expected exactly {n}");
+        self.assert_allocations_in_all(name, &gate, |got| got == n, &expected);
     }
 
     /// Fails if the calls of `name` allocated more than `max` times in all.
     #[track_caller]
     pub fn assert_allocations_at_most(&self, name: &str, max: u64) {
-        self.alloc_gate(&format!("allocation budget of `{name}`"));
+        let gate = format!("allocation budget of `{name}`");
+        let over = format!("over its budget of {max}");
+        self.assert_allocations_in_all(name, &gate, |got| got <= max, &over);
+    }
+
+    /// Fails unless the allocations of all calls of `name` pass `holds`;
+    /// `failed` says what was expected.
+    #[track_caller]
+    fn assert_allocations_in_all(
+        &self,
+        name: &str,
+        gate: &str,
+        holds: impl Fn(u64) -> bool,
+        failed: &str,
+    ) {
+        self.alloc_gate(gate);
         let units = self.called(name);
         let got = self.allocations(name).unwrap_or(0);
-        if got > max {
+        if !holds(got) {
             let (most, graph) = self.worst_by(name, |a| a.allocs);
             fail(format!(
-                "`{name}` allocated {got} times in {} calls, over its budget of {max}; the call that allocated most ({most}):\n\n{graph}",
+                "`{name}` allocated {got} times in {} calls, {failed}; the call that allocated most ({most}):\n\n{graph}",
                 units.len()
             ));
         }
@@ -176,27 +184,32 @@ impl Capture {
     /// included): `#[budget(name(allocs = N))]`.
     #[track_caller]
     pub fn assert_allocations_per_call(&self, name: &str, max: u64) {
-        self.alloc_gate(&format!("allocation budget of `{name}`"));
-        let units = self.called(name);
-        let (most, graph) = self.worst_by(name, |a| a.allocs);
-        if most > max {
-            fail(format!(
-                "`{name}` allocated {most} times in its most allocating call, over its budget of {max} per call ({} calls)\n\n{graph}",
-                units.len()
-            ));
-        }
+        self.assert_per_call(name, max, |a| a.allocs, ("times", ""));
     }
 
     /// Fails if a call of `name` allocated more than `max` bytes (callees
     /// included): `#[budget(name(alloc_bytes = N))]`.
     #[track_caller]
     pub fn assert_allocated_bytes_per_call(&self, name: &str, max: u64) {
+        self.assert_per_call(name, max, |a| a.alloc_bytes, ("bytes", " bytes"));
+    }
+
+    /// Fails if a call of `name` has more than `max` of the figure `f`;
+    /// `units`: of the figure, and of the budget.
+    #[track_caller]
+    fn assert_per_call(
+        &self,
+        name: &str,
+        max: u64,
+        f: impl Fn(&AllocCounts) -> u64,
+        (unit, max_unit): (&str, &str),
+    ) {
         self.alloc_gate(&format!("allocation budget of `{name}`"));
         let units = self.called(name);
-        let (most, graph) = self.worst_by(name, |a| a.alloc_bytes);
+        let (most, graph) = self.worst_by(name, f);
         if most > max {
             fail(format!(
-                "`{name}` allocated {most} bytes in its most allocating call, over its budget of {max} bytes per call ({} calls)\n\n{graph}",
+                "`{name}` allocated {most} {unit} in its most allocating call, over its budget of {max}{max_unit} per call ({} calls)\n\n{graph}",
                 units.len()
             ));
         }
