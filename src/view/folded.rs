@@ -491,6 +491,21 @@ impl Tree {
         id
     }
 
+    /// The interned name of `site` (short or full; `[site N]` past the
+    /// table), `ids` caching the ids of the sites so far.
+    fn site_name(&mut self, ids: &mut Vec<u32>, sites: &[SiteInfo], short: bool, site: u32) -> u32 {
+        while ids.len() <= site as usize {
+            let i = ids.len();
+            let name = match sites.get(i) {
+                Some(s) if short => s.name.clone(),
+                Some(s) => s.full_name(),
+                None => format!("[site {i}]"),
+            };
+            ids.push(self.intern(&name));
+        }
+        ids[site as usize]
+    }
+
     fn child(&mut self, parent: u32, name: u32, origin: Origin) -> u32 {
         let next = self.nodes.len() as u32;
         let id = *self.index.entry((parent, name, origin)).or_insert(next);
@@ -831,10 +846,7 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        for ev in events {
-            self.push(&ev?);
-        }
-        Ok(())
+        super::push_all(events, |ev| self.push(ev))
     }
 
     pub fn push(&mut self, ev: &Event) {
@@ -873,21 +885,9 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
     }
 
     fn site_name(&mut self, site: u32) -> u32 {
-        if let Some(&id) = self.site_names.get(site as usize) {
-            return id;
-        }
-        let sites = &self.meta.sites;
-        while self.site_names.len() <= site as usize {
-            let i = self.site_names.len();
-            let name = match sites.get(i) {
-                Some(s) if self.opts.short_names => s.name.clone(),
-                Some(s) => s.full_name(),
-                None => format!("[site {i}]"),
-            };
-            let id = self.tree.intern(&name);
-            self.site_names.push(id);
-        }
-        self.site_names[site as usize]
+        let short = self.opts.short_names;
+        self.tree
+            .site_name(&mut self.site_names, &self.meta.sites, short, site)
     }
 
     fn call(&mut self, c: &Call) {
@@ -1317,10 +1317,7 @@ impl<'a> ChartBuilder<'a> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        for ev in events {
-            self.push(&ev?);
-        }
-        Ok(())
+        super::push_all(events, |ev| self.push(ev))
     }
 
     pub fn push(&mut self, ev: &Event) {
@@ -1372,17 +1369,9 @@ impl<'a> ChartBuilder<'a> {
     }
 
     fn site_name(&mut self, site: u32) -> u32 {
-        while self.site_names.len() <= site as usize {
-            let i = self.site_names.len();
-            let name = match self.meta.sites.get(i) {
-                Some(s) if self.opts.short_names => s.name.clone(),
-                Some(s) => s.full_name(),
-                None => format!("[site {i}]"),
-            };
-            let id = self.tree.intern(&name);
-            self.site_names.push(id);
-        }
-        self.site_names[site as usize]
+        let short = self.opts.short_names;
+        self.tree
+            .site_name(&mut self.site_names, &self.meta.sites, short, site)
     }
 
     fn call(&mut self, c: &Call) {

@@ -83,6 +83,19 @@ pub(crate) fn shown(mask: &[bool], filtered: bool, t: u32) -> bool {
     mask.get(t as usize).copied().unwrap_or(!filtered)
 }
 
+/// Hands every event of `events` to `push` until the stream ends or fails
+/// (and returns the failure): what the builders' `extend` do, so that what was
+/// read before damage is kept and rendered.
+pub(crate) fn push_all(
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    mut push: impl FnMut(&Event),
+) -> Result<(), TraceError> {
+    for ev in events {
+        push(&ev?);
+    }
+    Ok(())
+}
+
 /// In-memory events as the fallible stream the views take.
 pub fn ok_events<I: IntoIterator<Item = Event>>(
     events: I,

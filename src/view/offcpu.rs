@@ -87,10 +87,7 @@ impl<'a> OffCpuFoldedBuilder<'a> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        for e in events {
-            self.push(&e?);
-        }
-        Ok(())
+        super::push_all(events, |ev| self.push(ev))
     }
 
     pub fn push(&mut self, ev: &Event) {

@@ -312,10 +312,7 @@ impl<'a> DurationsBuilder<'a> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        for ev in events {
-            self.push(&ev?);
-        }
-        Ok(())
+        super::push_all(events, |ev| self.push(ev))
     }
 
     pub fn push(&mut self, ev: &Event) {
