@@ -131,16 +131,7 @@ fn side(
         ..ReportOptions::default()
     };
     let mut b = ReportBuilder::new(meta, &ropts);
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => b.push(&ev),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = super::push_all(events, |ev| b.push(ev)).err();
     let report = b.finish();
     let mut by_name: BTreeMap<String, Side> = BTreeMap::new();
     for f in &report.functions {

@@ -952,16 +952,7 @@ pub fn write_report<W: Write>(
     w: W,
 ) -> Result<(), TraceError> {
     let mut b = ReportBuilder::new(meta, opts);
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => b.push(&ev),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = super::push_all(events, |ev| b.push(ev)).err();
     b.finish().write(opts.style, io::BufWriter::new(w))?;
     failed.map_or(Ok(()), Err)
 }

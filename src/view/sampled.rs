@@ -223,16 +223,7 @@ pub fn write_sampled<W: Write, R: Resolve>(
     w: W,
 ) -> Result<SampledReport, TraceError> {
     let mut b = SampledBuilder::new(meta, opts, resolve);
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => b.push(&ev),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = super::push_all(events, |ev| b.push(ev)).err();
     let report = b.finish();
     report.write(w)?;
     failed.map_or(Ok(report), Err)
