@@ -25,8 +25,8 @@ pub(super) const LAYOUT: FrameLayout = FrameLayout { ret: 1, prev_fp: 0 };
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::testing::{is_text, Image};
-    use super::super::{walk_detailed, Arch, Regs, StackBounds, Stop};
+    use super::super::testing::{walk_image, Image};
+    use super::super::{Arch, StackBounds, Stop};
 
     /// `{caller's x29, x30}` at fp, spelled out independently of `LAYOUT`.
     pub(crate) fn put_frame(img: &mut Image, fp: u64, ret: u64, prev_fp: u64) {
@@ -35,19 +35,11 @@ pub(super) mod tests {
     }
 
     fn run(img: &Image, fp: u64, lr: Option<u64>) -> (Vec<u64>, Stop) {
-        let regs = Regs {
-            pc: 0x40_0100,
-            fp,
-            sp: 0x4000,
-            lr,
-        };
         let bounds = StackBounds {
             lo: 0x4000,
             hi: 0x4100,
         };
-        let mut out = [0; 16];
-        let w = walk_detailed(Arch::Aarch64, &regs, bounds, img, is_text, &mut out);
-        (out[..w.len].to_vec(), w.stop)
+        walk_image(Arch::Aarch64, img, bounds, fp, lr)
     }
 
     fn stack() -> Image {

@@ -432,13 +432,33 @@ pub(crate) mod testing {
     //! with a log of every address read so tests can prove the walk never
     //! looks outside them.
 
-    use super::{Memory, SliceMemory};
+    use super::{walk_detailed, Arch, Memory, Regs, SliceMemory, StackBounds, Stop};
     use std::cell::RefCell;
 
     pub(crate) const TEXT: std::ops::Range<u64> = 0x40_0000..0x50_0000;
 
     pub(crate) fn is_text(addr: u64) -> bool {
         TEXT.contains(&addr)
+    }
+
+    /// Walks `img` from `fp` within `bounds` (sp at their bottom, pc
+    /// 0x40_0100), with room for 16 frames: the frames and why it stopped.
+    pub(crate) fn walk_image(
+        arch: Arch,
+        img: &Image,
+        bounds: StackBounds,
+        fp: u64,
+        lr: Option<u64>,
+    ) -> (Vec<u64>, Stop) {
+        let regs = Regs {
+            pc: 0x40_0100,
+            fp,
+            sp: bounds.lo,
+            lr,
+        };
+        let mut out = [0; 16];
+        let w = walk_detailed(arch, &regs, bounds, img, is_text, &mut out);
+        (out[..w.len].to_vec(), w.stop)
     }
 
     pub(crate) struct Image {
@@ -561,6 +581,16 @@ mod tests {
         (out, w.stop)
     }
 
+    /// Walks from `fp` (sp at the stack's bottom) with room for `cap`
+    /// frames: the head, then `chain`, then `stop`.
+    #[track_caller]
+    fn assert_walk(arch: Arch, img: &Image, fp: u64, cap: usize, chain: &[u64], stop: Stop) {
+        let (frames, got) = run(arch, img, &regs(fp, 0x1000), cap);
+        let mut want = head(arch);
+        want.extend_from_slice(chain);
+        assert_eq!((frames, got), (want, stop), "{arch:?}");
+    }
+
     /// Three good frames; the outermost saves fp 0 (what `_start` leaves).
     fn good_chain(arch: Arch, img: &mut Image) -> u64 {
         let (f1, f2, f3) = (
@@ -579,11 +609,8 @@ mod tests {
         for arch in ALL {
             let mut img = image(arch);
             let fp = good_chain(arch, &mut img);
-            let (frames, stop) = run(arch, &img, &regs(fp, 0x1000), 16);
-            let mut want = head(arch);
-            want.extend([0x40_1001, 0x40_1002, 0x40_1003]);
-            assert_eq!(frames, want, "{arch:?}");
-            assert_eq!(stop, Stop::NotAbove, "{arch:?}");
+            let chain = [0x40_1001, 0x40_1002, 0x40_1003];
+            assert_walk(arch, &img, fp, 16, &chain, Stop::NotAbove);
         }
     }
 
@@ -614,8 +641,7 @@ mod tests {
                 _ => 0x1400 - w,
             };
             put_frame(arch, &mut img, fp, 0x40_1001, 0x1480);
-            let (frames, stop) = run(arch, &img, &regs(fp, 0x1000), 16);
-            assert_eq!((frames, stop), (head(arch), Stop::OutOfBounds), "{arch:?}");
+            assert_walk(arch, &img, fp, 16, &[], Stop::OutOfBounds);
         }
     }
 
@@ -636,10 +662,7 @@ mod tests {
             let mut img = image(arch);
             let fp = fp_at(arch, 0x1100);
             put_frame(arch, &mut img, fp, 0x40_1001, fp);
-            let (frames, stop) = run(arch, &img, &regs(fp, 0x1000), 64);
-            let mut want = head(arch);
-            want.push(0x40_1001);
-            assert_eq!((frames, stop), (want, Stop::NotAbove), "{arch:?}");
+            assert_walk(arch, &img, fp, 64, &[0x40_1001], Stop::NotAbove);
         }
     }
 
@@ -650,10 +673,7 @@ mod tests {
             let (f1, f2) = (fp_at(arch, 0x1100), fp_at(arch, 0x1200));
             put_frame(arch, &mut img, f1, 0x40_1001, f2);
             put_frame(arch, &mut img, f2, 0x40_1002, f1);
-            let (frames, stop) = run(arch, &img, &regs(f1, 0x1000), 64);
-            let mut want = head(arch);
-            want.extend([0x40_1001, 0x40_1002]);
-            assert_eq!((frames, stop), (want, Stop::NotAbove), "{arch:?}");
+            assert_walk(arch, &img, f1, 64, &[0x40_1001, 0x40_1002], Stop::NotAbove);
         }
     }
 
@@ -669,10 +689,7 @@ mod tests {
             put_frame(arch, &mut img, f1, 0x40_1001, f2);
             put_frame(arch, &mut img, f2, 0x40_1002, low);
             put_frame(arch, &mut img, low, 0x40_1003, 0x1300);
-            let (frames, stop) = run(arch, &img, &regs(f1, 0x1000), 64);
-            let mut want = head(arch);
-            want.extend([0x40_1001, 0x40_1002]);
-            assert_eq!((frames, stop), (want, Stop::NotAbove), "{arch:?}");
+            assert_walk(arch, &img, f1, 64, &[0x40_1001, 0x40_1002], Stop::NotAbove);
         }
     }
 
@@ -682,14 +699,10 @@ mod tests {
             let mut img = image(arch);
             let (f1, odd) = (fp_at(arch, 0x1100), fp_at(arch, 0x1200) + 2);
             put_frame(arch, &mut img, f1, 0x40_1001, odd);
-            let (frames, stop) = run(arch, &img, &regs(f1, 0x1000), 64);
-            let mut want = head(arch);
-            want.push(0x40_1001);
-            assert_eq!((frames, stop), (want, Stop::Misaligned), "{arch:?}");
+            assert_walk(arch, &img, f1, 64, &[0x40_1001], Stop::Misaligned);
             // Misaligned from the start: nothing read at all.
             let img = image(arch);
-            let (frames, stop) = run(arch, &img, &regs(f1 + 1, 0x1000), 64);
-            assert_eq!((frames, stop), (head(arch), Stop::Misaligned), "{arch:?}");
+            assert_walk(arch, &img, f1 + 1, 64, &[], Stop::Misaligned);
             assert!(img.reads().is_empty(), "{arch:?}");
         }
     }
@@ -717,10 +730,7 @@ mod tests {
             let (f1, f2) = (fp_at(arch, 0x1100), fp_at(arch, 0x1200));
             put_frame(arch, &mut img, f1, 0x40_1001, f2);
             put_frame(arch, &mut img, f2, 0x7f00_0000, fp_at(arch, 0x1300));
-            let (frames, stop) = run(arch, &img, &regs(f1, 0x1000), 16);
-            let mut want = head(arch);
-            want.push(0x40_1001);
-            assert_eq!((frames, stop), (want, Stop::NotText), "{arch:?}");
+            assert_walk(arch, &img, f1, 16, &[0x40_1001], Stop::NotText);
         }
     }
 

@@ -45,8 +45,8 @@ pub(super) fn skip_leaf_record<M: Memory>(stack: &Stack<'_, M>, fp: u64) -> u64 
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::testing::{is_text, Image};
-    use super::super::{walk_detailed, Arch, Regs, StackBounds, Stop};
+    use super::super::testing::{walk_image, Image};
+    use super::super::{Arch, StackBounds, Stop};
 
     /// `ra` at `fp[-1]`, caller's `s0` at `fp[-2]`, spelled out
     /// independently of `LAYOUT`.
@@ -68,18 +68,11 @@ pub(super) mod tests {
     };
 
     fn run(arch: Arch, img: &Image, fp: u64, lr: Option<u64>) -> (Vec<u64>, Stop) {
-        let regs = Regs {
-            pc: 0x40_0100,
-            fp,
-            sp: 0x3000,
-            lr,
-        };
-        let mut out = [0; 16];
-        let w = walk_detailed(arch, &regs, BOUNDS, img, is_text, &mut out);
+        let walked = walk_image(arch, img, BOUNDS, fp, lr);
         for addr in img.reads() {
             assert!(BOUNDS.contains(addr, arch.word_size() as u64), "{addr:#x}");
         }
-        (out[..w.len].to_vec(), w.stop)
+        walked
     }
 
     /// leaf (fp 0x3030, s0 only) called from c (fp 0x3060), called from b

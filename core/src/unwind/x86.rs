@@ -24,8 +24,8 @@ pub(super) const LAYOUT: FrameLayout = FrameLayout { ret: 1, prev_fp: 0 };
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::testing::{is_text, Image};
-    use super::super::{walk_detailed, Arch, Regs, StackBounds, Stop};
+    use super::super::testing::{walk_image, Image};
+    use super::super::{Arch, StackBounds, Stop};
 
     /// `{saved fp, return address}` at fp, spelled out independently of
     /// `LAYOUT`.
@@ -33,6 +33,15 @@ pub(super) mod tests {
         let w = img.word as u64;
         img.put(fp, prev_fp);
         img.put(fp + w, ret);
+    }
+
+    /// Walks `img`, a stack [0x2000, 0x2040) with sp at its bottom, from `fp`.
+    fn walk_from(arch: Arch, img: &Image, fp: u64, lr: Option<u64>) -> (Vec<u64>, Stop) {
+        let bounds = StackBounds {
+            lo: 0x2000,
+            hi: 0x2040,
+        };
+        walk_image(arch, img, bounds, fp, lr)
     }
 
     #[test]
@@ -43,20 +52,9 @@ pub(super) mod tests {
         put_frame(&mut img, 0x2010, 0x40_1001, 0x2020);
         put_frame(&mut img, 0x2020, 0x40_1002, 0x2038);
         put_frame(&mut img, 0x2038, 0x40_1003, 0);
-        let regs = Regs {
-            pc: 0x40_0100,
-            fp: 0x2010,
-            sp: 0x2000,
-            lr: None,
-        };
-        let bounds = StackBounds {
-            lo: 0x2000,
-            hi: 0x2040,
-        };
-        let mut out = [0; 8];
-        let w = walk_detailed(Arch::X86, &regs, bounds, &img, is_text, &mut out);
-        assert_eq!(&out[..w.len], &[0x40_0100, 0x40_1001, 0x40_1002, 0x40_1003]);
-        assert_eq!(w.stop, Stop::NotAbove);
+        let (frames, stop) = walk_from(Arch::X86, &img, 0x2010, None);
+        assert_eq!(frames, [0x40_0100, 0x40_1001, 0x40_1002, 0x40_1003]);
+        assert_eq!(stop, Stop::NotAbove);
     }
 
     #[test]
@@ -65,19 +63,8 @@ pub(super) mod tests {
         for arch in [Arch::X86, Arch::X86_64] {
             let mut img = Image::new(0x2000, 0x40, arch.word_size());
             put_frame(&mut img, 0x2010, 0x40_1001, 0);
-            let regs = Regs {
-                pc: 0x40_0100,
-                fp: 0x2010,
-                sp: 0x2000,
-                lr: Some(0x40_0200),
-            };
-            let bounds = StackBounds {
-                lo: 0x2000,
-                hi: 0x2040,
-            };
-            let mut out = [0; 8];
-            let w = walk_detailed(arch, &regs, bounds, &img, is_text, &mut out);
-            assert_eq!(&out[..w.len], &[0x40_0100, 0x40_1001], "{arch:?}");
+            let (frames, _) = walk_from(arch, &img, 0x2010, Some(0x40_0200));
+            assert_eq!(frames, [0x40_0100, 0x40_1001], "{arch:?}");
         }
     }
 
@@ -86,18 +73,7 @@ pub(super) mod tests {
         // The outermost record may end exactly at `hi`.
         let mut img = Image::new(0x2000, 0x40, 8);
         put_frame(&mut img, 0x2030, 0x40_1001, 0);
-        let regs = Regs {
-            pc: 0x40_0100,
-            fp: 0x2030,
-            sp: 0x2000,
-            lr: None,
-        };
-        let bounds = StackBounds {
-            lo: 0x2000,
-            hi: 0x2040,
-        };
-        let mut out = [0; 8];
-        let w = walk_detailed(Arch::X86_64, &regs, bounds, &img, is_text, &mut out);
-        assert_eq!(&out[..w.len], &[0x40_0100, 0x40_1001]);
+        let (frames, _) = walk_from(Arch::X86_64, &img, 0x2030, None);
+        assert_eq!(frames, [0x40_0100, 0x40_1001]);
     }
 }
