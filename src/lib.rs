@@ -50,6 +50,13 @@ mod sampling;
 pub mod symbolize;
 #[cfg(feature = "testing")]
 pub mod testing;
+// The unit tests build small traces with the integration tests' helpers,
+// which name this crate `fgtrace`.
+#[cfg(test)]
+extern crate self as fgtrace;
+#[cfg(test)]
+#[path = "../tests/support/traces.rs"]
+mod test_traces;
 
 pub use collector::{Error, Session};
 

@@ -1,48 +1,15 @@
 //! The function-graph view through the public API: files read back, damaged
 //! files, filters.
 
-use fgtrace::trace::{
-    flags, Call, Event, SiteInfo, ThreadInfo, TraceBuilder, TraceError, TraceMeta, TraceReader,
-};
+use fgtrace::trace::{flags, Call, Event, TraceBuilder, TraceError, TraceMeta, TraceReader};
 use fgtrace::view::{write_graph, GraphOptions, ThreadSel};
 
-fn meta() -> TraceMeta {
-    let site = |n: &str| SiteInfo {
-        name: n.into(),
-        module_path: "app".into(),
-        file: "app.rs".into(),
-        line: 1,
-        is_async: false,
-    };
-    TraceMeta {
-        program: "app".into(),
-        pid: 10,
-        sites: vec![site("root"), site("leaf"), site("mid")],
-        threads: vec![
-            ThreadInfo {
-                tid: 10,
-                name: "main".into(),
-                ..Default::default()
-            },
-            ThreadInfo {
-                tid: 11,
-                name: "io".into(),
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
+#[path = "support/traces.rs"]
+mod traces;
+use traces::call;
 
-fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-    Event::Call(Call {
-        thread,
-        site,
-        depth,
-        start_ns,
-        dur_ns,
-        flags: 0,
-    })
+fn meta() -> TraceMeta {
+    traces::meta(&["root", "leaf", "mid"], &[(10, "main"), (11, "io")])
 }
 
 fn body(text: &str) -> Vec<&str> {

@@ -1,49 +1,17 @@
 //! The report through the public API: numbers, filters, damaged input.
 
-use fgtrace::trace::{
-    Call, Event, LossKind, Lost, SiteInfo, ThreadInfo, TraceBuilder, TraceError, TraceMeta,
-};
+use fgtrace::trace::{Event, LossKind, Lost, TraceBuilder, TraceError, TraceMeta};
 use fgtrace::view::{write_report, Column, ReportOptions, ReportStyle, ThreadSel};
 
-fn meta() -> TraceMeta {
-    let site = |n: &str| SiteInfo {
-        name: n.into(),
-        module_path: "app".into(),
-        file: "app.rs".into(),
-        line: 1,
-        is_async: false,
-    };
-    TraceMeta {
-        program: "app".into(),
-        pid: 10,
-        duration_ns: 1_000_000_000,
-        sites: vec![site("handle"), site("parse"), site("respond")],
-        threads: vec![
-            ThreadInfo {
-                tid: 10,
-                name: "main".into(),
-                ..Default::default()
-            },
-            ThreadInfo {
-                tid: 11,
-                name: "io".into(),
-                lost: 3,
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
+#[path = "support/traces.rs"]
+mod traces;
+use traces::call;
 
-fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-    Event::Call(Call {
-        thread,
-        site,
-        depth,
-        start_ns,
-        dur_ns,
-        flags: 0,
-    })
+fn meta() -> TraceMeta {
+    let mut m = traces::meta(&["handle", "parse", "respond"], &[(10, "main"), (11, "io")]);
+    m.duration_ns = 1_000_000_000;
+    m.threads[1].lost = 3;
+    m
 }
 
 #[test]

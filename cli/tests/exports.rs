@@ -10,13 +10,14 @@
 //! its processed-format tables checked with serde_json.
 #![cfg(target_os = "linux")]
 
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+use traces::call;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
 use fgtrace::sampler::Sampling;
-use fgtrace::trace::{
-    Call, CallCounters, Event, LossKind, Lost, SiteInfo, ThreadInfo, TraceBuilder, TraceMeta,
-};
+use fgtrace::trace::{CallCounters, Event, LossKind, Lost, TraceBuilder};
 use fgtrace::{Config, Session, Trace};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -377,44 +378,10 @@ fn perfetto_real_recording_has_a_slice_per_call_a_track_per_future_and_the_sampl
 }
 
 fn synthetic() -> Trace {
-    let site = |name: &str| SiteInfo {
-        name: name.into(),
-        module_path: "app".into(),
-        file: "src/app.rs".into(),
-        line: 7,
-        is_async: false,
-    };
-    let meta = TraceMeta {
-        program: "app".into(),
-        pid: 900,
-        duration_ns: 10_000_000,
-        counters: vec!["instructions".into()],
-        sites: vec![site("run"), site("query")],
-        threads: vec![
-            ThreadInfo {
-                tid: 900,
-                name: "main".into(),
-                ..Default::default()
-            },
-            ThreadInfo {
-                tid: 902,
-                name: "worker".into(),
-                lost: 7,
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    };
-    let call = |thread, site, depth, start_ns, dur_ns| {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: 0,
-        })
-    };
+    let mut meta = traces::meta(&["run", "query"], &[(900, "main"), (902, "worker")]);
+    meta.duration_ns = 10_000_000;
+    meta.counters = vec!["instructions".into()];
+    meta.threads[1].lost = 7;
     let mut b = TraceBuilder::new(meta);
     b.push(call(0, 0, 0, 1_000, 5_000));
     b.push(Event::Counters(CallCounters {

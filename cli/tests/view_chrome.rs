@@ -2,8 +2,7 @@
 //! nesting per thread, names, futures, samples with stacks, losses.
 
 use fgtrace::trace::{
-    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, SiteInfo, ThreadInfo, Trace,
-    TraceBuilder, TraceError, TraceMeta,
+    CallCounters, Event, FutureSpan, LossKind, Lost, Sample, Trace, TraceBuilder, TraceError,
 };
 use fgtrace::view::chrome::{write_chrome, ChromeOptions};
 use fgtrace::view::folded::{FnResolve, HexResolve};
@@ -11,54 +10,25 @@ use fgtrace::view::ok_events;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-fn site(name: &str, is_async: bool) -> SiteInfo {
-    SiteInfo {
-        name: name.into(),
-        module_path: "app".into(),
-        file: "src/app.rs".into(),
-        line: 7,
-        is_async,
-    }
-}
-
-fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-    Event::Call(Call {
-        thread,
-        site,
-        depth,
-        start_ns,
-        dur_ns,
-        flags: 0,
-    })
-}
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+use traces::{async_site, call};
 
 fn trace() -> Trace {
-    let meta = TraceMeta {
-        program: "app \"quoted\"".into(),
-        pid: 900,
-        duration_ns: 10_000_000,
-        counters: vec!["instructions".into()],
-        sampling: Some("cpu-clock@999Hz".into()),
-        sites: vec![
-            site("run", false),
-            site("Conn::query", false),
-            site("fetch", true),
-        ],
-        threads: vec![
-            ThreadInfo {
-                tid: 901,
-                name: "main".into(),
-                ..Default::default()
-            },
-            ThreadInfo {
-                tid: 902,
-                name: "worker \u{2603}".into(),
-                lost: 7,
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    };
+    let mut meta = traces::meta(
+        &["run", "Conn::query", "fetch"],
+        &[(901, "main"), (902, "worker \u{2603}")],
+    );
+    meta.program = "app \"quoted\"".into();
+    meta.pid = 900;
+    meta.duration_ns = 10_000_000;
+    meta.counters = vec!["instructions".into()];
+    meta.sampling = Some("cpu-clock@999Hz".into());
+    meta.sites[2] = async_site("fetch");
+    for s in &mut meta.sites {
+        s.line = 7;
+    }
+    meta.threads[1].lost = 7;
     let mut b = TraceBuilder::new(meta);
     // main: run [1234.567 us, +5 ms) { query x2, the second with a child query }
     b.push(call(0, 0, 0, 1_234_567, 5_000_000));

@@ -1,45 +1,23 @@
 //! Two synthetic traces with known differences, compared per function and as
 //! a differential flamegraph.
 
-use fgtrace::trace::{
-    Call, Event, SiteInfo, ThreadInfo, Trace, TraceBuilder, TraceError, TraceMeta,
-};
+use fgtrace::trace::{Event, Trace, TraceBuilder, TraceError, TraceMeta};
 use fgtrace::view::diff::{diff, write_diff, DiffOptions, DiffSort, Side};
 use fgtrace::view::ok_events;
 
-fn site(name: &str) -> SiteInfo {
-    SiteInfo {
-        name: name.into(),
-        module_path: "app".into(),
-        file: "src/app.rs".into(),
-        line: 1,
-        is_async: false,
-    }
-}
+#[path = "../../tests/support/traces.rs"]
+mod traces;
 
+/// A call on the one thread.
 fn call(site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-    Event::Call(Call {
-        thread: 0,
-        site,
-        depth,
-        start_ns,
-        dur_ns,
-        flags: 0,
-    })
+    traces::call(0, site, depth, start_ns, dur_ns)
 }
 
 fn meta(program: &str, sites: &[&str]) -> TraceMeta {
     TraceMeta {
         program: program.into(),
-        pid: 1,
         duration_ns: 1_000_000,
-        sites: sites.iter().map(|s| site(s)).collect(),
-        threads: vec![ThreadInfo {
-            tid: 1,
-            name: "main".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
+        ..traces::meta(sites, &[(1, "main")])
     }
 }
 

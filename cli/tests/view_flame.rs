@@ -2,9 +2,7 @@
 //! self time), sampled, combined (samples joined to the traced call they
 //! interrupted), the flame chart, and the SVGs' colours and tooltips.
 
-use fgtrace::trace::{
-    Call, Event, Sample, SiteInfo, ThreadInfo, Trace, TraceBuilder, TraceError, TraceMeta,
-};
+use fgtrace::trace::{Event, Sample, SiteInfo, Trace, TraceBuilder, TraceError, TraceMeta};
 use fgtrace::view::folded::{
     combined_folded, traced_folded, ChartBuilder, Cut, FnResolve, FoldedBuilder, FoldedOptions,
     NameCut, Origin, SampleStack,
@@ -12,49 +10,19 @@ use fgtrace::view::folded::{
 use fgtrace::view::ok_events;
 use std::collections::BTreeMap;
 
-fn site(name: &str) -> SiteInfo {
-    SiteInfo {
-        name: name.into(),
-        module_path: "app".into(),
-        file: "src/app.rs".into(),
-        line: 10,
-        is_async: false,
-    }
-}
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+use traces::{call, site};
 
 fn meta() -> TraceMeta {
-    TraceMeta {
-        program: "app".into(),
-        pid: 4242,
-        duration_ns: 2_000_000,
-        sampling: Some("cpu-clock@1000Hz".into()),
-        sites: vec![site("run"), site("parse"), site("fib")],
-        threads: vec![
-            ThreadInfo {
-                tid: 4242,
-                name: "main".into(),
-                ..Default::default()
-            },
-            ThreadInfo {
-                tid: 4243,
-                name: "worker".into(),
-                samples_lost: 2,
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
-
-fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-    Event::Call(Call {
-        thread,
-        site,
-        depth,
-        start_ns,
-        dur_ns,
-        flags: 0,
-    })
+    let mut m = traces::meta(
+        &["run", "parse", "fib"],
+        &[(4242, "main"), (4243, "worker")],
+    );
+    m.duration_ns = 2_000_000;
+    m.sampling = Some("cpu-clock@1000Hz".into());
+    m.threads[1].samples_lost = 2;
+    m
 }
 
 // Code addresses of the synthetic program, resolved by `resolver()`.

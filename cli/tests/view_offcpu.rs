@@ -4,27 +4,20 @@
 //! 92..112 us straddles `main`'s end. And a trace where off-CPU time was
 //! refused: every view says so, none shows zeros.
 
+#[path = "../../tests/support/traces.rs"]
+mod traces;
+use traces::site;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
 use fgtrace::trace::{
-    Call, Event, OffCpu, OffCpuThread, OffInterval, OffKind, SiteInfo, ThreadInfo, Trace,
-    TraceBuilder, TraceMeta,
+    Call, Event, OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo, Trace, TraceBuilder,
+    TraceMeta,
 };
 use fgtrace::view::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions};
 use fgtrace::view::{ok_events, ReportBuilder, ReportOptions};
 use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn site(name: &str) -> SiteInfo {
-    SiteInfo {
-        name: name.into(),
-        module_path: "app".into(),
-        file: "src/app.rs".into(),
-        line: 1,
-        is_async: false,
-    }
-}
 
 fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
     OffInterval {
@@ -41,10 +34,8 @@ fn trace(off: OffCpu) -> Trace {
         duration_ns: 200_000,
         sites: vec![site("main"), site("read"), site("compute")],
         threads: vec![ThreadInfo {
-            tid: 77,
-            name: "main".into(),
             calls: 3,
-            ..Default::default()
+            ..traces::thread(77, "main")
         }],
         off_cpu: Some(off),
         ..Default::default()

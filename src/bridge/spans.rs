@@ -1056,16 +1056,7 @@ mod tests {
         }
     }
 
-    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: 0,
-        })
-    }
+    use crate::test_traces::call;
 
     fn sample_trace() -> Trace {
         let mut b = TraceBuilder::new(meta_two_threads());

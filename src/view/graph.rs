@@ -580,16 +580,7 @@ mod tests {
         }
     }
 
-    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64, flags: u8) -> Event {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags,
-        })
-    }
+    use crate::test_traces::flagged_call as call;
 
     fn encode(thread: u32, events: &[Event]) -> Vec<crate::trace::format::Chunk> {
         let mut enc = ChunkEncoder::new(thread);

@@ -255,15 +255,9 @@ mod tests {
         }
     }
 
+    /// A call on the one thread.
     fn call(site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-        Event::Call(Call {
-            thread: 0,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: 0,
-        })
+        crate::test_traces::call(0, site, depth, start_ns, dur_ns)
     }
 
     #[test]

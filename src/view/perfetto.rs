@@ -953,16 +953,7 @@ mod tests {
         }
     }
 
-    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64, fl: u8) -> Event {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: fl,
-        })
-    }
+    use crate::test_traces::flagged_call as call;
 
     /// The packets of a `Trace` message.
     fn packets(mut b: &[u8]) -> Vec<TracePacket> {

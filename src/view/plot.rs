@@ -928,14 +928,8 @@ mod tests {
     }
 
     fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: flags::HAS_CHILDREN,
-        })
+        let has_children = flags::HAS_CHILDREN;
+        crate::test_traces::flagged_call(thread, site, depth, start_ns, dur_ns, has_children)
     }
 
     #[test]

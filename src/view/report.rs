@@ -1010,16 +1010,7 @@ mod tests {
         m
     }
 
-    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-        Event::Call(Call {
-            thread,
-            site,
-            depth,
-            start_ns,
-            dur_ns,
-            flags: 0,
-        })
-    }
+    use crate::test_traces::call;
 
     fn build(meta: &TraceMeta, opts: &ReportOptions, events: &[Event]) -> Report {
         let mut b = ReportBuilder::new(meta, opts);
