@@ -1,8 +1,11 @@
 //! The `fgtrace` binary over a trace recorded here: output, and one clear
 //! error line with a non-zero exit for every kind of bad input.
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
+
+use cli_support::{assert_clean_failure, fgtrace, on_thread, tempdir, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 #[fgtrace::traced]
 fn outer(n: u32) -> u32 {
@@ -14,33 +17,11 @@ fn inner(i: u32) -> u32 {
     std::hint::black_box(i * 2)
 }
 
-fn fgtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(args)
-        .output()
-        .expect("run fgtrace")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Sessions are process-wide: the tests here take turns recording.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn record(dir: &Path) -> PathBuf {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
-    outer(3);
-    std::thread::Builder::new()
-        .name("helper".into())
-        .spawn(|| outer(2))
-        .unwrap()
-        .join()
-        .unwrap();
-    let trace = session.stop().unwrap();
-    let path = dir.join("run.fgt");
-    trace.save(&path).unwrap();
+    let (_, path) = cli_support::record(dir, || {
+        outer(3);
+        on_thread("helper", || outer(2));
+    });
     path
 }
 
@@ -87,17 +68,14 @@ fn info_says_which_path_sampled() {
     use fgtrace::sampler::{Backend, Sampling};
     let dir = tempdir("sampler");
     let info = |backend: Backend, name: &str| {
-        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let sampling = Sampling::timer(1000).backend(backend);
-        let session =
-            fgtrace::Session::start(fgtrace::Config::builtin().sampling(sampling)).unwrap();
-        let t = std::time::Instant::now();
-        while t.elapsed() < std::time::Duration::from_millis(30) {
-            outer(1000);
-        }
-        let trace = session.stop().unwrap();
-        let path = dir.join(name);
-        trace.save(&path).unwrap();
+        let config = fgtrace::Config::builtin().sampling(sampling);
+        let (_, path) = cli_support::record_as(&dir, name, config, || {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(30) {
+                outer(1000);
+            }
+        });
         let out = fgtrace(&["info", path.to_str().unwrap()]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
@@ -121,13 +99,6 @@ fn info_says_which_path_sampled() {
         "{line}"
     );
     std::fs::remove_dir_all(dir).ok();
-}
-
-fn assert_clean_failure(out: &Output, expect: &str) {
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "should fail: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(err.contains(expect), "expected `{expect}` in: {err}");
 }
 
 #[test]
@@ -243,12 +214,6 @@ fn timeline_exports_share_flags_output_and_errors() {
         assert!(text(&out.stderr).contains("corrupt.fgt"), "{cmd}");
     }
     std::fs::remove_dir_all(dir).ok();
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fgtrace-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]

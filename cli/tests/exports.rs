@@ -10,8 +10,11 @@
 //! its processed-format tables checked with serde_json.
 #![cfg(target_os = "linux")]
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
 #[path = "../../tests/support/traces.rs"]
 mod traces;
+use cli_support::{fgtrace_ok as fgtrace, tempdir};
 use traces::call;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
@@ -103,12 +106,6 @@ struct Recorded {
     trace: Trace,
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fgtrace-exports-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// Two busy threads and the main one, sampled at 1 kHz; `FUTURES` futures of
 /// `fetch` first polled on the main thread and finished on a worker, one more
 /// polled once and dropped.
@@ -192,19 +189,6 @@ fn expect(t: &Trace) -> Expect {
         }
     }
     e
-}
-
-fn fgtrace(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "fgtrace {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 // ------------------------------------------------------------ Perfetto

@@ -8,17 +8,20 @@
 //! golang-go`) and fails, saying so, without it.
 #![cfg(target_os = "linux")]
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
+use cli_support::{fgtrace, record_as, tempdir, text};
 use fgtrace::sampler::Sampling;
-use fgtrace::{Config, Session, Trace};
+use fgtrace::{Config, Trace};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 #[inline(never)]
 fn work_three(units: u64) -> u64 {
@@ -59,47 +62,24 @@ fn busy(ms: u64, seed: u64) -> u64 {
     acc
 }
 
-fn fgtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(args)
-        .output()
-        .expect("run fgtrace")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fgtrace-pprof-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Sessions are process-wide: the tests here take turns recording.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// One sampled recording (two busy threads, 1 kHz, 1 s), shared by the tests.
 fn recorded() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let session = Session::start(Config::builtin().sampling(Sampling::timer(1000)))
-            .expect("sampling starts");
-        let workers: Vec<_> = (0..2u64)
-            .map(|i| {
-                std::thread::Builder::new()
-                    .name(format!("busy-{i}"))
-                    .spawn(move || busy(1000, 0x9e37_79b9_7f4a_7c15 ^ i))
-                    .unwrap()
-            })
-            .collect();
-        for w in workers {
-            black_box(w.join().unwrap());
-        }
-        let trace = session.stop().unwrap();
-        let path = tempdir("rec").join("run.fgt");
-        trace.save(&path).unwrap();
+        let config = Config::builtin().sampling(Sampling::timer(1000));
+        let (_, path) = record_as(&tempdir("rec"), "run.fgt", config, || {
+            let workers: Vec<_> = (0..2u64)
+                .map(|i| {
+                    std::thread::Builder::new()
+                        .name(format!("busy-{i}"))
+                        .spawn(move || busy(1000, 0x9e37_79b9_7f4a_7c15 ^ i))
+                        .unwrap()
+                })
+                .collect();
+            for w in workers {
+                black_box(w.join().unwrap());
+            }
+        });
         path
     })
 }
@@ -441,12 +421,7 @@ fn report_gains_sampled_self_and_total_columns() {
 #[test]
 fn a_trace_without_samples_is_a_clear_error_and_writes_nothing() {
     let dir = tempdir("empty");
-    let path = dir.join("plain.fgt");
-    {
-        let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let session = Session::start(Config::builtin()).unwrap();
-        session.stop().unwrap().save(&path).unwrap();
-    }
+    let (_, path) = record_as(&dir, "plain.fgt", Config::builtin(), || {});
     let out_path = dir.join("never.pb.gz");
     let out = fgtrace(&[
         "pprof",

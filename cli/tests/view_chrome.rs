@@ -10,8 +10,11 @@ use fgtrace::view::ok_events;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
 #[path = "../../tests/support/traces.rs"]
 mod traces;
+use cli_support::{fgtrace, fgtrace_ok, tempdir};
 use traces::{async_site, call};
 
 fn trace() -> Trace {
@@ -303,26 +306,16 @@ fn a_damaged_stream_still_gives_valid_json_then_the_error() {
 
 #[test]
 fn cli_writes_the_file_and_fails_cleanly_on_bad_input() {
-    use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("fgtrace-chrome-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("chrome");
     let path = dir.join("t.fgt");
     trace().save(&path).unwrap();
     let json = dir.join("t.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args([
-            "chrome",
-            path.to_str().unwrap(),
-            "-o",
-            json.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fgtrace_ok(&[
+        "chrome",
+        path.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ]);
     let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(
         v["traceEvents"]
@@ -336,10 +329,7 @@ fn cli_writes_the_file_and_fails_cleanly_on_bad_input() {
 
     let bad = dir.join("bad.fgt");
     std::fs::write(&bad, b"not a trace at all").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(["chrome", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = fgtrace(&["chrome", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && !err.contains("panicked"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");

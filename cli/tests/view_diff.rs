@@ -1,6 +1,11 @@
 //! Two synthetic traces with known differences, compared per function and as
 //! a differential flamegraph.
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
+
+use cli_support::{fgtrace, tempdir};
+
 use fgtrace::trace::{Event, Trace, TraceBuilder, TraceError, TraceMeta};
 use fgtrace::view::diff::{diff, write_diff, DiffOptions, DiffSort, Side};
 use fgtrace::view::ok_events;
@@ -198,21 +203,13 @@ fn differential_flamegraph_of_self_time() {
 
 #[test]
 fn cli_diff_table_flame_and_errors() {
-    use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("fgtrace-diff-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("diff");
     let (pa, pb) = (dir.join("a.fgt"), dir.join("b.fgt"));
     before().save(&pa).unwrap();
     after().save(&pb).unwrap();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let (a, b) = (pa.to_str().unwrap(), pb.to_str().unwrap());
 
-    let out = run(&["diff", a, b, "--sort", "self"]);
+    let out = fgtrace(&["diff", a, b, "--sort", "self"]);
     assert!(
         out.status.success(),
         "{}",
@@ -223,7 +220,7 @@ fn cli_diff_table_flame_and_errors() {
     assert!(first.ends_with("app::old"), "{text}");
 
     let svg = dir.join("d.svg");
-    let out = run(&["diff", a, b, "--flame", "-o", svg.to_str().unwrap()]);
+    let out = fgtrace(&["diff", a, b, "--flame", "-o", svg.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -240,7 +237,7 @@ fn cli_diff_table_flame_and_errors() {
         ),
         (vec!["diff", a, "/nonexistent/x.fgt"], "/nonexistent/x.fgt"),
     ] {
-        let out = run(&args);
+        let out = fgtrace(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && !err.contains("panicked"), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -348,26 +345,18 @@ fn the_gate_on_allocations() {
 
 #[test]
 fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
-    use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("fgtrace-gate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("gate");
     let (pa, pb, pc) = (dir.join("a.fgt"), dir.join("b.fgt"), dir.join("c.fgt"));
     before().save(&pa).unwrap();
     after().save(&pb).unwrap();
     with_allocs(3).save(&pc).unwrap();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let (a, b, c) = (
         pa.to_str().unwrap(),
         pb.to_str().unwrap(),
         pc.to_str().unwrap(),
     );
 
-    let out = run(&["diff", a, b, "--fail-above", "10%"]);
+    let out = fgtrace(&["diff", a, b, "--fail-above", "10%"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stdout}");
@@ -377,7 +366,7 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
         "{stderr}"
     );
 
-    let out = run(&[
+    let out = fgtrace(&[
         "diff",
         a,
         b,
@@ -391,7 +380,7 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = run(&[
+    let out = fgtrace(&[
         "diff",
         a,
         b,
@@ -404,7 +393,7 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
 
     // The same trace against itself: unchanged, exit 0 even at 0%.
     for (x, metric) in [(a, "total"), (c, "allocs"), (c, "calls")] {
-        let out = run(&["diff", x, x, "--fail-above", "0%", "--metric", metric]);
+        let out = fgtrace(&["diff", x, x, "--fail-above", "0%", "--metric", metric]);
         assert!(
             out.status.success(),
             "{metric}: {}{}",
@@ -415,12 +404,12 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
     }
 
     // JSON parses, with the gate's verdict.
-    let out = run(&["diff", a, b, "--format", "json", "--fail-above", "10%"]);
+    let out = fgtrace(&["diff", a, b, "--format", "json", "--fail-above", "10%"]);
     assert!(!out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("diff json parses");
     assert_eq!(v["rows"].as_array().unwrap().len(), 4);
     assert_eq!(v["gate"]["rows"][0]["regressed"], true);
-    let out = run(&["diff", a, b, "--format", "json"]);
+    let out = fgtrace(&["diff", a, b, "--format", "json"]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["gate"].is_null());
@@ -451,7 +440,7 @@ fn cli_gate_exits_non_zero_on_a_regressed_pair_and_zero_on_an_unchanged_one() {
             "no function in both traces matches `prase`",
         ),
     ] {
-        let out = run(&args);
+        let out = fgtrace(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && !err.contains("panicked"), "{err}");
         assert!(err.contains(expect), "{err}");

@@ -2,6 +2,11 @@
 //! self time), sampled, combined (samples joined to the traced call they
 //! interrupted), the flame chart, and the SVGs' colours and tooltips.
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
+
+use cli_support::{fgtrace, tempdir};
+
 use fgtrace::trace::{Event, Sample, SiteInfo, Trace, TraceBuilder, TraceError, TraceMeta};
 use fgtrace::view::folded::{
     combined_folded, traced_folded, ChartBuilder, Cut, FnResolve, FoldedBuilder, FoldedOptions,
@@ -636,21 +641,13 @@ mod svg {
 
 #[test]
 fn cli_flame_folded_svg_and_errors() {
-    use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("fgtrace-flame-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("flame");
     let path = dir.join("w.fgt");
     workload().save(&path).unwrap();
     let p = path.to_str().unwrap();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
 
     // --traced --folded is the library's traced output, byte for byte.
-    let out = run(&["flame", p, "--traced", "--folded"]);
+    let out = fgtrace(&["flame", p, "--traced", "--folded"]);
     assert!(
         out.status.success(),
         "{}",
@@ -671,7 +668,7 @@ fn cli_flame_folded_svg_and_errors() {
     );
 
     // The default with calls and samples is combined: traced totals kept.
-    let out = run(&["flame", p, "--folded"]);
+    let out = fgtrace(&["flame", p, "--folded"]);
     assert!(
         out.status.success(),
         "{}",
@@ -692,7 +689,7 @@ fn cli_flame_folded_svg_and_errors() {
         let svg = dir.join("out.svg");
         let mut a = vec!["flame", p, "-o", svg.to_str().unwrap()];
         a.extend(&args);
-        let out = run(&a);
+        let out = fgtrace(&a);
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -727,13 +724,13 @@ fn cli_flame_folded_svg_and_errors() {
             "not an fgtrace trace file",
         ),
     ] {
-        let out = run(&args);
+        let out = fgtrace(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && !err.contains("panicked"), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(expect), "{err}");
     }
-    let out = run(&["flame", p, "--chart", "--sampled"]);
+    let out = fgtrace(&["flame", p, "--chart", "--sampled"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: the argument"));
     std::fs::remove_dir_all(dir).ok();

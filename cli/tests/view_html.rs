@@ -5,9 +5,12 @@
 //! Needs Debian's `chromium` package (CI installs it); without it the
 //! browser tests fail, saying so. `FGTRACE_CHROMIUM` names another binary.
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
+use cli_support::{fgtrace, on_thread, tempdir, text};
 use fgtrace::view::html::HtmlOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -42,42 +45,18 @@ fn render() -> u64 {
     1
 }
 
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// 2 threads: the test's own (driver(40), slow_root) and `helper` (driver(10)).
 fn record(dir: &Path) -> (fgtrace::Trace, PathBuf) {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
-    driver(40);
-    slow_root();
-    std::thread::Builder::new()
-        .name("helper".into())
-        .spawn(|| driver(10))
-        .unwrap()
-        .join()
-        .unwrap();
-    let trace = session.stop().unwrap();
-    let path = dir.join("run.fgt");
-    trace.save(&path).unwrap();
-    (trace, path)
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fgtrace-view-html-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    cli_support::record(dir, || {
+        driver(40);
+        slow_root();
+        on_thread("helper", || driver(10));
+    })
 }
 
 fn write_report(dir: &Path, path: &Path) -> PathBuf {
     let html = dir.join("report.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(["html", path.to_str().unwrap(), "-o", html.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = fgtrace(&["html", path.to_str().unwrap(), "-o", html.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     html
@@ -194,10 +173,7 @@ fn damaged_trace_still_renders_and_fails() {
     let cut = dir.join("cut.fgt");
     std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
     let html = dir.join("cut.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(["html", cut.to_str().unwrap(), "-o", html.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = fgtrace(&["html", cut.to_str().unwrap(), "-o", html.to_str().unwrap()]);
     let err = text(&out.stderr);
     assert!(!out.status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -206,15 +182,9 @@ fn damaged_trace_still_renders_and_fails() {
     assert!(page.contains("id=\"damaged\""), "the page says so");
     assert!(page.contains("id=\"fn-table\""), "and shows what was read");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args([
-            "html",
-            dir.join("missing.fgt").to_str().unwrap(),
-            "-o",
-            html.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let missing = dir.join("missing.fgt");
+    let (m, h) = (missing.to_str().unwrap(), html.to_str().unwrap());
+    let out = fgtrace(&["html", m, "-o", h]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("missing.fgt: "),

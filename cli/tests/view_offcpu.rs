@@ -4,8 +4,11 @@
 //! 92..112 us straddles `main`'s end. And a trace where off-CPU time was
 //! refused: every view says so, none shows zeros.
 
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
 #[path = "../../tests/support/traces.rs"]
 mod traces;
+use cli_support::fgtrace;
 use traces::site;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
@@ -103,13 +106,6 @@ impl Drop for Dir {
     fn drop(&mut self) {
         std::fs::remove_dir_all(&self.0).ok();
     }
-}
-
-fn fgtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(args)
-        .output()
-        .expect("runs")
 }
 
 fn stdout(o: &Output) -> String {

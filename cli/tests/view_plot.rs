@@ -4,8 +4,11 @@
 
 use fgtrace::view::ok_events;
 use fgtrace::view::plot::{write_plot, PlotOptions};
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
+
+use cli_support::{assert_one_line_failure, fgtrace, on_thread, tempdir, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 #[fgtrace::traced]
@@ -36,50 +39,21 @@ fn nap() {
     std::thread::sleep(Duration::from_millis(2));
 }
 
-/// Sessions are process-wide: the tests here take turns recording.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// `driver` on the test's thread, then `step` on `helper`; one `step` runs
 /// under `slow_path` and takes 3 ms, all others take ns: a wide range.
 fn record(dir: &Path, calls: u64) -> (fgtrace::Trace, PathBuf) {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
-    driver(calls);
-    for _ in 0..4 {
-        nap();
-    }
-    std::thread::Builder::new()
-        .name("helper".into())
-        .spawn(|| {
+    cli_support::record(dir, || {
+        driver(calls);
+        for _ in 0..4 {
+            nap();
+        }
+        on_thread("helper", || {
             std::thread::sleep(Duration::from_millis(1));
             for i in 0..20 {
                 step(i);
             }
-        })
-        .unwrap()
-        .join()
-        .unwrap();
-    let trace = session.stop().unwrap();
-    let path = dir.join("run.fgt");
-    trace.save(&path).unwrap();
-    (trace, path)
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fgtrace-view-plot-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn fgtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(args)
-        .output()
-        .expect("run fgtrace")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+        });
+    })
 }
 
 #[test]
@@ -212,14 +186,6 @@ fn many_calls_draw_one_dot_per_pixel() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-fn assert_clean_failure(out: &Output, expect: &str) {
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "should fail: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(expect), "expected `{expect}` in: {err}");
-}
-
 #[test]
 fn bad_names_and_damaged_files_are_one_clear_error() {
     let dir = tempdir("bad");
@@ -229,12 +195,12 @@ fn bad_names_and_damaged_files_are_one_clear_error() {
     let s = svg.to_str().unwrap();
 
     let out = fgtrace(&["plot", p, "-f", "nope", "-o", s]);
-    assert_clean_failure(&out, "no traced function is named `nope`");
+    assert_one_line_failure(&out, "no traced function is named `nope`");
     let out = fgtrace(&["plot", p, "-f", "ste", "-o", s]);
-    assert_clean_failure(&out, "did you mean `view_plot::step`");
+    assert_one_line_failure(&out, "did you mean `view_plot::step`");
     // Traced, but not on this thread.
     let out = fgtrace(&["plot", p, "-f", "nap", "--thread", "helper", "-o", s]);
-    assert_clean_failure(&out, "`view_plot::nap` has no recorded calls");
+    assert_one_line_failure(&out, "`view_plot::nap` has no recorded calls");
     assert!(!svg.exists(), "no SVG for a failed plot");
     let out = fgtrace(&[
         "plot",
@@ -244,7 +210,7 @@ fn bad_names_and_damaged_files_are_one_clear_error() {
         "-o",
         dir.join("no/such/dir.svg").to_str().unwrap(),
     ]);
-    assert_clean_failure(&out, "cannot write");
+    assert_one_line_failure(&out, "cannot write");
 
     // Cut in the middle: the calls before the damage are plotted, the
     // error names the byte, the exit is non-zero.
@@ -252,7 +218,7 @@ fn bad_names_and_damaged_files_are_one_clear_error() {
     let cut = dir.join("cut.fgt");
     std::fs::write(&cut, &bytes[..bytes.len() * 3 / 4]).unwrap();
     let out = fgtrace(&["plot", cut.to_str().unwrap(), "-f", "step", "-o", s]);
-    assert_clean_failure(&out, "truncated at byte");
+    assert_one_line_failure(&out, "truncated at byte");
     assert!(
         text(&out.stdout).starts_with("# view_plot::step: "),
         "{}",
