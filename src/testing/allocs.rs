@@ -58,17 +58,8 @@ impl Capture {
     /// Allocations made by the calls of `name` in their own code (traced
     /// callees excluded).
     pub fn self_allocations(&self, name: &str) -> Option<u64> {
-        if !self.counts_allocations() {
-            return None;
-        }
-        let mask = self.site_mask(name);
-        Some(
-            self.spans
-                .iter()
-                .filter(|s| mask[s.call.site as usize])
-                .filter_map(|s| s.self_allocs.map(|a| a.allocs))
-                .sum(),
-        )
+        let spans = self.alloc_spans(name)?;
+        Some(spans.filter_map(|s| s.self_allocs.map(|a| a.allocs)).sum())
     }
 
     /// Bytes allocated by the calls of `name`, callees included (a
@@ -103,6 +94,13 @@ impl Capture {
 
     /// Allocations of each call of `name` (callees included), in trace order.
     pub fn allocations_of(&self, name: &str) -> Option<Vec<u64>> {
+        let spans = self.alloc_spans(name)?;
+        Some(spans.map(|s| s.allocs.map_or(0, |a| a.allocs)).collect())
+    }
+
+    /// Every span of `name` in trace order (recursive calls too); `None`
+    /// without the counting allocator.
+    fn alloc_spans(&self, name: &str) -> Option<impl Iterator<Item = &Span> + '_> {
         if !self.counts_allocations() {
             return None;
         }
@@ -110,9 +108,7 @@ impl Capture {
         Some(
             self.spans
                 .iter()
-                .filter(|s| mask[s.call.site as usize])
-                .map(|s| s.allocs.map_or(0, |a| a.allocs))
-                .collect(),
+                .filter(move |s| mask[s.call.site as usize]),
         )
     }
 
