@@ -7,7 +7,7 @@ mod cli_support;
 use cli_support::{fgtrace, tempdir};
 
 use fgtrace::trace::{Event, Trace, TraceBuilder, TraceError, TraceMeta};
-use fgtrace::view::diff::{diff, write_diff, DiffOptions, DiffSort, Side};
+use fgtrace::view::diff::{diff, write_diff, Diff, DiffOptions, DiffSort, Side};
 use fgtrace::view::ok_events;
 
 #[path = "../../tests/support/traces.rs"]
@@ -58,18 +58,17 @@ fn side(calls: u64, total_ns: u64, self_ns: u64) -> Option<Side> {
     })
 }
 
+/// The diff of two in-memory traces.
+fn diff_of(a: &Trace, b: &Trace, opts: &DiffOptions) -> Diff {
+    let (ea, eb) = (ok_events(a.events()), ok_events(b.events()));
+    diff(a.meta(), ea, b.meta(), eb, opts).unwrap()
+}
+
 #[test]
 fn functions_match_by_full_name_and_sort_by_the_size_of_the_change() {
     let (a, b) = (before(), after());
     let opts = DiffOptions::default();
-    let d = diff(
-        a.meta(),
-        ok_events(a.events()),
-        b.meta(),
-        ok_events(b.events()),
-        &opts,
-    )
-    .unwrap();
+    let d = diff_of(&a, &b, &opts);
     let names: Vec<&str> = d.rows.iter().map(|r| r.name.as_str()).collect();
     // Total changes: handle +100 us, old -80 us, parse +40 us, new +10 us.
     assert_eq!(names, ["app::handle", "app::old", "app::parse", "app::new"]);
@@ -85,14 +84,7 @@ fn functions_match_by_full_name_and_sort_by_the_size_of_the_change() {
         sort: DiffSort::SelfTime,
         ..DiffOptions::default()
     };
-    let d = diff(
-        a.meta(),
-        ok_events(a.events()),
-        b.meta(),
-        ok_events(b.events()),
-        &opts,
-    )
-    .unwrap();
+    let d = diff_of(&a, &b, &opts);
     let names: Vec<&str> = d.rows.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["app::old", "app::handle", "app::parse", "app::new"]);
 }
@@ -275,14 +267,7 @@ fn with_allocs(parse_allocs: u64) -> Trace {
 fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
     use fgtrace::view::diff::{Limit, Metric};
     let (a, b) = (before(), after());
-    let d = diff(
-        a.meta(),
-        ok_events(a.events()),
-        b.meta(),
-        ok_events(b.events()),
-        &DiffOptions::default(),
-    )
-    .unwrap();
+    let d = diff_of(&a, &b, &DiffOptions::default());
     let lim = |s: &str| s.parse::<Limit>().unwrap();
     // handle: 200 -> 300 us (+50%), parse: 60 -> 100 us (+66.7%).
     let g = d.gate(Metric::Total, &[lim("70%")]);
@@ -325,14 +310,7 @@ fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
 fn the_gate_on_allocations() {
     use fgtrace::view::diff::{Limit, Metric};
     let (a, b) = (with_allocs(3), with_allocs(4));
-    let d = diff(
-        a.meta(),
-        ok_events(a.events()),
-        b.meta(),
-        ok_events(b.events()),
-        &DiffOptions::default(),
-    )
-    .unwrap();
+    let d = diff_of(&a, &b, &DiffOptions::default());
     let parse = d.rows.iter().find(|r| r.name == "app::parse").unwrap();
     assert_eq!(parse.before.unwrap().allocs, Some(6));
     assert_eq!(parse.after.unwrap().allocs, Some(8));
