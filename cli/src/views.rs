@@ -253,33 +253,21 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         inverted: a.inverted,
         ..FlameOptions::default()
     };
-    let mut svg = Vec::new();
     let read: Result<(), TraceError>;
     if a.chart {
         let mut b = ChartBuilder::new(&meta, &fopts);
         read = b.extend(r.events());
         let chart = b.finish();
-        let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
-        if a.folded {
-            chart
-                .write_to(&mut out)
-                .map_err(|e| write_err(a.output.as_deref(), e))?;
-        } else {
+        let draw = |svg: &mut Vec<u8>| {
             flame.count_name = "ns".into();
             flame.subtitle = Some(format!(
                 "{} calls, time order per thread, x = ns since session start",
                 chart.summary().calls
             ));
-            let drawn = chart_svg(&chart, &meta, &flame, &mut svg);
-            finish_svg(
-                drawn,
-                &svg,
-                &a.file,
-                read.as_ref().err(),
-                &mut out,
-                a.output.as_deref(),
-            )?;
-        }
+            chart_svg(&chart, &meta, &flame, svg)
+        };
+        let damaged = read.as_ref().err();
+        write_flame(a, &mut stdout, damaged, |out| chart.write_to(out), draw)?;
     } else {
         let mut sym = Symbolizer::new(&meta.mappings);
         let folded: Folded;
@@ -301,24 +289,13 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
             }
         }
         warn_symbols(&sym);
-        let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
-        if a.folded {
-            folded
-                .write_to(&mut out)
-                .map_err(|e| write_err(a.output.as_deref(), e))?;
-        } else {
+        let draw = |svg: &mut Vec<u8>| {
             flame.count_name = folded.count_name().into();
             flame.subtitle = Some(folded.subtitle());
-            let drawn = folded_svg(&folded, &flame, &mut svg);
-            finish_svg(
-                drawn,
-                &svg,
-                &a.file,
-                read.as_ref().err(),
-                &mut out,
-                a.output.as_deref(),
-            )?;
-        }
+            folded_svg(&folded, &flame, svg)
+        };
+        let damaged = read.as_ref().err();
+        write_flame(a, &mut stdout, damaged, |out| folded.write_to(out), draw)?;
     }
     read.map_err(|e| io_err(&a.file, e))
 }
@@ -337,10 +314,7 @@ fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<
         .map_err(|e| Some(format!("{}: {e}", a.file.display())))?;
     let read = b.extend(r.events());
     let (lines, summary) = b.finish();
-    let mut out = output(a.output.as_deref(), &mut stdout, !a.folded)?;
-    if a.folded {
-        write_offcpu_folded(&lines, &mut out).map_err(|e| write_err(a.output.as_deref(), e))?;
-    } else {
+    let draw = |svg: &mut Vec<u8>| {
         let name = a
             .file
             .file_name()
@@ -363,41 +337,43 @@ fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<
         flame
             .frame_colors
             .insert(offcpu_view::PREEMPTED.into(), [230, 150, 40]);
-        let mut svg = Vec::new();
-        let drawn = render_svg(
-            lines.iter().map(|(s, n)| format!("{s} {n}")),
-            &flame,
-            &mut svg,
-        );
-        finish_svg(
-            drawn,
-            &svg,
-            &a.file,
-            read.as_ref().err(),
-            &mut out,
-            a.output.as_deref(),
-        )?;
-    }
+        let lines = lines.iter().map(|(s, n)| format!("{s} {n}"));
+        render_svg(lines, &flame, svg)
+    };
+    let damaged = read.as_ref().err();
+    write_flame(
+        a,
+        &mut stdout,
+        damaged,
+        |out| write_offcpu_folded(&lines, out),
+        draw,
+    )?;
     read.map_err(|e| io_err(&a.file, e))
 }
 
-/// Writes a rendered SVG; with nothing to draw, says so (unless the trace
-/// was damaged, whose error says more).
-fn finish_svg(
-    drawn: Result<(), fgtrace::view::flame::FlameError>,
-    svg: &[u8],
-    file: &Path,
+/// `-o` or stdout: the folded text (`--folded`), else the SVG `draw`
+/// renders; with nothing to draw, says so (unless the trace was damaged,
+/// whose error says more).
+fn write_flame(
+    a: &FlameArgs,
+    stdout: &mut dyn Write,
     damaged: Option<&TraceError>,
-    out: &mut dyn Write,
-    path: Option<&Path>,
+    folded: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    draw: impl FnOnce(&mut Vec<u8>) -> Result<(), fgtrace::view::flame::FlameError>,
 ) -> Result<(), Option<String>> {
-    match drawn {
+    let path = a.output.as_deref();
+    let mut out = output(path, stdout, !a.folded)?;
+    if a.folded {
+        return folded(&mut out).map_err(|e| write_err(path, e));
+    }
+    let mut svg = Vec::new();
+    match draw(&mut svg) {
         Ok(()) => out
-            .write_all(svg)
+            .write_all(&svg)
             .and_then(|()| out.flush())
             .map_err(|e| write_err(path, e)),
         Err(_) if damaged.is_some() => Ok(()),
-        Err(e) => Err(Some(format!("{}: {e}", file.display()))),
+        Err(e) => Err(Some(format!("{}: {e}", a.file.display()))),
     }
 }
 
