@@ -236,3 +236,186 @@ fn every_thread_of_many_short_lived_ones_has_its_blocked_time() {
         assert_eq!(o.lost(), 0);
     }
 }
+
+#[fgtrace::traced]
+fn compute_then_nap(n: u64) -> u64 {
+    let x = compute(Duration::from_millis(4));
+    std::thread::sleep(Duration::from_millis(8 + n % 3));
+    x
+}
+
+#[fgtrace::traced]
+fn pad() {}
+
+/// Work calls the killed child makes before it dies.
+const KILLED_CALLS: usize = 8;
+
+/// Runs only as the child of `a_killed_recording_keeps_the_off_cpu_time_of_its_calls`:
+/// records into a file with off-CPU time, makes `KILLED_CALLS` calls that
+/// compute and sleep (printing each one's truth), then dies by SIGKILL
+/// without stopping: no final metadata, no end marker.
+#[test]
+#[ignore = "not a test: the child process of a_killed_recording_keeps_the_off_cpu_time_of_its_calls"]
+fn child_killed_with_off_cpu() {
+    let Ok(path) = std::env::var("FGTRACE_TEST_OFFCPU_CHILD") else {
+        return;
+    };
+    // Batches of 16 records: every work call (and the pads after it) reaches
+    // the collector, hence the file, as soon as its batch fills.
+    let _s = fgtrace::Session::start(Config::builtin().off_cpu(true).output(path).batch_calls(16))
+        .unwrap();
+    use std::io::Write;
+    for n in 0..KILLED_CALLS as u64 {
+        let (_, truth) = measured(|| compute_then_nap(n));
+        for _ in 0..16 {
+            pad();
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "TRUTH {} {}", truth.wall, truth.cpu).unwrap();
+        out.flush().unwrap();
+    }
+    // The collector writes and flushes while it idles.
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}
+
+/// "Data already recorded is never lost": a process killed while it records
+/// into a file with off-CPU time leaves a file whose calls keep their
+/// off-CPU time (written in sections of their own as the session goes, not
+/// only in the final metadata a killed process never writes), and whose
+/// views show it rather than "off-CPU unavailable".
+#[test]
+fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
+    let test = "a_killed_recording_keeps_the_off_cpu_time_of_its_calls";
+    let dir = std::env::temp_dir().join(format!("fgtrace-offcpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("killed.fgt");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_killed_with_off_cpu",
+            "--nocapture",
+            "--ignored",
+        ])
+        .env("FGTRACE_TEST_OFFCPU_CHILD", &path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the child was killed: {out:?}");
+    let truths: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("TRUTH ")?.split(' ');
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(truths.len(), KILLED_CALLS, "{out:?}");
+    let t = Trace::load(&path).expect("a killed recording still loads");
+    let w = t.meta().warnings.join("\n");
+    assert!(w.contains("did not finish"), "{w}");
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("off_cpu was asked for: the cut file must say so");
+    if !o.is_available() {
+        if o.unavailable
+            .as_deref()
+            .is_some_and(|r| r.contains("perf_event"))
+        {
+            tools::missing::<()>(test, &format!("off-CPU unavailable: {}", o.reason()));
+            return;
+        }
+        panic!("the cut file lost its off-CPU time: {o:?}");
+    }
+    let mut calls: Vec<_> = t
+        .calls()
+        .filter(|c| t.meta().site_name(c.site) == "compute_then_nap")
+        .collect();
+    calls.sort_by_key(|c| c.start_ns);
+    assert_eq!(
+        calls.len(),
+        KILLED_CALLS,
+        "every work call reached the file"
+    );
+    let (mut got_sum, mut truth_sum) = (0u64, 0u64);
+    for (c, &(wall, cpu)) in calls.iter().zip(&truths) {
+        let off = t.off_cpu_of(c).expect("the thread has off-CPU time");
+        let true_off = wall.saturating_sub(cpu);
+        got_sum += off.total_ns();
+        truth_sum += true_off;
+        assert!(
+            off.blocked_ns >= 7_000_000,
+            "an 8 ms sleep is blocked time: {off:?}"
+        );
+        assert!(
+            close(off.total_ns(), true_off, 0.15, 1_000_000),
+            "call at {} ns: off-CPU {} ns, truth {true_off} ns",
+            c.start_ns,
+            off.total_ns()
+        );
+    }
+    eprintln!(
+        "killed child: off-CPU recovered from the cut file {got_sum} ns over {} calls, truth {truth_sum} ns",
+        calls.len()
+    );
+    // The views show it: the graph's off-CPU column, not "unavailable".
+    let mut text = Vec::new();
+    fgtrace::view::graph::write_graph(
+        t.meta(),
+        t.events().map(Ok),
+        &fgtrace::view::graph::GraphOptions {
+            off_cpu: true,
+            ..Default::default()
+        },
+        &mut text,
+    )
+    .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(!text.contains("unavailable"), "{text}");
+    assert!(text.contains("off-CPU"), "{text}");
+    // Cut at every section boundary, the file loads and keeps at least the
+    // off-CPU time of any shorter cut; it has off-CPU sections of its own.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut at = 20 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let (mut last, mut off_sections) = (0u64, 0);
+    while at < bytes.len() {
+        let t = Trace::read_from(&bytes[..at])
+            .unwrap_or_else(|e| panic!("cut at {at} of {}: {e}", bytes.len()));
+        let o = t
+            .meta()
+            .off_cpu
+            .as_ref()
+            .expect("the header says it is recorded");
+        let total: u64 = o.threads.iter().map(|t| t.total().total_ns()).sum();
+        assert!(
+            total >= last,
+            "cut at {at}: {total} ns off-CPU, a shorter cut had {last}"
+        );
+        assert_eq!(o.is_available(), off_sections > 0, "cut at {at}: {o:?}");
+        last = total;
+        // The next section: kind u8, length varint, crc u32, payload.
+        let kind = bytes[at];
+        let (mut len, mut shift, mut i) = (0usize, 0, at + 1);
+        loop {
+            len |= ((bytes[i] & 0x7f) as usize) << shift;
+            i += 1;
+            if bytes[i - 1] & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        at = i + 4 + len;
+        off_sections += (kind == 8) as usize;
+    }
+    assert!(off_sections > 0, "the collector wrote no off-CPU section");
+    let whole: u64 = o.threads.iter().map(|t| t.total().total_ns()).sum();
+    assert!(
+        whole >= last && whole >= got_sum,
+        "{whole} ns in the file, {last} ns before its last section, {got_sum} ns in the calls"
+    );
+    eprintln!(
+        "killed child: {} bytes, {off_sections} off-CPU sections",
+        bytes.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
