@@ -247,13 +247,29 @@ fn compute_then_nap(n: u64) -> u64 {
 #[fgtrace::traced]
 fn pad() {}
 
-/// Work calls the killed child makes before it dies.
-const KILLED_CALLS: usize = 8;
+/// Work calls each thread of the killed child makes before it dies.
+const KILLED_CALLS: usize = 6;
+
+/// `KILLED_CALLS` calls that compute and sleep, each followed by a batch's
+/// worth of pads (so it reaches the file), printing each one's truth as
+/// `TRUTH thread-name wall-ns cpu-ns`.
+fn work_and_report(name: &str) {
+    use std::io::Write;
+    for n in 0..KILLED_CALLS as u64 {
+        let (_, truth) = measured(|| compute_then_nap(n));
+        for _ in 0..16 {
+            pad();
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "TRUTH {name} {} {}", truth.wall, truth.cpu).unwrap();
+        out.flush().unwrap();
+    }
+}
 
 /// Runs only as the child of `a_killed_recording_keeps_the_off_cpu_time_of_its_calls`:
-/// records into a file with off-CPU time, makes `KILLED_CALLS` calls that
-/// compute and sleep (printing each one's truth), then dies by SIGKILL
-/// without stopping: no final metadata, no end marker.
+/// records into a file with off-CPU time; its main thread and a worker
+/// make `KILLED_CALLS` calls each that compute and sleep, then it dies by
+/// SIGKILL without stopping: no final metadata, no end marker.
 #[test]
 #[ignore = "not a test: the child process of a_killed_recording_keeps_the_off_cpu_time_of_its_calls"]
 fn child_killed_with_off_cpu() {
@@ -264,16 +280,12 @@ fn child_killed_with_off_cpu() {
     // the collector, hence the file, as soon as its batch fills.
     let _s = fgtrace::Session::start(Config::builtin().off_cpu(true).output(path).batch_calls(16))
         .unwrap();
-    use std::io::Write;
-    for n in 0..KILLED_CALLS as u64 {
-        let (_, truth) = measured(|| compute_then_nap(n));
-        for _ in 0..16 {
-            pad();
-        }
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "TRUTH {} {}", truth.wall, truth.cpu).unwrap();
-        out.flush().unwrap();
-    }
+    let worker = std::thread::Builder::new()
+        .name("worker".into())
+        .spawn(|| work_and_report("worker"))
+        .unwrap();
+    work_and_report("main");
+    worker.join().unwrap();
     // The collector writes and flushes while it idles.
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -301,14 +313,19 @@ fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "the child was killed: {out:?}");
-    let truths: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("TRUTH ")?.split(' ');
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect();
-    assert_eq!(truths.len(), KILLED_CALLS, "{out:?}");
+    let mut truths: std::collections::BTreeMap<String, Vec<(u64, u64)>> = Default::default();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(rest) = l.strip_prefix("TRUTH ") else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split(' ').collect();
+        truths
+            .entry(w[0].to_string())
+            .or_default()
+            .push((w[1].parse().unwrap(), w[2].parse().unwrap()));
+    }
+    assert_eq!(truths.len(), 2, "{out:?}");
+    assert!(truths.values().all(|v| v.len() == KILLED_CALLS), "{out:?}");
     let t = Trace::load(&path).expect("a killed recording still loads");
     let w = t.meta().warnings.join("\n");
     assert!(w.contains("did not finish"), "{w}");
@@ -327,36 +344,43 @@ fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
         }
         panic!("the cut file lost its off-CPU time: {o:?}");
     }
-    let mut calls: Vec<_> = t
-        .calls()
-        .filter(|c| t.meta().site_name(c.site) == "compute_then_nap")
-        .collect();
-    calls.sort_by_key(|c| c.start_ns);
-    assert_eq!(
-        calls.len(),
-        KILLED_CALLS,
-        "every work call reached the file"
-    );
-    let (mut got_sum, mut truth_sum) = (0u64, 0u64);
-    for (c, &(wall, cpu)) in calls.iter().zip(&truths) {
-        let off = t.off_cpu_of(c).expect("the thread has off-CPU time");
-        let true_off = wall.saturating_sub(cpu);
-        got_sum += off.total_ns();
-        truth_sum += true_off;
-        assert!(
-            off.blocked_ns >= 7_000_000,
-            "an 8 ms sleep is blocked time: {off:?}"
+    let (mut got_sum, mut truth_sum, mut n) = (0u64, 0u64, 0);
+    for (name, truths) in &truths {
+        let mut calls: Vec<_> = t
+            .calls()
+            .filter(|c| {
+                t.meta().site_name(c.site) == "compute_then_nap"
+                    // The main thread of a test is named after the test.
+                    && (t.meta().threads[c.thread as usize].name == "worker")
+                        == (name == "worker")
+            })
+            .collect();
+        calls.sort_by_key(|c| c.start_ns);
+        assert_eq!(
+            calls.len(),
+            KILLED_CALLS,
+            "every work call of {name} reached the file"
         );
-        assert!(
-            close(off.total_ns(), true_off, 0.15, 1_000_000),
-            "call at {} ns: off-CPU {} ns, truth {true_off} ns",
-            c.start_ns,
-            off.total_ns()
-        );
+        for (c, &(wall, cpu)) in calls.iter().zip(truths) {
+            let off = t.off_cpu_of(c).expect("the thread has off-CPU time");
+            let true_off = wall.saturating_sub(cpu);
+            got_sum += off.total_ns();
+            truth_sum += true_off;
+            n += 1;
+            assert!(
+                off.blocked_ns >= 7_000_000,
+                "{name}: an 8 ms sleep is blocked time: {off:?}"
+            );
+            assert!(
+                close(off.total_ns(), true_off, 0.15, 1_000_000),
+                "{name}: call at {} ns: off-CPU {} ns, truth {true_off} ns",
+                c.start_ns,
+                off.total_ns()
+            );
+        }
     }
     eprintln!(
-        "killed child: off-CPU recovered from the cut file {got_sum} ns over {} calls, truth {truth_sum} ns",
-        calls.len()
+        "killed child: off-CPU recovered from the cut file {got_sum} ns over {n} calls on 2 threads, truth {truth_sum} ns"
     );
     // The views show it: the graph's off-CPU column, not "unavailable".
     let mut text = Vec::new();

@@ -87,3 +87,50 @@ fn a_budget_on_blocking_is_skipped_not_failed() {
     force_refusal();
     napping_without_blocking();
 }
+
+/// A file written while recording says from its first bytes why off-CPU
+/// time is missing: read before the session stops (as a killed process
+/// leaves it), it says the same as the finished one, not "not recorded".
+#[test]
+fn a_file_cut_while_recording_says_why_off_cpu_is_missing() {
+    force_refusal();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("fgtrace-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cut.fgt");
+    let session = fgtrace::Session::start(
+        fgtrace::Config::builtin()
+            .off_cpu(true)
+            .output(&path)
+            .batch_calls(16),
+    )
+    .unwrap();
+    for _ in 0..20 {
+        nap();
+    }
+    // The collector writes the batches and flushes while it idles.
+    std::thread::sleep(Duration::from_millis(100));
+    let cut = std::fs::read(&path).unwrap();
+    let t = fgtrace::Trace::read_from(&cut[..]).expect("a file cut while recording loads");
+    assert!(
+        t.meta().warnings.join("").contains("did not finish"),
+        "{:?}",
+        t.meta().warnings
+    );
+    assert!(t.calls().count() >= 16, "the first batch reached the file");
+    let o = t
+        .meta()
+        .off_cpu
+        .as_ref()
+        .expect("the header says it was asked for");
+    assert!(!o.is_available());
+    assert!(o.threads.is_empty(), "no zeros that look measured");
+    assert!(
+        o.reason().contains("FGTRACE_OFFCPU=unavailable"),
+        "{}",
+        o.reason()
+    );
+    let done = session.stop().unwrap();
+    assert_eq!(done.meta().off_cpu.as_ref().unwrap().reason(), o.reason());
+    let _ = std::fs::remove_dir_all(&dir);
+}
