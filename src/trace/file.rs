@@ -759,12 +759,8 @@ mod tests {
     use super::*;
     use crate::trace::{OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo, Trace};
 
-    fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
-        OffInterval {
-            start_ns,
-            dur_ns,
-            kind,
-        }
+    const fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
+        OffInterval::new(start_ns, dur_ns, kind)
     }
 
     fn header() -> TraceMeta {
@@ -781,13 +777,8 @@ mod tests {
             unavailable: None,
             threads: vec![
                 OffCpuThread {
-                    thread: 0,
                     lost: 2,
-                    intervals: vec![
-                        iv(100, 50, OffKind::Blocked),
-                        iv(200, 10, OffKind::Preempted),
-                        iv(300, 100, OffKind::Blocked),
-                    ],
+                    ..crate::trace::offcpu::tests::thread()
                 },
                 OffCpuThread {
                     thread: 1,

@@ -80,6 +80,22 @@ pub struct FirefoxStats {
     pub off_cpu: u64,
 }
 
+/// A marker's duration in microseconds (the profiler shows its own, in ms).
+const DUR_FIELD: StaticSchemaMarkerField = StaticSchemaMarkerField {
+    key: "dur",
+    label: "Duration (us)",
+    format: MarkerFieldFormat::Decimal,
+    flags: MarkerFieldFlags::empty(),
+};
+
+/// The OS thread id a marker belongs to.
+const TID_FIELD: StaticSchemaMarkerField = StaticSchemaMarkerField {
+    key: "tid",
+    label: "Thread",
+    format: MarkerFieldFormat::Integer,
+    flags: MarkerFieldFlags::empty(),
+};
+
 /// A traced call (or a future, or a poll on a future's lane).
 struct CallMarker {
     name: StringHandle,
@@ -124,18 +140,8 @@ impl StaticSchemaMarker for CallMarker {
             format: MarkerFieldFormat::Integer,
             flags: MarkerFieldFlags::empty(),
         },
-        StaticSchemaMarkerField {
-            key: "dur",
-            label: "Duration (us)",
-            format: MarkerFieldFormat::Decimal,
-            flags: MarkerFieldFlags::empty(),
-        },
-        StaticSchemaMarkerField {
-            key: "tid",
-            label: "Thread",
-            format: MarkerFieldFormat::Integer,
-            flags: MarkerFieldFlags::empty(),
-        },
+        DUR_FIELD,
+        TID_FIELD,
     ];
 
     fn name(&self, _profile: &mut Profile) -> StringHandle {
@@ -188,18 +194,8 @@ impl StaticSchemaMarker for OffCpuMarker {
             format: MarkerFieldFormat::String,
             flags: MarkerFieldFlags::SEARCHABLE,
         },
-        StaticSchemaMarkerField {
-            key: "dur",
-            label: "Duration (us)",
-            format: MarkerFieldFormat::Decimal,
-            flags: MarkerFieldFlags::empty(),
-        },
-        StaticSchemaMarkerField {
-            key: "tid",
-            label: "Thread",
-            format: MarkerFieldFormat::Integer,
-            flags: MarkerFieldFlags::empty(),
-        },
+        DUR_FIELD,
+        TID_FIELD,
     ];
 
     fn name(&self, _profile: &mut Profile) -> StringHandle {
