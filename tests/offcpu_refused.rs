@@ -47,7 +47,7 @@ fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
     std::thread::spawn(nap).join().unwrap();
     let t = session.stop().unwrap();
     assert_eq!(t.calls().count(), 2, "calls are recorded all the same");
-    let o = says_why(&t);
+    says_why(&t);
     // And the file keeps saying so.
     let mut bytes = Vec::new();
     t.write_to(&mut bytes).unwrap();
