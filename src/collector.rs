@@ -159,13 +159,9 @@ impl Gathered {
 
     /// Writes the off-CPU intervals closed since the last time (every
     /// [`OFF_CPU_EVERY`] at most), announcing their threads first.
-    /// `index_of(tid)`: the thread's index in the session.
+    /// `tids()`: the session's threads' tids, by index.
     #[cfg(target_os = "linux")]
-    fn write_off_cpu(
-        &mut self,
-        who: &dyn Fn(u32) -> (u32, String),
-        index_of: &dyn Fn(u32) -> Option<u32>,
-    ) {
+    fn write_off_cpu(&mut self, who: &dyn Fn(u32) -> (u32, String), tids: &dyn Fn() -> Vec<u32>) {
         let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
             return;
         };
@@ -174,27 +170,32 @@ impl Gathered {
         }
         oc.last = std::time::Instant::now();
         let (rec, cal, written_end) = (&oc.rec, &oc.cal, &mut oc.written_end);
-        let mut r = Ok(());
+        // Taken under the recorder's lock, written after it (the reader
+        // thread and joining threads wait for that lock).
+        let mut news = Vec::new();
+        let tids = tids();
         rec.publish(|tid, ivs, lost| {
-            if r.is_err() {
-                return false;
-            }
             // A thread not registered yet (or gone from the list): next time.
-            let Some(i) = index_of(tid) else {
+            let Some(i) = tids.iter().position(|&t| t == tid) else {
                 return false;
             };
-            let i = i as usize;
             if written_end.len() <= i {
                 written_end.resize(i + 1, 0);
             }
             let ivs = crate::offcpu::to_trace_after(cal, written_end[i], u64::MAX, ivs);
-            r = Self::announce(o, i, who).and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
             if let Some(l) = ivs.last() {
                 written_end[i] = l.end_ns();
             }
-            o.dirty = true;
-            r.is_ok()
+            news.push((i, lost, ivs));
+            true
         });
+        let mut r = Ok(());
+        for (i, lost, ivs) in news {
+            r = r
+                .and_then(|_| Self::announce(o, i, who))
+                .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
+            o.dirty = true;
+        }
         o.check(r);
     }
 
@@ -835,12 +836,13 @@ fn collect(
             .unwrap_or_default()
     };
     #[cfg(target_os = "linux")]
-    let index_of = |tid: u32| {
+    let tids = || {
         active
             .threads
             .lock()
             .as_ref()
-            .and_then(|t| t.iter().find(|t| t.tid == tid).map(|t| t.index))
+            .map(|t| t.iter().map(|t| t.tid).collect())
+            .unwrap_or_default()
     };
     // Poll fast while batches arrive, back off to 10 ms while idle: an idle
     // session should cost (almost) nothing, a busy one never waits long.
@@ -856,7 +858,7 @@ fn collect(
             return g;
         }
         #[cfg(target_os = "linux")]
-        g.write_off_cpu(&who, &index_of);
+        g.write_off_cpu(&who, &tids);
         if got {
             nap = MIN_NAP;
         } else {
