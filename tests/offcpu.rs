@@ -400,9 +400,8 @@ fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
     // Cut at every section boundary, the file loads and keeps at least the
     // off-CPU time of any shorter cut; it has off-CPU sections of its own.
     let bytes = std::fs::read(&path).unwrap();
-    let mut at = 20 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     let (mut last, mut off_sections) = (0u64, 0);
-    while at < bytes.len() {
+    for (kind, at) in sections(&bytes) {
         let t = Trace::read_from(&bytes[..at])
             .unwrap_or_else(|e| panic!("cut at {at} of {}: {e}", bytes.len()));
         let o = t
@@ -417,18 +416,6 @@ fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
         );
         assert_eq!(o.is_available(), off_sections > 0, "cut at {at}: {o:?}");
         last = total;
-        // The next section: kind u8, length varint, crc u32, payload.
-        let kind = bytes[at];
-        let (mut len, mut shift, mut i) = (0usize, 0, at + 1);
-        loop {
-            len |= ((bytes[i] & 0x7f) as usize) << shift;
-            i += 1;
-            if bytes[i - 1] & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-        }
-        at = i + 4 + len;
         off_sections += (kind == 8) as usize;
     }
     assert!(off_sections > 0, "the collector wrote no off-CPU section");
@@ -441,5 +428,80 @@ fn a_killed_recording_keeps_the_off_cpu_time_of_its_calls() {
         "killed child: {} bytes, {off_sections} off-CPU sections",
         bytes.len()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The section walk of a version-2 file: (kind, offset) of every section
+/// after the header, up to the end marker.
+fn sections(bytes: &[u8]) -> Vec<(u8, usize)> {
+    let mut at = 20 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut out = Vec::new();
+    while at < bytes.len() && bytes[at] != 0xFF {
+        let (mut len, mut shift, mut i) = (0usize, 0, at + 1);
+        loop {
+            len |= ((bytes[i] & 0x7f) as usize) << shift;
+            i += 1;
+            if bytes[i - 1] & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        out.push((bytes[at], at));
+        at = i + 4 + len;
+    }
+    out
+}
+
+/// What the collector writes in off-CPU sections while recording is what
+/// the session computes at stop: the file without its final metadata (as a
+/// killed process leaves it) holds the same intervals, up to the last few
+/// ms; finished, the file says exactly what the session returned.
+#[test]
+fn off_cpu_sections_agree_with_the_final_metadata() {
+    let _s = serial();
+    let test = "off_cpu_sections_agree_with_the_final_metadata";
+    let dir = std::env::temp_dir().join(format!("fgtrace-offcpu-agree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("agree.fgt");
+    let session = fgtrace::Session::start(Config::builtin().off_cpu(true).output(&path)).unwrap();
+    compute_then_sleep();
+    // Past the collector's next off-CPU write (every 10 ms).
+    std::thread::sleep(Duration::from_millis(60));
+    let t = session.stop().unwrap();
+    let Some(o) = off_cpu_of(&t, test) else {
+        return;
+    };
+    let loaded = Trace::load(&path).unwrap();
+    assert_eq!(loaded.meta().off_cpu.as_ref(), Some(o));
+    let bytes = std::fs::read(&path).unwrap();
+    let secs = sections(&bytes);
+    let meta_at = secs.iter().find(|s| s.0 == 6).expect("final metadata").1;
+    assert!(secs.iter().any(|s| s.0 == 8), "off-CPU sections: {secs:?}");
+    let cut = Trace::read_from(&bytes[..meta_at]).unwrap();
+    let c = cut.meta().off_cpu.as_ref().unwrap();
+    assert!(c.is_available(), "{c:?}");
+    for th in &c.threads {
+        let full = o.thread(th.thread).expect("the session has that thread");
+        assert!(
+            full.intervals.starts_with(&th.intervals),
+            "thread {}: the sections' {:?} are not where the final {:?} begins",
+            th.thread,
+            th.intervals,
+            full.intervals
+        );
+        assert!(th.lost <= full.lost);
+    }
+    // The call's own off-CPU time (it ended 60 ms before stop) is all there.
+    let call = |t: &Trace| {
+        t.calls()
+            .find(|c| t.meta().site_name(c.site) == "compute_then_sleep")
+            .unwrap()
+    };
+    let (a, b) = (call(&t), call(&cut));
+    assert_eq!((a.start_ns, a.thread), (b.start_ns, b.thread));
+    let (whole, from_sections) = (t.off_cpu_of(&a).unwrap(), cut.off_cpu_of(&b).unwrap());
+    eprintln!("compute_then_sleep: off-CPU {whole:?} at stop, {from_sections:?} from the sections");
+    assert_eq!(whole, from_sections);
+    assert!(whole.blocked_ns >= 9_000_000, "{whole:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
