@@ -465,8 +465,26 @@ fn off_cpu_sections_agree_with_the_final_metadata() {
     let path = dir.join("agree.fgt");
     let session = fgtrace::Session::start(Config::builtin().off_cpu(true).output(&path)).unwrap();
     compute_then_sleep();
-    // Past the collector's next off-CPU write (every 10 ms).
-    std::thread::sleep(Duration::from_millis(60));
+    // Until the collector wrote the sleep's stretch (it writes every 10 ms):
+    // the file as it is now (no final metadata yet) has it.
+    let waited = std::time::Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = std::fs::read(&path).unwrap();
+        let blocked = Trace::read_from(&now[..])
+            .ok()
+            .and_then(|t| t.meta().off_cpu.clone())
+            .map_or(0, |o| o.threads.iter().map(|t| t.total().blocked_ns).sum());
+        if blocked >= 9_000_000 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the file shows {blocked} ns blocked 5 s after a 10 ms sleep"
+        );
+    }
+    // And a few writes more, for a preemption between the wake-up and the return.
+    std::thread::sleep(Duration::from_millis(50));
     let t = session.stop().unwrap();
     let Some(o) = off_cpu_of(&t, test) else {
         return;
@@ -491,7 +509,7 @@ fn off_cpu_sections_agree_with_the_final_metadata() {
         );
         assert!(th.lost <= full.lost);
     }
-    // The call's own off-CPU time (it ended 60 ms before stop) is all there.
+    // The call's own off-CPU time (its stretches were written before stop) is all there.
     let call = |t: &Trace| {
         t.calls()
             .find(|c| t.meta().site_name(c.site) == "compute_then_sleep")
