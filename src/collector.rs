@@ -682,7 +682,11 @@ fn open_output(
         off_cpu,
         ..base_meta(cal, cal.origin.ticks, config)
     };
+    // The header reaches the file at once: a process killed before its
+    // first batch leaves a file that reads (no calls, and what the header
+    // says, such as why off-CPU time is missing).
     let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
+        .and_then(|mut w| w.flush().map(|()| w))
         .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
     Ok(Output {
         w,

@@ -111,6 +111,11 @@ fn a_file_cut_while_recording_says_why_off_cpu_is_missing() {
             .batch_calls(16),
     )
     .unwrap();
+    // Before any call: the header alone is in the file, and says it.
+    let early = std::fs::read(&path).unwrap();
+    let t = fgtrace::Trace::read_from(&early[..]).expect("the header is written at start");
+    assert_eq!(t.calls().count(), 0);
+    says_why(&t);
     for _ in 0..20 {
         nap();
     }
