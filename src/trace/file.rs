@@ -194,6 +194,9 @@ fn merge_off_cpu(meta: &mut TraceMeta, off: std::collections::BTreeMap<u32, supe
     }
     let o = meta.off_cpu.get_or_insert_with(Default::default);
     o.threads = off.into_values().collect();
+    // The session lasted at least until its last stretch ended.
+    let last = o.threads.iter().filter_map(|t| t.intervals.last());
+    meta.duration_ns = last.map(|i| i.end_ns()).fold(meta.duration_ns, u64::max);
     if o.unavailable.is_none() {
         if o.threads.is_empty() {
             o.unavailable = Some(
@@ -829,6 +832,8 @@ mod tests {
             t.meta().warnings
         );
         assert_eq!(t.meta().off_cpu, Some(full()));
+        // No calls: the session lasted until its last stretch ended.
+        assert_eq!(t.meta().duration_ns, 400);
         // Finished, the final metadata is the truth (the sections repeat it).
         let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
         w.thread(0, 11, "main").unwrap();
