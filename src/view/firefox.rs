@@ -80,6 +80,18 @@ pub struct FirefoxStats {
     pub off_cpu: u64,
 }
 
+/// A marker type's `name` and `category`: its fields of those names.
+macro_rules! name_and_category {
+    () => {
+        fn name(&self, _profile: &mut Profile) -> StringHandle {
+            self.name
+        }
+        fn category(&self, _profile: &mut Profile) -> CategoryHandle {
+            self.category
+        }
+    };
+}
+
 /// A marker's duration in microseconds (the profiler shows its own, in ms).
 const DUR_FIELD: StaticSchemaMarkerField = StaticSchemaMarkerField {
     key: "dur",
@@ -144,12 +156,7 @@ impl StaticSchemaMarker for CallMarker {
         TID_FIELD,
     ];
 
-    fn name(&self, _profile: &mut Profile) -> StringHandle {
-        self.name
-    }
-    fn category(&self, _profile: &mut Profile) -> CategoryHandle {
-        self.category
-    }
+    name_and_category!();
     fn string_field_value(&self, field_index: u32) -> StringHandle {
         match field_index {
             0 => self.kind,
@@ -198,12 +205,7 @@ impl StaticSchemaMarker for OffCpuMarker {
         TID_FIELD,
     ];
 
-    fn name(&self, _profile: &mut Profile) -> StringHandle {
-        self.name
-    }
-    fn category(&self, _profile: &mut Profile) -> CategoryHandle {
-        self.category
-    }
+    name_and_category!();
     fn string_field_value(&self, _field_index: u32) -> StringHandle {
         self.why
     }
