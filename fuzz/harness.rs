@@ -49,7 +49,16 @@ pub fn trace_reader(data: &[u8]) -> Result<usize, String> {
                     t.meta().site_name(c.site),
                     t.meta().thread_label(c.thread),
                     c.end_ns(),
+                    t.off_cpu_of(&c),
                 );
+            }
+            // Off-CPU time (the final metadata's, or a cut file's off-CPU
+            // sections): what the views read of it.
+            if let Some(o) = &t.meta().off_cpu {
+                let _ = (o.reason(), o.lost());
+                for th in &o.threads {
+                    let _ = (th.total(), th.overlapping(0, u64::MAX).len());
+                }
             }
             match t.damage() {
                 Some(d) => Err(d.to_string()),

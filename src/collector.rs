@@ -78,7 +78,27 @@ struct Gathered {
     sites: SiteMap,
     threads: Vec<Gathering>,
     out: Option<Output>,
+    /// Off-CPU time going to the file while recording.
+    #[cfg(target_os = "linux")]
+    off_cpu: Option<OffCpuOut>,
 }
+
+/// The collector's side of off-CPU time in a file (issue 14): every few ms
+/// the intervals the recorder closed since are written in off-CPU
+/// sections, so a process killed while recording keeps them.
+#[cfg(target_os = "linux")]
+struct OffCpuOut {
+    rec: Arc<crate::offcpu::Recorder>,
+    cal: Calibration,
+    /// Per thread index: the end of its last interval written.
+    written_end: Vec<u64>,
+    last: std::time::Instant,
+}
+
+/// How often off-CPU sections are written (a killed process loses this
+/// much, plus the reader's 5 ms, of its off-CPU time).
+#[cfg(target_os = "linux")]
+const OFF_CPU_EVERY: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
 struct Gathering {
@@ -118,7 +138,65 @@ impl Gathered {
             sites: SiteMap::default(),
             threads: Vec::new(),
             out,
+            #[cfg(target_os = "linux")]
+            off_cpu: None,
         }
+    }
+
+    /// Announces threads up to index `i` in the file.
+    fn announce(
+        o: &mut Output,
+        i: usize,
+        who: &dyn Fn(u32) -> (u32, String),
+    ) -> std::io::Result<()> {
+        while o.threads_written <= i {
+            let (tid, name) = who(o.threads_written as u32);
+            o.w.thread(o.threads_written as u32, tid, &name)?;
+            o.threads_written += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the off-CPU intervals closed since the last time (every
+    /// [`OFF_CPU_EVERY`] at most), announcing their threads first.
+    /// `tids()`: the session's threads' tids, by index.
+    #[cfg(target_os = "linux")]
+    fn write_off_cpu(&mut self, who: &dyn Fn(u32) -> (u32, String), tids: &dyn Fn() -> Vec<u32>) {
+        let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
+            return;
+        };
+        if o.error.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
+            return;
+        }
+        oc.last = std::time::Instant::now();
+        let (rec, cal, written_end) = (&oc.rec, &oc.cal, &mut oc.written_end);
+        // Taken under the recorder's lock, written after it (the reader
+        // thread and joining threads wait for that lock).
+        let mut news = Vec::new();
+        let tids = tids();
+        rec.publish(|tid, ivs, lost| {
+            // A thread not registered yet (or gone from the list): next time.
+            let Some(i) = tids.iter().position(|&t| t == tid) else {
+                return false;
+            };
+            if written_end.len() <= i {
+                written_end.resize(i + 1, 0);
+            }
+            let ivs = crate::offcpu::to_trace_after(cal, written_end[i], u64::MAX, ivs);
+            if let Some(l) = ivs.last() {
+                written_end[i] = l.end_ns();
+            }
+            news.push((i, lost, ivs));
+            true
+        });
+        let mut r = Ok(());
+        for (i, lost, ivs) in news {
+            r = r
+                .and_then(|_| Self::announce(o, i, who))
+                .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
+            o.dirty = true;
+        }
+        o.check(r);
     }
 
     /// Encodes one thread's records; `who` names thread `i` (tid, name) for
@@ -155,12 +233,9 @@ impl Gathered {
                         o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
                     o.sites_written += 1;
                 }
-                while r.is_ok() && o.threads_written <= i {
-                    let (tid, name) = who(o.threads_written as u32);
-                    r = o.w.thread(o.threads_written as u32, tid, &name);
-                    o.threads_written += 1;
-                }
-                let r = r.and_then(|_| o.w.raw(&c));
+                let r = r
+                    .and_then(|_| Self::announce(o, i, who))
+                    .and_then(|_| o.w.raw(&c));
                 let failed = r.is_err();
                 o.check(r);
                 o.dirty = true;
@@ -282,13 +357,9 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
-        // The output file first: nothing else has started if it cannot be created.
-        let out = match &config.output {
-            Some(path) => Some(open_output(path, &cal, &config)?),
-            None => None,
-        };
         // Off-CPU time (issue 14): the recorder opens this thread's ring now,
-        // every other thread's when it joins (`recorder::join`).
+        // every other thread's when it joins (`recorder::join`). Before the
+        // output file, whose header says whether it is recorded.
         #[cfg(target_os = "linux")]
         let off_cpu = match config.off_cpu {
             true => Some(crate::offcpu::Recorder::start().map_err(Error::OffCpu)?),
@@ -296,6 +367,28 @@ impl Session {
         };
         #[cfg(target_os = "linux")]
         let cancel_off_cpu = || off_cpu.as_ref().map(|o| o.cancel());
+        #[cfg(target_os = "linux")]
+        let off_cpu_said = off_cpu.as_ref().map(|o| crate::trace::OffCpu {
+            unavailable: o.refused(),
+            threads: Vec::new(),
+        });
+        #[cfg(not(target_os = "linux"))]
+        let off_cpu_said = config
+            .off_cpu
+            .then(|| crate::trace::OffCpu::unavailable("off-CPU time needs Linux (perf_event)"));
+        // The output file before anything else runs: nothing else has
+        // started if it cannot be created.
+        let out = match &config.output {
+            Some(path) => match open_output(path, &cal, &config, off_cpu_said) {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    #[cfg(target_os = "linux")]
+                    cancel_off_cpu();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         LIVE_SESSIONS.fetch_add(1, Relaxed);
         let active = Arc::new(Active {
             gen,
@@ -329,7 +422,17 @@ impl Session {
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:
         // a failure leaves no session behind.
-        let gathered = Gathered::new(cal.origin.ticks, out);
+        #[allow(unused_mut)]
+        let mut gathered = Gathered::new(cal.origin.ticks, out);
+        #[cfg(target_os = "linux")]
+        if gathered.out.is_some() {
+            gathered.off_cpu = off_cpu.as_ref().map(|rec| OffCpuOut {
+                rec: rec.clone(),
+                cal,
+                written_end: Vec::new(),
+                last: std::time::Instant::now(),
+            });
+        }
         let (collector, idle_gathered) = if flight {
             (None, Some(gathered))
         } else {
@@ -565,16 +668,25 @@ fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
     }
 }
 
-/// Creates the output file and writes its provisional header.
+/// Creates the output file and writes its provisional header (with
+/// `off_cpu`: whether off-CPU time is recorded, or why not).
 fn open_output(
     path: &std::path::Path,
     cal: &Calibration,
     config: &Config,
+    off_cpu: Option<crate::trace::OffCpu>,
 ) -> Result<Output, Error> {
     let f = std::fs::File::create(path)
         .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
-    let meta = base_meta(cal, cal.origin.ticks, config);
+    let meta = TraceMeta {
+        off_cpu,
+        ..base_meta(cal, cal.origin.ticks, config)
+    };
+    // The header reaches the file at once: a process killed before its
+    // first batch leaves a file that reads (no calls, and what the header
+    // says, such as why off-CPU time is missing).
     let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
+        .and_then(|mut w| w.flush().map(|()| w))
         .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
     Ok(Output {
         w,
@@ -727,6 +839,15 @@ fn collect(
             .and_then(|t| t.get(i as usize).map(|t| (t.tid, t.name.clone())))
             .unwrap_or_default()
     };
+    #[cfg(target_os = "linux")]
+    let tids = || {
+        active
+            .threads
+            .lock()
+            .as_ref()
+            .map(|t| t.iter().map(|t| t.tid).collect())
+            .unwrap_or_default()
+    };
     // Poll fast while batches arrive, back off to 10 ms while idle: an idle
     // session should cost (almost) nothing, a busy one never waits long.
     let mut nap = MIN_NAP;
@@ -740,6 +861,8 @@ fn collect(
         if stop.load(Acquire) {
             return g;
         }
+        #[cfg(target_os = "linux")]
+        g.write_off_cpu(&who, &tids);
         if got {
             nap = MIN_NAP;
         } else {
@@ -779,7 +902,7 @@ mod tests {
             origin: ClockPoint::now(),
             ticks_per_ns: 1.0,
         };
-        let out = open_output(&path, &cal, &Config::builtin()).unwrap();
+        let out = open_output(&path, &cal, &Config::builtin(), None).unwrap();
         let mut g = Gathered::new(1000, Some(out));
         for _ in 0..10 {
             g.add_records(0, &recs, &who);

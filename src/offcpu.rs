@@ -59,26 +59,37 @@ pub(crate) fn to_trace(
     lost: u64,
     thread: u32,
 ) -> OffCpuThread {
+    OffCpuThread {
+        thread,
+        lost,
+        intervals: to_trace_after(cal, 0, end_ns, intervals),
+    }
+}
+
+/// `CLOCK_MONOTONIC` intervals to trace time, clipped to `[floor_ns,
+/// end_ns]`: sorted and apart whatever rounding did, none before `floor_ns`
+/// (the end of the intervals already converted).
+pub(crate) fn to_trace_after(
+    cal: &Calibration,
+    floor_ns: u64,
+    end_ns: u64,
+    intervals: &[MonoInterval],
+) -> Vec<OffInterval> {
     let mut out: Vec<OffInterval> = Vec::with_capacity(intervals.len());
+    let mut floor = floor_ns;
     for i in intervals {
-        let s = cal.mono_to_ns(i.out_ns).min(end_ns);
-        let mut e = cal.mono_to_ns(i.in_ns).min(end_ns);
-        // Keep them sorted and apart whatever rounding did.
-        let s = out.last().map_or(s, |p| s.max(p.end_ns()));
-        e = e.max(s);
+        let s = cal.mono_to_ns(i.out_ns).min(end_ns).max(floor);
+        let e = cal.mono_to_ns(i.in_ns).min(end_ns).max(s);
         if e > s {
             out.push(OffInterval {
                 start_ns: s,
                 dur_ns: e - s,
                 kind: i.kind,
             });
+            floor = e;
         }
     }
-    OffCpuThread {
-        thread,
-        lost,
-        intervals: out,
-    }
+    out
 }
 
 /// The perf_event side: rings, their reader, the session's recorder.
@@ -168,12 +179,54 @@ mod linux {
         }
     }
 
+    /// How much of one ring's intervals and losses went to the trace file
+    /// while recording ([`Recorder::publish`]).
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Published {
+        /// Intervals already handed out.
+        intervals: usize,
+        /// Lost records already handed out.
+        lost: u64,
+        /// The ring was announced (even with no interval yet).
+        announced: bool,
+    }
+
     /// The switch records of one thread.
     pub(crate) struct SwitchRing {
         pub tid: u32,
         ring: MmapRing,
         pairer: Pairer,
+        published: Published,
         _fd: Fd,
+    }
+
+    /// A ring of a thread that exited, read for the last time.
+    struct Finished {
+        tid: u32,
+        intervals: Vec<MonoInterval>,
+        lost: u64,
+        published: Published,
+    }
+
+    /// Hands `f` the part of one ring not yet published; advances the
+    /// cursor when `f` takes it.
+    fn publish_one(
+        tid: u32,
+        intervals: &[MonoInterval],
+        lost: u64,
+        p: &mut Published,
+        f: &mut dyn FnMut(u32, &[MonoInterval], u64) -> bool,
+    ) {
+        let new = &intervals[p.intervals.min(intervals.len())..];
+        let lost_new = lost.saturating_sub(p.lost);
+        if p.announced && new.is_empty() && lost_new == 0 {
+            return;
+        }
+        if f(tid, new, lost_new) {
+            p.intervals = intervals.len();
+            p.lost = lost;
+            p.announced = true;
+        }
     }
 
     impl SwitchRing {
@@ -208,6 +261,7 @@ mod linux {
                 tid,
                 ring,
                 pairer: Pairer::default(),
+                published: Published::default(),
                 _fd: fd,
             })
         }
@@ -230,7 +284,7 @@ mod linux {
     pub(crate) struct Recorder {
         rings: Mutex<Vec<SwitchRing>>,
         /// Rings of threads that exited, already read.
-        done: Mutex<Vec<(u32, Vec<MonoInterval>, u64)>>,
+        done: Mutex<Vec<Finished>>,
         /// The first refusal (later ones are the same, or close).
         refused: Mutex<Option<String>>,
         stop: AtomicBool,
@@ -293,6 +347,11 @@ mod linux {
             }
         }
 
+        /// Why off-CPU time is missing (the first refusal), if it is.
+        pub(crate) fn refused(&self) -> Option<String> {
+            self.refused.lock().clone()
+        }
+
         /// Stops the reader (a session that failed to start).
         pub(crate) fn cancel(&self) {
             self.stop.store(true, Release);
@@ -320,12 +379,34 @@ mod linux {
                             i += 1;
                         } else {
                             let r = rings.swap_remove(i);
-                            let tid = r.tid;
-                            let (iv, lost) = r.finish(clock::monotonic_ns());
-                            self.done.lock().push((tid, iv, lost));
+                            let (tid, published) = (r.tid, r.published);
+                            let (intervals, lost) = r.finish(clock::monotonic_ns());
+                            self.done.lock().push(Finished {
+                                tid,
+                                intervals,
+                                lost,
+                                published,
+                            });
                         }
                     }
                 }
+            }
+        }
+
+        /// While recording: hands `f` each ring's intervals closed since the
+        /// last call and the records lost since, as `f(tid, intervals,
+        /// lost)`: every ring once even with nothing (so a thread that never
+        /// left the CPU is known as recorded), then only when there is news.
+        /// `f` returns whether it took them (else they come again next time).
+        /// Intervals are the reader thread's (drained every few ms): one
+        /// still open is not among them.
+        pub(crate) fn publish(&self, mut f: impl FnMut(u32, &[MonoInterval], u64) -> bool) {
+            for d in self.done.lock().iter_mut() {
+                publish_one(d.tid, &d.intervals, d.lost, &mut d.published, &mut f);
+            }
+            for r in self.rings.lock().iter_mut() {
+                let p = &r.pairer;
+                publish_one(r.tid, &p.intervals, p.lost, &mut r.published, &mut f);
             }
         }
 
@@ -342,7 +423,11 @@ mod linux {
                 let _ = h.join();
             }
             let end_mono = cal.origin.mono_ns.saturating_add(end_ns);
-            let mut all = std::mem::take(&mut *self.done.lock());
+            let mut all: Vec<(u32, Vec<MonoInterval>, u64)> =
+                std::mem::take(&mut *self.done.lock())
+                    .into_iter()
+                    .map(|d| (d.tid, d.intervals, d.lost))
+                    .collect();
             for r in self.rings.lock().drain(..) {
                 let tid = r.tid;
                 let (iv, lost) = r.finish(end_mono);

@@ -21,15 +21,8 @@ fn nap() {
     std::thread::sleep(Duration::from_millis(2));
 }
 
-#[test]
-fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
-    force_refusal();
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let session = fgtrace::Session::start(fgtrace::Config::default()).unwrap();
-    nap();
-    std::thread::spawn(nap).join().unwrap();
-    let t = session.stop().unwrap();
-    assert_eq!(t.calls().count(), 2, "calls are recorded all the same");
+/// The trace's off-CPU data: none, and the forced refusal as the reason.
+fn says_why(t: &fgtrace::Trace) -> &fgtrace::trace::OffCpu {
     let o = t
         .meta()
         .off_cpu
@@ -42,6 +35,19 @@ fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
         "{}",
         o.reason()
     );
+    o
+}
+
+#[test]
+fn a_session_records_calls_and_says_why_off_cpu_is_missing() {
+    force_refusal();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let session = fgtrace::Session::start(fgtrace::Config::default()).unwrap();
+    nap();
+    std::thread::spawn(nap).join().unwrap();
+    let t = session.stop().unwrap();
+    assert_eq!(t.calls().count(), 2, "calls are recorded all the same");
+    says_why(&t);
     // And the file keeps saying so.
     let mut bytes = Vec::new();
     t.write_to(&mut bytes).unwrap();
@@ -86,4 +92,45 @@ fn napping_without_blocking() {
 fn a_budget_on_blocking_is_skipped_not_failed() {
     force_refusal();
     napping_without_blocking();
+}
+
+/// A file written while recording says from its first bytes why off-CPU
+/// time is missing: read before the session stops (as a killed process
+/// leaves it), it says the same as the finished one, not "not recorded".
+#[test]
+fn a_file_cut_while_recording_says_why_off_cpu_is_missing() {
+    force_refusal();
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("fgtrace-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cut.fgt");
+    let session = fgtrace::Session::start(
+        fgtrace::Config::builtin()
+            .off_cpu(true)
+            .output(&path)
+            .batch_calls(16),
+    )
+    .unwrap();
+    // Before any call: the header alone is in the file, and says it.
+    let early = std::fs::read(&path).unwrap();
+    let t = fgtrace::Trace::read_from(&early[..]).expect("the header is written at start");
+    assert_eq!(t.calls().count(), 0);
+    says_why(&t);
+    for _ in 0..20 {
+        nap();
+    }
+    // The collector writes the batches and flushes while it idles.
+    std::thread::sleep(Duration::from_millis(100));
+    let cut = std::fs::read(&path).unwrap();
+    let t = fgtrace::Trace::read_from(&cut[..]).expect("a file cut while recording loads");
+    assert!(
+        t.meta().warnings.join("").contains("did not finish"),
+        "{:?}",
+        t.meta().warnings
+    );
+    assert!(t.calls().count() >= 16, "the first batch reached the file");
+    let o = says_why(&t);
+    let done = session.stop().unwrap();
+    assert_eq!(done.meta().off_cpu.as_ref().unwrap().reason(), o.reason());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -123,6 +123,9 @@ pub struct FirefoxArgs {
     /// Plain JSON instead of gzip.
     #[arg(long)]
     json: bool,
+    /// Leave the off-CPU markers out.
+    #[arg(long)]
+    no_offcpu: bool,
     /// Write here instead of stdout (never gzip to a terminal).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -441,6 +444,7 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
     let opts = FirefoxOptions {
         threads: threads(&a.threads),
         gzip: !a.json,
+        off_cpu: !a.no_offcpu,
     };
     let mut sym = Symbolizer::new(&meta.mappings);
     if a.output.is_none() && !a.json && io::stdout().is_terminal() {

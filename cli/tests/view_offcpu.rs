@@ -342,6 +342,112 @@ fn perfetto_off_cpu_track_parses_with_the_upstream_schema() {
     );
 }
 
+/// `fgtrace firefox` of the trace in `f` (extra `args`), gunzipped: the
+/// markers of thread `main` as (name, start ms, end ms, data).
+fn firefox_markers(
+    f: &std::path::Path,
+    args: &[&str],
+) -> Vec<(String, f64, f64, serde_json::Value)> {
+    use std::io::Read;
+    let out = f.with_extension("json.gz");
+    let mut a = vec!["firefox", f.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    a.extend_from_slice(args);
+    stdout(&fgtrace(&a));
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap())
+        .read_to_string(&mut s)
+        .unwrap();
+    let p: serde_json::Value = serde_json::from_str(&s).unwrap();
+    let main = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "main")
+        .expect("thread main");
+    let strings = main["stringArray"]
+        .as_array()
+        .or_else(|| p["shared"]["stringArray"].as_array())
+        .unwrap();
+    let m = &main["markers"];
+    let string = |v: &serde_json::Value| match v.as_u64() {
+        Some(i) => strings[i as usize].as_str().unwrap().to_string(),
+        None => v.as_str().unwrap_or_default().to_string(),
+    };
+    (0..m["length"].as_u64().unwrap() as usize)
+        .map(|i| {
+            let mut data = m["data"][i].clone();
+            if let Some(w) = data.get("why").cloned() {
+                data["why"] = string(&w).into();
+            }
+            (
+                string(&m["name"][i]),
+                m["startTime"][i].as_f64().unwrap_or(f64::NAN),
+                m["endTime"][i].as_f64().unwrap_or(f64::NAN),
+                data,
+            )
+        })
+        .collect()
+}
+
+/// Off-CPU stretches in the Firefox Profiler: interval markers on their
+/// thread, named by kind like the Chrome and Perfetto slices, at their
+/// times; `--no-offcpu` leaves them out; a refusal is a marker saying why.
+#[test]
+fn firefox_profile_has_off_cpu_markers_at_their_times() {
+    let d = Dir::new("firefox");
+    let f = d.save(&recorded(), "ff.fgt");
+    let markers = firefox_markers(&f, &[]);
+    let off: Vec<_> = markers
+        .iter()
+        .filter(|m| m.3["type"] == "fgtraceOffCpu")
+        .collect();
+    let got: Vec<(&str, f64, f64)> = off.iter().map(|m| (m.0.as_str(), m.1, m.2)).collect();
+    let want = [
+        ("blocked", 0.015, 0.045),
+        ("preempted", 0.070, 0.075),
+        ("blocked", 0.092, 0.112),
+    ];
+    assert_eq!(got.len(), want.len(), "{markers:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.0, w.0);
+        assert!(
+            (g.1 - w.1).abs() < 1e-9 && (g.2 - w.2).abs() < 1e-9,
+            "{g:?} vs {w:?}"
+        );
+    }
+    assert_eq!(off[0].3["dur"].as_f64(), Some(30.0));
+    assert_eq!(off[0].3["tid"].as_f64(), Some(77.0));
+    assert!(off[0].3["why"].as_str().unwrap().contains("voluntarily"));
+    assert!(off[1].3["why"].as_str().unwrap().contains("runnable"));
+    // The calls are markers as before.
+    assert_eq!(markers.iter().filter(|m| m.0 == "read").count(), 1);
+
+    let none = firefox_markers(&f, &["--no-offcpu"]);
+    assert!(
+        none.iter().all(|m| m.3["type"] != "fgtraceOffCpu"),
+        "{none:?}"
+    );
+    assert_eq!(none.len(), markers.len() - 3);
+
+    let u = d.save(&refused(), "u.fgt");
+    let refused = firefox_markers(&u, &[]);
+    let why: Vec<_> = refused
+        .iter()
+        .filter(|m| m.0 == "off-CPU unavailable")
+        .collect();
+    assert_eq!(why.len(), 1, "{refused:?}");
+    assert!(
+        why[0].3["why"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{why:?}"
+    );
+    assert!(!refused
+        .iter()
+        .any(|m| m.0 == "blocked" || m.0 == "preempted"));
+}
+
 fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }

@@ -10,8 +10,18 @@
 //!              4 raw: thread, count, exit-order records (see `recorded`)
 //!              5 samples: thread, count, events | 7 overwritten: thread, count
 //!              6 meta: the final TraceMeta JSON (last, when the session stopped)
+//!              8 off-CPU: thread, lost, count, count x (gap, dur, kind): the
+//!                thread's off-CPU intervals closed since its last such
+//!                section (times in ns; `gap` from the previous interval's
+//!                end, the first from 0; kind 0 blocked, 1 preempted)
 //! end          kind=0xFF u8, section_count varint, "END!"
 //! ```
+//!
+//! Off-CPU time of a version-2 file: the provisional header's metadata says
+//! whether it is recorded (`off_cpu` with no threads yet, or why not), the
+//! collector writes off-CPU sections as it goes, and the final metadata
+//! repeats everything (calibrated at stop). A file that has no final
+//! metadata (its writer was killed) gets its off-CPU time from the sections.
 
 use super::format::{
     put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED,
@@ -33,6 +43,7 @@ const SEC_RAW: u8 = 4;
 const SEC_SAMPLES: u8 = 5;
 const SEC_META: u8 = 6;
 const SEC_OVERWRITTEN: u8 = 7;
+const SEC_OFFCPU: u8 = 8;
 
 pub(crate) fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
     let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
@@ -132,6 +143,30 @@ impl<W: Write> RecordingWriter<W> {
         self.section(SEC_OVERWRITTEN, &[thread as u64, count], &[])
     }
 
+    /// Off-CPU intervals of `thread` closed since its last off-CPU section
+    /// (sorted, apart, none before the previous section's last), and the
+    /// switch records lost since. An empty one says the thread is recorded.
+    pub fn off_cpu(
+        &mut self,
+        thread: u32,
+        lost: u64,
+        intervals: &[super::OffInterval],
+    ) -> io::Result<()> {
+        let mut body = Vec::with_capacity(intervals.len() * 6);
+        let mut prev_end = 0u64;
+        for i in intervals {
+            put_varint(&mut body, i.start_ns.saturating_sub(prev_end));
+            put_varint(&mut body, i.dur_ns);
+            body.push((i.kind == super::OffKind::Preempted) as u8);
+            prev_end = i.end_ns();
+        }
+        self.section(
+            SEC_OFFCPU,
+            &[thread as u64, lost, intervals.len() as u64],
+            &body,
+        )
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
         self.w.flush()
     }
@@ -147,6 +182,32 @@ impl<W: Write> RecordingWriter<W> {
         self.w.write_all(&self.head)?;
         self.w.flush()?;
         Ok(self.w)
+    }
+}
+
+/// The off-CPU time of a version-2 file without its final metadata: what
+/// the header said (recorded, or why not) with the intervals of its off-CPU
+/// sections. Threads without a section have none in the file, and say why.
+fn merge_off_cpu(meta: &mut TraceMeta, off: std::collections::BTreeMap<u32, super::OffCpuThread>) {
+    if meta.off_cpu.is_none() && off.is_empty() {
+        return;
+    }
+    let o = meta.off_cpu.get_or_insert_with(Default::default);
+    o.threads = off.into_values().collect();
+    // The session lasted at least until its last stretch ended.
+    let last = o.threads.iter().filter_map(|t| t.intervals.last());
+    meta.duration_ns = last.map(|i| i.end_ns()).fold(meta.duration_ns, u64::max);
+    if o.unavailable.is_none() {
+        if o.threads.is_empty() {
+            o.unavailable = Some(
+                "the recording did not finish before any off-CPU time reached the file".into(),
+            );
+        } else if o.threads.len() < meta.threads.len() {
+            o.unavailable = Some(
+                "some threads have no off-CPU time in the file (the recording did not finish)"
+                    .into(),
+            );
+        }
     }
 }
 
@@ -251,6 +312,8 @@ impl<R: Read> TraceReader<R> {
         let mut sites: Vec<super::SiteInfo> = Vec::new();
         let mut threads: Vec<super::ThreadInfo> = Vec::new();
         let mut final_meta: Option<TraceMeta> = None;
+        // Off-CPU sections, by thread (used where the final metadata is missing).
+        let mut off: std::collections::BTreeMap<u32, super::OffCpuThread> = Default::default();
         let mut calls: Vec<u64> = Vec::new();
         let mut end_ns = 0u64;
         let mut sections = 0u64;
@@ -383,6 +446,68 @@ impl<R: Read> TraceReader<R> {
                         }
                         rec.threads[t as usize].overwritten = count;
                     }
+                    SEC_OFFCPU => {
+                        let t = d.varint()?;
+                        let lost = d.varint()?;
+                        let count = d.varint()?;
+                        // Each interval takes at least 3 bytes.
+                        if t >= threads.len() as u64 || count > (payload.len() / 3) as u64 {
+                            return Err(d.corrupt(format!(
+                                "off-CPU section of thread {t} ({count} intervals) in a file of {} threads",
+                                threads.len()
+                            )));
+                        }
+                        // All of a section or none of it: decoded aside first.
+                        let floor = off
+                            .get(&(t as u32))
+                            .and_then(|th| th.intervals.last())
+                            .map_or(0, |i| i.end_ns());
+                        let mut new = Vec::with_capacity(count as usize);
+                        let mut prev_end = 0u64;
+                        for k in 0..count {
+                            let at = d.pos;
+                            let gap = d.varint()?;
+                            let dur = d.varint()?;
+                            let kind = d.varint()?;
+                            let start = prev_end.checked_add(gap);
+                            let end = start.and_then(|s| s.checked_add(dur));
+                            let (Some(start), Some(end)) = (start, end) else {
+                                d.pos = at;
+                                return Err(d.corrupt(format!(
+                                    "off-CPU interval {k} of thread {t} ends past every valid time"
+                                )));
+                            };
+                            if start < floor.max(prev_end) {
+                                d.pos = at;
+                                return Err(d.corrupt(format!(
+                                    "off-CPU interval {k} of thread {t} starts at {start} ns, before the end of the one before ({floor} ns)"
+                                )));
+                            }
+                            let kind = match kind {
+                                0 => super::OffKind::Blocked,
+                                1 => super::OffKind::Preempted,
+                                k => return Err(d.corrupt(format!("unknown off-CPU kind {k}"))),
+                            };
+                            new.push(super::OffInterval {
+                                start_ns: start,
+                                dur_ns: dur,
+                                kind,
+                            });
+                            prev_end = end;
+                        }
+                        if d.pos != payload.len() {
+                            return Err(d.corrupt(format!(
+                                "{} bytes after the off-CPU intervals of thread {t}",
+                                payload.len() - d.pos
+                            )));
+                        }
+                        let th = off.entry(t as u32).or_insert_with(|| super::OffCpuThread {
+                            thread: t as u32,
+                            ..Default::default()
+                        });
+                        th.lost = th.lost.saturating_add(lost);
+                        th.intervals.append(&mut new);
+                    }
                     SEC_META => {
                         let m: TraceMeta = serde_json::from_slice(&payload)
                             .map_err(|e| d.corrupt(format!("final metadata is not valid: {e}")))?;
@@ -418,6 +543,7 @@ impl<R: Read> TraceReader<R> {
                 }
                 meta.threads = threads;
                 meta.duration_ns = end_ns;
+                merge_off_cpu(&mut meta, off);
             }
         }
         if let Some(e) = failure {
@@ -628,5 +754,198 @@ impl<R: Read> Iterator for Events<R> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo, Trace};
+
+    const fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
+        OffInterval::new(start_ns, dur_ns, kind)
+    }
+
+    fn header() -> TraceMeta {
+        let mut m = TraceMeta::default();
+        m.clock.ticks_per_ns = 1.0;
+        // What a session recording off-CPU time says before any thread.
+        m.off_cpu = Some(OffCpu::default());
+        m
+    }
+
+    /// The truth the sections below hold.
+    fn full() -> OffCpu {
+        OffCpu {
+            unavailable: None,
+            threads: vec![
+                OffCpuThread {
+                    lost: 2,
+                    ..crate::trace::offcpu::tests::thread()
+                },
+                OffCpuThread {
+                    thread: 1,
+                    lost: 0,
+                    intervals: Vec::new(),
+                },
+            ],
+        }
+    }
+
+    /// A version-2 file as a session with off-CPU time writes it, without
+    /// its end (the writer was killed), and the offsets where its sections
+    /// end.
+    fn killed() -> (Vec<u8>, Vec<usize>) {
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        let mut ends = vec![w.written as usize];
+        let mut step = |w: &mut RecordingWriter<Vec<u8>>, r: io::Result<()>| {
+            r.unwrap();
+            ends.push(w.written as usize);
+        };
+        let r = w.thread(0, 11, "main");
+        step(&mut w, r);
+        let r = w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]);
+        step(&mut w, r);
+        let r = w.thread(1, 12, "worker");
+        step(&mut w, r);
+        let r = w.off_cpu(1, 0, &[]);
+        step(&mut w, r);
+        let r = w.off_cpu(
+            0,
+            2,
+            &[
+                iv(200, 10, OffKind::Preempted),
+                iv(300, 100, OffKind::Blocked),
+            ],
+        );
+        step(&mut w, r);
+        (w.w, ends)
+    }
+
+    #[test]
+    fn a_killed_file_keeps_the_off_cpu_time_of_its_sections() {
+        let (bytes, _) = killed();
+        let t = Trace::read_from(&bytes[..]).unwrap();
+        assert!(
+            t.meta().warnings.join("").contains("did not finish"),
+            "{:?}",
+            t.meta().warnings
+        );
+        assert_eq!(t.meta().off_cpu, Some(full()));
+        // No calls: the session lasted until its last stretch ended.
+        assert_eq!(t.meta().duration_ns, 400);
+        // Finished, the final metadata is the truth (the sections repeat it).
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]).unwrap();
+        w.thread(1, 12, "worker").unwrap();
+        let mut fin = header();
+        fin.threads = vec![
+            ThreadInfo {
+                tid: 11,
+                name: "main".into(),
+                ..Default::default()
+            },
+            ThreadInfo {
+                tid: 12,
+                name: "worker".into(),
+                ..Default::default()
+            },
+        ];
+        fin.off_cpu = Some(full());
+        let bytes = w.finish(&fin).unwrap();
+        let t = Trace::read_from(&bytes[..]).unwrap();
+        assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
+        assert_eq!(t.meta().off_cpu, Some(full()));
+    }
+
+    #[test]
+    fn a_file_cut_anywhere_keeps_the_off_cpu_time_before_the_cut() {
+        let (bytes, ends) = killed();
+        let mut last = 0;
+        for cut in ends[0]..=bytes.len() {
+            let t = Trace::read_from(&bytes[..cut])
+                .unwrap_or_else(|e| panic!("cut at {cut} of {}: {e}", bytes.len()));
+            let o = t
+                .meta()
+                .off_cpu
+                .as_ref()
+                .expect("the header says it is recorded");
+            let n: usize = o.threads.iter().map(|t| t.intervals.len()).sum();
+            assert!(
+                n >= last,
+                "cut at {cut}: {n} intervals, a shorter cut had {last}"
+            );
+            last = n;
+            // Exactly what the complete sections before the cut hold.
+            let whole = ends.iter().filter(|&&e| e <= cut).count() - 1;
+            let want = [0, 0, 1, 1, 1, 3][whole];
+            assert_eq!(n, want, "cut at {cut} after {whole} sections: {o:?}");
+            if whole == 0 {
+                assert!(!o.is_available());
+                assert!(o.reason().contains("did not finish"), "{}", o.reason());
+            }
+            if whole >= 2 {
+                assert!(o.is_available(), "cut at {cut}: {o:?}");
+                assert_eq!(o.threads[0].intervals[0], iv(100, 50, OffKind::Blocked));
+            }
+            // Only the main thread's section so far: the worker's is missing, and said so.
+            if whole == 3 {
+                assert!(o
+                    .unavailable
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("some threads"));
+            }
+        }
+        assert_eq!(last, 3);
+    }
+
+    /// Rewrites the checksum of the section starting at `at` after its
+    /// payload was changed, so the reader decodes the damage itself.
+    fn fix_crc(bytes: &mut [u8], at: usize) {
+        let mut d = Decoder::new(&bytes[at + 1..], 0);
+        let len = d.varint().unwrap() as usize;
+        let crc_at = at + 1 + d.pos;
+        let payload = crc_at + 4;
+        let crc = crc32fast::hash(&bytes[payload..payload + len]);
+        bytes[crc_at..payload].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn a_damaged_off_cpu_section_is_a_warning_naming_its_byte_and_what_came_before_stays() {
+        let (bytes, ends) = killed();
+        // The last section: main's second off-CPU section. Its payload ends
+        // with the last interval's kind byte.
+        let (at, end) = (ends[4], ends[5]);
+        for (k, bad) in [(end - 1, 7u8), (end - 4, 0x80)] {
+            let mut b = bytes.clone();
+            b[k] = bad;
+            fix_crc(&mut b, at);
+            let t = Trace::read_from(&b[..]).unwrap();
+            let w = t.meta().warnings.join("\n");
+            assert!(w.contains(" byte ") && w.contains("off-CPU"), "{w}");
+            let o = t.meta().off_cpu.as_ref().unwrap();
+            assert_eq!(o.threads[0].intervals, [iv(100, 50, OffKind::Blocked)]);
+        }
+        // Without the checksum fixed: the checksum says it.
+        let mut b = bytes.clone();
+        b[end - 1] ^= 1;
+        let w = Trace::read_from(&b[..]).unwrap().meta().warnings.join("");
+        assert!(w.contains("checksum") && w.contains(" byte "), "{w}");
+        // An interval before the end of the thread's previous one.
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]).unwrap();
+        w.off_cpu(0, 0, &[iv(120, 5, OffKind::Blocked)]).unwrap();
+        let t = Trace::read_from(&w.w[..]).unwrap();
+        let warn = t.meta().warnings.join("");
+        assert!(warn.contains("before the end of the one before"), "{warn}");
+        // A thread the file never announced.
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.off_cpu(3, 0, &[]).unwrap();
+        let t = Trace::read_from(&w.w[..]).unwrap();
+        let warn = t.meta().warnings.join("");
+        assert!(warn.contains("off-CPU section of thread 3"), "{warn}");
     }
 }

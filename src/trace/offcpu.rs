@@ -41,6 +41,14 @@ pub struct OffInterval {
 }
 
 impl OffInterval {
+    pub const fn new(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
+        OffInterval {
+            start_ns,
+            dur_ns,
+            kind,
+        }
+    }
+
     /// End of the interval (saturating; validated intervals never saturate).
     pub fn end_ns(&self) -> u64 {
         self.start_ns.saturating_add(self.dur_ns)
@@ -240,18 +248,17 @@ impl super::Trace {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    use OffInterval as I;
+
     fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
-        OffInterval {
-            start_ns,
-            dur_ns,
-            kind,
-        }
+        I::new(start_ns, dur_ns, kind)
     }
 
-    fn thread() -> OffCpuThread {
+    /// Thread 0: blocked 100..150, preempted 200..210, blocked 300..400.
+    pub(crate) fn thread() -> OffCpuThread {
         OffCpuThread {
             thread: 0,
             lost: 0,

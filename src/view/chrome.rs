@@ -34,6 +34,7 @@
 
 use super::folded::Resolve;
 use super::lanes::PollMatcher;
+use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
@@ -180,16 +181,8 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     /// Each thread's off-CPU stretches on a track of its own (they may start
     /// in one call and end in another, so they cannot nest in the calls').
     fn off_cpu(&mut self) -> io::Result<()> {
-        let Some(o) = self.meta.off_cpu.as_ref() else {
-            return Ok(());
-        };
-        for th in &o.threads {
-            if !shown(&self.mask, !self.opts.threads.is_empty(), th.thread) {
-                continue;
-            }
-            let Some(info) = self.meta.threads.get(th.thread as usize) else {
-                continue;
-            };
+        let (meta, mask, filtered) = (self.meta, self.mask.clone(), !self.opts.threads.is_empty());
+        for (t, info) in off_cpu_threads(meta, &mask, filtered) {
             let tid = OFF_CPU_TID | info.tid;
             self.buf = format!(
                 "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
@@ -197,26 +190,27 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 js(&format!("{} (off-CPU)", info.name))
             );
             self.event()?;
-            for (t, k) in [(info.tid, 0u64), (tid, 1)] {
+            for (tid, k) in [(info.tid, 0u64), (tid, 1)] {
                 self.buf = format!(
-                    "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{t},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{}}}}}",
+                    "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{tid},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{}}}}}",
                     self.pid,
-                    th.thread as u64 * 2 + k
+                    t as u64 * 2 + k
                 );
                 self.event()?;
             }
-            for iv in &th.intervals {
-                self.buf = format!(
-                    "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"off-cpu\",\"name\":\"{}\",\"args\":{{\"thread\":{}}}}}",
-                    us(iv.start_ns),
-                    us(iv.dur_ns),
-                    self.pid,
-                    iv.kind.name(),
-                    info.tid
-                );
-                self.event()?;
-                self.stats.off_cpu += 1;
-            }
+        }
+        for s in off_cpu_slices(meta, &mask, filtered) {
+            let tid = meta.threads[s.thread as usize].tid;
+            self.buf = format!(
+                "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"off-cpu\",\"name\":\"{}\",\"args\":{{\"thread\":{tid}}}}}",
+                us(s.start_ns),
+                us(s.dur_ns()),
+                self.pid,
+                OFF_CPU_TID | tid,
+                s.kind.name(),
+            );
+            self.event()?;
+            self.stats.off_cpu += 1;
         }
         Ok(())
     }

@@ -15,19 +15,30 @@
 //!   as markers of the same name with the polling thread's tid: the marker
 //!   chart gives each name a row, so each future has a lane of its own.
 //!
+//! - off-CPU time (when the trace has it, unless `off_cpu` is off): each
+//!   stretch a thread spent switched out is an interval marker on it named
+//!   `blocked` (it waited: sleep, lock, I/O) or `preempted` (runnable, but
+//!   another task ran), category `Off-CPU`, as the Chrome and Perfetto
+//!   exports name their slices ([`off_cpu_slices`]); they show in the
+//!   thread's track too. A thread without off-CPU time in a trace that
+//!   recorded it gets an instant marker `off-CPU unavailable` saying why.
+//!
 //! The crate builds the whole profile in memory before writing it (the
 //! format's tables are columnar), so this view costs memory per call,
 //! unlike the streaming Chrome and Perfetto exports.
 
 use super::folded::Resolve;
 use super::lanes::PollMatcher;
+use super::offcpu::{off_cpu_slices, OffSlice};
 use super::{shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta};
+use crate::trace::{
+    Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
+};
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
-    MarkerFieldFlags, MarkerFieldFormat, MarkerTiming, ProcessHandle, Profile, ReferenceTimestamp,
-    SamplingInterval, StaticSchemaMarker, StaticSchemaMarkerField, StringHandle, ThreadHandle,
-    Timestamp,
+    MarkerFieldFlags, MarkerFieldFormat, MarkerLocations, MarkerTiming, ProcessHandle, Profile,
+    ReferenceTimestamp, SamplingInterval, StaticSchemaMarker, StaticSchemaMarkerField,
+    StringHandle, ThreadHandle, Timestamp,
 };
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -40,6 +51,8 @@ pub struct FirefoxOptions {
     pub threads: Vec<ThreadSel>,
     /// Gzip the JSON (what the profiler's "load from file" expects as `.json.gz`; it reads plain JSON too).
     pub gzip: bool,
+    /// Off-CPU stretches as markers (where the trace has them).
+    pub off_cpu: bool,
 }
 
 impl Default for FirefoxOptions {
@@ -47,6 +60,7 @@ impl Default for FirefoxOptions {
         FirefoxOptions {
             threads: Vec::new(),
             gzip: true,
+            off_cpu: true,
         }
     }
 }
@@ -62,7 +76,37 @@ pub struct FirefoxStats {
     /// Poll markers on the futures' lanes.
     pub lane_polls: u64,
     pub losses: u64,
+    /// Off-CPU markers.
+    pub off_cpu: u64,
 }
+
+/// A marker type's `name` and `category`: its fields of those names.
+macro_rules! name_and_category {
+    () => {
+        fn name(&self, _profile: &mut Profile) -> StringHandle {
+            self.name
+        }
+        fn category(&self, _profile: &mut Profile) -> CategoryHandle {
+            self.category
+        }
+    };
+}
+
+/// A marker's duration in microseconds (the profiler shows its own, in ms).
+const DUR_FIELD: StaticSchemaMarkerField = StaticSchemaMarkerField {
+    key: "dur",
+    label: "Duration (us)",
+    format: MarkerFieldFormat::Decimal,
+    flags: MarkerFieldFlags::empty(),
+};
+
+/// The OS thread id a marker belongs to.
+const TID_FIELD: StaticSchemaMarkerField = StaticSchemaMarkerField {
+    key: "tid",
+    label: "Thread",
+    format: MarkerFieldFormat::Integer,
+    flags: MarkerFieldFlags::empty(),
+};
 
 /// A traced call (or a future, or a poll on a future's lane).
 struct CallMarker {
@@ -108,26 +152,11 @@ impl StaticSchemaMarker for CallMarker {
             format: MarkerFieldFormat::Integer,
             flags: MarkerFieldFlags::empty(),
         },
-        StaticSchemaMarkerField {
-            key: "dur",
-            label: "Duration (us)",
-            format: MarkerFieldFormat::Decimal,
-            flags: MarkerFieldFlags::empty(),
-        },
-        StaticSchemaMarkerField {
-            key: "tid",
-            label: "Thread",
-            format: MarkerFieldFormat::Integer,
-            flags: MarkerFieldFlags::empty(),
-        },
+        DUR_FIELD,
+        TID_FIELD,
     ];
 
-    fn name(&self, _profile: &mut Profile) -> StringHandle {
-        self.name
-    }
-    fn category(&self, _profile: &mut Profile) -> CategoryHandle {
-        self.category
-    }
+    name_and_category!();
     fn string_field_value(&self, field_index: u32) -> StringHandle {
         match field_index {
             0 => self.kind,
@@ -139,6 +168,50 @@ impl StaticSchemaMarker for CallMarker {
         match field_index {
             3 => self.depth,
             4 => self.dur_us,
+            _ => self.tid,
+        }
+    }
+}
+
+/// A stretch a thread spent off the CPU (or, as an instant marker, why a
+/// thread has none).
+struct OffCpuMarker {
+    name: StringHandle,
+    category: CategoryHandle,
+    why: StringHandle,
+    dur_us: f64,
+    tid: f64,
+}
+
+impl StaticSchemaMarker for OffCpuMarker {
+    const UNIQUE_MARKER_TYPE_NAME: &'static str = "fgtraceOffCpu";
+    const DESCRIPTION: Option<&'static str> = Some(
+        "The thread was switched out (fgtrace off-CPU time, from the kernel's context switches)",
+    );
+    const LOCATIONS: MarkerLocations = MarkerLocations::MARKER_CHART
+        .union(MarkerLocations::MARKER_TABLE)
+        .union(MarkerLocations::TIMELINE_OVERVIEW);
+    const CHART_LABEL: Option<&'static str> = Some("{marker.name}");
+    const TOOLTIP_LABEL: Option<&'static str> = Some("{marker.name}: {marker.data.why}");
+    const TABLE_LABEL: Option<&'static str> = Some("{marker.name}: {marker.data.why}");
+    const FIELDS: &'static [StaticSchemaMarkerField] = &[
+        StaticSchemaMarkerField {
+            key: "why",
+            label: "Why",
+            format: MarkerFieldFormat::String,
+            flags: MarkerFieldFlags::SEARCHABLE,
+        },
+        DUR_FIELD,
+        TID_FIELD,
+    ];
+
+    name_and_category!();
+    fn string_field_value(&self, _field_index: u32) -> StringHandle {
+        self.why
+    }
+    fn number_field_value(&self, field_index: u32) -> f64 {
+        match field_index {
+            1 => self.dur_us,
             _ => self.tid,
         }
     }
@@ -349,6 +422,53 @@ impl<R: Resolve> Builder<'_, R> {
         self.stats.samples += 1;
     }
 
+    /// Every off-CPU stretch of the shown threads as a marker; a shown
+    /// thread without any in a trace that recorded off-CPU time says why.
+    fn off_cpu(&mut self, category: CategoryHandle) {
+        let Some(o) = &self.meta.off_cpu else {
+            return;
+        };
+        let mask = self.mask.clone();
+        let mut why = HashMap::new();
+        for s in off_cpu_slices(self.meta, &mask, self.filtered) {
+            let OffSlice { thread, kind, .. } = s;
+            let h = self.thread(thread);
+            let name = self.profile.intern_string(kind.name());
+            let text = *why.entry(kind).or_insert_with(|| {
+                self.profile.intern_string(match kind {
+                    OffKind::Blocked => "switched out voluntarily (sleep, lock, I/O)",
+                    OffKind::Preempted => "switched out while runnable (another task ran)",
+                })
+            });
+            let m = OffCpuMarker {
+                name,
+                category,
+                why: text,
+                dur_us: s.dur_ns() as f64 / 1000.0,
+                tid: self.meta.threads[thread as usize].tid as f64,
+            };
+            self.profile
+                .add_marker(h, MarkerTiming::Interval(ts(s.start_ns), ts(s.end_ns)), m);
+            self.stats.off_cpu += 1;
+        }
+        for t in 0..self.meta.threads.len() as u32 {
+            if !shown(&mask, self.filtered, t) || o.thread(t).is_some() {
+                continue;
+            }
+            let h = self.thread(t);
+            let name = self.profile.intern_string("off-CPU unavailable");
+            let why = self.profile.intern_string(o.reason());
+            let m = OffCpuMarker {
+                name,
+                category,
+                why,
+                dur_us: 0.0,
+                tid: self.meta.threads[t as usize].tid as f64,
+            };
+            self.profile.add_marker(h, MarkerTiming::Instant(ts(0)), m);
+        }
+    }
+
     fn lost(&mut self, l: &Lost) {
         let h = self.thread(l.thread);
         let kind = match l.kind {
@@ -408,6 +528,9 @@ pub fn write_firefox<W: Write, R: Resolve>(
     let call_cat = profile.add_category("Call", CategoryColor::Yellow);
     let future_cat = profile.add_category("Future", CategoryColor::Purple);
     let lost_cat = profile.add_category("Lost", CategoryColor::Red);
+    let off_cpu_cat = opts
+        .off_cpu
+        .then(|| profile.add_category("Off-CPU", CategoryColor::Gray));
     let mut b = Builder {
         meta,
         mask: thread_mask(meta, &opts.threads),
@@ -431,6 +554,9 @@ pub fn write_firefox<W: Write, R: Resolve>(
         if shown(&b.mask, b.filtered, t) {
             b.thread(t);
         }
+    }
+    if let Some(cat) = off_cpu_cat {
+        b.off_cpu(cat);
     }
     let mut failed = None;
     for ev in events {

@@ -7,9 +7,14 @@
 //! `[preempted]` (switched out while runnable). Time a thread spent off the
 //! CPU outside every traced call is not drawn, only counted in the summary.
 //! Streams like the other views: a stack of open calls per thread.
+//!
+//! Also the off-CPU stretches the timeline exports draw (Chrome, Perfetto,
+//! Firefox Profiler): [`off_cpu_threads`] and [`off_cpu_slices`].
 
 use super::{shown, thread_mask, ThreadSel};
-use crate::trace::{Call, Event, OffTime, TraceError, TraceMeta};
+use crate::trace::{
+    Call, Event, OffCpuThread, OffKind, OffTime, ThreadInfo, TraceError, TraceMeta,
+};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -17,6 +22,66 @@ use std::io::{self, Write};
 pub const BLOCKED: &str = "[blocked]";
 /// Leaf frame of preempted time.
 pub const PREEMPTED: &str = "[preempted]";
+
+/// One stretch a shown thread spent off the CPU, as the timeline exports
+/// (Chrome, Perfetto, Firefox Profiler) draw it: named by [`OffKind::name`],
+/// `blocked` or `preempted`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffSlice {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// Nanoseconds since session start.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub kind: OffKind,
+}
+
+impl OffSlice {
+    pub fn dur_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
+}
+
+/// The threads with off-CPU intervals that `mask` shows (`filtered`: a
+/// thread filter is set), with their intervals.
+fn shown_off_cpu<'a>(
+    meta: &'a TraceMeta,
+    mask: &'a [bool],
+    filtered: bool,
+) -> impl Iterator<Item = (&'a ThreadInfo, &'a OffCpuThread)> + 'a {
+    meta.off_cpu
+        .iter()
+        .flat_map(|o| &o.threads)
+        .filter(move |th| shown(mask, filtered, th.thread))
+        .filter_map(move |th| Some((meta.threads.get(th.thread as usize)?, th)))
+}
+
+/// The threads a timeline export gives an off-CPU track: those with
+/// off-CPU intervals recorded that `mask` shows, as (index, thread).
+pub fn off_cpu_threads<'a>(
+    meta: &'a TraceMeta,
+    mask: &'a [bool],
+    filtered: bool,
+) -> impl Iterator<Item = (u32, &'a ThreadInfo)> + 'a {
+    shown_off_cpu(meta, mask, filtered).map(|(info, th)| (th.thread, info))
+}
+
+/// Every off-CPU stretch of the threads [`off_cpu_threads`] gives, thread
+/// by thread, each thread's in time order.
+pub fn off_cpu_slices<'a>(
+    meta: &'a TraceMeta,
+    mask: &'a [bool],
+    filtered: bool,
+) -> impl Iterator<Item = OffSlice> + 'a {
+    shown_off_cpu(meta, mask, filtered).flat_map(|(_, th)| {
+        th.intervals.iter().map(move |i| OffSlice {
+            thread: th.thread,
+            start_ns: i.start_ns,
+            end_ns: i.end_ns(),
+            kind: i.kind,
+        })
+    })
+}
 
 /// Options of the off-CPU stacks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -316,5 +381,59 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(e, "off-CPU unavailable: the kernel refused: EACCES");
+    }
+
+    #[test]
+    fn slices_of_the_shown_threads_that_exist_in_time_order() {
+        let iv = |s, d, kind| OffInterval {
+            start_ns: s,
+            dur_ns: d,
+            kind,
+        };
+        let th = |thread, intervals| OffCpuThread {
+            thread,
+            lost: 0,
+            intervals,
+        };
+        let mut m = meta(Some(OffCpu {
+            unavailable: None,
+            threads: vec![
+                th(
+                    0,
+                    vec![iv(5, 5, OffKind::Blocked), iv(20, 3, OffKind::Preempted)],
+                ),
+                th(1, vec![iv(7, 1, OffKind::Blocked)]),
+                // A thread the metadata does not list: nothing to draw it on.
+                th(9, vec![iv(1, 1, OffKind::Blocked)]),
+            ],
+        }));
+        m.threads.push(crate::trace::ThreadInfo {
+            tid: 2,
+            name: "worker".into(),
+            ..Default::default()
+        });
+        let all = [true, true];
+        let got: Vec<_> = off_cpu_slices(&m, &all, false)
+            .map(|s| (s.thread, s.start_ns, s.end_ns, s.kind, s.dur_ns()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 5, 10, OffKind::Blocked, 5),
+                (0, 20, 23, OffKind::Preempted, 3),
+                (1, 7, 8, OffKind::Blocked, 1),
+            ]
+        );
+        let threads: Vec<_> = off_cpu_threads(&m, &all, false)
+            .map(|(t, i)| (t, i.tid))
+            .collect();
+        assert_eq!(threads, [(0, m.threads[0].tid), (1, 2)]);
+        // A thread filter keeps only its threads.
+        let only_worker = [false, true];
+        let got: Vec<_> = off_cpu_slices(&m, &only_worker, true)
+            .map(|s| s.thread)
+            .collect();
+        assert_eq!(got, [1]);
+        assert_eq!(off_cpu_slices(&meta(None), &all, false).count(), 0);
     }
 }

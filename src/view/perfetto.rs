@@ -37,6 +37,7 @@
 
 use super::folded::Resolve;
 use super::lanes::{PendingPoll, PollMatcher};
+use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use super::{shown, thread_mask, ThreadSel};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
@@ -405,16 +406,8 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
 
     /// Each thread's off-CPU stretches, on a track under the thread's.
     fn off_cpu(&mut self) -> io::Result<()> {
-        let Some(o) = self.meta.off_cpu.as_ref() else {
-            return Ok(());
-        };
-        for th in &o.threads {
-            let t = th.thread;
-            if !shown(&self.mask, !self.opts.threads.is_empty(), t)
-                || t as usize >= self.meta.threads.len()
-            {
-                continue;
-            }
+        let (meta, mask, filtered) = (self.meta, self.mask.clone(), !self.opts.threads.is_empty());
+        for (t, _) in off_cpu_threads(meta, &mask, filtered) {
             self.packet(TracePacket {
                 track_descriptor: Some(TrackDescriptor {
                     uuid: Some(off_cpu_uuid(t)),
@@ -424,29 +417,27 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 }),
                 ..Default::default()
             })?;
-            for iv in &th.intervals {
-                for (ts, ty) in [
-                    (iv.start_ns, TYPE_SLICE_BEGIN),
-                    (iv.end_ns(), TYPE_SLICE_END),
-                ] {
-                    self.packet(TracePacket {
-                        timestamp: Some(ts),
-                        track_event: Some(TrackEvent {
-                            r#type: Some(ty),
-                            track_uuid: Some(off_cpu_uuid(t)),
-                            name: (ty == TYPE_SLICE_BEGIN).then(|| iv.kind.name().to_string()),
-                            categories: if ty == TYPE_SLICE_BEGIN {
-                                vec!["off-cpu".into()]
-                            } else {
-                                Vec::new()
-                            },
-                            ..Default::default()
-                        }),
+        }
+        for s in off_cpu_slices(meta, &mask, filtered) {
+            for (ts, ty) in [(s.start_ns, TYPE_SLICE_BEGIN), (s.end_ns, TYPE_SLICE_END)] {
+                let begin = ty == TYPE_SLICE_BEGIN;
+                self.packet(TracePacket {
+                    timestamp: Some(ts),
+                    track_event: Some(TrackEvent {
+                        r#type: Some(ty),
+                        track_uuid: Some(off_cpu_uuid(s.thread)),
+                        name: begin.then(|| s.kind.name().to_string()),
+                        categories: if begin {
+                            vec!["off-cpu".into()]
+                        } else {
+                            Vec::new()
+                        },
                         ..Default::default()
-                    })?;
-                }
-                self.stats.off_cpu += 1;
+                    }),
+                    ..Default::default()
+                })?;
             }
+            self.stats.off_cpu += 1;
         }
         Ok(())
     }
