@@ -32,6 +32,25 @@ pub(crate) struct Active {
     pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
     /// What a snapshot of the running session needs (`crate::snapshot`).
     pub(crate) snap: SnapshotInfo,
+    /// Dumps of a running stream-mode session, asked of its collector.
+    pub(crate) dumps: Dumps,
+}
+
+/// Where a dump of a running stream-mode session is answered.
+pub(crate) type DumpReply = crossbeam_channel::Sender<Result<crate::Trace, String>>;
+
+/// Requests for dumps of a running stream-mode session: only the collector
+/// holds what was gathered, so it answers them between batches.
+pub(crate) struct Dumps {
+    pub tx: crossbeam_channel::Sender<DumpReply>,
+    pub rx: crossbeam_channel::Receiver<DumpReply>,
+}
+
+impl Default for Dumps {
+    fn default() -> Self {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        Dumps { tx, rx }
+    }
 }
 
 /// What a snapshot of a running session (a flight-recorder dump on demand

@@ -66,6 +66,10 @@ pub(crate) struct ThreadBuf {
     pub overruns: AtomicUsize,
     /// Calls lost in dropped batches.
     pub dropped: AtomicU64,
+    /// Batches handed to the collector (counted under `lock`, as they are
+    /// sent): a dump of a running session knows which batches it must wait
+    /// for and which records are still only here.
+    pub sent: AtomicU64,
     /// Calls a signal handler made inside a write that had taken the last
     /// slot (the core's `ThreadState::dropped`).
     pub nested_dropped: AtomicUsize,
@@ -105,6 +109,7 @@ impl ThreadBuf {
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
             nested_dropped: AtomicUsize::new(0),
         }
     }
@@ -186,7 +191,32 @@ impl ThreadBuf {
     /// may have overwritten while they were copied are dropped and counted
     /// as overwritten, never returned torn.
     pub fn snapshot(&self, flight: bool, keep: usize) -> (Vec<RawCall>, u64) {
-        self.locked(|| {
+        // SAFETY: under the flag.
+        self.locked(|| unsafe { self.copy_locked(flight, keep) })
+    }
+
+    /// A running stream-mode session: the records not yet handed to the
+    /// collector, and how many batches were handed before them, read
+    /// together under the flag (a handoff sends its batch under it).
+    /// `None` if the flag is taken: the owner may be waiting, flag held, for
+    /// room in the channel only the caller (the collector) empties.
+    pub fn try_unhanded(&self) -> Option<(Vec<RawCall>, u64)> {
+        self.lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: under the flag.
+        let (recs, _) = unsafe { self.copy_locked(false, 0) };
+        let sent = self.sent.load(Ordering::Relaxed);
+        self.unlock();
+        Some((recs, sent))
+    }
+
+    /// [`snapshot`](Self::snapshot)'s copy.
+    ///
+    /// # Safety
+    /// The caller holds the flag.
+    unsafe fn copy_locked(&self, flight: bool, keep: usize) -> (Vec<RawCall>, u64) {
+        {
             // SAFETY: under the lock.
             let (closed, fin) = unsafe { (*self.closed.get(), *self.final_count.get()) };
             let n = if closed {
@@ -217,7 +247,7 @@ impl ThreadBuf {
             let valid_from = (now + 1).saturating_sub(cap).max(first);
             let skip = valid_from.saturating_sub(first).min(out.len());
             (out[skip..].to_vec(), (first + skip) as u64)
-        })
+        }
     }
 }
 

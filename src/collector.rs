@@ -104,6 +104,8 @@ const OFF_CPU_EVERY: Duration = Duration::from_millis(10);
 struct Gathering {
     enc: RawEncoder,
     raw: Vec<RawChunk>,
+    /// Batches received (a dump waits for those handed before it).
+    batches: u64,
 }
 
 /// The file a session writes while it records.
@@ -256,7 +258,14 @@ impl Gathered {
             )
         };
         self.add_records(b.thread, recs, who);
+        if let Some(t) = self.threads.get_mut(b.thread as usize) {
+            t.batches += 1;
+        }
         b.storage
+    }
+
+    fn batches(&self, thread: u32) -> u64 {
+        self.threads.get(thread as usize).map_or(0, |t| t.batches)
     }
 
     /// Flushes the file while the collector idles, so a crash loses little.
@@ -418,6 +427,7 @@ impl Session {
                 filters: config.describe(),
                 dump_on_panic: config.dump_on_panic.clone(),
             },
+            dumps: Default::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         // Everything that can fail comes before the session is published:
@@ -645,6 +655,22 @@ impl Session {
 
 /// What every trace of this session says about itself, before threads and sites.
 fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
+    meta_of(
+        cal,
+        end_ticks,
+        config.mode,
+        config.describe(),
+        config.counters.iter().map(|c| c.name()),
+    )
+}
+
+fn meta_of<'a>(
+    cal: &Calibration,
+    end_ticks: u64,
+    mode: RecordMode,
+    filters: String,
+    counters: impl Iterator<Item = &'a str>,
+) -> TraceMeta {
     TraceMeta {
         program: std::env::args().next().unwrap_or_default(),
         pid: std::process::id(),
@@ -655,15 +681,12 @@ fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
             start_unix_ns: cal.origin.unix_ns,
         },
         duration_ns: cal.ns(end_ticks),
-        mode: config.mode,
-        filters: config.describe(),
+        mode,
+        filters,
         // [issue 17] per-call figures beside each call (extension records):
         // allocations when the counting allocator is installed, then the
         // session's counter.
-        counters: crate::trace::build::counter_names(
-            fgtrace_core::alloc::installed(),
-            config.counters.iter().map(|c| c.name()),
-        ),
+        counters: crate::trace::build::counter_names(fgtrace_core::alloc::installed(), counters),
         ..TraceMeta::default()
     }
 }
@@ -853,12 +876,23 @@ fn collect(
     let mut nap = MIN_NAP;
     loop {
         let mut got = false;
+        // Before the batches that came meanwhile: a dump waits for the ones
+        // handed before it anyway (and its test sees that it does).
+        while let Ok(reply) = active.dumps.rx.try_recv() {
+            let _ = reply.send(dump_running(&rx, &active, &mut g, &who));
+            got = true;
+        }
         while let Ok(b) = rx.try_recv() {
             let s = g.add(b, &who);
             let _ = active.outlet.recycle_tx.try_send(s);
             got = true;
         }
         if stop.load(Acquire) {
+            while let Ok(reply) = active.dumps.rx.try_recv() {
+                let _ = reply.send(Err(
+                    "the session stopped meanwhile: its trace went to whoever stopped it".into(),
+                ));
+            }
             return g;
         }
         #[cfg(target_os = "linux")]
@@ -871,6 +905,160 @@ fn collect(
             nap = (nap * 2).min(MAX_NAP);
         }
     }
+}
+
+/// A dump of the running stream-mode session (`fgtrace ctl PID dump`,
+/// [`crate::snapshot::snapshot`]), built by the collector between batches:
+/// what it gathered, every batch the threads handed it before the dump, and
+/// what each thread holds that it has not handed over yet. A thread's tail
+/// and its count of batches sent are read together under its buffer's flag
+/// (a handoff sends under it), so no call is in the dump twice or missing
+/// in between; batches sent after that wait until the dump is built.
+fn dump_running(
+    rx: &Receiver<Batch>,
+    active: &Active,
+    g: &mut Gathered,
+    who: &dyn Fn(u32) -> (u32, String),
+) -> Result<Trace, String> {
+    if let Some(o) = &mut g.out {
+        if o.error.is_none() {
+            let r = o.w.flush();
+            o.check(r);
+            o.dirty = false;
+        }
+        let p = o.path.display();
+        return Err(format!(
+            "this session writes its trace to {p} as it records: that file can be read now \
+             (`fgtrace graph {p}`), up to each thread's unfinished batch"
+        ));
+    }
+    let end = ClockPoint::now();
+    let threads: Vec<Arc<buffer::ThreadBuf>> =
+        active.threads.lock().as_ref().cloned().unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut later = Vec::new();
+    let mut failed = None;
+    // Each thread's tail. A thread may hold its flag while it waits for room
+    // in the channel (`block_when_full`), which only this thread empties:
+    // take in batches meanwhile (those of threads whose tail is not copied
+    // yet came before it; the others' wait until the dump is built).
+    let mut tails: Vec<(Vec<RawCall>, u64)> = Vec::with_capacity(threads.len());
+    for t in &threads {
+        loop {
+            if let Some(tail) = t.try_unhanded() {
+                tails.push(tail);
+                break;
+            }
+            match rx.try_recv() {
+                Ok(b)
+                    if tails
+                        .get(b.thread as usize)
+                        .is_some_and(|t| g.batches(b.thread) >= t.1) =>
+                {
+                    later.push(b)
+                }
+                Ok(b) => {
+                    let s = g.add(b, who);
+                    let _ = active.outlet.recycle_tx.try_send(s);
+                }
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+    let sent = |thread: u32| tails.get(thread as usize).map_or(0, |t| t.1);
+    let behind = |g: &Gathered| (0..tails.len() as u32).any(|i| g.batches(i) < sent(i));
+    while behind(g) {
+        match rx.recv_deadline(deadline) {
+            Ok(b) if g.batches(b.thread) >= sent(b.thread) => later.push(b),
+            Ok(b) => {
+                let s = g.add(b, who);
+                let _ = active.outlet.recycle_tx.try_send(s);
+            }
+            Err(_) => {
+                failed = Some("the threads' batches did not reach the collector within 5 s");
+                break;
+            }
+        }
+    }
+    let result = match failed {
+        Some(why) => Err(why.to_string()),
+        None => Ok(dumped_trace(active, g, &threads, tails, end)),
+    };
+    for b in later {
+        let s = g.add(b, who);
+        let _ = active.outlet.recycle_tx.try_send(s);
+    }
+    result
+}
+
+/// The trace of [`dump_running`]: the gathered chunks (shared, not copied)
+/// and each thread's tail, encoded.
+fn dumped_trace(
+    active: &Active,
+    g: &mut Gathered,
+    threads: &[Arc<buffer::ThreadBuf>],
+    tails: Vec<(Vec<RawCall>, u64)>,
+    end: ClockPoint,
+) -> Trace {
+    let mut enc = RawEncoder::default();
+    let mut recorded = Vec::with_capacity(threads.len());
+    let mut infos = Vec::with_capacity(threads.len());
+    for (t, (tail, _)) in threads.iter().zip(tails) {
+        let gathered = g.threads.get(t.index as usize);
+        let mut raw = gathered.map(|th| th.raw.clone()).unwrap_or_default();
+        let mut calls = gathered.map_or(0, |th| th.enc.calls);
+        if !tail.is_empty() {
+            let before = enc.calls;
+            let c = enc.encode(
+                t.index,
+                &tail,
+                g.origin,
+                &mut g.sites,
+                &build::registered_site,
+            );
+            calls += enc.calls - before;
+            raw.push(c);
+        }
+        recorded.push(RecordedThread {
+            raw,
+            samples: Vec::new(),
+            overwritten: 0,
+        });
+        infos.push(ThreadInfo {
+            tid: t.tid,
+            name: t.name.clone(),
+            calls,
+            lost: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64,
+            overruns: t.overruns.load(Relaxed) as u64,
+            samples: 0,
+            samples_lost: 0,
+        });
+    }
+    let mut cal = active.snap.cal;
+    cal.refine(end);
+    let mut meta = TraceMeta {
+        sites: g.sites.sites.clone(),
+        threads: infos,
+        ..meta_of(
+            &cal,
+            end.ticks,
+            active.snap.mode,
+            active.snap.filters.clone(),
+            active.counter.iter().map(|c| c.name()),
+        )
+    };
+    meta.warnings.push(
+        "a dump of a running session: calls still open are not in it; its samples and \
+         off-CPU time come with the trace at stop"
+            .into(),
+    );
+    Trace::from_source(
+        meta,
+        Source::Memory(Recorded {
+            ticks_per_ns: cal.ticks_per_ns,
+            threads: recorded,
+        }),
+    )
 }
 
 #[cfg(test)]

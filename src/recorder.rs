@@ -325,7 +325,10 @@ fn send(outlet: &Outlet, shared: &ThreadBuf, full: buffer::Storage, len: usize) 
     };
     loop {
         match outlet.batches.try_send(batch) {
-            Ok(()) => return 0,
+            Ok(()) => {
+                shared.sent.fetch_add(1, Relaxed);
+                return 0;
+            }
             Err(crossbeam_channel::TrySendError::Full(b)) if outlet.block_when_full => {
                 batch = b;
                 std::thread::yield_now();

@@ -1,6 +1,7 @@
-//! Snapshots of a running session without stopping it: the flight
-//! recorder's last calls of every thread, as a [`Trace`], on demand
-//! (`fgtrace ctl PID dump`, [`snapshot`]) and from a panic hook
+//! Snapshots of a running session without stopping it, as a [`Trace`]: the
+//! flight recorder's last calls of every thread, or a stream-mode session's
+//! calls so far (built by its collector, `crate::collector`), on demand
+//! (`fgtrace ctl PID dump`, [`snapshot`]); and from a panic hook
 //! ([`Config::dump_on_panic`](crate::Config::dump_on_panic)).
 //!
 //! A snapshot copies each thread's ring under the buffer's flag (the owner
@@ -20,9 +21,9 @@ use std::sync::{Arc, Once};
 pub enum SnapshotError {
     /// No session records in this process.
     NoSession,
-    /// The session streams every call to the collector: its trace is complete
-    /// only at stop.
-    Streaming,
+    /// A stream-mode session could not give its calls so far (it writes a
+    /// file as it records, or it stopped meanwhile): the reason.
+    Unavailable(String),
 }
 
 impl std::fmt::Display for SnapshotError {
@@ -30,28 +31,41 @@ impl std::fmt::Display for SnapshotError {
         match self {
             SnapshotError::NoSession => write!(
                 f,
-                "no fgtrace session is recording in this process (a dump needs a flight \
-                 recorder: FGTRACE_MODE=flight:N, FGTRACE_CONTROL=flight, or `fgtrace ctl PID start`)"
+                "no fgtrace session is recording in this process (start one with \
+                 `fgtrace ctl PID start`, or run the program with FGTRACE_CONTROL=1, which \
+                 keeps a flight recorder running)"
             ),
-            SnapshotError::Streaming => write!(
-                f,
-                "the running session streams every call (a dump needs a flight recorder: \
-                 stop the session to get its trace, or start one with FGTRACE_MODE=flight:N)"
-            ),
+            SnapshotError::Unavailable(why) => write!(f, "no snapshot: {why}"),
         }
     }
 }
 
 impl std::error::Error for SnapshotError {}
 
-/// The last calls of every thread of the running flight-recorder session,
-/// without stopping it.
+/// What the running session recorded so far, without stopping it: a flight
+/// recorder's last calls of every thread; or, in stream mode, every call
+/// recorded since the session started (the collector's chunks, shared, plus
+/// what each thread has not handed over yet) but the calls still open. A
+/// stream-mode snapshot has no samples and no off-CPU time: those come with
+/// the trace at stop (its [`TraceMeta::warnings`](crate::TraceMeta) say so).
 pub fn snapshot() -> Result<Trace, SnapshotError> {
     let active = ACTIVE.read().clone().ok_or(SnapshotError::NoSession)?;
-    if !active.flight {
-        return Err(SnapshotError::Streaming);
+    if active.flight {
+        return Ok(snapshot_of(&active));
     }
-    Ok(snapshot_of(&active))
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let asked = active.dumps.tx.send(tx).is_ok();
+    // The session may stop meanwhile; the collector then answers that.
+    drop(active);
+    if !asked {
+        return Err(SnapshotError::NoSession);
+    }
+    match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(r) => r.map_err(SnapshotError::Unavailable),
+        Err(_) => Err(SnapshotError::Unavailable(
+            "the session's collector did not answer within 10 s".into(),
+        )),
+    }
 }
 
 /// Builds a trace from what the session's buffers hold now: a flight

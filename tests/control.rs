@@ -163,6 +163,66 @@ fn dump_gives_the_flight_recorders_last_calls_without_stopping_it() {
     assert!(ok, "{err}");
 }
 
+/// A program that runs its own stream-mode session: a dump has every call
+/// it recorded so far, from both threads, and the program's session and
+/// output go on as before.
+#[test]
+fn dump_gives_the_programs_own_stream_session_so_far() {
+    let dir = runtime_dir("own");
+    let t = Target::start_with(
+        &dir,
+        "listen",
+        None,
+        true,
+        &[("FGTRACE_TEST_OWN_SESSION", "1")],
+    );
+    wait_for_session(&t, "program");
+    let before = t.wait_rounds(t.progress.rounds(), 20);
+    let d = client(&t).dump().unwrap();
+    let after = t.progress.rounds();
+    let trace = Trace::read_from(&d.bytes[..]).unwrap();
+    assert!(
+        trace
+            .meta()
+            .warnings
+            .iter()
+            .any(|w| w.contains("running session")),
+        "{:?}",
+        trace.meta().warnings
+    );
+    assert_in_proportion(&counts(&trace));
+    // Every round since the start, per thread: 16 calls a round, the ones
+    // done before the dump at least, the ones done after it at most.
+    let meta = trace.meta();
+    assert_eq!(meta.threads.len(), 2, "{:?}", meta.threads);
+    for (i, name) in ["main", "worker"].iter().enumerate() {
+        let th = meta
+            .threads
+            .iter()
+            .find(|t| (t.name == "worker") == (*name == "worker"))
+            .unwrap();
+        assert!(
+            th.calls >= 16 * before[i] && th.calls <= 16 * (after[i] + 1),
+            "{name}: {} calls, {:?}..{:?} rounds",
+            th.calls,
+            before,
+            after
+        );
+        assert_eq!(th.lost, 0, "{th:?}");
+    }
+    // The session runs on: a later dump has more.
+    t.wait_rounds(t.progress.rounds(), 2);
+    let d2 = Trace::read_from(&client(&t).dump().unwrap().bytes[..]).unwrap();
+    assert!(d2.meta().total_calls() > meta.total_calls());
+    let (ok, out, err) = t.finish();
+    assert!(ok, "{err}");
+    let lines = target_lines(&out);
+    assert!(
+        lines.iter().any(|l| l.starts_with("target: own session ")),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_second_client_is_told_busy() {
     let dir = runtime_dir("busy");

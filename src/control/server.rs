@@ -249,7 +249,7 @@ fn handle(mut stream: UnixStream, listener: &UnixListener) {
 fn no_background() -> String {
     if crate::active::ACTIVE.read().is_some() {
         "the running session is the program's own: the program stops it \
-         (`fgtrace ctl PID dump` snapshots it if it is a flight recorder)"
+         (`fgtrace ctl PID dump` snapshots it)"
             .into()
     } else {
         "no session runs: start one with `fgtrace ctl PID start`, or record with `fgtrace record --pid PID`".into()
@@ -320,7 +320,7 @@ fn yield_background() {
 fn explain(e: SessionError) -> String {
     match e {
         SessionError::AlreadyRunning => "the program runs its own fgtrace session, and only one \
-            records at a time (`fgtrace ctl PID dump` snapshots it if it is a flight recorder)"
+            records at a time (`fgtrace ctl PID dump` snapshots it)"
             .into(),
         e => e.to_string(),
     }

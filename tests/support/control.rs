@@ -190,6 +190,10 @@ pub fn run_target() {
             s.store(true, Ordering::Relaxed);
         });
     }
+    // The program's own stream-mode session (`FGTRACE_TEST_OWN_SESSION`),
+    // stopped when the work is done.
+    let own = std::env::var_os("FGTRACE_TEST_OWN_SESSION")
+        .map(|_| fgtrace::Session::start(fgtrace::Config::builtin()).expect("own session"));
     let progress =
         std::env::var_os(PROGRESS_ENV).map(|p| Arc::new(Progress::map(Path::new(&p), false)));
     let s = stop.clone();
@@ -200,6 +204,10 @@ pub fn run_target() {
         .unwrap();
     let a = work("main", rounds, hold, &stop, progress.as_deref());
     let b = worker.join().unwrap();
+    if let Some(own) = own {
+        let t = own.stop().expect("own session stops");
+        println!("target: own session {} calls", t.meta().total_calls());
+    }
     if rounds.is_some() {
         println!("target: done {:08x}", a ^ b);
     } else {
