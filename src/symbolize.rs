@@ -247,9 +247,15 @@ fn is_probe_frame(f: &Frame) -> bool {
     let Some(file) = f.file.as_deref() else {
         return false;
     };
+    // `<crate dir>/src/probe.rs`, the crate dir this workspace's `core` or a
+    // registry's `fgtrace-core-<version>`.
     let file = file.replace('\\', "/");
-    file.ends_with("/src/probe.rs")
-        && (file.ends_with("core/src/probe.rs") || file.contains("/fgtrace-core"))
+    let mut parts = file.rsplit('/');
+    let (Some("probe.rs"), Some("src"), Some(dir)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    dir == "core" || dir.starts_with("fgtrace-core")
 }
 
 impl Symbolizer {
@@ -689,6 +695,10 @@ mod tests {
         let registry = "/root/.cargo/registry/src/index/fgtrace-core-0.1.0/src/probe.rs";
         assert!(is_probe_frame(&f("enter", Some(registry))));
         assert!(!is_probe_frame(&f("exit", Some("/work/app/src/probe.rs"))));
+        assert!(!is_probe_frame(&f(
+            "exit",
+            Some("/x/tokio-core/src/probe.rs")
+        )));
         assert!(!is_probe_frame(&f("exit", None)));
     }
 
