@@ -432,14 +432,27 @@ impl Cut for RecordedCut {
                     .iter()
                     .rposition(|&f| f == k)
                     .unwrap_or(first);
-                // Inlined into the frame: the traced fn may be one of its names.
-                if let Some(i) = (first..=last).find(|&i| chain_site_matches(site, stack.names[i]))
+                // Inlined into the frame: the traced fn may be one of its
+                // names. A full name first; else a path-less DWARF name
+                // (release), the outermost such one in the frame, since a
+                // callee of the same short name (a `new` inside `Foo::new`)
+                // was inlined inside it.
+                let exact = |i: &usize| site_matches(site, stack.names[*i]);
+                let loose = |i: &usize| chain_site_matches(site, stack.names[*i]);
+                if let Some(i) = (first..=last)
+                    .find(exact)
+                    .or_else(|| (first..=last).rev().find(loose))
                 {
                     return Some(i);
                 }
-                let outer =
-                    (first..stack.names.len()).find(|&i| chain_site_matches(site, stack.names[i]));
-                let any = || stack.names.iter().position(|n| chain_site_matches(site, n));
+                let outer = (first..stack.names.len())
+                    .find(exact)
+                    .or_else(|| (first..stack.names.len()).find(loose));
+                let any = || {
+                    (0..stack.names.len())
+                        .find(exact)
+                        .or_else(|| (0..stack.names.len()).find(loose))
+                };
                 // Otherwise the frame's own function (its outermost name) is
                 // it; but where the leaf had no frame record of its own, the
                 // record the handler found first is its caller's, the frame
@@ -2001,6 +2014,21 @@ mod tests {
             info: &[],
         };
         assert_eq!(RecordedCut.cut(&gl, &stack), Some(2));
+        // A callee of the same short name inlined inside it is not it.
+        let new = site("app", "Foo::new", false);
+        let names = ["app::pad", "new<u8>", "new", "app::main"];
+        let stack = SampleStack {
+            names: &names,
+            open: &[&new],
+            ..stack
+        };
+        assert_eq!(RecordedCut.cut(&new, &stack), Some(2));
+        let names = ["app::pad", "new<u8>", "app::Foo::new", "app::main"];
+        let stack = SampleStack {
+            names: &names,
+            ..stack
+        };
+        assert_eq!(RecordedCut.cut(&new, &stack), Some(2));
     }
 
     #[test]
