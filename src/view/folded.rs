@@ -260,17 +260,19 @@ pub fn chain_match_walk(
                 .iter()
                 .any(|n| n.contains("fgtrace_core::probe::"))
     };
-    // The innermost frame in the probe; frames below it were called by it
-    // (its thread-local access), and none of them is an open call's.
-    let first = (0..ranges.len()).find(|&k| {
-        in_probe(k)
-            || names[ranges[k].0..ranges[k].1]
+    // The outermost frame whose code is the probe, up to the first frame of
+    // an open call's function: the frames below it were called by the probe
+    // (its thread-local access, helpers), the frame itself is the traced
+    // function the probe was inlined into (or the probe's own).
+    let first_open = (0..ranges.len())
+        .find(|&k| {
+            names[ranges[k].0..ranges[k].1]
                 .iter()
                 .any(|n| open.iter().any(|s| chain_site_matches(s, n)))
-    });
-    if let Some(p) = first.filter(|&p| in_probe(p)) {
-        let lead = (p..ranges.len()).take_while(|&k| in_probe(k)).count();
-        let end = ranges[p + lead - 1].1;
+        })
+        .unwrap_or(ranges.len() - 1);
+    if let Some(p) = (0..=first_open).rev().find(|&k| in_probe(k)) {
+        let end = ranges[p].1;
         return match chain_match(open, &names[end..]) {
             ChainMatch::At(j) => ChainMatch::At(end + j),
             other => other,
@@ -1862,6 +1864,18 @@ mod tests {
             (root, REC),
         ];
         assert_eq!(cut_of(&[&w, &e], &frames), Some(4));
+        // Probe frames and helpers between them (a debug build, where the
+        // probe's closures are frames of their own).
+        let frames = [
+            (&["core::ptr::write_volatile"][..], NO_REC),
+            (&["fgtrace_core::probe::with_state::{{closure}}"][..], REC),
+            (&["std::thread::local::LocalKey<T>::try_with"][..], REC),
+            (&["std::thread::local::LocalKey<T>::with"][..], REC),
+            (&["fgtrace_core::probe::exit", "app::eval"][..], REC),
+            (&["app::eval"][..], REC),
+            (root, REC),
+        ];
+        assert_eq!(cut_of(&[&w, &e], &frames), Some(6));
         // Outside the probe's frame the open calls still need one answer:
         // two evals left for one open call is still a guess.
         let frames = [
