@@ -242,7 +242,11 @@ pub fn chain_match_walk(
     info: &[FrameInfo],
 ) -> ChainMatch {
     let full = chain_match(open, names);
-    if matches!(full, ChainMatch::At(_)) || open.is_empty() || frame_of.len() != names.len() {
+    if matches!(full, ChainMatch::At(_))
+        || open.is_empty()
+        || names.is_empty()
+        || frame_of.len() != names.len()
+    {
         return full;
     }
     // Name ranges of the sampled frames, innermost first.
@@ -1963,6 +1967,8 @@ mod tests {
         assert_eq!(cut_of(&open, &[(&["[unknown]"][..], NO_REC)]), None);
         // A leaf that is an open call's function is not below it.
         assert_eq!(cut_of(&open, &[(&["tokenize"][..], NO_REC)]), None);
+        // A sample without frames (a damaged file): nothing to match.
+        assert_eq!(cut_of(&open, &[]), None);
 
         // Recursion: the innermost of three open `f` is the skipped caller;
         // the two outer ones match the frames above.
