@@ -66,6 +66,7 @@ pub struct Symbolizer {
     /// Per path; `None` once the file was found unusable (and warned about).
     files: HashMap<String, Option<Binary>>,
     cache: HashMap<(u64, bool), Box<[Frame]>>,
+    records: HashMap<(u64, bool), Option<bool>>,
     warnings: Vec<String>,
     verbose: bool,
     debug_dirs: Vec<PathBuf>,
@@ -92,6 +93,7 @@ impl Symbolizer {
             maps,
             files: HashMap::new(),
             cache: HashMap::new(),
+            records: HashMap::new(),
             warnings: Vec::new(),
             verbose: false,
             debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
@@ -113,6 +115,7 @@ impl Symbolizer {
         self.debug_dirs = dirs;
         self.files.clear();
         self.cache.clear();
+        self.records.clear();
         self
     }
 
@@ -223,6 +226,65 @@ impl crate::view::folded::Resolve for Symbolizer {
             .map(|f| f.name.clone())
             .collect()
     }
+
+    fn frame_info(&mut self, addr: u64, is_return_address: bool) -> crate::view::folded::FrameInfo {
+        let in_probe = Symbolizer::frames(self, addr, is_return_address)
+            .iter()
+            .any(is_probe_frame);
+        crate::view::folded::FrameInfo {
+            frame_record: self.frame_record(addr, is_return_address),
+            in_probe,
+        }
+    }
+}
+
+/// fgtrace's own probe (`fgtrace_core::probe`), by name or, for inlined
+/// frames named without their path, by source file.
+fn is_probe_frame(f: &Frame) -> bool {
+    if f.name.contains("fgtrace_core::probe::") {
+        return true;
+    }
+    let Some(file) = f.file.as_deref() else {
+        return false;
+    };
+    // `<crate dir>/src/probe.rs`, the crate dir this workspace's `core` or a
+    // registry's `fgtrace-core-<version>`.
+    let file = file.replace('\\', "/");
+    let mut parts = file.rsplit('/');
+    let (Some("probe.rs"), Some("src"), Some(dir)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    dir == "core" || dir.starts_with("fgtrace-core")
+}
+
+impl Symbolizer {
+    /// Whether the function at `addr` had its frame record set up there (a
+    /// return address: at the call before it), from the file's call-frame
+    /// information: the rule for the canonical frame address is the frame
+    /// pointer (`Some(true)`) or the stack pointer (`Some(false)`: no frame
+    /// record, or not yet / no longer). `None` where the file has no
+    /// `.eh_frame` entry for it, or the architecture is not x86-64.
+    pub fn frame_record(&mut self, addr: u64, is_return_address: bool) -> Option<bool> {
+        let key = (addr, is_return_address);
+        if let Some(&known) = self.records.get(&key) {
+            return known;
+        }
+        // Opens the file (and resolves the names) if that has not happened.
+        self.frames(addr, is_return_address);
+        let probe = if is_return_address {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
+        let known = self.mapping(probe).and_then(|(_, m)| {
+            let off = (probe - m.start).checked_add(m.offset)?;
+            let bin = self.files.get(&m.path)?.as_ref()?;
+            bin.cfi.as_ref()?.frame_record(bin.vaddr(off)?)
+        });
+        self.records.insert(key, known);
+        known
+    }
 }
 
 /// `PT_LOAD`: file bytes `[offset, offset + size)` are at `vaddr`.
@@ -240,6 +302,90 @@ struct Binary {
     dwarf: Option<addr2line::Loader>,
     /// Why its DWARF was not read, where that is worth a warning.
     dwarf_refused: Option<String>,
+    /// Its call-frame information, where the frame-pointer walk needs it.
+    cfi: Option<Cfi>,
+}
+
+/// A file's `.eh_frame` (and `.eh_frame_hdr`, its sorted index), x86-64 only:
+/// enough to say where a function has its frame record.
+struct Cfi {
+    eh_frame: Vec<u8>,
+    hdr: Option<Vec<u8>>,
+    bases: addr2line::gimli::BaseAddresses,
+}
+
+impl Cfi {
+    /// Sections larger than the file (a damaged or hostile header) are not read.
+    fn read<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>, file_len: u64) -> Option<Cfi> {
+        use object::ObjectSection;
+        if obj.architecture() != object::Architecture::X86_64 {
+            return None;
+        }
+        let bytes = |s: &object::Section<'d, '_, R>| -> Option<Vec<u8>> {
+            let (_, size) = s.file_range()?;
+            if size > file_len {
+                return None;
+            }
+            s.data().ok().map(<[u8]>::to_vec)
+        };
+        let eh = obj.section_by_name(".eh_frame")?;
+        let mut bases = addr2line::gimli::BaseAddresses::default().set_eh_frame(eh.address());
+        if let Some(text) = obj.section_by_name(".text") {
+            bases = bases.set_text(text.address());
+        }
+        let hdr = obj.section_by_name(".eh_frame_hdr").and_then(|h| {
+            bases = bases.clone().set_eh_frame_hdr(h.address());
+            bytes(&h)
+        });
+        Some(Cfi {
+            eh_frame: bytes(&eh)?,
+            hdr,
+            bases,
+        })
+    }
+
+    /// See [`Symbolizer::frame_record`]; `va` is a link-time address.
+    fn frame_record(&self, va: u64) -> Option<bool> {
+        use addr2line::gimli::{
+            CfaRule, EhFrame, EhFrameHdr, LittleEndian, UnwindContext, UnwindSection, X86_64,
+        };
+        let eh = EhFrame::new(&self.eh_frame, LittleEndian);
+        let mut ctx = UnwindContext::new();
+        let row = match &self.hdr {
+            Some(hdr) => {
+                let parsed = EhFrameHdr::new(hdr, LittleEndian)
+                    .parse(&self.bases, 8)
+                    .ok()?;
+                match parsed.table() {
+                    Some(t) => t
+                        .unwind_info_for_address(
+                            &eh,
+                            &self.bases,
+                            &mut ctx,
+                            va,
+                            EhFrame::cie_from_offset,
+                        )
+                        .ok()?,
+                    None => eh
+                        .unwind_info_for_address(
+                            &self.bases,
+                            &mut ctx,
+                            va,
+                            EhFrame::cie_from_offset,
+                        )
+                        .ok()?,
+                }
+            }
+            None => eh
+                .unwind_info_for_address(&self.bases, &mut ctx, va, EhFrame::cie_from_offset)
+                .ok()?,
+        };
+        match row.cfa() {
+            CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => Some(true),
+            CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RSP => Some(false),
+            _ => None,
+        }
+    }
 }
 
 impl Binary {
@@ -247,6 +393,7 @@ impl Binary {
     /// file, not all of it) and indexes its DWARF. `Err` is the reason to warn.
     fn open(path: &str, want_id: Option<&str>, debug_dirs: &[PathBuf]) -> Result<Binary, String> {
         let f = open_regular(Path::new(path))?;
+        let file_len = f.metadata().map_or(0, |m| m.len());
         let data = object::ReadCache::new(f);
         let obj =
             object::File::parse(&data).map_err(|e| format!("not a readable ELF file ({e})"))?;
@@ -314,11 +461,13 @@ impl Binary {
                 }
             });
         let symbols = FuncSymbols::from_table(entries.iter().map(|(a, s, n)| (*a, *s, n.as_str())));
+        let cfi = Cfi::read(&obj, file_len);
         Ok(Binary {
             loads,
             symbols,
             dwarf,
             dwarf_refused,
+            cfi,
         })
     }
 
@@ -495,6 +644,63 @@ pub fn demangle(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The return address this function returns to (its caller's), read
+    /// through its own frame record.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    fn return_address() -> u64 {
+        let fp: u64;
+        // SAFETY: reads a register.
+        unsafe { std::arch::asm!("mov {}, rbp", out(reg) fp) };
+        // SAFETY: this function has a frame record (the workspace builds
+        // with frame pointers): [rbp + 8] is its return address.
+        unsafe { std::ptr::read((fp + 8) as *const u64) }
+    }
+
+    /// `.eh_frame` says where a function has its frame record: not at its
+    /// first instruction (before `push rbp`), in this binary or in libc, but
+    /// at a return address inside a function built with frame pointers.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn call_frame_information_tells_where_a_frame_record_is_set_up() {
+        let maps = crate::sampler::maps::executable(&crate::sampler::maps::read_self());
+        let mut sym = Symbolizer::new(&maps);
+        let entry = return_address as *const () as usize as u64;
+        assert_eq!(sym.frame_record(entry, false), Some(false));
+        let ret = std::hint::black_box(return_address());
+        assert_eq!(sym.frame_record(ret, true), Some(true));
+        let memcpy = libc::memcpy as *const () as usize as u64;
+        assert_eq!(sym.frame_record(memcpy, false), Some(false));
+        // Outside every mapping: nothing known.
+        assert_eq!(sym.frame_record(8, false), None);
+    }
+
+    #[test]
+    fn probe_frames_are_known_by_name_or_by_source_file() {
+        let f = |name: &str, file: Option<&str>| Frame {
+            name: name.into(),
+            file: file.map(Into::into),
+            line: None,
+            inlined: true,
+        };
+        assert!(is_probe_frame(&f(
+            "drop_in_place<fgtrace_core::probe::Guard>",
+            None
+        )));
+        assert!(is_probe_frame(&f(
+            "exit",
+            Some("/work/x/core/src/probe.rs")
+        )));
+        let registry = "/root/.cargo/registry/src/index/fgtrace-core-0.1.0/src/probe.rs";
+        assert!(is_probe_frame(&f("enter", Some(registry))));
+        assert!(!is_probe_frame(&f("exit", Some("/work/app/src/probe.rs"))));
+        assert!(!is_probe_frame(&f(
+            "exit",
+            Some("/x/tokio-core/src/probe.rs")
+        )));
+        assert!(!is_probe_frame(&f("exit", None)));
+    }
 
     fn map(start: u64, end: u64, path: &str) -> Mapping {
         Mapping {

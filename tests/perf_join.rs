@@ -91,6 +91,31 @@ fn rec_workload(cpu_ms: u64) -> u64 {
     acc
 }
 
+// ---- a traced function whose time is spent in libc's memcpy, called from
+// its own frame: a leaf without frame pointers, so the frame-pointer walk
+// skips the traced function's frame and goes on from its caller's ----
+
+#[fgtrace::traced]
+#[inline(never)]
+fn copier(dst: &mut [u8], src: &[u8]) -> u8 {
+    let n = src.len().min(dst.len());
+    // SAFETY: both buffers hold `n` bytes and do not overlap.
+    unsafe { libc::memcpy(dst.as_mut_ptr().cast(), src.as_ptr().cast(), n) };
+    black_box(dst[n / 2])
+}
+
+#[fgtrace::traced]
+fn copy_workload(cpu_ms: u64) -> u64 {
+    let src = vec![7u8; 1 << 20];
+    let mut dst = vec![0u8; 1 << 20];
+    let (t, cpu0) = (std::time::Instant::now(), thread_cpu_ms());
+    let mut acc = 0u64;
+    while keep_going(cpu0, t, cpu_ms) {
+        acc = acc.wrapping_add(copier(&mut dst, black_box(&src)) as u64);
+    }
+    acc
+}
+
 /// Runs `work` in a session sampled through `backend`; `None` (with a
 /// visible SKIPPED line) where the kernel refuses the perf ring.
 fn session(backend: Backend, hz: u64, test: &str, work: impl FnOnce()) -> Option<Trace> {
@@ -341,6 +366,8 @@ impl Cut for Compare {
                         "::parent_b",
                         "::split_workload",
                         "::rec_workload",
+                        "::copier",
+                        "::copy_workload",
                     ]
                     .iter()
                     .any(|f| n.ends_with(f))
@@ -513,4 +540,67 @@ fn timer_takes_the_ring_by_default_and_the_trace_says_which_path_ran() {
     let t = s.stop().unwrap();
     let sampler = t.meta().sampler.clone().unwrap_or_default();
     assert!(sampler.starts_with("signal (wall-clock"), "{sampler}");
+}
+
+/// A leaf without a frame record (libc's `memcpy`, built without frame
+/// pointers) makes the frame-pointer walk skip its caller: here the traced
+/// `copier` itself, so its name is nowhere in the chain. The binary's
+/// call-frame information says the leaf had no record, the open `copier` can
+/// only be in the frame skipped right above it, and the sample is joined
+/// below it; the signal path's recorded cut says the same.
+#[test]
+fn a_traced_fn_skipped_above_libc_memcpy_is_joined_below_it() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "a_traced_fn_skipped_above_libc_memcpy_is_joined_below_it";
+    let below_copier = |t: &Tally| -> u64 {
+        t.below
+            .iter()
+            .filter(|(k, _)| k.0 == 2 && k.1 == "copier" && k.2.contains("mem"))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let signal = session(Backend::Signal, 5_000, test, || {
+        black_box(copy_workload(600));
+    })
+    .unwrap();
+    let s = tally(&signal);
+    let compared = s.agree + s.disagree;
+    println!(
+        "signal path: {} samples, the join agrees with the recorded cut on {} ({:.2}%); {} in libc's memcpy below copier",
+        compared,
+        s.agree,
+        100.0 * s.agree as f64 / compared.max(1) as f64,
+        below_copier(&s)
+    );
+    assert!(compared > 1_000, "too few samples: {compared}");
+    assert!(
+        s.agree * 100 >= compared * 99,
+        "the join agrees with the recorded cut on only {} of {compared} samples",
+        s.agree
+    );
+    let Some(ring) = session(Backend::Ring, 5_000, test, || {
+        black_box(copy_workload(600));
+    }) else {
+        return;
+    };
+    let r = tally(&ring);
+    let total = r.joined + r.unmatched;
+    let mem = below_copier(&r);
+    println!(
+        "ring path: {total} samples, {} unmatched, {mem} joined with libc's memcpy right below copier",
+        r.unmatched
+    );
+    // Most of the time is in memcpy, and those samples are joined below the
+    // traced call the walk skipped (by names alone every one was unmatched).
+    assert!(
+        mem * 2 > total,
+        "only {mem} of {total} samples in memcpy below copier"
+    );
+    assert!(
+        r.unmatched * 100 <= total,
+        "{} of {total} ring samples unmatched",
+        r.unmatched
+    );
+    assert_eq!((r.traced_below, s.traced_below), (0, 0));
+    assert_eq!(r.depth_mismatches, 0);
 }
