@@ -230,11 +230,15 @@ fn ring_and_signal_give_the_same_hidden_split_and_the_same_combined_flamegraph()
     assert_eq!((r.traced_below, s.traced_below), (0, 0));
     // The same combined flamegraph: the share of samples under each traced
     // path, with and without the helper below, agrees within 4 sigma. (The
-    // floor of 3 points is the sampling, not the join: in a debug build a
-    // sample often lands in a tiny leaf's prologue, where a frame-pointer walk
-    // skips the caller, and the kernel's walk and the signal handler's land
-    // there at slightly different rates: 6.9% against 8.7% under parent_a in
-    // one run, the same either way.)
+    // floor of 5 points is the sampling and the machine, not the join: in a
+    // debug build a sample often lands in a tiny leaf's prologue, where a
+    // frame-pointer walk skips the caller, and the kernel's walk and the
+    // signal handler's land there at slightly different rates: 6.9% against
+    // 8.7% under parent_a in one run, the same either way; and the two
+    // sessions run one after the other, so a loaded machine moves one
+    // bucket by up to 3.1 points between them, seen at load 6.5. A cut at
+    // the wrong level leaves a traced frame below it, which the check just
+    // above catches per sample.)
     let coarse = |t: &Tally| {
         let mut m: BTreeMap<(usize, String, String), u64> = BTreeMap::new();
         for ((depth, f, below), n) in &t.below {
@@ -247,7 +251,7 @@ fn ring_and_signal_give_the_same_hidden_split_and_the_same_combined_flamegraph()
         }
         m
     };
-    same_distribution(&coarse(&r), &coarse(&s), 0.03);
+    same_distribution(&coarse(&r), &coarse(&s), 0.05);
     assert!(r
         .below
         .keys()
