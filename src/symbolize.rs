@@ -351,35 +351,23 @@ impl Cfi {
         };
         let eh = EhFrame::new(&self.eh_frame, LittleEndian);
         let mut ctx = UnwindContext::new();
-        let row = match &self.hdr {
-            Some(hdr) => {
-                let parsed = EhFrameHdr::new(hdr, LittleEndian)
+        // The sorted index when there is one (a header that does not parse
+        // gives no answer); otherwise a scan of `.eh_frame`.
+        let parsed = match &self.hdr {
+            Some(hdr) => Some(
+                EhFrameHdr::new(hdr, LittleEndian)
                     .parse(&self.bases, 8)
-                    .ok()?;
-                match parsed.table() {
-                    Some(t) => t
-                        .unwind_info_for_address(
-                            &eh,
-                            &self.bases,
-                            &mut ctx,
-                            va,
-                            EhFrame::cie_from_offset,
-                        )
-                        .ok()?,
-                    None => eh
-                        .unwind_info_for_address(
-                            &self.bases,
-                            &mut ctx,
-                            va,
-                            EhFrame::cie_from_offset,
-                        )
-                        .ok()?,
-                }
-            }
-            None => eh
-                .unwind_info_for_address(&self.bases, &mut ctx, va, EhFrame::cie_from_offset)
-                .ok()?,
+                    .ok()?,
+            ),
+            None => None,
         };
+        let row = match parsed.as_ref().and_then(|p| p.table()) {
+            Some(t) => {
+                t.unwind_info_for_address(&eh, &self.bases, &mut ctx, va, EhFrame::cie_from_offset)
+            }
+            None => eh.unwind_info_for_address(&self.bases, &mut ctx, va, EhFrame::cie_from_offset),
+        }
+        .ok()?;
         match row.cfa() {
             CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => Some(true),
             CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RSP => Some(false),

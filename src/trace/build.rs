@@ -554,6 +554,17 @@ mod tests {
         }
     }
 
+    /// A stream session ending at tick 1,000,200.
+    fn stream_base() -> MetaBase {
+        MetaBase {
+            cal: cal(),
+            end_ticks: 1_000_200,
+            mode: RecordMode::Stream,
+            filters: String::new(),
+            counters: Vec::new(),
+        }
+    }
+
     fn rec(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
         RawCall::pack(1_000_000 + start, depth, dur, site, false, kind::CALL)
     }
@@ -578,14 +589,7 @@ mod tests {
             dropped: 7,
             ..ThreadInput::empty(1, "t".into())
         };
-        let base = MetaBase {
-            cal: cal(),
-            end_ticks: 1_000_200,
-            mode: RecordMode::Stream,
-            filters: String::new(),
-            counters: Vec::new(),
-        };
-        let t = build(base, vec![input], |_| None);
+        let t = build(stream_base(), vec![input], |_| None);
         let got: Vec<String> = t
             .events()
             .map(|e| match e {
@@ -644,14 +648,7 @@ mod tests {
             samples,
             ..ThreadInput::empty(1, "t".into())
         };
-        let base = MetaBase {
-            cal: cal(),
-            end_ticks: 1_000_200,
-            mode: RecordMode::Stream,
-            filters: String::new(),
-            counters: Vec::new(),
-        };
-        let t = build(base, vec![input], |_| None);
+        let t = build(stream_base(), vec![input], |_| None);
         let got: Vec<(u64, u32)> = t.samples().map(|s| (s.ts_ns, s.shadow_depth)).collect();
         assert_eq!(
             got,
