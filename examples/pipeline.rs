@@ -10,6 +10,7 @@
 //! `target/fgtrace-demo/pipeline.fgt`, writes the function graph and the
 //! per-function report next to it, and prints an excerpt of the graph.
 
+use fgtrace::view::TraceViews;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc;

@@ -204,7 +204,7 @@ fn symbolize(path: &Path, probes: &[u64]) -> usize {
 /// A board's byte stream (`fgtrace board`): decoded in uneven pieces, every
 /// session turned into a trace and its events walked. Returns the calls.
 pub fn board_stream(data: &[u8]) -> Result<usize, String> {
-    let mut d = fgtrace::board::Decoder::new();
+    let mut d = fgtrace::board_stream::Decoder::new();
     // Pieces of 1..=64 bytes, chosen by the input itself.
     let mut at = 0;
     while at < data.len() {

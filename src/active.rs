@@ -30,8 +30,8 @@ pub(crate) struct Active {
     pub outlet: Arc<Outlet>,
     /// The threads' buffers; `None` once the session is stopping.
     pub(crate) threads: Mutex<Option<Vec<Arc<ThreadBuf>>>>,
-    /// What a snapshot of the running session needs (`crate::snapshot`).
-    pub(crate) snap: SnapshotInfo,
+    /// What a snapshot of the running session needs (`crate::dump`).
+    pub(crate) dump: DumpInfo,
     /// Dumps of a running stream-mode session, asked of its collector.
     pub(crate) dumps: Dumps,
 }
@@ -55,7 +55,7 @@ impl Default for Dumps {
 
 /// What a snapshot of a running session (a flight-recorder dump on demand
 /// or on panic) needs to build a [`Trace`](crate::Trace) without stopping it.
-pub(crate) struct SnapshotInfo {
+pub(crate) struct DumpInfo {
     pub cal: crate::clock::Calibration,
     /// Calls kept per thread (flight recorder).
     pub keep: usize,
@@ -131,7 +131,7 @@ extern "C" fn in_forked_child() {
         FORKED.store(true, SeqCst);
         fgtrace_core::control::session_off();
         #[cfg(target_os = "linux")]
-        crate::sampling::forked_child();
+        crate::sampler::forked_child();
     }
 }
 /// The session of generation `gen`, if it is still the active one.

@@ -26,7 +26,7 @@ use std::alloc::{GlobalAlloc, Layout};
 
 /// Names of the per-call allocation counters in a trace
 /// ([`TraceMeta::counters`](crate::TraceMeta::counters)), in this order.
-pub const NAMES: [&str; 5] = ["allocs", "alloc_bytes", "frees", "freed_bytes", "reallocs"];
+pub use fgtrace_core::alloc::NAMES;
 
 /// A global allocator that counts what `A` does per traced call (see the
 /// [module docs](self)).

@@ -12,7 +12,7 @@ use crate::trace::file::RecordingWriter;
 use crate::trace::format::ChunkEncoder;
 use crate::trace::recorded::RawSample;
 use crate::trace::recorded::{RawChunk, RawEncoder, SiteMap};
-use crate::trace::{ClockInfo, Event, RecordMode, Sample, ThreadInfo, Trace, TraceMeta};
+use crate::trace::{Event, RecordMode, Sample, ThreadInfo, Trace, TraceMeta};
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
 use parking_lot::Mutex;
@@ -293,7 +293,7 @@ pub struct Session {
     idle_gathered: Option<Gathered>,
     batches_rx: Receiver<Batch>,
     #[cfg(target_os = "linux")]
-    sampler: Option<crate::sampling::Sampler>,
+    sampler: Option<crate::sampler::Sampler>,
     /// The process that started the session (a forked child is another).
     pid: u32,
 }
@@ -325,7 +325,7 @@ impl Session {
         // program's own; the panic hook of `Config::dump_on_panic`.
         crate::active::yield_background();
         if config.dump_on_panic.is_some() {
-            crate::snapshot::install_panic_hook();
+            crate::dump::install_panic_hook();
         }
         // ---- end issue 15
         recorder::install();
@@ -419,8 +419,8 @@ impl Session {
                 block_when_full: config.block_when_full,
             }),
             threads: Mutex::new(Some(Vec::new())),
-            // ---- issue 15: what `crate::snapshot` needs (dumps on demand and on panic).
-            snap: crate::active::SnapshotInfo {
+            // ---- what `crate::dump` needs (dumps on demand and on panic).
+            dump: crate::active::DumpInfo {
                 cal,
                 keep: config.flight_calls,
                 mode: config.mode,
@@ -456,7 +456,7 @@ impl Session {
         };
         #[cfg(target_os = "linux")]
         let sampler = match &config.sampling {
-            Some(s) => match crate::sampling::Sampler::start(s) {
+            Some(s) => match crate::sampler::Sampler::start(s) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stop.store(true, Release);
@@ -547,7 +547,7 @@ impl Session {
         #[cfg(target_os = "linux")]
         let sampled = self.sampler.take().map(|s| s.stop(&self.cal));
         #[cfg(not(target_os = "linux"))]
-        let sampled: Option<crate::sampling::Sampled> = None;
+        let sampled: Option<crate::sampler::Sampled> = None;
         let mut infos = Vec::with_capacity(threads.len());
         let mut overwritten = Vec::with_capacity(threads.len());
         for t in &threads {
@@ -671,24 +671,16 @@ fn meta_of<'a>(
     filters: String,
     counters: impl Iterator<Item = &'a str>,
 ) -> TraceMeta {
-    TraceMeta {
-        program: std::env::args().next().unwrap_or_default(),
-        pid: std::process::id(),
-        clock: ClockInfo {
-            source: clock::SOURCE.to_string(),
-            ticks_per_ns: cal.ticks_per_ns,
-            start_mono_ns: cal.origin.mono_ns,
-            start_unix_ns: cal.origin.unix_ns,
-        },
-        duration_ns: cal.ns(end_ticks),
+    // Per-call figures beside each call (extension records): allocations
+    // when the counting allocator is installed, then the session's counter.
+    crate::process::base(
+        *cal,
+        end_ticks,
         mode,
         filters,
-        // [issue 17] per-call figures beside each call (extension records):
-        // allocations when the counting allocator is installed, then the
-        // session's counter.
-        counters: crate::trace::build::counter_names(fgtrace_core::alloc::installed(), counters),
-        ..TraceMeta::default()
-    }
+        counters.map(String::from).collect(),
+    )
+    .meta(fgtrace_core::alloc::installed())
 }
 
 /// Creates the output file and writes its provisional header (with
@@ -804,10 +796,9 @@ impl Session {
 /// Samples the whole process for `duration` at `frequency_hz` per thread
 /// (CPU time), like Zephyr's `perf record <duration> <frequency>`, and
 /// returns the trace (with any traced calls made meanwhile).
-/// Also at `fgtrace::sampler::record`.
 pub fn record(duration: Duration, frequency_hz: u64) -> Result<Trace, Error> {
     let session =
-        Session::start(Config::builtin().sampling(crate::sampling::Sampling::timer(frequency_hz)))?;
+        Session::start(Config::builtin().sampling(crate::sampler::Sampling::timer(frequency_hz)))?;
     std::thread::sleep(duration);
     session.stop()
 }
@@ -908,7 +899,7 @@ fn collect(
 }
 
 /// A dump of the running stream-mode session (`fgtrace ctl PID dump`,
-/// [`crate::snapshot::snapshot`]), built by the collector between batches:
+/// [`crate::dump::running`]), built by the collector between batches:
 /// what it gathered, every batch the threads handed it before the dump, and
 /// what each thread holds that it has not handed over yet. A thread's tail
 /// and its count of batches sent are read together under its buffer's flag
@@ -1034,7 +1025,7 @@ fn dumped_trace(
             samples_lost: 0,
         });
     }
-    let mut cal = active.snap.cal;
+    let mut cal = active.dump.cal;
     cal.refine(end);
     let mut meta = TraceMeta {
         sites: g.sites.sites.clone(),
@@ -1042,8 +1033,8 @@ fn dumped_trace(
         ..meta_of(
             &cal,
             end.ticks,
-            active.snap.mode,
-            active.snap.filters.clone(),
+            active.dump.mode,
+            active.dump.filters.clone(),
             active.counter.iter().map(|c| c.name()),
         )
     };

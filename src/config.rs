@@ -43,7 +43,7 @@ pub struct Config {
     pub(crate) exclude: Vec<String>,
     pub(crate) graph_functions: Vec<String>,
     pub(crate) notrace: Vec<String>,
-    pub(crate) sampling: Option<crate::sampling::Sampling>,
+    pub(crate) sampling: Option<crate::sampler::Sampling>,
     /// Per-call hardware counters asked for (`Config::counters`).
     pub(crate) counters: Vec<crate::pmu::Counter>,
     /// Write the trace file here while recording.
@@ -157,7 +157,7 @@ impl Config {
             }
         }
         if let Some(v) = get("FGTRACE_SAMPLE") {
-            match crate::sampling::Sampling::parse(&v) {
+            match crate::sampler::Sampling::parse(&v) {
                 Ok(s) => self.sampling = Some(s),
                 Err(e) => self.errors.push(format!("FGTRACE_SAMPLE: {e}")),
             }
@@ -308,7 +308,7 @@ impl Config {
 
     /// Also sample stacks (see [`crate::sampler`]): `Sampling::timer(999)`,
     /// `Sampling::perf(PerfEvent::Cycles, 100_000)`, ...
-    pub fn sampling(mut self, s: crate::sampling::Sampling) -> Self {
+    pub fn sampling(mut self, s: crate::sampler::Sampling) -> Self {
         self.sampling = Some(s);
         self
     }

@@ -8,64 +8,57 @@
 //! (feature `views`). The sampler joins at the `Trace`: same clock, same
 //! threads.
 //!
-//! Layers, each importing only the ones below it (`tests/layers.rs` checks
-//! that no module imports in a cycle):
+//! Layers, each importing only the ones below it; each is a crate, so the
+//! compiler enforces it:
 //!
-//! | layer | where | feature |
+//! | layer | crate | feature |
 //! |---|---|---|
 //! | recording core: clock, sites, control word, shadow stack, guard, records, unwinders | `fgtrace-core` (`no_std`) | always |
-//! | runtime: [`Session`], [`Config`], collector, buffers, sampler, [`Trace`] and its file format | this crate | always |
-//! | analysis: views, symbolize, pprof, bridges | this crate | `views`, `symbolize`, `pprof`, ... |
-//! | `testing`: captures and assertions | this crate | `testing` |
+//! | the trace model and file format | `fgtrace-trace` | always |
+//! | runtime: [`Session`], [`Config`], collector, buffers, sampler, off-CPU, counters, control | this crate | always |
+//! | analysis: views, symbolize, pprof, bridges, board decoder | `fgtrace-view` | `views`, `symbolize`, `pprof`, ... |
+//! | `testing`: captures and assertions (renders failures with the views) | this crate | `testing` |
 //! | the `fgtrace` command | `fgtrace-cli` | |
 
 mod active;
 pub mod alloc;
 pub mod buffer;
-pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod control;
+pub mod dump;
 mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;
 pub mod pmu;
+mod process;
 mod recorder;
-pub mod snapshot;
-mod thread;
-pub mod trace;
-
-#[cfg(feature = "views")]
-pub mod view;
-
-#[cfg(feature = "board")]
-pub mod board;
-#[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
-pub mod bridge;
-#[cfg(feature = "pprof")]
-pub mod pprof;
-#[path = "sampler/mod.rs"]
-mod sampling;
-#[cfg(feature = "symbolize")]
-pub mod symbolize;
+pub mod sampler;
 #[cfg(feature = "testing")]
 pub mod testing;
-// The unit tests build small traces with the integration tests' helpers,
-// which name this crate `fgtrace`.
-#[cfg(test)]
-extern crate self as fgtrace;
-#[cfg(test)]
-#[path = "../tests/support/traces.rs"]
-mod test_traces;
+mod thread;
+
+/// The trace model and file format (the `fgtrace-trace` crate).
+pub use fgtrace_trace as trace;
+/// The trace clock: ticks, calibration to nanoseconds.
+pub use fgtrace_trace::clock;
+
+/// The views (the `fgtrace-view` crate): graph, report, folded stacks,
+/// flamegraphs, exports, diff.
+#[cfg(feature = "views")]
+pub use fgtrace_view as view;
+/// Decoding a board's stream into traces.
+#[cfg(feature = "board")]
+pub use fgtrace_view::board_stream;
+#[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
+pub use fgtrace_view::bridge;
+#[cfg(feature = "pprof")]
+pub use fgtrace_view::pprof;
+#[cfg(feature = "symbolize")]
+pub use fgtrace_view::symbolize;
 
 pub use collector::{Error, Session};
 
-/// Stack sampling: sources, the signal handler, the perf_event ring, and
-/// [`record`](sampler::record) for a whole-process sampling run.
-pub mod sampler {
-    pub use crate::collector::record;
-    pub use crate::sampling::*;
-}
 pub use config::Config;
 pub use pmu::Counter;
 pub use trace::{Call, Event, Trace, TraceMeta};

@@ -187,7 +187,7 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     st.owner = Arc::into_raw(shared) as *const ();
     #[cfg(target_os = "linux")]
     if active.sampling {
-        crate::sampling::register_current_thread(st as *mut ThreadState);
+        crate::sampler::register_current_thread(st as *mut ThreadState);
     }
     #[cfg(target_os = "linux")]
     if let Some(o) = &active.off_cpu {
@@ -225,7 +225,7 @@ fn release(st: &mut ThreadState) {
     // Sampling of this thread ends before its shadow stack goes (the
     // sampler's handler reads the depth through a pointer to `st`).
     #[cfg(target_os = "linux")]
-    crate::sampling::unregister_current_thread();
+    crate::sampler::unregister_current_thread();
     drop_buffer(st);
     st.counter = ptr::null();
     // SAFETY: made by `alloc_frames(stack_cap)` and `alloc_counts(stack_cap)`.

@@ -4,6 +4,7 @@
 
 use fgtrace::alloc::Counting;
 use fgtrace::testing::{self, budget};
+use fgtrace::view::TraceViews;
 use fgtrace::{traced, Config, Event, Session};
 use std::alloc::System;
 use std::hint::black_box;
@@ -271,7 +272,12 @@ fn graph_report_and_html_show_the_figures() {
     );
 
     let mut html = Vec::new();
-    t.write_html(&HtmlOptions::default(), &mut html).unwrap();
+    t.write_html(
+        fgtrace::view::folded::HexResolve,
+        &HtmlOptions::default(),
+        &mut html,
+    )
+    .unwrap();
     let html = String::from_utf8(html).unwrap();
     assert!(
         html.contains(">Self allocs</th>"),

@@ -3,7 +3,7 @@
 //! of the other. The helper's samples must land under the right parent in
 //! the right proportion, and every traced total must equal the traced-only
 //! total exactly.
-#![cfg(all(target_os = "linux", target_arch = "x86_64", feature = "cli"))]
+#![cfg(all(target_os = "linux", target_arch = "x86_64", feature = "symbolize"))]
 
 use fgtrace::sampler::Sampling;
 use fgtrace::symbolize::Symbolizer;

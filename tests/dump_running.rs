@@ -1,10 +1,10 @@
-//! Dumps of a running stream-mode session ([`fgtrace::snapshot::snapshot`],
+//! Dumps of a running stream-mode session ([`fgtrace::dump::running`],
 //! `fgtrace ctl PID dump`): every call recorded so far, from the collector's
 //! chunks and from what each thread has not handed over yet, with no call
 //! twice and none missing in between, while a thread keeps recording; the
 //! session records on and its trace at stop is whole.
 
-use fgtrace::snapshot::{snapshot, SnapshotError};
+use fgtrace::dump::{running, DumpError};
 use fgtrace::{Config, Session, Trace};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -103,7 +103,7 @@ fn a_stream_session_dumps_every_call_so_far_while_it_records() {
             std::thread::yield_now();
         }
         let before = busy_done.load(SeqCst);
-        let dump = snapshot().expect("a stream-mode session dumps");
+        let dump = running().expect("a stream-mode session dumps");
         let after = busy_done.load(SeqCst);
         // Through the trace format and back, as `fgtrace ctl PID dump` sends it.
         let mut bytes = Vec::new();
@@ -152,14 +152,14 @@ fn a_stream_session_dumps_every_call_so_far_while_it_records() {
 #[test]
 fn a_session_writing_a_file_points_to_the_file_and_nothing_runs_without_a_session() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert_eq!(snapshot().unwrap_err(), SnapshotError::NoSession);
+    assert_eq!(running().unwrap_err(), DumpError::NoSession);
     let path = std::env::temp_dir().join(format!("fgtrace-dump-{}.fgt", std::process::id()));
     let session = Session::start(Config::builtin().output(&path)).unwrap();
     for i in 0..10_000 {
         step(i);
     }
-    match snapshot() {
-        Err(SnapshotError::Unavailable(why)) => {
+    match running() {
+        Err(DumpError::Unavailable(why)) => {
             assert!(why.contains(path.to_str().unwrap()), "{why}");
             assert!(why.contains("can be read now"), "{why}");
         }

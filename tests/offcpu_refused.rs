@@ -6,6 +6,7 @@
 //! (A binary of its own: the variable is process-wide.)
 
 use fgtrace::testing::{budget, CounterCheck, Options};
+use fgtrace::view::TraceViews;
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 

@@ -6,6 +6,7 @@
 //! calls ended by unwinding.
 
 use fgtrace::trace::{flags, Call, Event, Trace};
+use fgtrace::view::TraceViews;
 use fgtrace::{traced, Config, Session};
 use std::cell::{Cell, RefCell};
 use std::future::Future;

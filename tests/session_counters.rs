@@ -4,6 +4,7 @@
 
 use fgtrace::view::graph::GraphOptions;
 use fgtrace::view::report::ReportOptions;
+use fgtrace::view::TraceViews;
 use fgtrace::{Config, Counter, Event, Session};
 
 /// Sessions are process-wide: the tests here take turns recording.

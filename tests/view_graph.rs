@@ -2,6 +2,7 @@
 //! files, filters.
 
 use fgtrace::trace::{flags, Call, Event, TraceBuilder, TraceError, TraceMeta, TraceReader};
+use fgtrace::view::TraceViews;
 use fgtrace::view::{write_graph, GraphOptions, ThreadSel};
 
 #[path = "support/traces.rs"]

@@ -5,6 +5,7 @@ use fgtrace::trace::{Call, Event, ThreadInfo, TraceBuilder, TraceMeta};
 use fgtrace::view::chrome::{write_chrome, ChromeOptions};
 use fgtrace::view::folded::HexResolve;
 use fgtrace::view::html::HtmlOptions;
+use fgtrace::view::TraceViews;
 
 fn hostile() -> fgtrace::Trace {
     let mut meta = TraceMeta::default();
@@ -60,6 +61,7 @@ fn chrome_and_html_render_impossible_counts_without_a_panic() {
     .unwrap();
     assert!(String::from_utf8_lossy(&out).contains(&u64::MAX.to_string()));
     let mut html = Vec::new();
-    t.write_html(&HtmlOptions::default(), &mut html).unwrap();
+    t.write_html(HexResolve, &HtmlOptions::default(), &mut html)
+        .unwrap();
     assert!(!html.is_empty());
 }

@@ -1,6 +1,7 @@
 //! The report through the public API: numbers, filters, damaged input.
 
 use fgtrace::trace::{Event, LossKind, Lost, TraceBuilder, TraceError, TraceMeta};
+use fgtrace::view::TraceViews;
 use fgtrace::view::{write_report, Column, ReportOptions, ReportStyle, ThreadSel};
 
 #[path = "support/traces.rs"]

@@ -3,7 +3,7 @@
 //! sends it host commands, prints its console text, and writes each
 //! recording session as an ordinary trace.
 
-use fgtrace::board::{elf_mappings, Decoder, Output};
+use fgtrace_view::board_stream::{elf_mappings, Decoder, Output};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

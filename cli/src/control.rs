@@ -112,7 +112,7 @@ fn err(e: ControlError) -> Option<String> {
 fn save(received: control::client::Received, path: &Path) -> Result<(), Option<String>> {
     std::fs::write(path, &received.bytes)
         .map_err(|e| Some(format!("cannot write {}: {e}", path.display())))?;
-    let summary = match fgtrace::Trace::read_from(&received.bytes[..]) {
+    let summary = match fgtrace_trace::Trace::read_from(&received.bytes[..]) {
         Ok(t) => {
             let m = t.meta();
             format!(

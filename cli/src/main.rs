@@ -12,9 +12,10 @@ mod views;
 mod zephyr;
 
 use clap::{Parser, Subcommand};
-use fgtrace::trace::TraceError;
-use fgtrace::view::format::human_duration;
-use fgtrace::view::{
+use fgtrace_trace::TraceError;
+use fgtrace_view as view;
+use fgtrace_view::format::human_duration;
+use fgtrace_view::{
     self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel,
 };
 use std::io::{self, IsTerminal, Write};

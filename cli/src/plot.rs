@@ -2,7 +2,7 @@
 //! calls with their call paths on stdout.
 
 use super::{io_err, open, threads};
-use fgtrace::view::plot::{durations_svg, write_slowest, DurationsBuilder, PlotError, PlotOptions};
+use fgtrace_view::plot::{durations_svg, write_slowest, DurationsBuilder, PlotError, PlotOptions};
 use std::io::{self, Write};
 use std::path::PathBuf;
 

@@ -5,8 +5,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use fgtrace::pprof::{write_pprof, PprofError, PprofOptions};
-use fgtrace::symbolize::Symbolizer;
+use fgtrace_view::pprof::{write_pprof, PprofError, PprofOptions};
+use fgtrace_view::symbolize::Symbolizer;
 
 /// Export the samples for `go tool pprof`, pprof's web UI, and the tools that read profile.proto.
 #[derive(clap::Args, Debug, Clone)]
@@ -76,11 +76,11 @@ pub fn run(a: &PprofArgs) -> Result<(), Option<String>> {
 /// the report's (`--sort total`, `self`, `name`; by self for the others).
 pub fn report_samples(
     file: &std::path::Path,
-    opts: &fgtrace::view::ReportOptions,
+    opts: &fgtrace_view::ReportOptions,
     mut out: impl Write,
 ) -> Result<(), Option<String>> {
-    use fgtrace::view::sampled::{write_sampled, SampledOptions, SampledSort};
-    use fgtrace::view::Column;
+    use fgtrace_view::sampled::{write_sampled, SampledOptions, SampledSort};
+    use fgtrace_view::Column;
     let r = super::open(file)?;
     let meta = r.meta().clone();
     if meta.sampling.is_none() && meta.threads.iter().all(|t| t.samples == 0) {

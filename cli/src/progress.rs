@@ -5,7 +5,7 @@
 //! codes. Bars are cleared when their reader is dropped (the stream ends,
 //! fails or is abandoned), so the output that follows starts on a clean line.
 
-use fgtrace::trace::{TraceError, TraceReader};
+use fgtrace_trace::{TraceError, TraceReader};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fs::File;
 use std::io::{self, IsTerminal, Read};

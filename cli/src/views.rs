@@ -2,21 +2,21 @@
 //! library's options, one clear line on error.
 
 use super::{io_err, open, threads};
-use fgtrace::symbolize::Symbolizer;
-use fgtrace::trace::{TraceError, TraceMeta};
-use fgtrace::view::chrome::{write_chrome, ChromeOptions};
-use fgtrace::view::diff::{
+use fgtrace_trace::{TraceError, TraceMeta};
+use fgtrace_view::chrome::{write_chrome, ChromeOptions};
+use fgtrace_view::diff::{
     diff_with_error, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
 };
-use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
-use fgtrace::view::flame::{render_svg, FlameOptions};
-use fgtrace::view::flame_svg::{chart_svg, folded_svg};
-use fgtrace::view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
-use fgtrace::view::offcpu::{
+use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
+use fgtrace_view::flame::{render_svg, FlameOptions};
+use fgtrace_view::flame_svg::{chart_svg, folded_svg};
+use fgtrace_view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use fgtrace_view::offcpu::{
     self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
     OffCpuFoldedOptions,
 };
-use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
+use fgtrace_view::perfetto::{write_perfetto, PerfettoOptions};
+use fgtrace_view::symbolize::Symbolizer;
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -362,7 +362,7 @@ fn write_flame(
     stdout: &mut dyn Write,
     damaged: Option<&TraceError>,
     folded: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    draw: impl FnOnce(&mut Vec<u8>) -> Result<(), fgtrace::view::flame::FlameError>,
+    draw: impl FnOnce(&mut Vec<u8>) -> Result<(), fgtrace_view::flame::FlameError>,
 ) -> Result<(), Option<String>> {
     let path = a.output.as_deref();
     let mut out = output(path, stdout, !a.folded)?;

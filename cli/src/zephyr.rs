@@ -5,9 +5,9 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use fgtrace::bridge::elf::{FuncSymbols, Inliner};
-use fgtrace::bridge::zephyr::{collapse, CollapseOptions, Dump, Folded, WarningKind};
-use fgtrace::view::flame::{render_svg, FlameOptions};
+use fgtrace_view::bridge::elf::{FuncSymbols, Inliner};
+use fgtrace_view::bridge::zephyr::{collapse, CollapseOptions, Dump, Folded, WarningKind};
+use fgtrace_view::flame::{render_svg, FlameOptions};
 
 /// Skipped-line warnings printed before they are only counted: a paste with
 /// interleaved logging would otherwise bury the output.

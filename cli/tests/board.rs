@@ -1,4 +1,4 @@
-//! fgtrace on bare-metal RISC-V: `boards/qemu-riscv/run.sh` builds the example
+//! fgtrace on bare-metal RISC-V: `firmware/qemu-riscv/run.sh` builds the example
 //! firmware, runs it under qemu and decodes its stream with this `fgtrace`;
 //! the trace must match the firmware's own ground truth exactly (calls per
 //! function, nesting), lose nothing, and its samples must recover the known
@@ -7,8 +7,8 @@
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
-use fgtrace::symbolize::Symbolizer;
-use fgtrace::trace::{Call, Event, Trace};
+use fgtrace_trace::{Call, Event, Trace};
+use fgtrace_view::symbolize::Symbolizer;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,7 +54,7 @@ fn run(target: &str) -> Option<Run> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{k}"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.fgt");
-    let r = Command::new(root().join("boards/qemu-riscv/run.sh"))
+    let r = Command::new(root().join("firmware/qemu-riscv/run.sh"))
         .args([target, out.to_str().unwrap()])
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
@@ -211,7 +211,7 @@ fn a_damaged_board_stream_decodes_with_its_losses_counted() {
     drop(run);
     // Record the raw stream once more, as bytes, straight from qemu.
     let fw = root()
-        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+        .join("firmware/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let mut qemu = Command::new("qemu-system-riscv64")
         .args([
             "-machine", "virt", "-bios", "none", "-display", "none", "-monitor", "none",
@@ -272,7 +272,7 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
     };
     let total: u64 = stream.truth.values().sum();
     let fw = root()
-        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+        .join("firmware/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-flight.fgt");
     let r = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args([
@@ -293,7 +293,7 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let t = Trace::load(&out).unwrap();
     let meta = t.meta();
-    assert_eq!(meta.mode, fgtrace::trace::RecordMode::FlightRecorder);
+    assert_eq!(meta.mode, fgtrace_trace::RecordMode::FlightRecorder);
     assert_eq!(meta.total_calls(), 256, "the ring's size");
     assert_eq!(
         meta.total_calls() + meta.total_lost(),
@@ -306,7 +306,7 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
 }
 
 fn decode(bytes: &[u8]) -> Trace {
-    let mut d = fgtrace::board::Decoder::new();
+    let mut d = fgtrace_view::board_stream::Decoder::new();
     for chunk in bytes.chunks(4093) {
         d.push(chunk);
     }

@@ -80,7 +80,7 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
     );
     ok(&rec);
     assert!(String::from_utf8_lossy(&rec.stderr).contains("wrote rec.fgt"));
-    let trace = fgtrace::Trace::load(xdg.join("rec.fgt")).unwrap();
+    let trace = fgtrace_trace::Trace::load(xdg.join("rec.fgt")).unwrap();
     assert_in_proportion(&counts(&trace));
     let report = ok(&fgtrace(&xdg, &["report", "rec.fgt"]));
     for f in ["tick", "parse", "checksum"] {
@@ -171,7 +171,7 @@ fn ctrl_c_ends_a_recording_without_a_duration() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("stopped by the client"), "{err}");
-    let trace = fgtrace::Trace::load(xdg.join("rec.fgt")).unwrap();
+    let trace = fgtrace_trace::Trace::load(xdg.join("rec.fgt")).unwrap();
     let c = counts(&trace);
     assert!(!c.contains_key("tick"), "the filter was applied: {c:?}");
     assert!(

@@ -20,8 +20,8 @@ use traces::call;
 mod tools;
 
 use fgtrace::sampler::Sampling;
-use fgtrace::trace::{CallCounters, Event, LossKind, Lost, TraceBuilder};
 use fgtrace::{Config, Session, Trace};
+use fgtrace_trace::{CallCounters, Event, LossKind, Lost, TraceBuilder};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

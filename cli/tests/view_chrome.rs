@@ -1,12 +1,12 @@
 //! Chrome Trace Event export: valid JSON, the fields each phase needs, calls
 //! nesting per thread, names, futures, samples with stacks, losses.
 
-use fgtrace::trace::{
+use fgtrace_trace::{
     CallCounters, Event, FutureSpan, LossKind, Lost, Sample, Trace, TraceBuilder, TraceError,
 };
-use fgtrace::view::chrome::{write_chrome, ChromeOptions};
-use fgtrace::view::folded::{FnResolve, HexResolve};
-use fgtrace::view::ok_events;
+use fgtrace_view::chrome::{write_chrome, ChromeOptions};
+use fgtrace_view::folded::{FnResolve, HexResolve};
+use fgtrace_view::ok_events;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

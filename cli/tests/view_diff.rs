@@ -6,9 +6,9 @@ mod cli_support;
 
 use cli_support::{fgtrace, tempdir};
 
-use fgtrace::trace::{Event, Trace, TraceBuilder, TraceError, TraceMeta};
-use fgtrace::view::diff::{diff, write_diff, Diff, DiffOptions, DiffSort, Side};
-use fgtrace::view::ok_events;
+use fgtrace_trace::{Event, Trace, TraceBuilder, TraceError, TraceMeta};
+use fgtrace_view::diff::{diff, write_diff, Diff, DiffOptions, DiffSort, Side};
+use fgtrace_view::ok_events;
 
 #[path = "../../tests/support/traces.rs"]
 mod traces;
@@ -158,9 +158,9 @@ fn a_damaged_after_trace_shows_what_was_read_and_fails() {
 
 #[test]
 fn differential_flamegraph_of_self_time() {
-    use fgtrace::view::diff::{differential_folded, differential_svg};
-    use fgtrace::view::flame::FlameOptions;
-    use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
+    use fgtrace_view::diff::{differential_folded, differential_svg};
+    use fgtrace_view::flame::FlameOptions;
+    use fgtrace_view::folded::{FoldedBuilder, FoldedOptions};
     let (a, b) = (before(), after());
     let opts = FoldedOptions::default();
     let mut fa = FoldedBuilder::traced(a.meta(), &opts);
@@ -249,7 +249,7 @@ fn with_allocs(parse_allocs: u64) -> Trace {
         .collect();
     let mut b = TraceBuilder::new(m);
     let counters = |allocs: u64| {
-        Event::Counters(fgtrace::trace::CallCounters {
+        Event::Counters(fgtrace_trace::CallCounters {
             thread: 0,
             values: vec![allocs, allocs * 16, allocs, allocs * 16, 0],
         })
@@ -265,7 +265,7 @@ fn with_allocs(parse_allocs: u64) -> Trace {
 
 #[test]
 fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
-    use fgtrace::view::diff::{Limit, Metric};
+    use fgtrace_view::diff::{Limit, Metric};
     let (a, b) = (before(), after());
     let d = diff_of(&a, &b, &DiffOptions::default());
     let lim = |s: &str| s.parse::<Limit>().unwrap();
@@ -308,7 +308,7 @@ fn the_gate_fails_on_growth_beyond_a_limit_and_passes_within_it() {
 
 #[test]
 fn the_gate_on_allocations() {
-    use fgtrace::view::diff::{Limit, Metric};
+    use fgtrace_view::diff::{Limit, Metric};
     let (a, b) = (with_allocs(3), with_allocs(4));
     let d = diff_of(&a, &b, &DiffOptions::default());
     let parse = d.rows.iter().find(|r| r.name == "app::parse").unwrap();

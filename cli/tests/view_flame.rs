@@ -7,12 +7,12 @@ mod cli_support;
 
 use cli_support::{fgtrace, tempdir};
 
-use fgtrace::trace::{Event, Sample, SiteInfo, Trace, TraceBuilder, TraceError, TraceMeta};
-use fgtrace::view::folded::{
+use fgtrace_trace::{Event, Sample, SiteInfo, Trace, TraceBuilder, TraceError, TraceMeta};
+use fgtrace_view::folded::{
     combined_folded, traced_folded, ChartBuilder, Cut, FnResolve, FoldedBuilder, FoldedOptions,
     NameCut, Origin, SampleStack,
 };
-use fgtrace::view::ok_events;
+use fgtrace_view::ok_events;
 use std::collections::BTreeMap;
 
 #[path = "../../tests/support/traces.rs"]
@@ -513,8 +513,8 @@ fn the_chart_is_time_ordered_and_each_call_as_wide_as_it_lasted() {
 
 mod svg {
     use super::*;
-    use fgtrace::view::flame::{render_svg, FlameOptions};
-    use fgtrace::view::flame_svg::{chart_svg, folded_svg, origin_color};
+    use fgtrace_view::flame::{render_svg, FlameOptions};
+    use fgtrace_view::flame_svg::{chart_svg, folded_svg, origin_color};
 
     /// (title, fill, fg:x) of every frame.
     fn frames(svg: &str) -> Vec<(String, String, u64)> {

@@ -11,7 +11,8 @@ mod cli_support;
 mod tools;
 
 use cli_support::{fgtrace, on_thread, tempdir, text};
-use fgtrace::view::html::HtmlOptions;
+use fgtrace_view::html::HtmlOptions;
+use fgtrace_view::TraceViews;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -46,7 +47,7 @@ fn render() -> u64 {
 }
 
 /// 2 threads: the test's own (driver(40), slow_root) and `helper` (driver(10)).
-fn record(dir: &Path) -> (fgtrace::Trace, PathBuf) {
+fn record(dir: &Path) -> (fgtrace_trace::Trace, PathBuf) {
     cli_support::record(dir, || {
         driver(40);
         slow_root();
@@ -158,7 +159,8 @@ fn library_page_from_an_in_memory_trace() {
         plots: 1,
         ..HtmlOptions::default()
     };
-    trace.write_html(&opts, &mut page).unwrap();
+    let names = fgtrace_view::symbolize::Symbolizer::new(&trace.meta().mappings);
+    trace.write_html(names, &opts, &mut page).unwrap();
     let html = String::from_utf8(page).unwrap();
     assert!(html.contains("2 of 5 functions"), "rows cap");
     assert_eq!(html.matches("<div class=\"plot\"><svg").count(), 1);

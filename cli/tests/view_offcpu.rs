@@ -13,12 +13,12 @@ use traces::site;
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
-use fgtrace::trace::{
+use fgtrace_trace::{
     Call, Event, OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo, Trace, TraceBuilder,
     TraceMeta,
 };
-use fgtrace::view::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions};
-use fgtrace::view::{ok_events, ReportBuilder, ReportOptions};
+use fgtrace_view::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions};
+use fgtrace_view::{ok_events, ReportBuilder, ReportOptions};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -2,8 +2,8 @@
 //! with their call paths, the SVG's two panels, name resolution, and one
 //! clear error line for bad input.
 
-use fgtrace::view::ok_events;
-use fgtrace::view::plot::{write_plot, PlotOptions};
+use fgtrace_view::ok_events;
+use fgtrace_view::plot::{write_plot, PlotOptions};
 #[path = "../../tests/support/cli.rs"]
 mod cli_support;
 
@@ -41,7 +41,7 @@ fn nap() {
 
 /// `driver` on the test's thread, then `step` on `helper`; one `step` runs
 /// under `slow_path` and takes 3 ms, all others take ns: a wide range.
-fn record(dir: &Path, calls: u64) -> (fgtrace::Trace, PathBuf) {
+fn record(dir: &Path, calls: u64) -> (fgtrace_trace::Trace, PathBuf) {
     cli_support::record(dir, || {
         driver(calls);
         for _ in 0..4 {

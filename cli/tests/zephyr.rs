@@ -11,8 +11,8 @@ mod tools;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use fgtrace::bridge::elf::{ElfError, FuncSymbols, Inliner};
-use fgtrace::bridge::zephyr::{
+use fgtrace_view::bridge::elf::{ElfError, FuncSymbols, Inliner};
+use fgtrace_view::bridge::zephyr::{
     collapse, stackcollapse, CollapseOptions, Dump, Warning, WarningKind, ZephyrError,
 };
 

@@ -13,6 +13,10 @@
 use crate::probe::count_alloc;
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
+/// The per-call figures a counting allocator records, in the order their
+/// extension records carry them: the counter names a trace lists first.
+pub const NAMES: [&str; 5] = ["allocs", "alloc_bytes", "frees", "freed_bytes", "reallocs"];
+
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 #[inline]

@@ -239,7 +239,7 @@ fn handle(mut stream: UnixStream, listener: &UnixListener) {
                 None => send(&mut stream, &Reply::error(no_background())),
             }
         }
-        Request::Dump => match crate::snapshot::snapshot() {
+        Request::Dump => match crate::dump::running() {
             Ok(t) => send_trace(&mut stream, &t, "snapshot"),
             Err(e) => send(&mut stream, &Reply::error(e.to_string())),
         },
@@ -337,8 +337,8 @@ fn status() -> Status {
     let (session, mode, threads) = match &active {
         Some(a) => (
             if owner.is_empty() { "program" } else { owner },
-            Some(match (a.flight, a.snap.mode) {
-                (true, _) | (_, RecordMode::FlightRecorder) => format!("flight:{}", a.snap.keep),
+            Some(match (a.flight, a.dump.mode) {
+                (true, _) | (_, RecordMode::FlightRecorder) => format!("flight:{}", a.dump.keep),
                 _ => "stream".to_string(),
             }),
             a.threads.lock().as_ref().map_or(0, Vec::len),

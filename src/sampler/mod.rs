@@ -16,7 +16,7 @@
 //! the signal path only where it does not ([`Backend`]); `wall` always takes
 //! the signal path (a CPU-clock event cannot see blocked threads). Ring samples
 //! carry neither the shadow depth nor the cut: both are joined from the trace
-//! when it is read (`trace::SHADOW_DEPTH_FROM_TRACE`, `view::folded::ChainCut`).
+//! when it is read (`trace::SHADOW_DEPTH_FROM_TRACE`, and the chain join of `fgtrace-view`).
 //!
 //! A sampler thread registers every thread of the process (rescanning
 //! `/proc/self/task`, so threads started later are sampled too), drains the
@@ -25,9 +25,7 @@
 pub use fgtrace_core::unwind;
 
 #[cfg(target_os = "linux")]
-mod buildid;
-#[cfg(target_os = "linux")]
-pub mod maps;
+pub use fgtrace_trace::maps;
 #[cfg(target_os = "linux")]
 mod perf;
 #[cfg(target_os = "linux")]

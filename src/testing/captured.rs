@@ -6,7 +6,7 @@ use super::counters::{self, CounterStatus};
 use super::Part;
 use crate::buffer::{kind, RawCall};
 use crate::clock::{self, Calibration, ClockPoint};
-use crate::trace::build::{self, MetaBase, ThreadInput};
+use crate::trace::build::{self, ThreadInput};
 use crate::trace::{
     Call, CallCounters, Event, FutureSpan, RecordMode, SiteInfo, Trace, TraceBuilder,
 };
@@ -131,13 +131,13 @@ impl Capture {
                 ..ThreadInput::empty(p.tid, p.name)
             });
         }
-        let base = MetaBase {
+        let base = crate::process::base(
             cal,
-            end_ticks: end.ticks,
-            mode: RecordMode::Stream,
-            filters: String::new(),
-            counters: Vec::new(),
-        };
+            end.ticks,
+            RecordMode::Stream,
+            String::new(),
+            Vec::new(),
+        );
         let mut trace = build::build(base, inputs, build::registered_site);
         trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 

@@ -3,6 +3,7 @@
 // including file brings `tracer` (the span crate), `bridge` (fgtrace's bridge
 // module for it), `TRACER` (its name) and `Keep`'s `Reporter` impl.
 
+use fgtrace::view::TraceViews;
 use bridge::{export, export_events, ExportOptions, SpanCollector, TraceIdScope};
 use fgtrace::trace::{Event, SiteInfo, Trace, TraceReader};
 use fgtrace::view::{GraphOptions, ReportOptions};

@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use fgtrace::trace::{Call, Event, SiteInfo, ThreadInfo, TraceMeta};
+use fgtrace_trace::{Call, Event, SiteInfo, ThreadInfo, TraceMeta};
 
 /// `app::{name}`, a plain (not async) function at `src/app.rs:10`.
 pub fn site(name: &str) -> SiteInfo {

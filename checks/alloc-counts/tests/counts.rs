@@ -3,6 +3,7 @@
 
 use fgtrace::alloc::Counting;
 use fgtrace::testing::{self, budget};
+use fgtrace::view::TraceViews;
 use fgtrace_alloc_counts::{parse, run};
 use std::alloc::System;
 

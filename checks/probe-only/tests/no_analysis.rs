@@ -59,6 +59,7 @@ fn default_features_build_no_analysis_code() {
         "flate2",
         "clap",
         "indicatif",
+        "fgtrace-view",
         "fgtrace-cli",
     ] {
         assert!(
@@ -67,6 +68,8 @@ fn default_features_build_no_analysis_code() {
         );
     }
     assert!(crates.lines().any(|l| l.starts_with("fgtrace-core v")));
+    // The trace model is the runtime's own (a session's `Trace`, `Trace::save`).
+    assert!(crates.lines().any(|l| l.starts_with("fgtrace-trace v")));
 }
 
 #[test]

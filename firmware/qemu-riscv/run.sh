@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the example firmware for TARGET (riscv32imac or riscv64gc), runs it
+# under qemu's `virt` machine, decodes its stream into OUT.fgt with
+# `fgtrace board`, and prints the firmware's console, its ground truth
+# (`truth NAME CALLS`, one line per traced function) among it, on stdout.
+#
+#   firmware/qemu-riscv/run.sh riscv64gc run.fgt [RATE_HZ]
+#
+# Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
+# (see README, "Boards"). The fgtrace command comes from this repository.
+set -euo pipefail
+target=${1:?usage: run.sh riscv32imac|riscv64gc OUT.fgt [RATE_HZ]}
+out=${2:?usage: run.sh riscv32imac|riscv64gc OUT.fgt [RATE_HZ]}
+rate=${3:-10000}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+case "$target" in
+  riscv32imac) qemu=qemu-system-riscv32 ;;
+  riscv64gc) qemu=qemu-system-riscv64 ;;
+  *) echo "run.sh: TARGET is riscv32imac or riscv64gc, not $target" >&2; exit 2 ;;
+esac
+triple="$target-unknown-none-elf"
+for tool in /usr/bin/rustc /usr/bin/cargo ld.lld "$qemu"; do
+  command -v "$tool" >/dev/null || {
+    echo "run.sh: $tool is missing: apt-get install rustc-web cargo-web rust-web-src lld qemu-system-misc" >&2
+    exit 3
+  }
+done
+# Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
+(cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \
+  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple") >&2
+fw="$here/target/$triple/release/fgtrace-board-demo"
+# The host side: the workspace's own fgtrace command.
+fgtrace=${FGTRACE_BIN:-}
+if [ -z "$fgtrace" ]; then
+  (cd "$root" && cargo build -q -p fgtrace-cli) >&2
+  fgtrace="$root/target/debug/fgtrace"
+fi
+# -icount shift=0: one instruction per virtual nanosecond, so the run (and the
+# sampler's timer) is the same every time and minstret counts instructions.
+"$fgtrace" board -o "$out" --elf "$fw" --command "record 0 $rate" -- \
+  "$qemu" -machine virt -bios none -display none -monitor none -icount shift=0 \
+  -serial stdio -kernel "$fw"

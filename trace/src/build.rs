@@ -1,0 +1,684 @@
+//! Turns the raw records a session gathered into a [`Trace`]: restores full
+//! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
+//! from exit order (how probes write them) to pre-order (how views read them).
+
+use super::format::{self, interleave, Chunk, ChunkEncoder, TraceError};
+use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
+use super::{
+    flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
+    Trace, TraceMeta,
+};
+use crate::clock::Calibration;
+use fgtrace_core::record::{kind, RawCall};
+use fgtrace_core::site::Site;
+
+/// One thread's records as gathered, oldest first.
+pub struct ThreadInput {
+    pub tid: u32,
+    pub name: String,
+    pub records: Vec<RawCall>,
+    /// Flight recorder: calls overwritten before the snapshot.
+    pub overwritten: u64,
+    /// Stream: calls in dropped batches.
+    pub dropped: u64,
+    pub overruns: u64,
+    /// (ns since session start, shadow depth, cut, frames), in time order.
+    pub samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
+    pub samples_lost: u64,
+}
+
+impl ThreadInput {
+    /// A thread with samples but no traced calls.
+    pub fn empty(tid: u32, name: String) -> ThreadInput {
+        ThreadInput {
+            tid,
+            name,
+            records: Vec::new(),
+            overwritten: 0,
+            dropped: 0,
+            overruns: 0,
+            samples: Vec::new(),
+            samples_lost: 0,
+        }
+    }
+}
+
+/// What a trace says about who recorded it and how, before its threads and
+/// sites: the one place a [`TraceMeta`]'s head is built ([`MetaBase::meta`]),
+/// for a session, a snapshot, a capture or a board alike.
+pub struct MetaBase {
+    /// The traced program (`argv[0]`, or a board's firmware name).
+    pub program: String,
+    /// Its process id (0 on a board).
+    pub pid: u32,
+    /// The tick counter's name (`tsc`, `rdtime`, ...).
+    pub clock_source: String,
+    pub cal: Calibration,
+    pub end_ticks: u64,
+    pub mode: RecordMode,
+    pub filters: String,
+    /// Names of the per-call counters the records carry (`Config::counters`).
+    pub counters: Vec<String>,
+}
+
+impl MetaBase {
+    /// The metadata's head: program, clock, duration, mode, filters, and the
+    /// per-call counters (the allocation figures first when `with_allocs`).
+    pub fn meta(self, with_allocs: bool) -> TraceMeta {
+        let cal = self.cal;
+        TraceMeta {
+            program: self.program,
+            pid: self.pid,
+            clock: ClockInfo {
+                source: self.clock_source,
+                ticks_per_ns: cal.ticks_per_ns,
+                start_mono_ns: cal.origin.mono_ns,
+                start_unix_ns: cal.origin.unix_ns,
+            },
+            duration_ns: cal.ns(self.end_ticks),
+            mode: self.mode,
+            filters: self.filters,
+            counters: counter_names(with_allocs, self.counters.iter().map(|s| s.as_str())),
+            ..TraceMeta::default()
+        }
+    }
+}
+
+/// Builds a [`Trace`] incrementally from already-decoded events: what importers
+/// (Zephyr dumps, span bridges) and tests use.
+#[derive(Default)]
+pub struct TraceBuilder {
+    meta: TraceMeta,
+    events: Vec<Vec<Event>>,
+}
+
+impl TraceBuilder {
+    pub fn new(meta: TraceMeta) -> Self {
+        let n = meta.threads.len();
+        TraceBuilder {
+            meta,
+            events: vec![Vec::new(); n],
+        }
+    }
+
+    /// Adds an event; events of one thread must come in pre-order (calls) and
+    /// time order (everything else). `HAS_CHILDREN` is computed here.
+    pub fn push(&mut self, e: Event) {
+        let t = e.thread() as usize;
+        if self.events.len() <= t {
+            self.events.resize(t + 1, Vec::new());
+        }
+        self.events[t].push(e);
+    }
+
+    pub fn meta_mut(&mut self) -> &mut TraceMeta {
+        &mut self.meta
+    }
+
+    pub fn finish(self) -> Trace {
+        let mut chunks = Vec::new();
+        for (t, evs) in self.events.into_iter().enumerate() {
+            let mut enc = ChunkEncoder::new(t as u32);
+            let n = evs.len();
+            for i in 0..n {
+                let mut e = evs[i].clone();
+                if let Event::Call(c) = &mut e {
+                    let next_deeper = evs[i + 1..]
+                        .iter()
+                        .find_map(|n| match n {
+                            Event::Call(n) => Some(n.depth > c.depth),
+                            Event::Lost(l) => Some(l.depth > c.depth),
+                            _ => None,
+                        })
+                        .unwrap_or(false);
+                    c.flags = (c.flags & !flags::HAS_CHILDREN)
+                        | if next_deeper { flags::HAS_CHILDREN } else { 0 };
+                }
+                enc.push(&e);
+            }
+            chunks.extend(enc.finish());
+        }
+        Trace::from_chunks(self.meta, format::interleave(chunks))
+    }
+}
+
+/// The registered site with id `id`, as a trace describes it.
+pub fn registered_site(id: u32) -> Option<SiteInfo> {
+    fgtrace_core::site::site_by_id(id).map(site_info)
+}
+
+fn site_info(s: &Site) -> SiteInfo {
+    SiteInfo {
+        name: s.name.to_string(),
+        module_path: s.module_path.to_string(),
+        file: s.file.to_string(),
+        line: s.line,
+        is_async: s.is_async,
+    }
+}
+
+/// `site_of` names the sites that records refer to by id (the process's
+/// registry, or a site table that came with the records).
+pub fn build(
+    base: MetaBase,
+    inputs: Vec<ThreadInput>,
+    site_of: impl Fn(u32) -> Option<SiteInfo>,
+) -> Trace {
+    let cal = base.cal;
+    let origin = cal.origin.ticks;
+    let scale = TickScale::new(cal.ticks_per_ns);
+    let mut sites = SiteMap::default();
+    let mut threads = Vec::new();
+    let mut chunks = Vec::new();
+    let with_allocs = alloc_figures::recorded(&inputs);
+    let head = base.meta(with_allocs);
+    let counters = head.counters.clone();
+    let layout = CounterLayout::of(&counters);
+    for (t, input) in inputs.into_iter().enumerate() {
+        let t = t as u32;
+        let mut enc = RawEncoder::default();
+        let raw = enc.encode(t, &input.records, origin, &mut sites, &site_of);
+        let mut recs = Vec::with_capacity(input.records.len());
+        drop(input.records);
+        recorded::decode(&raw, sites.sites.len(), scale, &mut recs)
+            .expect("records encoded here decode");
+        let n_samples = input.samples.len() as u64;
+        let (c, calls) = build_thread(t, &recs, input.samples, input.overwritten, layout);
+        chunks.extend(c);
+        threads.push(ThreadInfo {
+            tid: input.tid,
+            name: input.name,
+            calls,
+            lost: input.dropped + input.overwritten,
+            overruns: input.overruns,
+            samples: n_samples,
+            samples_lost: input.samples_lost,
+        });
+    }
+    let meta = TraceMeta {
+        sites: sites.sites,
+        threads,
+        ..head
+    };
+    Trace::from_chunks(meta, format::interleave(chunks))
+}
+
+/// The per-call counters of a trace: the allocation figures
+/// (`fgtrace_core::alloc::NAMES`) when recorded, then the session's counters.
+pub fn counter_names<'a>(with_allocs: bool, session: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let allocs = fgtrace_core::alloc::NAMES
+        .iter()
+        .filter(|_| with_allocs)
+        .copied();
+    allocs.chain(session).map(String::from).collect()
+}
+
+/// How a trace's `Counters` values are laid out (see [`counter_names`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CounterLayout {
+    pub with_allocs: bool,
+    /// Counters after the allocation figures.
+    pub n_counters: usize,
+}
+
+impl CounterLayout {
+    pub fn of(names: &[String]) -> CounterLayout {
+        let with_allocs = names.len() >= 5 && names[..5] == fgtrace_core::alloc::NAMES;
+        CounterLayout {
+            with_allocs,
+            n_counters: names.len() - if with_allocs { 5 } else { 0 },
+        }
+    }
+}
+
+/// One thread's records (exit order) as pre-order chunks, with its samples
+/// merged in by time; returns the chunks and the number of calls.
+pub fn build_thread(
+    t: u32,
+    recs: &[Rec],
+    samples: Vec<RawSample>,
+    overwritten: u64,
+    layout: CounterLayout,
+) -> (Vec<super::format::Chunk>, u64) {
+    let mut samples = samples.into_iter().peekable();
+    // Samples go into the pre-order call stream by time: before the first
+    // call that starts after them. `open` holds the (depth, end) of the
+    // calls emitted so far that may still be open (the ancestors of the
+    // next call): a sample the sampler could not give a shadow depth (kernel
+    // call chains, issue 18) gets the number of traced calls open at its
+    // time, as the views count them (the innermost open call's depth + 1).
+    let mut emit_samples_before = |enc: &mut ChunkEncoder, open: &[(u32, u64)], until: u64| {
+        while let Some(s) = samples.next_if(|s| s.0 < until) {
+            let shadow_depth = if s.1 == crate::SHADOW_DEPTH_FROM_TRACE {
+                open.iter()
+                    .rev()
+                    .find(|o| o.1 > s.0)
+                    .map_or(0, |o| o.0.saturating_add(1))
+            } else {
+                s.1
+            };
+            enc.push(&Event::Sample(super::Sample {
+                thread: t,
+                ts_ns: s.0.min(recorded::MAX_NS),
+                shadow_depth,
+                cut: s.2,
+                frames: s.3,
+            }));
+        }
+    };
+    let mut open: Vec<(u32, u64)> = Vec::new();
+    // Separate whole-future records from the call tree.
+    let n = recs.len();
+    let mut tree: Vec<u32> = Vec::with_capacity(n);
+    let mut futures = Vec::new();
+    // [issue 17] allocation figures and counter deltas: extension records after a call's.
+    let mut figures = alloc_figures::Attach::default();
+    for (i, r) in recs.iter().enumerate() {
+        if figures.take(i, r) {
+            continue;
+        }
+        if r.kind as u64 == kind::FUTURE {
+            futures.push(i as u32);
+        } else {
+            tree.push(i as u32);
+        }
+    }
+    // Subtree sizes in exit order: a record adopts the finished subtrees
+    // above it on the stack that are deeper and started no earlier (the
+    // time check keeps orphans of a lost parent from being adopted by a
+    // later sibling of that parent).
+    let m = tree.len();
+    let mut size = vec![1u32; m];
+    let mut stack: Vec<u32> = Vec::new();
+    for k in 0..m {
+        let r = &recs[tree[k] as usize];
+        let mut sz = 1u32;
+        while let Some(&top) = stack.last() {
+            let tr = &recs[tree[top as usize] as usize];
+            if tr.depth > r.depth && tr.start_ns >= r.start_ns {
+                sz += size[top as usize];
+                stack.pop();
+            } else {
+                break;
+            }
+        }
+        size[k] = sz;
+        stack.push(k as u32);
+    }
+    let mut enc = ChunkEncoder::new(t);
+    let mut calls = 0u64;
+    if overwritten > 0 {
+        let at = recs.first().map(|r| r.start_ns).unwrap_or(0);
+        enc.push(&Event::Lost(Lost {
+            thread: t,
+            depth: 0,
+            at_ns: at,
+            count: overwritten,
+            kind: LossKind::Overwritten,
+        }));
+    }
+    // Pre-order walk: roots left to right, children left to right.
+    let mut work: Vec<u32> = Vec::new();
+    for &root in stack.iter() {
+        work.push(root);
+        while let Some(k) = work.pop() {
+            let r = &recs[tree[k as usize] as usize];
+            emit_samples_before(&mut enc, &open, r.start_ns);
+            while open.last().is_some_and(|o| o.0 >= r.depth) {
+                open.pop();
+            }
+            if r.kind as u64 != kind::LOST {
+                open.push((r.depth, r.end_ns));
+            }
+            match r.kind as u64 {
+                kind::LOST => enc.push(&Event::Lost(Lost {
+                    thread: t,
+                    depth: r.depth,
+                    at_ns: r.start_ns,
+                    count: r.count,
+                    kind: LossKind::Dropped,
+                })),
+                rk => {
+                    calls += 1;
+                    let mut fl = 0;
+                    if r.unwound {
+                        fl |= flags::UNWOUND;
+                    }
+                    if rk == kind::POLL {
+                        fl |= flags::POLL;
+                    }
+                    if size[k as usize] > 1 {
+                        fl |= flags::HAS_CHILDREN;
+                    }
+                    enc.push(&Event::Call(Call {
+                        thread: t,
+                        site: r.site,
+                        depth: r.depth,
+                        start_ns: r.start_ns,
+                        dur_ns: r.end_ns - r.start_ns,
+                        flags: fl,
+                    }));
+                    if let Some(e) = figures.event(t, tree[k as usize] as usize, layout) {
+                        enc.push(&e);
+                    }
+                }
+            }
+            let sz = size[k as usize];
+            if sz > 1 {
+                let lo = k + 1 - sz;
+                let mut c = k - 1;
+                loop {
+                    work.push(c);
+                    let csz = size[c as usize];
+                    if c < lo + csz {
+                        break;
+                    }
+                    c -= csz;
+                }
+            }
+        }
+    }
+    emit_samples_before(&mut enc, &open, u64::MAX);
+    futures.sort_by_key(|&i| recs[i as usize].start_ns);
+    for &i in &futures {
+        let r = &recs[i as usize];
+        enc.push(&Event::Future(FutureSpan {
+            thread: t,
+            site: r.site,
+            start_ns: r.start_ns,
+            dur_ns: r.end_ns - r.start_ns,
+            polls: r.depth,
+            cancelled: r.unwound,
+        }));
+    }
+    (enc.finish(), calls)
+}
+
+/// Where a trace's calls are until something reads them.
+#[derive(Debug)]
+pub enum Source {
+    /// Kept by the session in memory.
+    Memory(Recorded),
+    /// Written to this file while recording (`Config::output`).
+    File(std::path::PathBuf),
+}
+
+impl Source {
+    /// The pre-order chunks views read.
+    pub fn chunks(&self, meta: &TraceMeta) -> Result<Vec<Chunk>, TraceError> {
+        match self {
+            Source::Memory(r) => r.build(meta.sites.len(), &meta.counters),
+            Source::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
+        }
+    }
+}
+
+/// A session's calls as recorded, per thread (indexed like `TraceMeta::threads`).
+#[derive(Debug, Default)]
+pub struct Recorded {
+    pub ticks_per_ns: f64,
+    pub threads: Vec<RecordedThread>,
+}
+
+#[derive(Debug, Default)]
+pub struct RecordedThread {
+    pub raw: Vec<RawChunk>,
+    /// In time order.
+    pub samples: Vec<RawSample>,
+    /// Flight recorder: calls overwritten before the snapshot.
+    pub overwritten: u64,
+}
+
+impl Recorded {
+    /// Rebuilds every thread in pre-order (one thread's records in memory
+    /// at a time) and interleaves the threads' chunks by time.
+    pub fn build(&self, n_sites: usize, counters: &[String]) -> Result<Vec<Chunk>, TraceError> {
+        let layout = CounterLayout::of(counters);
+        let scale = TickScale::new(self.ticks_per_ns);
+        let mut out = Vec::new();
+        let mut recs = Vec::new();
+        for (t, th) in self.threads.iter().enumerate() {
+            recs.clear();
+            for c in &th.raw {
+                decode(c, n_sites, scale, &mut recs)?;
+            }
+            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten, layout);
+            out.extend(c);
+        }
+        Ok(interleave(out))
+    }
+}
+
+/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`) and per-call
+/// counter deltas (`Config::counters`): the core writes them as extension
+/// records right after the record of the call they belong to; here they
+/// become an `Event::Counters` after that call (values as [`counter_names`]
+/// lays them out; callees included).
+mod alloc_figures {
+    use super::{CounterLayout, ThreadInput};
+    use crate::recorded::Rec;
+    use crate::{CallCounters, Event};
+    use fgtrace_core::record::kind;
+    use fgtrace_core::record::{ext, AllocCounts};
+    use std::collections::HashMap;
+
+    /// Whether the records carry allocation figures: the counting allocator
+    /// is installed in this process, or some record has them.
+    pub fn recorded(inputs: &[ThreadInput]) -> bool {
+        fgtrace_core::alloc::installed()
+            || inputs.iter().any(|t| {
+                t.records
+                    .iter()
+                    .any(|r| r.is_ext() && r.ext_sub() != ext::COUNTER)
+            })
+    }
+
+    /// One thread's figures by the index of their call's record.
+    #[derive(Default)]
+    pub struct Attach {
+        allocs: HashMap<usize, AllocCounts>,
+        /// Counter deltas by record, by counter index.
+        counters: HashMap<usize, Vec<Option<u64>>>,
+        last_call: Option<usize>,
+    }
+
+    impl Attach {
+        /// Takes record `i` if it is an extension record, attaching it to the
+        /// call just before (one whose call is gone, overwritten or in a
+        /// dropped batch, is dropped with it).
+        pub fn take(&mut self, i: usize, r: &Rec) -> bool {
+            let is_ext = r.kind as u64 == kind::LOST && r.unwound;
+            if !is_ext {
+                self.last_call = match r.kind as u64 {
+                    kind::CALL | kind::POLL => Some(i),
+                    _ => None,
+                };
+                return false;
+            }
+            let Some(c) = self.last_call else {
+                return true;
+            };
+            let (x, y) = (r.count, r.b);
+            match r.site as u64 {
+                ext::ALLOCS => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.allocs, a.alloc_bytes) = (x, y);
+                }
+                ext::FREES => {
+                    let a = self.allocs.entry(c).or_default();
+                    (a.frees, a.freed_bytes) = (x, y);
+                }
+                ext::REALLOCS => self.allocs.entry(c).or_default().reallocs = x,
+                ext::COUNTER if y < 64 => {
+                    let v = self.counters.entry(c).or_default();
+                    if v.len() <= y as usize {
+                        v.resize(y as usize + 1, None);
+                    }
+                    v[y as usize] = Some(x);
+                }
+                _ => {}
+            }
+            true
+        }
+
+        /// The counters event of the call recorded at `i`: `None` when the
+        /// trace has no allocation figures and the call no counter delta
+        /// (a call open before its thread joined a counted session).
+        pub fn event(&self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
+            let ctr = self.counters.get(&i);
+            if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {
+                return None;
+            }
+            let mut values = Vec::with_capacity(5 + layout.n_counters);
+            if layout.with_allocs {
+                let a = self.allocs.get(&i).copied().unwrap_or_default();
+                values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
+            }
+            for k in 0..layout.n_counters {
+                values.push(ctr.and_then(|v| v.get(k).copied().flatten()).unwrap_or(0));
+            }
+            Some(Event::Counters(CallCounters { thread, values }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ClockPoint;
+    use crate::recorded::full_ticks;
+    use fgtrace_core::record::START_MASK;
+
+    #[test]
+    fn full_ticks_restores_high_bits_on_both_sides_of_the_origin() {
+        let origin = (7u64 << 54) + 1000;
+        assert_eq!(full_ticks((origin + 5) & START_MASK, origin), origin + 5);
+        assert_eq!(full_ticks((origin - 5) & START_MASK, origin), origin - 5);
+        let origin = (3u64 << 54) + 2;
+        assert_eq!(full_ticks((origin - 10) & START_MASK, origin), origin - 10);
+    }
+
+    fn cal() -> Calibration {
+        Calibration {
+            origin: ClockPoint {
+                ticks: 1_000_000,
+                mono_ns: 0,
+                unix_ns: 0,
+            },
+            ticks_per_ns: 1.0,
+        }
+    }
+
+    /// A stream session ending at tick 1,000,200.
+    fn stream_base() -> MetaBase {
+        MetaBase {
+            program: "test".into(),
+            pid: 1,
+            clock_source: "tsc".into(),
+            cal: cal(),
+            end_ticks: 1_000_200,
+            mode: RecordMode::Stream,
+            filters: String::new(),
+            counters: Vec::new(),
+        }
+    }
+
+    fn rec(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
+        RawCall::pack(1_000_000 + start, depth, dur, site, false, kind::CALL)
+    }
+
+    /// Exit order in, pre-order out, with a lost parent whose children must
+    /// not be adopted by its later sibling.
+    #[test]
+    fn exit_order_becomes_pre_order() {
+        // main(0..100) { a(10..40) { b(20..30) } lost(50) c(60..90) { d(70..80) } }
+        // where the parent of x(52..54) was lost.
+        let records = vec![
+            rec(20, 2, 10, 2),                                         // b
+            rec(10, 1, 30, 1),                                         // a
+            rec(52, 3, 2, 5),                                          // x (orphan, parent lost)
+            RawCall::pack(1_000_000 + 55, 1, 7, 0, false, kind::LOST), // lost marker
+            rec(70, 2, 10, 4),                                         // d
+            rec(60, 1, 30, 3),                                         // c
+            rec(0, 0, 100, 0),                                         // main
+        ];
+        let input = ThreadInput {
+            records,
+            dropped: 7,
+            ..ThreadInput::empty(1, "t".into())
+        };
+        let t = build(stream_base(), vec![input], |_| None);
+        let got: Vec<String> = t
+            .events()
+            .map(|e| match e {
+                Event::Call(c) => format!(
+                    "{}{}@{}{}",
+                    "  ".repeat(c.depth as usize),
+                    c.site,
+                    c.start_ns,
+                    if c.has_children() { "{" } else { "" }
+                ),
+                Event::Lost(l) => format!("{}lost{}", "  ".repeat(l.depth as usize), l.count),
+                _ => "?".into(),
+            })
+            .collect();
+        // Site indices are assigned in order of first record (exit order):
+        // b=0, a=1, x=2, d=3, c=4, main=5.
+        assert_eq!(
+            got,
+            vec![
+                "5@0{",
+                "  1@10{",
+                "    0@20",
+                "      2@52",
+                "  lost7",
+                "  4@60{",
+                "    3@70"
+            ]
+        );
+        assert_eq!(t.meta().threads[0].calls, 6);
+        assert_eq!(t.meta().threads[0].lost, 7);
+    }
+
+    /// Issue 18: samples without a shadow depth (kernel call chains) get the
+    /// number of traced calls open at their time; recorded depths stand.
+    #[test]
+    fn samples_from_a_ring_get_their_shadow_depth_from_the_trace() {
+        let from_trace = crate::SHADOW_DEPTH_FROM_TRACE;
+        // main(0..100) { a(10..40) { b(20..30) } c(60..90) }, then nothing.
+        let records = vec![
+            rec(20, 2, 10, 2),
+            rec(10, 1, 30, 1),
+            rec(60, 1, 30, 3),
+            rec(0, 0, 100, 0),
+        ];
+        let samples = vec![
+            (5, from_trace, None, vec![1]),
+            (25, from_trace, None, vec![2]),
+            (35, from_trace, None, vec![3]),
+            (45, from_trace, None, vec![4]),
+            (70, 7, Some(0), vec![5]),
+            (95, from_trace, None, vec![6]),
+            (150, from_trace, None, vec![7]),
+        ];
+        let input = ThreadInput {
+            records,
+            samples,
+            ..ThreadInput::empty(1, "t".into())
+        };
+        let t = build(stream_base(), vec![input], |_| None);
+        let got: Vec<(u64, u32)> = t.samples().map(|s| (s.ts_ns, s.shadow_depth)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (5, 1),
+                (25, 3),
+                (35, 2),
+                (45, 1),
+                (70, 7),
+                (95, 1),
+                (150, 0)
+            ]
+        );
+    }
+}

@@ -1,0 +1,951 @@
+//! Trace files: writing (whole traces, and the version-2 file a session
+//! writes while it records) and reading, streaming where the layout allows,
+//! with errors that name the byte offset of the damage. The event encoding
+//! inside chunks is [`format`](super::format)'s; see there for the layout.
+//!
+//! ```text
+//! version 2 (written while recording), after the same header:
+//! section*     kind u8, payload_len varint, u32le crc32(payload), payload:
+//!              2 site: index, SiteInfo JSON | 3 thread: index, tid, name
+//!              4 raw: thread, count, exit-order records (see `recorded`)
+//!              5 samples: thread, count, events | 7 overwritten: thread, count
+//!              6 meta: the final TraceMeta JSON (last, when the session stopped)
+//!              8 off-CPU: thread, lost, count, count x (gap, dur, kind): the
+//!                thread's off-CPU intervals closed since its last such
+//!                section (times in ns; `gap` from the previous interval's
+//!                end, the first from 0; kind 0 blocked, 1 preempted)
+//! end          kind=0xFF u8, section_count varint, "END!"
+//! ```
+//!
+//! Off-CPU time of a version-2 file: the provisional header's metadata says
+//! whether it is recorded (`off_cpu` with no threads yet, or why not), the
+//! collector writes off-CPU sections as it goes, and the final metadata
+//! repeats everything (calibrated at stop). A file that has no final
+//! metadata (its writer was killed) gets its off-CPU time from the sections.
+
+use super::format::{
+    put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED,
+};
+use super::{Event, TraceMeta};
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+const KIND_EVENTS: u8 = 1;
+const KIND_END: u8 = 0xFF;
+const END_MARK: &[u8; 4] = b"END!";
+const MAX_META: u32 = 256 << 20;
+const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
+
+// Sections of a version-2 file: kind u8, payload_len varint, u32le crc32, payload.
+const SEC_SITE: u8 = 2;
+const SEC_THREAD: u8 = 3;
+const SEC_RAW: u8 = 4;
+const SEC_SAMPLES: u8 = 5;
+const SEC_META: u8 = 6;
+const SEC_OVERWRITTEN: u8 = 7;
+const SEC_OFFCPU: u8 = 8;
+
+pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
+    let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+    w.write_all(MAGIC)?;
+    w.write_all(&VERSION.to_le_bytes())?;
+    w.write_all(&(json.len() as u32).to_le_bytes())?;
+    w.write_all(&json)?;
+    w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
+    let mut head = Vec::with_capacity(32);
+    for c in chunks {
+        head.clear();
+        head.push(KIND_EVENTS);
+        put_varint(&mut head, c.thread as u64);
+        put_varint(&mut head, c.count as u64);
+        put_varint(&mut head, c.first_ns);
+        put_varint(&mut head, c.payload.len() as u64);
+        head.extend_from_slice(&crc32fast::hash(&c.payload).to_le_bytes());
+        w.write_all(&head)?;
+        w.write_all(&c.payload)?;
+    }
+    head.clear();
+    head.push(KIND_END);
+    put_varint(&mut head, chunks.len() as u64);
+    head.extend_from_slice(END_MARK);
+    w.write_all(&head)
+}
+
+/// Writes a version-2 file while a session records: a provisional header,
+/// then sites, threads, raw chunks and samples as they come, then the final
+/// metadata and the end marker. Every section is checksummed, so a file
+/// whose writer was killed reads up to its last complete section.
+pub struct RecordingWriter<W: Write> {
+    w: W,
+    sections: u64,
+    head: Vec<u8>,
+    /// Bytes written so far.
+    pub written: u64,
+}
+
+impl<W: Write> RecordingWriter<W> {
+    pub fn new(mut w: W, meta: &TraceMeta) -> io::Result<Self> {
+        let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION_RECORDED.to_le_bytes())?;
+        w.write_all(&(json.len() as u32).to_le_bytes())?;
+        w.write_all(&json)?;
+        w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
+        Ok(RecordingWriter {
+            w,
+            sections: 0,
+            head: Vec::with_capacity(32),
+            written: 20 + json.len() as u64,
+        })
+    }
+
+    /// One section: `prefix` (varints) then `body`.
+    fn section(&mut self, kind: u8, prefix: &[u64], body: &[u8]) -> io::Result<()> {
+        let mut pre = Vec::with_capacity(prefix.len() * 4);
+        for &v in prefix {
+            put_varint(&mut pre, v);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&pre);
+        crc.update(body);
+        self.head.clear();
+        self.head.push(kind);
+        put_varint(&mut self.head, (pre.len() + body.len()) as u64);
+        self.head.extend_from_slice(&crc.finalize().to_le_bytes());
+        self.w.write_all(&self.head)?;
+        self.w.write_all(&pre)?;
+        self.w.write_all(body)?;
+        self.sections += 1;
+        self.written += (self.head.len() + pre.len() + body.len()) as u64;
+        Ok(())
+    }
+
+    pub fn site(&mut self, index: u32, info: &super::SiteInfo) -> io::Result<()> {
+        let json = serde_json::to_vec(info).map_err(io::Error::other)?;
+        self.section(SEC_SITE, &[index as u64], &json)
+    }
+
+    pub fn thread(&mut self, index: u32, tid: u32, name: &str) -> io::Result<()> {
+        self.section(SEC_THREAD, &[index as u64, tid as u64], name.as_bytes())
+    }
+
+    pub fn raw(&mut self, c: &super::recorded::RawChunk) -> io::Result<()> {
+        self.section(SEC_RAW, &[c.thread as u64, c.count as u64], &c.payload)
+    }
+
+    /// A chunk of sample events of one thread.
+    pub fn samples(&mut self, c: &Chunk) -> io::Result<()> {
+        self.section(SEC_SAMPLES, &[c.thread as u64, c.count as u64], &c.payload)
+    }
+
+    /// Flight recorder: calls of `thread` overwritten before the snapshot.
+    pub fn overwritten(&mut self, thread: u32, count: u64) -> io::Result<()> {
+        self.section(SEC_OVERWRITTEN, &[thread as u64, count], &[])
+    }
+
+    /// Off-CPU intervals of `thread` closed since its last off-CPU section
+    /// (sorted, apart, none before the previous section's last), and the
+    /// switch records lost since. An empty one says the thread is recorded.
+    pub fn off_cpu(
+        &mut self,
+        thread: u32,
+        lost: u64,
+        intervals: &[super::OffInterval],
+    ) -> io::Result<()> {
+        let mut body = Vec::with_capacity(intervals.len() * 6);
+        let mut prev_end = 0u64;
+        for i in intervals {
+            put_varint(&mut body, i.start_ns.saturating_sub(prev_end));
+            put_varint(&mut body, i.dur_ns);
+            body.push((i.kind == super::OffKind::Preempted) as u8);
+            prev_end = i.end_ns();
+        }
+        self.section(
+            SEC_OFFCPU,
+            &[thread as u64, lost, intervals.len() as u64],
+            &body,
+        )
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    /// The final metadata and the end marker; returns the writer.
+    pub fn finish(mut self, meta: &TraceMeta) -> io::Result<W> {
+        let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        self.section(SEC_META, &[], &json)?;
+        self.head.clear();
+        self.head.push(KIND_END);
+        put_varint(&mut self.head, self.sections);
+        self.head.extend_from_slice(END_MARK);
+        self.w.write_all(&self.head)?;
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
+
+/// The off-CPU time of a version-2 file without its final metadata: what
+/// the header said (recorded, or why not) with the intervals of its off-CPU
+/// sections. Threads without a section have none in the file, and say why.
+fn merge_off_cpu(meta: &mut TraceMeta, off: std::collections::BTreeMap<u32, super::OffCpuThread>) {
+    if meta.off_cpu.is_none() && off.is_empty() {
+        return;
+    }
+    let o = meta.off_cpu.get_or_insert_with(Default::default);
+    o.threads = off.into_values().collect();
+    // The session lasted at least until its last stretch ended.
+    let last = o.threads.iter().filter_map(|t| t.intervals.last());
+    meta.duration_ns = last.map(|i| i.end_ns()).fold(meta.duration_ns, u64::max);
+    if o.unavailable.is_none() {
+        if o.threads.is_empty() {
+            o.unavailable = Some(
+                "the recording did not finish before any off-CPU time reached the file".into(),
+            );
+        } else if o.threads.len() < meta.threads.len() {
+            o.unavailable = Some(
+                "some threads have no off-CPU time in the file (the recording did not finish)"
+                    .into(),
+            );
+        }
+    }
+}
+
+/// Streams a trace file chunk by chunk: memory stays at one chunk whatever the
+/// file size.
+pub struct TraceReader<R> {
+    r: R,
+    offset: u64,
+    meta: TraceMeta,
+    chunks: u64,
+    done: bool,
+    /// A version-2 file, already rebuilt in pre-order.
+    served: Option<std::vec::IntoIter<Chunk>>,
+}
+
+impl TraceReader<io::BufReader<std::fs::File>> {
+    /// Opens a trace file and reads its metadata.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
+        let f = std::fs::File::open(path.as_ref())?;
+        TraceReader::new(io::BufReader::with_capacity(1 << 16, f))
+    }
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads the header and metadata from `r`.
+    pub fn new(r: R) -> Result<Self, TraceError> {
+        let mut t = TraceReader {
+            r,
+            offset: 0,
+            meta: TraceMeta::default(),
+            chunks: 0,
+            done: false,
+            served: None,
+        };
+        let mut magic = [0u8; 8];
+        let n = t.read_up_to(&mut magic)?;
+        if n < 8 || &magic != MAGIC {
+            if n < 8 && MAGIC.starts_with(&magic[..n]) && n > 0 {
+                return Err(TraceError::Truncated {
+                    offset: n as u64,
+                    what: "file header",
+                });
+            }
+            return Err(TraceError::NotATrace);
+        }
+        let version = t.u32le("file header")?;
+        if version != VERSION && version != VERSION_RECORDED {
+            return Err(TraceError::UnsupportedVersion(version));
+        }
+        let len_at = t.offset;
+        let len = t.u32le("file header")?;
+        if len > MAX_META {
+            return Err(TraceError::Corrupt {
+                offset: len_at,
+                what: format!("metadata length {len} is implausible"),
+            });
+        }
+        let meta_at = t.offset;
+        let mut json = vec![0u8; len as usize];
+        t.exact(&mut json, "metadata")?;
+        let crc = t.u32le("metadata checksum")?;
+        if crc != crc32fast::hash(&json) {
+            return Err(TraceError::Corrupt {
+                offset: meta_at,
+                what: "metadata checksum mismatch".into(),
+            });
+        }
+        t.meta = serde_json::from_slice(&json).map_err(|e| TraceError::Corrupt {
+            offset: meta_at,
+            what: format!("metadata is not valid: {e}"),
+        })?;
+        if version == VERSION_RECORDED {
+            t.load_recorded()?;
+        }
+        if let Some(o) = &t.meta.off_cpu {
+            o.validate(t.meta.threads.len())
+                .map_err(|e| TraceError::Corrupt {
+                    offset: meta_at,
+                    what: format!("metadata is not valid: {e}"),
+                })?;
+        }
+        Ok(t)
+    }
+
+    /// A file written while recording (version 2): reads it whole, keeps
+    /// everything up to the first damage or the end of a file whose writer
+    /// never finished (with a note in [`TraceMeta::warnings`]), and rebuilds
+    /// the calls in pre-order, so callers see what a version-1 file gives.
+    fn load_recorded(&mut self) -> Result<(), TraceError> {
+        let mut meta = self.meta.clone();
+        let ticks_per_ns = meta.clock.ticks_per_ns;
+        if !(ticks_per_ns.is_finite() && ticks_per_ns > 0.0) {
+            return Err(TraceError::Corrupt {
+                offset: 12,
+                what: format!("clock rate {ticks_per_ns} ticks/ns is not a rate"),
+            });
+        }
+        let mut rec = super::build::Recorded {
+            ticks_per_ns,
+            threads: Vec::new(),
+        };
+        let mut sites: Vec<super::SiteInfo> = Vec::new();
+        let mut threads: Vec<super::ThreadInfo> = Vec::new();
+        let mut final_meta: Option<TraceMeta> = None;
+        // Off-CPU sections, by thread (used where the final metadata is missing).
+        let mut off: std::collections::BTreeMap<u32, super::OffCpuThread> = Default::default();
+        let mut calls: Vec<u64> = Vec::new();
+        let mut end_ns = 0u64;
+        let mut sections = 0u64;
+        let scale = super::recorded::TickScale::new(ticks_per_ns);
+        let mut scratch = Vec::new();
+        let failure = loop {
+            let at = self.offset;
+            let mut kind = [0u8; 1];
+            match self.read_up_to(&mut kind) {
+                Ok(0) => {
+                    break Some(TraceError::Truncated {
+                        offset: at,
+                        what: "section header (the end marker is missing)",
+                    })
+                }
+                Ok(_) => {}
+                Err(e) => break Some(e),
+            }
+            if kind[0] == KIND_END {
+                let r = (|| {
+                    let n = self.varint("end marker")?;
+                    let mut mark = [0u8; 4];
+                    self.exact(&mut mark, "end marker")?;
+                    if &mark != END_MARK || n != sections {
+                        return Err(TraceError::Corrupt {
+                            offset: at,
+                            what: format!("end marker says {n} sections, {sections} were read"),
+                        });
+                    }
+                    Ok(())
+                })();
+                break r.err();
+            }
+            let payload = match self.section_payload(at) {
+                Ok(p) => p,
+                Err(e) => break Some(e),
+            };
+            let base = self.offset - payload.len() as u64;
+            let mut d = Decoder::new(&payload, base);
+            let r: Result<(), TraceError> = (|| {
+                match kind[0] {
+                    SEC_SITE => {
+                        let i = d.varint()?;
+                        if i != sites.len() as u64 {
+                            return Err(d.corrupt(format!(
+                                "site {i} announced after {} sites",
+                                sites.len()
+                            )));
+                        }
+                        let info = serde_json::from_slice(&payload[d.pos..])
+                            .map_err(|e| d.corrupt(format!("site is not valid: {e}")))?;
+                        sites.push(info);
+                    }
+                    SEC_THREAD => {
+                        let i = d.varint()?;
+                        if i != threads.len() as u64 {
+                            return Err(d.corrupt(format!(
+                                "thread {i} announced after {} threads",
+                                threads.len()
+                            )));
+                        }
+                        let tid = d.u32()?;
+                        let name = String::from_utf8_lossy(&payload[d.pos..]).into_owned();
+                        threads.push(super::ThreadInfo {
+                            tid,
+                            name,
+                            ..Default::default()
+                        });
+                        calls.push(0);
+                        rec.threads.push(Default::default());
+                    }
+                    SEC_RAW => {
+                        let t = d.varint()?;
+                        let count = d.varint()?;
+                        if t >= threads.len() as u64 || count > MAX_PAYLOAD {
+                            return Err(
+                                d.corrupt(format!("raw chunk of thread {t} ({count} records)"))
+                            );
+                        }
+                        let c = super::recorded::RawChunk {
+                            thread: t as u32,
+                            count: count as u32,
+                            payload: payload[d.pos..].to_vec().into(),
+                            offset: base + d.pos as u64,
+                        };
+                        scratch.clear();
+                        super::recorded::decode(&c, sites.len(), scale, &mut scratch)?;
+                        for r in &scratch {
+                            if r.kind as u64 != fgtrace_core::record::kind::LOST
+                                && r.kind as u64 != fgtrace_core::record::kind::FUTURE
+                            {
+                                calls[t as usize] += 1;
+                            }
+                            end_ns = end_ns.max(r.end_ns);
+                        }
+                        rec.threads[t as usize].raw.push(c);
+                    }
+                    SEC_SAMPLES => {
+                        let t = d.varint()?;
+                        let count = d.varint()?;
+                        if t >= threads.len() as u64 || count > MAX_PAYLOAD {
+                            return Err(
+                                d.corrupt(format!("samples of thread {t} ({count} events)"))
+                            );
+                        }
+                        let c = Chunk {
+                            thread: t as u32,
+                            count: count as u32,
+                            first_ns: 0,
+                            payload: payload[d.pos..].to_vec(),
+                            offset: base + d.pos as u64,
+                        };
+                        for e in c.decode()? {
+                            if let Event::Sample(s) = e {
+                                end_ns = end_ns.max(s.ts_ns);
+                                rec.threads[t as usize].samples.push((
+                                    s.ts_ns,
+                                    s.shadow_depth,
+                                    s.cut,
+                                    s.frames,
+                                ));
+                            }
+                        }
+                    }
+                    SEC_OVERWRITTEN => {
+                        let t = d.varint()?;
+                        let count = d.varint()?;
+                        if t >= threads.len() as u64 {
+                            return Err(d.corrupt(format!("overwritten calls of thread {t}")));
+                        }
+                        rec.threads[t as usize].overwritten = count;
+                    }
+                    SEC_OFFCPU => {
+                        let t = d.varint()?;
+                        let lost = d.varint()?;
+                        let count = d.varint()?;
+                        // Each interval takes at least 3 bytes.
+                        if t >= threads.len() as u64 || count > (payload.len() / 3) as u64 {
+                            return Err(d.corrupt(format!(
+                                "off-CPU section of thread {t} ({count} intervals) in a file of {} threads",
+                                threads.len()
+                            )));
+                        }
+                        // All of a section or none of it: decoded aside first.
+                        let floor = off
+                            .get(&(t as u32))
+                            .and_then(|th| th.intervals.last())
+                            .map_or(0, |i| i.end_ns());
+                        let mut new = Vec::with_capacity(count as usize);
+                        let mut prev_end = 0u64;
+                        for k in 0..count {
+                            let at = d.pos;
+                            let gap = d.varint()?;
+                            let dur = d.varint()?;
+                            let kind = d.varint()?;
+                            let start = prev_end.checked_add(gap);
+                            let end = start.and_then(|s| s.checked_add(dur));
+                            let (Some(start), Some(end)) = (start, end) else {
+                                d.pos = at;
+                                return Err(d.corrupt(format!(
+                                    "off-CPU interval {k} of thread {t} ends past every valid time"
+                                )));
+                            };
+                            if start < floor.max(prev_end) {
+                                d.pos = at;
+                                return Err(d.corrupt(format!(
+                                    "off-CPU interval {k} of thread {t} starts at {start} ns, before the end of the one before ({floor} ns)"
+                                )));
+                            }
+                            let kind = match kind {
+                                0 => super::OffKind::Blocked,
+                                1 => super::OffKind::Preempted,
+                                k => return Err(d.corrupt(format!("unknown off-CPU kind {k}"))),
+                            };
+                            new.push(super::OffInterval {
+                                start_ns: start,
+                                dur_ns: dur,
+                                kind,
+                            });
+                            prev_end = end;
+                        }
+                        if d.pos != payload.len() {
+                            return Err(d.corrupt(format!(
+                                "{} bytes after the off-CPU intervals of thread {t}",
+                                payload.len() - d.pos
+                            )));
+                        }
+                        let th = off.entry(t as u32).or_insert_with(|| super::OffCpuThread {
+                            thread: t as u32,
+                            ..Default::default()
+                        });
+                        th.lost = th.lost.saturating_add(lost);
+                        th.intervals.append(&mut new);
+                    }
+                    SEC_META => {
+                        let m: TraceMeta = serde_json::from_slice(&payload)
+                            .map_err(|e| d.corrupt(format!("final metadata is not valid: {e}")))?;
+                        if m.threads.len() != threads.len() || m.sites.len() != sites.len() {
+                            return Err(d.corrupt(format!(
+                                "final metadata names {} threads and {} sites, the file announced {} and {}",
+                                m.threads.len(), m.sites.len(), threads.len(), sites.len()
+                            )));
+                        }
+                        final_meta = Some(m);
+                    }
+                    k => return Err(d.corrupt(format!("unknown section kind 0x{k:02x}"))),
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                break Some(e);
+            }
+            sections += 1;
+        };
+        for th in &mut rec.threads {
+            th.samples.sort_by_key(|s| s.0);
+        }
+        match final_meta {
+            Some(m) if failure.is_none() => meta = m,
+            _ => {
+                meta.sites = sites;
+                for (t, c) in threads.iter_mut().zip(&calls) {
+                    t.calls = *c;
+                }
+                for (t, r) in threads.iter_mut().zip(&rec.threads) {
+                    t.samples = r.samples.len() as u64;
+                }
+                meta.threads = threads;
+                meta.duration_ns = end_ns;
+                merge_off_cpu(&mut meta, off);
+            }
+        }
+        if let Some(e) = failure {
+            meta.warnings.push(format!(
+                "{e}: the recording did not finish (the process crashed or was killed, or the file was cut); kept the {} calls before it",
+                meta.total_calls()
+            ));
+        }
+        let chunks = rec.build(meta.sites.len(), &meta.counters)?;
+        self.meta = meta;
+        self.served = Some(chunks.into_iter());
+        Ok(())
+    }
+
+    /// A section's length, checksum and payload (version 2).
+    fn section_payload(&mut self, at: u64) -> Result<Vec<u8>, TraceError> {
+        let len = self.varint("section header")?;
+        let crc = self.u32le("section header")?;
+        if len > MAX_PAYLOAD {
+            return Err(TraceError::Corrupt {
+                offset: at,
+                what: format!("implausible section length {len}"),
+            });
+        }
+        let payload_at = self.offset;
+        let mut payload = vec![0u8; len as usize];
+        self.exact(&mut payload, "section payload")?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(TraceError::Corrupt {
+                offset: payload_at,
+                what: "section checksum mismatch".into(),
+            });
+        }
+        Ok(payload)
+    }
+
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// Byte offset of the next unread byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The next chunk, or `None` at the end marker. After an error, every
+    /// chunk returned before it is intact (checksummed).
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, TraceError> {
+        if let Some(served) = &mut self.served {
+            return Ok(served.next());
+        }
+        if self.done {
+            return Ok(None);
+        }
+        let at = self.offset;
+        let mut kind = [0u8; 1];
+        if self.read_up_to(&mut kind)? == 0 {
+            return Err(TraceError::Truncated {
+                offset: at,
+                what: "chunk header (the end marker is missing)",
+            });
+        }
+        match kind[0] {
+            KIND_EVENTS => {}
+            KIND_END => {
+                let n = self.varint("end marker")?;
+                let mut mark = [0u8; 4];
+                self.exact(&mut mark, "end marker")?;
+                if &mark != END_MARK || n != self.chunks {
+                    return Err(TraceError::Corrupt {
+                        offset: at,
+                        what: format!("end marker says {n} chunks, {} were read", self.chunks),
+                    });
+                }
+                self.done = true;
+                return Ok(None);
+            }
+            k => {
+                return Err(TraceError::Corrupt {
+                    offset: at,
+                    what: format!("unknown chunk kind 0x{k:02x}"),
+                })
+            }
+        }
+        let thread = self.varint("chunk header")?;
+        let count = self.varint("chunk header")?;
+        let first_ns = self.varint("chunk header")?;
+        let len = self.varint("chunk header")?;
+        let crc = self.u32le("chunk header")?;
+        if thread >= self.meta.threads.len() as u64
+            || count > CHUNK_EVENTS as u64 * 4
+            || len > MAX_PAYLOAD
+        {
+            return Err(TraceError::Corrupt {
+                offset: at,
+                what: format!(
+                    "implausible chunk header (thread {thread}, {count} events, {len} bytes)"
+                ),
+            });
+        }
+        let payload_at = self.offset;
+        let mut payload = vec![0u8; len as usize];
+        self.exact(&mut payload, "chunk payload")?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(TraceError::Corrupt {
+                offset: payload_at,
+                what: "chunk checksum mismatch".into(),
+            });
+        }
+        self.chunks += 1;
+        Ok(Some(Chunk {
+            thread: thread as u32,
+            count: count as u32,
+            first_ns,
+            payload,
+            offset: payload_at,
+        }))
+    }
+
+    /// Streams every event; stops at the first error (after yielding everything before it).
+    pub fn events(self) -> Events<R> {
+        Events {
+            reader: self,
+            pending: Vec::new().into_iter(),
+            failed: false,
+        }
+    }
+
+    fn read_up_to(&mut self, buf: &mut [u8]) -> Result<usize, TraceError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.r.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+
+    fn exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), TraceError> {
+        let n = self.read_up_to(buf)?;
+        if n < buf.len() {
+            return Err(TraceError::Truncated {
+                offset: self.offset,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    fn u32le(&mut self, what: &'static str) -> Result<u32, TraceError> {
+        let mut b = [0u8; 4];
+        self.exact(&mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn varint(&mut self, what: &'static str) -> Result<u64, TraceError> {
+        let at = self.offset;
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let mut b = [0u8; 1];
+            self.exact(&mut b, what)?;
+            if shift == 63 && b[0] > 1 {
+                break;
+            }
+            v |= ((b[0] & 0x7f) as u64) << shift;
+            if b[0] & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(TraceError::Corrupt {
+            offset: at,
+            what: format!("overlong number in {what}"),
+        })
+    }
+}
+
+/// Iterator over a file's events (see [`TraceReader::events`]).
+pub struct Events<R> {
+    reader: TraceReader<R>,
+    pending: std::vec::IntoIter<Event>,
+    failed: bool,
+}
+
+impl<R: Read> Iterator for Events<R> {
+    type Item = Result<Event, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.pending.next() {
+                return Some(Ok(e));
+            }
+            if self.failed {
+                return None;
+            }
+            match self
+                .reader
+                .next_chunk()
+                .and_then(|c| c.map(|c| c.decode()).transpose())
+            {
+                Ok(Some(evs)) => self.pending = evs.into_iter(),
+                Ok(None) => return None,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{OffCpu, OffCpuThread, OffInterval, OffKind, ThreadInfo, Trace};
+
+    const fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
+        OffInterval::new(start_ns, dur_ns, kind)
+    }
+
+    fn header() -> TraceMeta {
+        let mut m = TraceMeta::default();
+        m.clock.ticks_per_ns = 1.0;
+        // What a session recording off-CPU time says before any thread.
+        m.off_cpu = Some(OffCpu::default());
+        m
+    }
+
+    /// The truth the sections below hold.
+    fn full() -> OffCpu {
+        OffCpu {
+            unavailable: None,
+            threads: vec![
+                OffCpuThread {
+                    lost: 2,
+                    ..crate::offcpu::tests::thread()
+                },
+                OffCpuThread {
+                    thread: 1,
+                    lost: 0,
+                    intervals: Vec::new(),
+                },
+            ],
+        }
+    }
+
+    /// A version-2 file as a session with off-CPU time writes it, without
+    /// its end (the writer was killed), and the offsets where its sections
+    /// end.
+    fn killed() -> (Vec<u8>, Vec<usize>) {
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        let mut ends = vec![w.written as usize];
+        let mut step = |w: &mut RecordingWriter<Vec<u8>>, r: io::Result<()>| {
+            r.unwrap();
+            ends.push(w.written as usize);
+        };
+        let r = w.thread(0, 11, "main");
+        step(&mut w, r);
+        let r = w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]);
+        step(&mut w, r);
+        let r = w.thread(1, 12, "worker");
+        step(&mut w, r);
+        let r = w.off_cpu(1, 0, &[]);
+        step(&mut w, r);
+        let r = w.off_cpu(
+            0,
+            2,
+            &[
+                iv(200, 10, OffKind::Preempted),
+                iv(300, 100, OffKind::Blocked),
+            ],
+        );
+        step(&mut w, r);
+        (w.w, ends)
+    }
+
+    #[test]
+    fn a_killed_file_keeps_the_off_cpu_time_of_its_sections() {
+        let (bytes, _) = killed();
+        let t = Trace::read_from(&bytes[..]).unwrap();
+        assert!(
+            t.meta().warnings.join("").contains("did not finish"),
+            "{:?}",
+            t.meta().warnings
+        );
+        assert_eq!(t.meta().off_cpu, Some(full()));
+        // No calls: the session lasted until its last stretch ended.
+        assert_eq!(t.meta().duration_ns, 400);
+        // Finished, the final metadata is the truth (the sections repeat it).
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]).unwrap();
+        w.thread(1, 12, "worker").unwrap();
+        let mut fin = header();
+        fin.threads = vec![
+            ThreadInfo {
+                tid: 11,
+                name: "main".into(),
+                ..Default::default()
+            },
+            ThreadInfo {
+                tid: 12,
+                name: "worker".into(),
+                ..Default::default()
+            },
+        ];
+        fin.off_cpu = Some(full());
+        let bytes = w.finish(&fin).unwrap();
+        let t = Trace::read_from(&bytes[..]).unwrap();
+        assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
+        assert_eq!(t.meta().off_cpu, Some(full()));
+    }
+
+    #[test]
+    fn a_file_cut_anywhere_keeps_the_off_cpu_time_before_the_cut() {
+        let (bytes, ends) = killed();
+        let mut last = 0;
+        for cut in ends[0]..=bytes.len() {
+            let t = Trace::read_from(&bytes[..cut])
+                .unwrap_or_else(|e| panic!("cut at {cut} of {}: {e}", bytes.len()));
+            let o = t
+                .meta()
+                .off_cpu
+                .as_ref()
+                .expect("the header says it is recorded");
+            let n: usize = o.threads.iter().map(|t| t.intervals.len()).sum();
+            assert!(
+                n >= last,
+                "cut at {cut}: {n} intervals, a shorter cut had {last}"
+            );
+            last = n;
+            // Exactly what the complete sections before the cut hold.
+            let whole = ends.iter().filter(|&&e| e <= cut).count() - 1;
+            let want = [0, 0, 1, 1, 1, 3][whole];
+            assert_eq!(n, want, "cut at {cut} after {whole} sections: {o:?}");
+            if whole == 0 {
+                assert!(!o.is_available());
+                assert!(o.reason().contains("did not finish"), "{}", o.reason());
+            }
+            if whole >= 2 {
+                assert!(o.is_available(), "cut at {cut}: {o:?}");
+                assert_eq!(o.threads[0].intervals[0], iv(100, 50, OffKind::Blocked));
+            }
+            // Only the main thread's section so far: the worker's is missing, and said so.
+            if whole == 3 {
+                assert!(o
+                    .unavailable
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("some threads"));
+            }
+        }
+        assert_eq!(last, 3);
+    }
+
+    /// Rewrites the checksum of the section starting at `at` after its
+    /// payload was changed, so the reader decodes the damage itself.
+    fn fix_crc(bytes: &mut [u8], at: usize) {
+        let mut d = Decoder::new(&bytes[at + 1..], 0);
+        let len = d.varint().unwrap() as usize;
+        let crc_at = at + 1 + d.pos;
+        let payload = crc_at + 4;
+        let crc = crc32fast::hash(&bytes[payload..payload + len]);
+        bytes[crc_at..payload].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn a_damaged_off_cpu_section_is_a_warning_naming_its_byte_and_what_came_before_stays() {
+        let (bytes, ends) = killed();
+        // The last section: main's second off-CPU section. Its payload ends
+        // with the last interval's kind byte.
+        let (at, end) = (ends[4], ends[5]);
+        for (k, bad) in [(end - 1, 7u8), (end - 4, 0x80)] {
+            let mut b = bytes.clone();
+            b[k] = bad;
+            fix_crc(&mut b, at);
+            let t = Trace::read_from(&b[..]).unwrap();
+            let w = t.meta().warnings.join("\n");
+            assert!(w.contains(" byte ") && w.contains("off-CPU"), "{w}");
+            let o = t.meta().off_cpu.as_ref().unwrap();
+            assert_eq!(o.threads[0].intervals, [iv(100, 50, OffKind::Blocked)]);
+        }
+        // Without the checksum fixed: the checksum says it.
+        let mut b = bytes.clone();
+        b[end - 1] ^= 1;
+        let w = Trace::read_from(&b[..]).unwrap().meta().warnings.join("");
+        assert!(w.contains("checksum") && w.contains(" byte "), "{w}");
+        // An interval before the end of the thread's previous one.
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        w.off_cpu(0, 0, &[iv(100, 50, OffKind::Blocked)]).unwrap();
+        w.off_cpu(0, 0, &[iv(120, 5, OffKind::Blocked)]).unwrap();
+        let t = Trace::read_from(&w.w[..]).unwrap();
+        let warn = t.meta().warnings.join("");
+        assert!(warn.contains("before the end of the one before"), "{warn}");
+        // A thread the file never announced.
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.off_cpu(3, 0, &[]).unwrap();
+        let t = Trace::read_from(&w.w[..]).unwrap();
+        let warn = t.meta().warnings.join("");
+        assert!(warn.contains("off-CPU section of thread 3"), "{warn}");
+    }
+}

@@ -1,0 +1,759 @@
+//! The fgtrace file format (version 1): streaming write and read, with errors
+//! that name the byte offset of the damage.
+//!
+//! ```text
+//! "FGTRACE\0"  u32le version  u32le meta_len  meta (JSON)  u32le crc32(meta)
+//! chunk*       kind=1 u8, thread varint, count varint, first_ns varint,
+//!              payload_len varint, u32le crc32(payload), payload
+//! end          kind=0xFF u8, chunk_count varint, "END!"
+//! ```
+//!
+//! A chunk holds up to [`CHUNK_EVENTS`] events of one thread. Each event starts
+//! with a header varint `zigzag(depth - prev_depth) << 5 | flags << 2 | kind`,
+//! then, all varints, times delta-coded against the previous event of the chunk:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | 0 call | site, zigzag(start - prev_start), dur |
+//! | 1 future | site, zigzag(start - prev_start), dur, polls (flag bit 0 = cancelled) |
+//! | 2 lost | zigzag(at - prev_start), count, loss kind |
+//! | 3 extension | subkind, then: |
+//! | 3.0 sample | zigzag(ts - prev_start), shadow depth, cut + 1 (0 = none), n, frame0, zigzag(frame_i - frame_{i-1})... |
+//! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
+//!
+//! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
+//! so a reader can stop at a damaged chunk and keep everything before it.
+
+use super::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample};
+use std::fmt;
+use std::io;
+
+pub const MAGIC: &[u8; 8] = b"FGTRACE\0";
+pub const VERSION: u32 = 1;
+/// A file written while recording: calls in exit order (see `recorded`).
+pub const VERSION_RECORDED: u32 = 2;
+/// Events per chunk: bounds the memory a streaming reader needs.
+pub const CHUNK_EVENTS: usize = 8192;
+pub const MAX_PAYLOAD: u64 = 64 << 20;
+
+const EV_CALL: u64 = 0;
+const EV_FUTURE: u64 = 1;
+const EV_LOST: u64 = 2;
+const EV_EXT: u64 = 3;
+const EXT_SAMPLE: u64 = 0;
+const EXT_COUNTERS: u64 = 1;
+
+/// What went wrong reading a trace file.
+#[derive(Debug)]
+pub enum TraceError {
+    /// The file could not be opened or read.
+    Io(io::Error),
+    /// The file does not start with the fgtrace magic.
+    NotATrace,
+    /// Written by a newer fgtrace.
+    UnsupportedVersion(u32),
+    /// The file ends in the middle of something.
+    Truncated { offset: u64, what: &'static str },
+    /// The bytes at `offset` are not what the format says.
+    Corrupt { offset: u64, what: String },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Io(e) => write!(f, "{e}"),
+            TraceError::NotATrace => write!(f, "not an fgtrace trace file (bad magic at byte 0)"),
+            TraceError::UnsupportedVersion(v) => {
+                write!(f, "trace file format version {v} is not supported (this fgtrace reads version {VERSION})")
+            }
+            TraceError::Truncated { offset, what } => {
+                write!(f, "trace file is truncated at byte {offset} (in {what})")
+            }
+            TraceError::Corrupt { offset, what } => {
+                write!(f, "trace file is corrupt at byte {offset}: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+impl From<io::Error> for TraceError {
+    fn from(e: io::Error) -> Self {
+        TraceError::Io(e)
+    }
+}
+
+/// A run of encoded events of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub thread: u32,
+    pub count: u32,
+    /// Time of the first event, used to interleave threads.
+    pub first_ns: u64,
+    pub payload: Vec<u8>,
+    /// Byte offset of the payload in the file it came from (0 if built in memory).
+    pub offset: u64,
+}
+
+impl Chunk {
+    /// Decodes the chunk's events.
+    pub fn decode(&self) -> Result<Vec<Event>, TraceError> {
+        let mut out = Vec::with_capacity(self.count as usize);
+        let mut d = Decoder {
+            buf: &self.payload,
+            pos: 0,
+            base: self.offset,
+        };
+        let mut depth: i64 = 0;
+        let mut start: u64 = 0;
+        for _ in 0..self.count {
+            let h = d.varint()?;
+            let kind = h & 3;
+            let fl = ((h >> 2) & 7) as u8;
+            let dd = unzigzag(h >> 5);
+            match kind {
+                EV_CALL | EV_FUTURE => {
+                    depth = d.add_depth(depth, dd)?;
+                    let site = d.u32()?;
+                    start = d.add_time(start)?;
+                    let dur = d.duration(start)?;
+                    if kind == EV_CALL {
+                        out.push(Event::Call(Call {
+                            thread: self.thread,
+                            site,
+                            depth: d.check_depth(depth)?,
+                            start_ns: start,
+                            dur_ns: dur,
+                            flags: fl,
+                        }));
+                    } else {
+                        let polls = d.u32()?;
+                        out.push(Event::Future(FutureSpan {
+                            thread: self.thread,
+                            site,
+                            start_ns: start,
+                            dur_ns: dur,
+                            polls,
+                            cancelled: fl & 1 != 0,
+                        }));
+                    }
+                }
+                EV_LOST => {
+                    depth = d.add_depth(depth, dd)?;
+                    start = d.add_time(start)?;
+                    let count = d.varint()?;
+                    let kind = match d.varint()? {
+                        0 => LossKind::Dropped,
+                        _ => LossKind::Overwritten,
+                    };
+                    out.push(Event::Lost(Lost {
+                        thread: self.thread,
+                        depth: d.check_depth(depth)?,
+                        at_ns: start,
+                        count,
+                        kind,
+                    }));
+                }
+                _ => match d.varint()? {
+                    EXT_SAMPLE => {
+                        start = d.add_time(start)?;
+                        let shadow_depth = d.u32()?;
+                        let cut = d.u32()?.checked_sub(1);
+                        let n = d.varint()?;
+                        if n > 4096 {
+                            return Err(d.corrupt(format!("sample with {n} frames")));
+                        }
+                        let mut frames = Vec::with_capacity(n as usize);
+                        let mut prev: i64 = 0;
+                        for i in 0..n {
+                            let v = d.varint()?;
+                            let a = if i == 0 {
+                                v as i64
+                            } else {
+                                prev.wrapping_add(unzigzag(v))
+                            };
+                            frames.push(a as u64);
+                            prev = a;
+                        }
+                        out.push(Event::Sample(Sample {
+                            thread: self.thread,
+                            ts_ns: start,
+                            shadow_depth,
+                            cut,
+                            frames,
+                        }));
+                    }
+                    EXT_COUNTERS => {
+                        let n = d.varint()?;
+                        if n > 64 {
+                            return Err(d.corrupt(format!("{n} counters on one call")));
+                        }
+                        let values = (0..n).map(|_| d.varint()).collect::<Result<Vec<_>, _>>()?;
+                        out.push(Event::Counters(CallCounters {
+                            thread: self.thread,
+                            values,
+                        }));
+                    }
+                    k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
+                },
+            }
+        }
+        if d.pos != d.buf.len() {
+            return Err(d.corrupt(format!(
+                "{} bytes left over after {} events",
+                d.buf.len() - d.pos,
+                self.count
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// Builds chunks from a thread's events, in order.
+pub struct ChunkEncoder {
+    thread: u32,
+    chunk: Chunk,
+    depth: i64,
+    start: i64,
+    done: Vec<Chunk>,
+}
+
+impl ChunkEncoder {
+    pub fn new(thread: u32) -> Self {
+        ChunkEncoder {
+            thread,
+            chunk: Chunk {
+                thread,
+                ..Chunk::default()
+            },
+            depth: 0,
+            start: 0,
+            done: Vec::new(),
+        }
+    }
+
+    fn begin(&mut self, depth: u32, t: u64, kind: u64, fl: u8, changes_depth: bool) {
+        if self.chunk.count as usize >= CHUNK_EVENTS {
+            self.flush();
+        }
+        if self.chunk.count == 0 {
+            self.chunk.first_ns = t;
+        }
+        let dd = if changes_depth {
+            depth as i64 - self.depth
+        } else {
+            0
+        };
+        if changes_depth {
+            self.depth = depth as i64;
+        }
+        put_varint(
+            &mut self.chunk.payload,
+            zigzag(dd) << 5 | ((fl as u64 & 7) << 2) | kind,
+        );
+        self.chunk.count += 1;
+    }
+
+    fn time(&mut self, t: u64) {
+        put_varint(&mut self.chunk.payload, zigzag(t as i64 - self.start));
+        self.start = t as i64;
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        match ev {
+            Event::Call(c) => {
+                self.begin(c.depth, c.start_ns, EV_CALL, c.flags, true);
+                put_varint(&mut self.chunk.payload, c.site as u64);
+                self.time(c.start_ns);
+                put_varint(&mut self.chunk.payload, c.dur_ns);
+            }
+            Event::Future(f) => {
+                let depth = self.depth as u32;
+                self.begin(depth, f.start_ns, EV_FUTURE, f.cancelled as u8, true);
+                put_varint(&mut self.chunk.payload, f.site as u64);
+                self.time(f.start_ns);
+                put_varint(&mut self.chunk.payload, f.dur_ns);
+                put_varint(&mut self.chunk.payload, f.polls as u64);
+            }
+            Event::Lost(l) => {
+                self.begin(l.depth, l.at_ns, EV_LOST, 0, true);
+                self.time(l.at_ns);
+                put_varint(&mut self.chunk.payload, l.count);
+                put_varint(
+                    &mut self.chunk.payload,
+                    matches!(l.kind, LossKind::Overwritten) as u64,
+                );
+            }
+            Event::Counters(c) => self.counters(c),
+            Event::Sample(s) => {
+                self.begin(0, s.ts_ns, EV_EXT, 0, false);
+                put_varint(&mut self.chunk.payload, EXT_SAMPLE);
+                self.time(s.ts_ns);
+                put_varint(&mut self.chunk.payload, s.shadow_depth as u64);
+                put_varint(&mut self.chunk.payload, s.cut.map_or(0, |c| c as u64 + 1));
+                put_varint(&mut self.chunk.payload, s.frames.len() as u64);
+                let mut prev = 0i64;
+                for (i, &a) in s.frames.iter().enumerate() {
+                    let a = a as i64;
+                    put_varint(
+                        &mut self.chunk.payload,
+                        if i == 0 {
+                            a as u64
+                        } else {
+                            zigzag(a.wrapping_sub(prev))
+                        },
+                    );
+                    prev = a;
+                }
+            }
+        }
+    }
+
+    fn counters(&mut self, c: &CallCounters) {
+        // Counters belong to the previous call, so they stay in its chunk
+        // (no `begin`, which may start a new one).
+        self.chunk.count += 1;
+        put_varint(&mut self.chunk.payload, EV_EXT);
+        put_varint(&mut self.chunk.payload, EXT_COUNTERS);
+        put_varint(&mut self.chunk.payload, c.values.len() as u64);
+        for &v in &c.values {
+            put_varint(&mut self.chunk.payload, v);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.chunk.count > 0 {
+            let c = std::mem::replace(
+                &mut self.chunk,
+                Chunk {
+                    thread: self.thread,
+                    ..Chunk::default()
+                },
+            );
+            self.done.push(c);
+        }
+        self.depth = 0;
+        self.start = 0;
+    }
+
+    /// The finished chunks.
+    pub fn finish(mut self) -> Vec<Chunk> {
+        self.flush();
+        self.done
+    }
+}
+
+/// Orders chunks of all threads by the time of their first event (stable, so
+/// each thread's chunks stay in order).
+pub fn interleave(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
+    chunks.sort_by_key(|c| c.first_ns);
+    chunks
+}
+
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    pub pos: usize,
+    base: u64,
+}
+
+impl Decoder<'_> {
+    pub fn new(buf: &[u8], base: u64) -> Decoder<'_> {
+        Decoder { buf, pos: 0, base }
+    }
+    pub fn corrupt(&self, what: String) -> TraceError {
+        TraceError::Corrupt {
+            offset: self.base + self.pos as u64,
+            what,
+        }
+    }
+    pub fn varint(&mut self) -> Result<u64, TraceError> {
+        let mut v = 0u64;
+        let start = self.pos;
+        for shift in (0..70).step_by(7) {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(TraceError::Corrupt {
+                    offset: self.base + start as u64,
+                    what: "event runs past the end of its chunk".into(),
+                });
+            };
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                break;
+            }
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(TraceError::Corrupt {
+            offset: self.base + start as u64,
+            what: "overlong number".into(),
+        })
+    }
+    pub fn u32(&mut self) -> Result<u32, TraceError> {
+        let v = self.varint()?;
+        u32::try_from(v).map_err(|_| self.corrupt(format!("value {v} out of range")))
+    }
+    /// The depth after a header's depth delta `dd`.
+    fn add_depth(&self, depth: i64, dd: i64) -> Result<i64, TraceError> {
+        depth
+            .checked_add(dd)
+            .ok_or_else(|| self.corrupt(format!("call depth {depth} + {dd} overflows")))
+    }
+    /// Reads a zigzag time delta and applies it to `start`: times are
+    /// nanoseconds, never negative, and must fit in 64 bits.
+    fn add_time(&mut self, start: u64) -> Result<u64, TraceError> {
+        let at = self.pos;
+        let delta = unzigzag(self.varint()?);
+        start
+            .checked_add_signed(delta)
+            .filter(|&t| t <= i64::MAX as u64)
+            .ok_or_else(|| TraceError::Corrupt {
+                offset: self.base + at as u64,
+                what: format!("time {start} ns + delta {delta} ns is out of range"),
+            })
+    }
+    /// Reads the duration of something that began at `start`: it must end
+    /// at a valid time too (views compute `start + duration`).
+    fn duration(&mut self, start: u64) -> Result<u64, TraceError> {
+        let at = self.pos;
+        let dur = self.varint()?;
+        match start.checked_add(dur) {
+            Some(end) if end <= i64::MAX as u64 => Ok(dur),
+            _ => Err(TraceError::Corrupt {
+                offset: self.base + at as u64,
+                what: format!("end time {start} ns + duration {dur} ns is out of range"),
+            }),
+        }
+    }
+    fn check_depth(&self, d: i64) -> Result<u32, TraceError> {
+        u32::try_from(d).map_err(|_| self.corrupt(format!("negative call depth {d}")))
+    }
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+pub fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::*;
+    use crate::{flags, ThreadInfo, Trace, TraceMeta};
+
+    fn sample_trace() -> Trace {
+        let mut meta = TraceMeta::default();
+        meta.threads.push(ThreadInfo {
+            tid: 7,
+            name: "main".into(),
+            calls: 3,
+            ..Default::default()
+        });
+        let evs = vec![
+            Event::Call(Call {
+                thread: 0,
+                site: 0,
+                depth: 0,
+                start_ns: 1000,
+                dur_ns: 500,
+                flags: flags::HAS_CHILDREN,
+            }),
+            Event::Call(Call {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                start_ns: 1100,
+                dur_ns: 20,
+                flags: 0,
+            }),
+            Event::Sample(Sample {
+                thread: 0,
+                ts_ns: 1130,
+                shadow_depth: 1,
+                cut: Some(1),
+                frames: vec![0x5555_0000_1234, 0x5555_0000_0100, 7],
+            }),
+            Event::Lost(Lost {
+                thread: 0,
+                depth: 1,
+                at_ns: 1200,
+                count: 42,
+                kind: LossKind::Dropped,
+            }),
+            Event::Call(Call {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                start_ns: 1300,
+                dur_ns: 30,
+                flags: flags::UNWOUND,
+            }),
+            Event::Counters(CallCounters {
+                thread: 0,
+                values: vec![12345, 0],
+            }),
+            Event::Future(FutureSpan {
+                thread: 0,
+                site: 2,
+                start_ns: 900,
+                dur_ns: 9000,
+                polls: 3,
+                cancelled: true,
+            }),
+        ];
+        let mut enc = ChunkEncoder::new(0);
+        for e in &evs {
+            enc.push(e);
+        }
+        Trace::from_chunks(meta, enc.finish())
+    }
+
+    #[test]
+    fn events_round_trip_through_the_file_format() {
+        let t = sample_trace();
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta(), t.meta());
+        assert_eq!(
+            back.events().collect::<Vec<_>>(),
+            t.events().collect::<Vec<_>>()
+        );
+        assert_eq!(t.events().count(), 7);
+    }
+
+    #[test]
+    fn truncation_and_corruption_report_offsets_and_keep_earlier_chunks() {
+        let t = sample_trace();
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        // Cut off the end marker: the chunk is still readable, then an error.
+        let cut = &bytes[..bytes.len() - 3];
+        let evs: Vec<_> = TraceReader::new(cut).unwrap().events().collect();
+        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 7);
+        let err = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(err.contains("truncated at byte"), "{err}");
+        // Flip a payload byte: checksum mismatch with an offset inside the file.
+        let mut bad = bytes.clone();
+        let n = bad.len();
+        bad[n - 12] ^= 0x55;
+        let back = Trace::read_from(&bad[..]).unwrap();
+        let err = back.damage().expect("damage noted").to_string();
+        assert!(err.contains("corrupt at byte"), "{err}");
+        // Foreign file.
+        let err = Trace::read_from(&b"\x7fELF\x02\x01\x01\0\0\0\0\0"[..])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not an fgtrace"), "{err}");
+    }
+
+    /// A file damaged in the middle (one byte of the second of three chunks
+    /// flipped, then cut short too): `Trace::load` returns everything before
+    /// the damage, exactly as written, with a note naming where it starts.
+    #[test]
+    fn a_file_damaged_in_the_middle_loads_everything_before_the_damage() {
+        let mut enc = ChunkEncoder::new(0);
+        let n = 20_000u64;
+        for i in 0..n {
+            enc.push(&Event::Call(Call {
+                thread: 0,
+                site: (i % 7) as u32,
+                depth: 0,
+                start_ns: i * 40,
+                dur_ns: 15 + i % 20,
+                flags: 0,
+            }));
+        }
+        let t = Trace::from_chunks(sample_trace().meta, enc.finish());
+        assert_eq!(t.chunks().len(), 3, "8192 events a chunk");
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        let offsets: Vec<u64> = std::iter::from_fn(|| {
+            let at = r.offset();
+            r.next_chunk().unwrap().map(|_| at)
+        })
+        .collect();
+        assert_eq!(offsets.len(), 3);
+        let mid = ((offsets[1] + offsets[2]) / 2) as usize;
+        let mut bad = bytes.clone();
+        bad[mid] ^= 0x40;
+        bad.truncate(bad.len() - 100);
+        let dir = std::env::temp_dir().join(format!("fgtrace-damage-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("damaged.fgt");
+        std::fs::write(&path, &bad).unwrap();
+        let back = Trace::load(&path).expect("a damaged file still loads");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let d = back.damage().expect("the damage is noted").clone();
+        assert_eq!(d.offset, offsets[1], "damage starts at the second chunk");
+        assert_eq!((d.chunks_kept, d.events_kept), (1, 8192));
+        let msg = d.to_string();
+        assert!(
+            msg.contains(&format!("damaged from byte {}", offsets[1]))
+                && msg.contains("checksum")
+                && msg.contains("kept the 1 chunks (8192 events)"),
+            "{msg}"
+        );
+        let want: Vec<_> = t.events().take(8192).collect();
+        assert_eq!(back.events().collect::<Vec<_>>(), want);
+        assert_eq!(back.meta(), t.meta());
+        // An intact file has no damage; a damaged header is still an error.
+        assert!(Trace::read_from(&bytes[..]).unwrap().damage().is_none());
+        let mut head = bytes.clone();
+        head[20] ^= 0x40;
+        assert!(Trace::read_from(&head[..]).is_err());
+    }
+
+    #[test]
+    fn calls_encode_compactly() {
+        let mut enc = ChunkEncoder::new(0);
+        let n = 10_000u64;
+        for i in 0..n {
+            enc.push(&Event::Call(Call {
+                thread: 0,
+                site: (i % 7) as u32,
+                depth: (i % 3) as u32,
+                start_ns: i * 40,
+                dur_ns: 15 + i % 50,
+                flags: 0,
+            }));
+        }
+        let bytes: usize = enc.finish().iter().map(|c| c.payload.len()).sum();
+        assert!(
+            bytes as u64 <= 5 * n,
+            "{} bytes per call",
+            bytes as f64 / n as f64
+        );
+    }
+
+    /// A file with valid checksums holding a good chunk, then `payload` as a
+    /// chunk of `count` events of thread 0.
+    fn file_with_chunk(count: u32, payload: Vec<u8>) -> Vec<u8> {
+        let t = sample_trace();
+        let mut chunks = t.chunks().to_vec();
+        chunks.push(Chunk {
+            thread: 0,
+            count,
+            first_ns: 0,
+            payload,
+            offset: 0,
+        });
+        let mut bytes = Vec::new();
+        write_trace(&mut bytes, &t.meta, &chunks).unwrap();
+        bytes
+    }
+
+    /// Reads `bytes` every way there is: all must fail with a corrupt-at-byte
+    /// error naming `what`, and the streaming reader must first return the
+    /// good chunk's 7 events.
+    fn assert_rejected(bytes: &[u8], what: &str) {
+        let evs: Vec<_> = TraceReader::new(bytes).unwrap().events().collect();
+        assert_eq!(evs.iter().filter(|e| e.is_ok()).count(), 7);
+        let err = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(
+            err.contains("corrupt at byte") && err.contains(what),
+            "{err}"
+        );
+        // `Trace::read_from` must not hand out a trace whose `events()` panics:
+        // it keeps the good chunk and notes the damage.
+        let t = Trace::read_from(bytes).unwrap();
+        assert_eq!(t.events().count(), 7);
+        let err = t.damage().expect("damage noted").to_string();
+        assert!(
+            err.contains("corrupt at byte") && err.contains(what),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_time_delta_that_overflows_is_an_error_not_a_wrap() {
+        // Call at i64::MAX ns, then a call 1 ns later: past every valid time.
+        let mut p = Vec::new();
+        for delta in [i64::MAX, 1] {
+            put_varint(&mut p, EV_CALL);
+            put_varint(&mut p, 0);
+            put_varint(&mut p, zigzag(delta));
+            put_varint(&mut p, 1);
+        }
+        assert_rejected(&file_with_chunk(2, p), "out of range");
+        // Going below zero is as wrong.
+        let mut p = Vec::new();
+        put_varint(&mut p, EV_LOST);
+        put_varint(&mut p, zigzag(-5));
+        put_varint(&mut p, 1);
+        put_varint(&mut p, 0);
+        assert_rejected(&file_with_chunk(1, p), "out of range");
+        // And for samples.
+        let mut p = Vec::new();
+        put_varint(&mut p, EV_EXT);
+        put_varint(&mut p, EXT_SAMPLE);
+        put_varint(&mut p, zigzag(i64::MIN));
+        for v in [0, 0, 0] {
+            put_varint(&mut p, v);
+        }
+        assert_rejected(&file_with_chunk(1, p), "out of range");
+    }
+
+    #[test]
+    fn a_call_that_ends_past_every_valid_time_is_an_error() {
+        // `Call::end_ns` (start + duration) is what every view computes.
+        for kind in [EV_CALL, EV_FUTURE] {
+            let mut p = Vec::new();
+            put_varint(&mut p, kind);
+            for v in [0, zigzag(10), u64::MAX - 5, 1] {
+                put_varint(&mut p, v);
+            }
+            if kind == EV_CALL {
+                p.pop();
+            }
+            assert_rejected(&file_with_chunk(1, p), "out of range");
+        }
+    }
+
+    #[test]
+    fn totals_of_implausible_thread_counts_do_not_overflow() {
+        // The counts come from the file's metadata, checksummed but not trusted.
+        let mut t = sample_trace();
+        let mut th = t.meta.threads[0].clone();
+        (th.calls, th.lost, th.overruns) = (u64::MAX, u64::MAX, u64::MAX);
+        t.meta.threads.push(th);
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        let m = back.meta();
+        assert_eq!(
+            (m.total_calls(), m.total_lost(), m.total_overruns()),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
+    }
+
+    #[test]
+    fn a_future_depth_delta_that_overflows_is_an_error_not_a_wrap() {
+        // Futures do not check their depth; 40 of the largest depth delta
+        // a header holds sum past i64::MAX.
+        let dd = (u64::MAX >> 5) - 1; // zigzag of 2^58 - 1
+        let mut p = Vec::new();
+        for _ in 0..40 {
+            put_varint(&mut p, dd << 5 | EV_FUTURE);
+            for v in [0, 0, 1, 1] {
+                put_varint(&mut p, v);
+            }
+        }
+        let bytes = file_with_chunk(40, p);
+        assert_rejected(&bytes, "call depth");
+    }
+}

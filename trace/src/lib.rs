@@ -1,0 +1,517 @@
+//! The `Trace` model: what a session recorded, independent of how it was
+//! captured, and the one thing every view reads.
+//!
+//! A trace is metadata ([`TraceMeta`]: sites, threads, clock, loss totals) plus
+//! a stream of [`Event`]s in chunks. Calls of one thread come in *pre-order*
+//! (a parent before its children, siblings in time order) with their depth, so
+//! a view can print a call graph while reading, without holding the trace in
+//! memory. Chunks of different threads are interleaved in time order.
+//!
+//! In memory the events are kept in the same compact encoding as on disk
+//! (about 5 bytes per call), so a 10M-call trace costs tens of MB, not GBs.
+//! Samples (timestamp, thread, raw addresses) live beside the calls as their
+//! own event kind, on the same clock (nanoseconds since session start).
+
+// The runtime's side of the model: how recorded chunks become a trace, and
+// the writer a recording session appends to. Public for the runtime crate and
+// the board decoder, not a stable API.
+#[doc(hidden)]
+pub mod build;
+pub mod buildid;
+pub mod clock;
+pub mod file;
+pub mod format;
+pub mod maps;
+#[doc(hidden)]
+pub mod recorded;
+
+pub use build::TraceBuilder;
+pub use file::{Events, TraceReader};
+pub use format::TraceError;
+pub mod offcpu;
+pub use offcpu::{OffCpu, OffCpuThread, OffInterval, OffKind, OffTime};
+
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
+
+/// A function (or async fn, or named scope) that `#[traced]` instrumented.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteInfo {
+    /// Display name: the fn name (`Type::method` for methods) or the `name = ".."` override.
+    pub name: String,
+    pub module_path: String,
+    pub file: String,
+    pub line: u32,
+    /// True for `async fn`: its calls are polls, and it also has whole-future spans.
+    #[serde(default)]
+    pub is_async: bool,
+}
+
+impl SiteInfo {
+    /// `module::path::name`, the name filters and `testing` queries match against.
+    pub fn full_name(&self) -> String {
+        if self.module_path.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}::{}", self.module_path, self.name)
+        }
+    }
+}
+
+/// A thread that recorded something.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// OS thread id (`gettid`).
+    pub tid: u32,
+    /// `std::thread` name, or `tid-N` where the thread has none.
+    pub name: String,
+    /// Calls recorded (kept in the trace).
+    pub calls: u64,
+    /// Calls completed but lost: dropped batches (stream mode) or overwritten
+    /// (flight-recorder mode).
+    pub lost: u64,
+    /// Calls not recorded because the shadow stack was full (ftrace's overruns).
+    pub overruns: u64,
+    /// Samples taken on this thread and kept.
+    #[serde(default)]
+    pub samples: u64,
+    /// Samples lost (full sample buffer, or `PERF_RECORD_LOST`).
+    #[serde(default)]
+    pub samples_lost: u64,
+}
+
+/// How the calls were kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordMode {
+    /// Every call, handed to the collector in batches.
+    #[default]
+    Stream,
+    /// Only the last N calls per thread.
+    FlightRecorder,
+}
+
+/// The clock the trace was taken with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockInfo {
+    /// `tsc`, `rdtime`, `cntvct_el0` or `monotonic`.
+    pub source: String,
+    pub ticks_per_ns: f64,
+    /// `CLOCK_MONOTONIC` at session start (nanosecond 0 of the trace).
+    pub start_mono_ns: u64,
+    /// Unix time at session start.
+    pub start_unix_ns: u64,
+}
+
+/// Everything about a trace except its events.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    /// Program that was traced (`argv[0]`).
+    pub program: String,
+    pub pid: u32,
+    pub clock: ClockInfo,
+    /// Session length in nanoseconds.
+    pub duration_ns: u64,
+    pub mode: RecordMode,
+    /// The filters in force while recording, as text (for the header of views).
+    pub filters: String,
+    /// Indexed by `Call::site`.
+    pub sites: Vec<SiteInfo>,
+    /// Indexed by `Call::thread`.
+    pub threads: Vec<ThreadInfo>,
+    /// Per-call counters recorded beside each call (names such as `instructions`), if any.
+    #[serde(default)]
+    pub counters: Vec<String>,
+    /// How samples were taken, if any (`cpu-clock@999Hz`, ...).
+    #[serde(default)]
+    pub sampling: Option<String>,
+    /// Which path took the samples: `perf ring (kernel call chains ...)` or
+    /// `signal (...)`, with the reason where the ring was refused (issue 18).
+    /// `None` in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<String>,
+    /// Executable mappings of the traced process at stop (from
+    /// `/proc/self/maps`), so sampled addresses can be symbolized later
+    /// against the binary and its shared libraries.
+    #[serde(default)]
+    pub mappings: Vec<Mapping>,
+    /// What went wrong while the trace was written or read (a file whose
+    /// recording never finished, ...): views show these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Off-CPU time per thread (`Config::off_cpu`), or why it is unavailable;
+    /// `None`: not asked for (and every file written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<OffCpu>,
+}
+
+/// One executable mapping of the traced process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    /// Address range `[start, end)` in the process.
+    pub start: u64,
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub offset: u64,
+    /// Path of the mapped file (`[vdso]` and similar for anonymous ones).
+    pub path: String,
+    /// GNU build id of the file, hex, when it has one (to detect a rebuilt binary).
+    #[serde(default)]
+    pub build_id: Option<String>,
+}
+
+/// A sum of counts that came from a file: saturates instead of overflowing.
+pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
+}
+
+/// Totals saturate: the counts come from a file and may be anything.
+impl TraceMeta {
+    pub fn total_calls(&self) -> u64 {
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.calls))
+    }
+    pub fn total_lost(&self) -> u64 {
+        self.threads.iter().fold(0, |n, t| n.saturating_add(t.lost))
+    }
+    pub fn total_samples(&self) -> u64 {
+        saturating_sum(self.threads.iter().map(|t| t.samples))
+    }
+    pub fn total_samples_lost(&self) -> u64 {
+        saturating_sum(self.threads.iter().map(|t| t.samples_lost))
+    }
+    pub fn total_overruns(&self) -> u64 {
+        self.threads
+            .iter()
+            .fold(0, |n, t| n.saturating_add(t.overruns))
+    }
+    /// `name-tid`, ftrace's `comm-pid` form.
+    pub fn thread_label(&self, thread: u32) -> String {
+        match self.threads.get(thread as usize) {
+            Some(t) => format!("{}-{}", t.name, t.tid),
+            None => format!("?-{thread}"),
+        }
+    }
+    pub fn site_name(&self, site: u32) -> &str {
+        self.sites
+            .get(site as usize)
+            .map(|s| s.name.as_str())
+            .unwrap_or("[unknown site]")
+    }
+}
+
+/// Flags of a call record.
+pub mod flags {
+    /// The call ended by unwinding (a panic passed through it).
+    pub const UNWOUND: u8 = 1;
+    /// The call has at least one recorded child (the next event of its thread is deeper).
+    pub const HAS_CHILDREN: u8 = 2;
+    /// The call is one poll of an `async fn`'s future.
+    pub const POLL: u8 = 4;
+}
+
+/// One recorded call: entry and exit on one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// Index into `TraceMeta::sites`.
+    pub site: u32,
+    /// Nesting depth among recorded calls; the outermost is 0.
+    pub depth: u32,
+    /// Entry time, nanoseconds since session start.
+    pub start_ns: u64,
+    /// Exit minus entry, nanoseconds.
+    pub dur_ns: u64,
+    /// See [`flags`].
+    pub flags: u8,
+}
+
+impl Call {
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.dur_ns
+    }
+    pub fn unwound(&self) -> bool {
+        self.flags & flags::UNWOUND != 0
+    }
+    pub fn has_children(&self) -> bool {
+        self.flags & flags::HAS_CHILDREN != 0
+    }
+    pub fn is_poll(&self) -> bool {
+        self.flags & flags::POLL != 0
+    }
+}
+
+/// An `async fn`'s whole future, from first poll to completion (possibly across threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutureSpan {
+    /// Thread that saw it complete (or dropped it).
+    pub thread: u32,
+    pub site: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// Number of polls (saturates at 1023).
+    pub polls: u32,
+    /// Dropped before completion.
+    pub cancelled: bool,
+}
+
+/// Why records are missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LossKind {
+    /// A batch was dropped because the collector fell behind (stream mode).
+    Dropped,
+    /// Older calls were overwritten (flight-recorder mode).
+    Overwritten,
+}
+
+/// Records missing at this point of a thread's stream (uftrace's `LOST` lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub thread: u32,
+    /// Depth of the calls around the gap.
+    pub depth: u32,
+    pub at_ns: u64,
+    pub count: u64,
+    pub kind: LossKind,
+}
+
+/// The shadow depth a sample carries when the sampler could not record it
+/// (kernel call chains from a perf ring): [`build`] fills it in from the
+/// traced calls open at the sample's time (issue 18).
+pub const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
+
+/// A stack sample: raw return addresses, innermost first (`frames[0]` is the
+/// interrupted PC), with the traced shadow-stack depth at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub thread: u32,
+    pub ts_ns: u64,
+    /// Number of traced calls open on the thread when the sample was taken.
+    pub shadow_depth: u32,
+    /// How many of `frames` (from the innermost) ran below the innermost open
+    /// traced call, found by comparing frame addresses with the stack pointer
+    /// that call recorded at entry; `frames[cut]` is in the traced function
+    /// itself. `None` when no traced call was open or the walk did not reach it.
+    pub cut: Option<u32>,
+    pub frames: Vec<u64>,
+}
+
+/// Counter deltas, entry to exit, of the call just before this event on the
+/// same thread: one value per name in [`TraceMeta::counters`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallCounters {
+    pub thread: u32,
+    pub values: Vec<u64>,
+}
+
+/// One item of a trace's event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Call(Call),
+    Future(FutureSpan),
+    Lost(Lost),
+    Sample(Sample),
+    /// Follows the `Call` it belongs to.
+    Counters(CallCounters),
+}
+
+impl Event {
+    /// The thread (index into `TraceMeta::threads`) the event belongs to.
+    pub fn thread(&self) -> u32 {
+        match self {
+            Event::Call(c) => c.thread,
+            Event::Future(f) => f.thread,
+            Event::Lost(l) => l.thread,
+            Event::Sample(s) => s.thread,
+            Event::Counters(c) => c.thread,
+        }
+    }
+}
+
+/// A recorded trace: metadata plus encoded events. Returned by
+/// `fgtrace::Session::stop`, saved with [`Trace::save`], read
+/// back with [`Trace::load`] (or streamed with [`TraceReader`]).
+///
+/// A trace a session just returned holds its calls as recorded (exit order,
+/// see `recorded`); the pre-order events views read are built from them the
+/// first time something reads events, so `stop` itself never sorts.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub meta: TraceMeta,
+    chunks: std::sync::OnceLock<Vec<format::Chunk>>,
+    source: Option<std::sync::Arc<build::Source>>,
+    /// Where a loaded file was damaged (`None`: read whole, or built here).
+    pub damage: Option<Damage>,
+}
+
+/// Where a trace file was found damaged by [`Trace::load`]: the trace holds
+/// every chunk before that point (each checked against its CRC) and nothing
+/// from it on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset in the file where the damage starts.
+    pub offset: u64,
+    /// What is wrong there (the reader's error, with its own byte offset).
+    pub error: String,
+    /// Chunks and events kept, all from before `offset`.
+    pub chunks_kept: u64,
+    pub events_kept: u64,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the trace file is damaged from byte {}: {}; kept the {} chunks ({} events) before it, \
+             nothing after",
+            self.offset, self.error, self.chunks_kept, self.events_kept
+        )
+    }
+}
+
+impl Trace {
+    /// A trace whose events are already in pre-order chunks.
+    pub fn from_chunks(meta: TraceMeta, chunks: Vec<format::Chunk>) -> Trace {
+        Trace {
+            meta,
+            chunks: std::sync::OnceLock::from(chunks),
+            source: None,
+            damage: None,
+        }
+    }
+
+    /// A trace whose events are built from `source` when first read.
+    pub fn from_source(meta: TraceMeta, source: build::Source) -> Trace {
+        Trace {
+            meta,
+            chunks: std::sync::OnceLock::new(),
+            source: Some(std::sync::Arc::new(source)),
+            damage: None,
+        }
+    }
+
+    /// The pre-order chunks, built on first use.
+    pub fn chunks(&self) -> &[format::Chunk] {
+        self.chunks.get_or_init(|| match &self.source {
+            None => Vec::new(),
+            Some(s) => s.chunks(&self.meta).unwrap_or_else(|e| {
+                eprintln!("fgtrace: cannot read the recorded calls: {e}");
+                Vec::new()
+            }),
+        })
+    }
+
+    pub fn into_chunks(mut self) -> Vec<format::Chunk> {
+        self.chunks();
+        self.chunks.take().unwrap_or_default()
+    }
+
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// All events, chunk by chunk (threads interleaved by time, each thread in pre-order).
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.chunks()
+            .iter()
+            .flat_map(|c| c.decode().expect("in-memory chunks are well formed"))
+    }
+
+    /// All calls, in the order of [`Trace::events`].
+    pub fn calls(&self) -> impl Iterator<Item = Call> + '_ {
+        self.events().filter_map(|e| match e {
+            Event::Call(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    /// All samples.
+    pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
+        self.events().filter_map(|e| match e {
+            Event::Sample(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Writes the trace in the fgtrace file format.
+    pub fn write_to(&self, w: impl io::Write) -> io::Result<()> {
+        file::write_trace(w, &self.meta, self.chunks())
+    }
+
+    /// Saves the trace to a file (see [`format`] for the layout).
+    pub fn save(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let f = std::fs::File::create(path.as_ref())?;
+        let mut w = io::BufWriter::new(f);
+        self.write_to(&mut w)?;
+        io::Write::flush(&mut w)
+    }
+
+    /// Loads a whole trace file into memory. For large files prefer
+    /// [`TraceReader`], which streams.
+    ///
+    /// A file damaged after its metadata (a bad checksum, a truncated or
+    /// undecodable chunk) still loads: the trace holds every chunk before the
+    /// damage, and [`Trace::damage`] says where it starts and what was kept.
+    /// A file whose header or metadata is damaged (nothing can be read) is
+    /// an error.
+    pub fn load(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        Trace::read_all(TraceReader::open(path)?)
+    }
+
+    /// Reads a trace from any reader (damage handled as by [`Trace::load`]).
+    pub fn read_from(r: impl io::Read) -> Result<Trace, TraceError> {
+        Trace::read_all(TraceReader::new(r)?)
+    }
+
+    /// Where the file this trace was loaded from is damaged, if it is: the
+    /// trace holds only what came before. Check it after [`Trace::load`]
+    /// before taking a trace's counts as complete.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
+    /// Every chunk is decoded once here: a chunk whose checksum holds but
+    /// whose events do not (written by a buggy or hostile program) ends the
+    /// trace there, as damage naming its offset, not a panic in
+    /// [`Trace::events`] later.
+    fn read_all<R: io::Read>(mut r: TraceReader<R>) -> Result<Trace, TraceError> {
+        let meta = r.meta().clone();
+        let mut chunks = Vec::new();
+        let mut events = 0u64;
+        let mut damage = None;
+        loop {
+            let at = r.offset();
+            let err = match r.next_chunk() {
+                Ok(None) => break,
+                Ok(Some(c)) => match c.decode() {
+                    Ok(evs) => {
+                        events += evs.len() as u64;
+                        chunks.push(c);
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            damage = Some(Damage {
+                offset: at,
+                error: err.to_string(),
+                chunks_kept: chunks.len() as u64,
+                events_kept: events,
+            });
+            break;
+        }
+        Ok(Trace {
+            damage,
+            ..Trace::from_chunks(meta, chunks)
+        })
+    }
+
+    /// Size of the encoded events in bytes (what the file holds besides metadata).
+    pub fn encoded_len(&self) -> usize {
+        self.chunks().iter().map(|c| c.payload.len()).sum()
+    }
+}

@@ -1,0 +1,637 @@
+//! The host side of fgtrace on a board: decodes the framed stream a board
+//! sends (`fgtrace_board::wire`) into ordinary [`Trace`]s, one per recording
+//! session, so every view works on a board run.
+//!
+//! The decoder takes bytes as they come (from a file, a serial device, a
+//! socket or a child's stdout), resynchronises after garbage, flipped,
+//! dropped or inserted bytes, and counts what it lost: bytes skipped, frames
+//! missing from the sequence, and, from the board's own counters, calls and
+//! samples that never arrived. Those losses are in the trace (per hart), so
+//! every view shows them. Console text the board sends comes out as it is.
+
+use fgtrace_board::wire::{self, Reader, Scan};
+use fgtrace_core::record::RawCall;
+use fgtrace_trace::build::{self, MetaBase, ThreadInput};
+use fgtrace_trace::clock::{Calibration, ClockPoint};
+use fgtrace_trace::recorded::full_ticks;
+use fgtrace_trace::{Mapping, RecordMode, SiteInfo, Trace};
+use std::collections::{BTreeMap, HashMap};
+
+/// What the decoder saw of the transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Bytes received.
+    pub bytes: u64,
+    /// Bytes that were not part of a valid frame (garbage, damaged frames).
+    pub skipped_bytes: u64,
+    /// Valid frames.
+    pub frames: u64,
+    /// Frames missing from the sequence numbers.
+    pub missing_frames: u64,
+    /// Valid frames whose payload did not parse (a newer format?).
+    pub bad_payloads: u64,
+    /// Data frames of a session whose metadata never arrived.
+    pub orphan_frames: u64,
+}
+
+/// Something the decoder has for the caller as soon as it is decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Console text from the board.
+    Text(String),
+    /// A recording session ended on the board.
+    SessionEnded(u32),
+}
+
+/// The board's own counters for one hart (a `STATS` frame).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HartStats {
+    /// Calls written to the hart's buffer (all of them, in flight mode).
+    pub written: u64,
+    /// Calls dropped on the board (stream: refused; flight: overwritten).
+    pub dropped: u64,
+    /// Timer samples taken.
+    pub samples_taken: u64,
+    /// Samples dropped on the board (full queue).
+    pub samples_dropped: u64,
+    /// Calls deeper than the shadow stack.
+    pub overruns: u64,
+    /// Bytes the sink refused.
+    pub refused_bytes: u64,
+}
+
+#[derive(Default)]
+struct Hart {
+    records: Vec<RawCall>,
+    /// Index of the next record expected (the board numbers them).
+    next: u64,
+    /// Records skipped over in the numbering: sent, never received.
+    gaps: u64,
+    /// (ticks, depth, cut, frames)
+    samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
+    stats: Option<HartStats>,
+}
+
+struct Session {
+    gen: u32,
+    mode: u8,
+    ticks_per_sec: u64,
+    start_ticks: u64,
+    sample_hz: u32,
+    name: String,
+    harts: BTreeMap<u8, Hart>,
+    ended: bool,
+    /// Frames lost while this session was current (spread over its harts).
+    missing_frames: u64,
+}
+
+/// A decoded session, ready to become a trace.
+pub struct BoardSession {
+    session: Session,
+    sites: HashMap<u32, SiteInfo>,
+}
+
+impl BoardSession {
+    /// The board's session number.
+    pub fn id(&self) -> u32 {
+        self.session.gen
+    }
+    /// It ended with an `END` frame (else the stream was cut).
+    pub fn ended(&self) -> bool {
+        self.session.ended
+    }
+    /// The board's counters per hart, where a `STATS` frame arrived.
+    pub fn stats(&self) -> Vec<(u8, HartStats)> {
+        (self.session.harts.iter())
+            .filter_map(|(h, x)| x.stats.map(|s| (*h, s)))
+            .collect()
+    }
+
+    /// The trace: one thread per hart, calls in pre-order, samples, losses;
+    /// `mappings` lets the views symbolize sampled addresses (the firmware's
+    /// ELF, see [`elf_mappings`]).
+    pub fn into_trace(self, mappings: Vec<Mapping>) -> Trace {
+        let s = self.session;
+        let tps = s.ticks_per_sec.max(1);
+        let ticks_per_ns = tps as f64 / 1e9;
+        let ns = |t: u64| -> u64 {
+            (t.saturating_sub(s.start_ticks) as u128 * 1_000_000_000 / tps as u128)
+                .min(u64::MAX as u128) as u64
+        };
+        let mut end_ticks = s.start_ticks;
+        let mut inputs = Vec::new();
+        for (id, h) in s.harts {
+            for r in &h.records {
+                let start = full_ticks(r.start_low(), s.start_ticks);
+                end_ticks = end_ticks.max(start.saturating_add(r.dur()));
+            }
+            if let Some(x) = h.samples.last() {
+                end_ticks = end_ticks.max(x.0);
+            }
+            let flight = s.mode == wire::MODE_FLIGHT;
+            // Records are numbered per hart: gaps in the numbering, and a
+            // tail the counters say was sent, never arrived.
+            let (overwritten, dropped, samples_lost, overruns) = match h.stats {
+                Some(st) => {
+                    let tail = st.written.saturating_sub(h.next);
+                    let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
+                    let samples_lost =
+                        st.samples_dropped + kept_samples.saturating_sub(h.samples.len() as u64);
+                    if flight {
+                        // The ring's first kept record is numbered `dropped`:
+                        // everything before it was overwritten on the board.
+                        let gaps = h.gaps.saturating_sub(st.dropped);
+                        (st.dropped, gaps + tail, samples_lost, st.overruns)
+                    } else {
+                        (0, st.dropped + h.gaps + tail, samples_lost, st.overruns)
+                    }
+                }
+                // No counters arrived: the numbering still shows the gaps; a
+                // frame missing at the end shows as at least one call.
+                None => (
+                    0,
+                    h.gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
+                    0,
+                    0,
+                ),
+            };
+            let samples = h
+                .samples
+                .into_iter()
+                .map(|(t, d, c, f)| (ns(t), d, c, f))
+                .collect();
+            inputs.push(ThreadInput {
+                tid: id as u32,
+                name: format!("hart {id}"),
+                records: h.records,
+                overwritten,
+                dropped,
+                overruns,
+                samples,
+                samples_lost,
+            });
+        }
+        let base = MetaBase {
+            program: s.name,
+            pid: 0,
+            clock_source: "rdtime".into(),
+            cal: Calibration {
+                origin: ClockPoint {
+                    ticks: s.start_ticks,
+                    mono_ns: 0,
+                    unix_ns: 0,
+                },
+                ticks_per_ns,
+            },
+            end_ticks,
+            mode: if s.mode == wire::MODE_FLIGHT {
+                RecordMode::FlightRecorder
+            } else {
+                RecordMode::Stream
+            },
+            filters: String::new(),
+            counters: Vec::new(),
+        };
+        let sites = self.sites;
+        let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());
+        trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
+        trace.meta.mappings = mappings;
+        trace
+    }
+}
+
+/// Decodes a board's byte stream.
+#[derive(Default)]
+pub struct Decoder {
+    pending: Vec<u8>,
+    stats: DecodeStats,
+    last_seq: Option<u16>,
+    sites: HashMap<u32, SiteInfo>,
+    current: Option<Session>,
+    done: Vec<Session>,
+    /// Data frames that came before any META (bounded).
+    orphans: Vec<(u8, u8, Vec<u8>)>,
+}
+
+impl Decoder {
+    /// A decoder with nothing received yet.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Transport counters so far.
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+
+    /// Feeds received bytes; returns console text and session ends as they
+    /// are decoded. Never panics, whatever the bytes.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Output> {
+        self.stats.bytes += bytes.len() as u64;
+        self.pending.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut at = 0;
+        loop {
+            match wire::next_frame(&self.pending[at..]) {
+                Scan::Frame {
+                    frame,
+                    skipped,
+                    used,
+                } => {
+                    self.stats.skipped_bytes += skipped as u64;
+                    let (seq, kind, hart) = (frame.seq, frame.kind, frame.hart);
+                    let payload = frame.payload.to_vec();
+                    at += used;
+                    self.frame(seq, kind, hart, &payload, &mut out);
+                }
+                Scan::NeedMore { skipped } => {
+                    self.stats.skipped_bytes += skipped as u64;
+                    at += skipped;
+                    break;
+                }
+            }
+        }
+        self.pending.drain(..at);
+        out
+    }
+
+    /// Ends the stream: what is left unparsed counts as skipped; returns every
+    /// session seen (a session cut short is returned too: `ended()` says).
+    pub fn finish(mut self) -> (Vec<BoardSession>, DecodeStats) {
+        self.stats.skipped_bytes += self.pending.len() as u64;
+        self.stats.orphan_frames += self.orphans.len() as u64;
+        if let Some(s) = self.current.take() {
+            self.done.push(s);
+        }
+        let sites = self.sites;
+        let sessions = self
+            .done
+            .into_iter()
+            .map(|session| BoardSession {
+                session,
+                sites: sites.clone(),
+            })
+            .collect();
+        (sessions, self.stats)
+    }
+
+    /// Keeps a data frame that came before its session's META.
+    fn orphan(&mut self, kind: u8, hart: u8, p: &[u8]) -> Option<()> {
+        if self.orphans.len() < 4096 {
+            self.orphans.push((kind, hart, p.to_vec()));
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    fn frame(&mut self, seq: u16, kind: u8, hart: u8, p: &[u8], out: &mut Vec<Output>) {
+        self.stats.frames += 1;
+        if let Some(last) = self.last_seq {
+            let gap = seq.wrapping_sub(last).wrapping_sub(1) as u64;
+            // A huge gap is a restarted board, not 60,000 lost frames.
+            if gap > 0 && gap < 0x8000 {
+                self.stats.missing_frames += gap;
+                if let Some(s) = &mut self.current {
+                    s.missing_frames += gap;
+                }
+            }
+        }
+        self.last_seq = Some(seq);
+        if self.parse(kind, hart, p, out).is_none() {
+            self.stats.bad_payloads += 1;
+        }
+    }
+
+    fn parse(&mut self, kind: u8, hart: u8, p: &[u8], out: &mut Vec<Output>) -> Option<()> {
+        let mut r = Reader::new(p);
+        match kind {
+            wire::META => {
+                let version = r.u8()?;
+                if version != wire::VERSION {
+                    return None;
+                }
+                let mode = r.u8()?;
+                let _harts = r.u8()?;
+                let ticks_per_sec = r.u64()?;
+                let start_ticks = r.u64()?;
+                let gen = r.u32()?;
+                let sample_hz = r.u32()?;
+                let name = String::from_utf8_lossy(r.bytes(r.remaining())?).into_owned();
+                let same = self.current.as_ref().is_some_and(|s| s.gen == gen);
+                let repeat_of_done = self.done.last().is_some_and(|s| s.gen == gen && s.ended);
+                if !same && !repeat_of_done {
+                    if let Some(prev) = self.current.take() {
+                        self.done.push(prev);
+                    }
+                    let orphans = std::mem::take(&mut self.orphans);
+                    self.current = Some(Session {
+                        gen,
+                        mode,
+                        ticks_per_sec,
+                        start_ticks,
+                        sample_hz,
+                        name,
+                        harts: BTreeMap::new(),
+                        ended: false,
+                        missing_frames: 0,
+                    });
+                    // Records that came before this session's first META
+                    // (lost or damaged) are this session's.
+                    for (k, h, p) in orphans {
+                        let mut sink = Vec::new();
+                        let _ = self.parse(k, h, &p, &mut sink);
+                    }
+                }
+            }
+            wire::SITE => {
+                let id = r.u32()?;
+                let line = r.u32()?;
+                let is_async = r.u8()? != 0;
+                let name = r.str()?.to_owned();
+                let module_path = r.str()?.to_owned();
+                let file = r.str()?.to_owned();
+                self.sites.insert(
+                    id,
+                    SiteInfo {
+                        name,
+                        module_path,
+                        file,
+                        line,
+                        is_async,
+                    },
+                );
+            }
+            wire::CALLS => {
+                if p.len() < 8 || (p.len() - 8) % 16 != 0 {
+                    return None;
+                }
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                let h = s.harts.entry(hart).or_default();
+                let first = r.u64()?;
+                let n = (r.remaining() / 16) as u64;
+                if first < h.next {
+                    return None; // a repeat: keep the first copy
+                }
+                h.gaps = h.gaps.saturating_add(first - h.next);
+                h.next = first.saturating_add(n);
+                while r.remaining() >= 16 {
+                    h.records.push(RawCall(r.u64()?, r.u64()?));
+                }
+            }
+            wire::SAMPLES => {
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                let h = s.harts.entry(hart).or_default();
+                while r.remaining() > 0 {
+                    let ticks = r.u64()?;
+                    let depth = r.u16()? as u32;
+                    let cut = r.u16()?;
+                    let n = r.u8()? as usize;
+                    if n > wire::MAX_FRAMES {
+                        return None;
+                    }
+                    let mut frames = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        frames.push(r.u64()?);
+                    }
+                    let cut = (cut != wire::NO_CUT).then_some(cut as u32);
+                    h.samples.push((ticks, depth, cut, frames));
+                }
+            }
+            wire::STATS => {
+                let st = HartStats {
+                    written: r.u64()?,
+                    dropped: r.u64()?,
+                    samples_taken: r.u64()?,
+                    samples_dropped: r.u64()?,
+                    overruns: r.u64()?,
+                    refused_bytes: r.u64()?,
+                };
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                s.harts.entry(hart).or_default().stats = Some(st);
+            }
+            wire::TEXT => {
+                out.push(Output::Text(String::from_utf8_lossy(p).into_owned()));
+            }
+            wire::END => {
+                let gen = r.u32()?;
+                if let Some(mut s) = self.current.take() {
+                    if s.gen == gen {
+                        s.ended = true;
+                        out.push(Output::SessionEnded(gen));
+                    }
+                    self.done.push(s);
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// The firmware ELF's loadable segments as mappings (address = link
+/// address), so the views symbolize sampled addresses against it.
+pub fn elf_mappings(path: &std::path::Path) -> Result<Vec<Mapping>, String> {
+    use object::{Object, ObjectSegment};
+    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let obj = object::File::parse(&*data)
+        .map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
+    let build_id = obj
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
+    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let maps: Vec<Mapping> = obj
+        .segments()
+        .filter(|s| s.size() > 0)
+        .map(|s| {
+            let (offset, _) = s.file_range();
+            Mapping {
+                start: s.address(),
+                end: s.address() + s.size(),
+                offset,
+                path: abs.to_string_lossy().into_owned(),
+                build_id: build_id.clone(),
+            }
+        })
+        .collect();
+    if maps.is_empty() {
+        return Err(format!("{}: no loadable segments", path.display()));
+    }
+    Ok(maps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fgtrace_board::wire::{encode, Writer, HEADER, MAX_PAYLOAD, TRAILER};
+
+    /// A small stream as a board sends it: META, two sites, calls of a
+    /// parent and two children, a sample, STATS, TEXT, END.
+    fn stream() -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut seq = 0u16;
+        let mut frame = |kind: u8, hart: u8, fill: &dyn Fn(&mut Writer<'_>)| {
+            let mut p = [0u8; MAX_PAYLOAD];
+            let mut w = Writer::new(&mut p);
+            fill(&mut w);
+            let len = w.len;
+            let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+            let n = encode(&mut f, seq, kind, hart, &p[..len]);
+            seq += 1;
+            out.extend_from_slice(&f[..n]);
+        };
+        frame(wire::META, 0, &|w| {
+            w.u8(wire::VERSION)
+                .u8(wire::MODE_STREAM)
+                .u8(1)
+                .u64(10_000_000)
+                .u64(1000)
+                .u32(1)
+                .u32(0)
+                .bytes(b"demo");
+        });
+        for (id, name) in [(0u32, "parent"), (1, "child")] {
+            frame(wire::SITE, 0, &|w| {
+                w.u32(id).u32(7).u8(0).str(name).str("demo").str("main.rs");
+            });
+        }
+        frame(wire::CALLS, 0, &|w| {
+            w.u64(0);
+            for r in [
+                RawCall::pack(1010, 1, 5, 1, false, 0),
+                RawCall::pack(1020, 1, 5, 1, false, 0),
+                RawCall::pack(1000, 0, 40, 0, false, 0),
+            ] {
+                w.u64(r.0).u64(r.1);
+            }
+        });
+        frame(wire::SAMPLES, 0, &|w| {
+            w.u64(1015)
+                .u16(2)
+                .u16(0)
+                .u8(2)
+                .u64(0x8000_0100)
+                .u64(0x8000_0200);
+        });
+        frame(wire::STATS, 0, &|w| {
+            w.u64(3).u64(0).u64(1).u64(0).u64(0).u64(0);
+        });
+        frame(wire::TEXT, 0, &|w| {
+            w.bytes(b"truth parent 1");
+        });
+        frame(wire::END, 0, &|w| {
+            w.u32(1);
+        });
+        out
+    }
+
+    fn decode(bytes: &[u8], step: usize) -> (Vec<BoardSession>, DecodeStats, Vec<Output>) {
+        let mut d = Decoder::new();
+        let mut outs = Vec::new();
+        for chunk in bytes.chunks(step.max(1)) {
+            outs.extend(d.push(chunk));
+        }
+        let (s, st) = d.finish();
+        (s, st, outs)
+    }
+
+    #[test]
+    fn a_whole_stream_becomes_a_trace_in_any_chunking() {
+        for step in [1, 3, 17, 4096] {
+            let (sessions, st, outs) = decode(&stream(), step);
+            assert_eq!(st.skipped_bytes, 0);
+            assert_eq!(st.missing_frames, 0);
+            assert!(outs.contains(&Output::Text("truth parent 1".into())));
+            assert!(outs.contains(&Output::SessionEnded(1)));
+            assert_eq!(sessions.len(), 1);
+            assert!(sessions[0].ended());
+            let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+            let calls: Vec<_> = t
+                .calls()
+                .map(|c| (t.meta().site_name(c.site).to_string(), c.depth))
+                .collect();
+            assert_eq!(
+                calls,
+                [
+                    ("parent".into(), 0),
+                    ("child".into(), 1),
+                    ("child".into(), 1)
+                ]
+            );
+            assert_eq!(t.meta().threads[0].lost, 0);
+            assert_eq!(t.meta().threads[0].samples, 1);
+            let first = t.calls().next().unwrap();
+            assert_eq!((first.start_ns, first.dur_ns), (0, 4000), "10 MHz ticks");
+        }
+    }
+
+    #[test]
+    fn corrupted_streams_decode_with_losses_counted_never_a_panic() {
+        let good = stream();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..2000 {
+            let mut b = good.clone();
+            for _ in 0..1 + rnd() % 4 {
+                let at = (rnd() as usize) % b.len();
+                match rnd() % 3 {
+                    0 => b[at] ^= 1 << (rnd() % 8),
+                    1 => {
+                        b.remove(at);
+                    }
+                    _ => b.insert(at, rnd() as u8),
+                }
+            }
+            let (sessions, st, _) = decode(&b, 1 + (rnd() as usize % 64));
+            // Something was lost somewhere, and it shows.
+            let lost_calls: u64 = sessions
+                .into_iter()
+                .map(|s| {
+                    let t = s.into_trace(Vec::new());
+                    t.meta().threads.iter().map(|t| t.lost).sum::<u64>()
+                })
+                .sum();
+            assert!(
+                st.skipped_bytes > 0
+                    || st.missing_frames > 0
+                    || st.bad_payloads > 0
+                    || lost_calls > 0
+                    || b == good,
+                "round {round}: damage went unnoticed: {st:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_calls_frame_is_counted_from_the_boards_own_counters() {
+        let good = stream();
+        // Drop the CALLS frame: find it by decoding frame boundaries.
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while let Scan::Frame { frame, used, .. } = wire::next_frame(&good[at..]) {
+            frames.push((at, at + used, frame.kind));
+            at += used;
+        }
+        let (s, e, _) = frames.iter().find(|f| f.2 == wire::CALLS).copied().unwrap();
+        let mut b = good[..s].to_vec();
+        b.extend_from_slice(&good[e..]);
+        let (sessions, st, _) = decode(&b, 7);
+        assert_eq!(st.missing_frames, 1);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.calls().count(), 0);
+        assert_eq!(t.meta().threads[0].lost, 3, "STATS said 3 were written");
+    }
+}

@@ -1,0 +1,463 @@
+//! Chrome Trace Event format (JSON), for Perfetto UI, `chrome://tracing` and
+//! speedscope.
+//!
+//! - every traced call: a complete event (`"ph":"X"`), `ts`/`dur` in
+//!   microseconds written with all nanosecond digits (`1234.567`), on the
+//!   thread's OS tid, args `file` (`path:line`), `module`, `depth`, `unwound`,
+//!   `poll` for async polls, and the call's counters when recorded;
+//! - thread and process names: metadata events (`thread_name`, `process_name`);
+//! - an `async fn`'s whole future: an async begin/end pair (`"ph":"b"`/`"e"`,
+//!   `cat` `future`). Ids are lanes per function, reused once a lane's future
+//!   has ended, so Perfetto draws one track per concurrent future rather than
+//!   one per future;
+//! - async lanes: each future's polls (matched by [`lanes`](super::lanes)) as
+//!   async `poll` slices nested in the future's begin/end pair, so they sit
+//!   on the future's lane, with the polling thread's tid in `args.tid`; the
+//!   poll's complete event on its thread and the lane's copy share
+//!   `args.poll_id` (the JSON format's flows bind to thread slices only, so
+//!   the link is by these args; the Perfetto export draws it as a flow);
+//! - samples: thread-scoped instant events (`"ph":"i"`, `cat` `sample`), named
+//!   after the innermost frame, with the resolved stack (root first) in
+//!   `args.stack`. The `stackFrames`/`samples` sections of the format are not
+//!   used: Perfetto's JSON importer skips them;
+//! - losses: instant events named `LOST N records`;
+//! - off-CPU time (when recorded): a track per thread, `name (off-CPU)`
+//!   (tid `0x40000000 | tid`, sorted right below its thread), with a
+//!   complete event per stretch the thread was switched out, named `blocked`
+//!   or `preempted` (`cat` `off-cpu`); where it is unavailable,
+//!   `otherData.off_cpu` says why.
+//!
+//! Written as it is read: one pending call per thread (its counters follow
+//! it), lanes per async function, resolved names cached per address. Strings
+//! go through `serde_json` for escaping; no event has an array at its top
+//! level (Perfetto's tokenizer rejects those), `args` holds the stack.
+
+use super::folded::Resolve;
+use super::lanes::PollMatcher;
+use super::offcpu::{off_cpu_slices, off_cpu_threads};
+use super::{shown, thread_mask, ThreadSel};
+use fgtrace_trace::{
+    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// What to export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChromeOptions {
+    /// Only these threads (empty: all).
+    pub threads: Vec<ThreadSel>,
+    /// Samples as instant events with their stacks.
+    pub samples: bool,
+    /// Whole futures as async events.
+    pub futures: bool,
+    /// Off-CPU stretches on a track per thread (when the trace has them).
+    pub off_cpu: bool,
+}
+
+impl Default for ChromeOptions {
+    fn default() -> Self {
+        ChromeOptions {
+            threads: Vec::new(),
+            samples: true,
+            futures: true,
+            off_cpu: true,
+        }
+    }
+}
+
+/// Events written, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChromeStats {
+    pub calls: u64,
+    pub futures: u64,
+    pub samples: u64,
+    pub losses: u64,
+    /// Polls drawn on their future's lane.
+    pub lane_polls: u64,
+    /// Off-CPU stretches.
+    pub off_cpu: u64,
+}
+
+/// The tid of a thread's off-CPU track: above every Linux tid (at most 2^22).
+pub const OFF_CPU_TID: u32 = 0x4000_0000;
+
+/// Microseconds with exactly the nanosecond digits: `1234567` ns -> `1234.567`.
+fn us(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+fn js(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialize")
+}
+
+struct Writer<'a, W: Write, R: Resolve> {
+    meta: &'a TraceMeta,
+    opts: &'a ChromeOptions,
+    w: W,
+    resolver: R,
+    mask: Vec<bool>,
+    first: bool,
+    pid: u32,
+    /// Per thread: the last call (and its poll id), waiting for its counters.
+    pending: Vec<Option<(Call, u64)>>,
+    polls: PollMatcher,
+    /// Per site: end time of each async lane's last future.
+    lanes: HashMap<u32, Vec<u64>>,
+    names: HashMap<(u64, bool), Vec<String>>,
+    stats: ChromeStats,
+    buf: String,
+}
+
+impl<W: Write, R: Resolve> Writer<'_, W, R> {
+    fn tid(&self, t: u32) -> u32 {
+        self.meta.threads.get(t as usize).map_or(t, |i| i.tid)
+    }
+
+    fn event(&mut self) -> io::Result<()> {
+        if !self.first {
+            self.w.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.w.write_all(self.buf.as_bytes())?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        let m = self.meta;
+        let mut other = format!(
+            "{{\"program\":{},\"clock\":{},\"duration_ns\":{},\"calls\":{},\"lost\":{},\"overruns\":{}",
+            js(&m.program),
+            js(&m.clock.source),
+            m.duration_ns,
+            m.total_calls(),
+            m.total_lost(),
+            m.total_overruns()
+        );
+        if let Some(s) = &m.sampling {
+            other.push_str(&format!(",\"sampling\":{}", js(s)));
+        }
+        let samples_lost: u64 = m.total_samples_lost();
+        other.push_str(&format!(",\"samples_lost\":{samples_lost}"));
+        if let Some(o) = &m.off_cpu {
+            let v = match (o.is_available(), &o.unavailable) {
+                (true, None) => "recorded".to_string(),
+                (true, Some(why)) => format!("recorded; unavailable for some threads: {why}"),
+                (false, _) => format!("unavailable: {}", o.reason()),
+            };
+            other.push_str(&format!(",\"off_cpu\":{}", js(&v)));
+        }
+        other.push('}');
+        writeln!(
+            self.w,
+            "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
+        )?;
+        self.buf = format!(
+            "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
+            self.pid,
+            self.pid,
+            js(&m.program)
+        );
+        self.event()?;
+        for (i, t) in m.threads.iter().enumerate() {
+            if !shown(&self.mask, !self.opts.threads.is_empty(), i as u32) {
+                continue;
+            }
+            self.buf = format!(
+                "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+                self.pid,
+                t.tid,
+                js(&t.name)
+            );
+            self.event()?;
+        }
+        if self.opts.off_cpu {
+            self.off_cpu()?;
+        }
+        Ok(())
+    }
+
+    /// Each thread's off-CPU stretches on a track of its own (they may start
+    /// in one call and end in another, so they cannot nest in the calls').
+    fn off_cpu(&mut self) -> io::Result<()> {
+        let (meta, mask, filtered) = (self.meta, self.mask.clone(), !self.opts.threads.is_empty());
+        for (t, info) in off_cpu_threads(meta, &mask, filtered) {
+            let tid = OFF_CPU_TID | info.tid;
+            self.buf = format!(
+                "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{tid},\"name\":\"thread_name\",\"args\":{{\"name\":{}}}}}",
+                self.pid,
+                js(&format!("{} (off-CPU)", info.name))
+            );
+            self.event()?;
+            for (tid, k) in [(info.tid, 0u64), (tid, 1)] {
+                self.buf = format!(
+                    "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{tid},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{}}}}}",
+                    self.pid,
+                    t as u64 * 2 + k
+                );
+                self.event()?;
+            }
+        }
+        for s in off_cpu_slices(meta, &mask, filtered) {
+            let tid = meta.threads[s.thread as usize].tid;
+            self.buf = format!(
+                "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"off-cpu\",\"name\":\"{}\",\"args\":{{\"thread\":{tid}}}}}",
+                us(s.start_ns),
+                us(s.dur_ns()),
+                self.pid,
+                OFF_CPU_TID | tid,
+                s.kind.name(),
+            );
+            self.event()?;
+            self.stats.off_cpu += 1;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let t = ev.thread();
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+            return Ok(());
+        }
+        if let Event::Counters(c) = ev {
+            return self.flush_call(t, Some(c));
+        }
+        self.flush_call(t, None)?;
+        match ev {
+            Event::Call(c) => {
+                let i = t as usize;
+                if self.pending.len() <= i {
+                    self.pending.resize(i + 1, None);
+                }
+                let id = if c.is_poll() && self.opts.futures {
+                    self.polls.poll(c)
+                } else {
+                    0
+                };
+                self.pending[i] = Some((*c, id));
+                Ok(())
+            }
+            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Sample(s) if self.opts.samples => self.sample(s),
+            Event::Lost(l) => self.lost(l),
+            _ => Ok(()),
+        }
+    }
+
+    fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
+        let Some((c, poll_id)) = self.pending.get_mut(t as usize).and_then(Option::take) else {
+            return Ok(());
+        };
+        let m = self.meta;
+        let (name, module, file) = match m.sites.get(c.site as usize) {
+            Some(s) => (
+                s.name.as_str(),
+                s.module_path.as_str(),
+                format!("{}:{}", s.file, s.line),
+            ),
+            None => ("[unknown site]", "", String::new()),
+        };
+        let mut args = format!(
+            "\"file\":{},\"module\":{},\"depth\":{},\"unwound\":{}",
+            js(&file),
+            js(module),
+            c.depth,
+            c.unwound()
+        );
+        if c.is_poll() {
+            args.push_str(",\"poll\":true");
+        }
+        if poll_id != 0 {
+            args.push_str(&format!(",\"poll_id\":{poll_id}"));
+        }
+        if let Some(cs) = counters {
+            for (i, v) in cs.values.iter().enumerate() {
+                let key = m
+                    .counters
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("counter{i}"));
+                args.push_str(&format!(",{}:{v}", js(&key)));
+            }
+        }
+        self.buf = format!(
+            "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"call\",\"name\":{},\"args\":{{{args}}}}}",
+            us(c.start_ns),
+            us(c.dur_ns),
+            self.pid,
+            self.tid(t),
+            js(name)
+        );
+        self.stats.calls += 1;
+        self.event()
+    }
+
+    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+        let lanes = self.lanes.entry(f.site).or_default();
+        let end = f.start_ns.saturating_add(f.dur_ns);
+        let lane = match lanes.iter().position(|&e| e <= f.start_ns) {
+            Some(l) => {
+                lanes[l] = end;
+                l
+            }
+            None => {
+                lanes.push(end);
+                lanes.len() - 1
+            }
+        };
+        let name = js(self.meta.site_name(f.site));
+        let id = js(&format!("future-{}-{lane}", f.site));
+        let tid = self.tid(f.thread);
+        self.buf = format!(
+            "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name},\"args\":{{\"polls\":{},\"cancelled\":{}}}}}",
+            us(f.start_ns),
+            self.pid,
+            f.polls,
+            f.cancelled
+        );
+        self.event()?;
+        for p in self.polls.future(f) {
+            let (c, poll_id) = (p.call, p.id);
+            let ptid = self.tid(c.thread);
+            self.buf = format!(
+                "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":\"poll\",\"args\":{{\"tid\":{ptid},\"poll_id\":{poll_id}}}}}",
+                us(c.start_ns),
+                self.pid,
+            );
+            self.event()?;
+            self.buf = format!(
+                "{{\"ph\":\"e\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":\"poll\"}}",
+                us(c.end_ns()),
+                self.pid,
+            );
+            self.event()?;
+            self.stats.lane_polls += 1;
+        }
+        self.buf = format!(
+            "{{\"ph\":\"e\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name}}}",
+            us(end),
+            self.pid
+        );
+        self.stats.futures += 1;
+        self.event()
+    }
+
+    fn sample(&mut self, s: &Sample) -> io::Result<()> {
+        let mut names: Vec<&str> = Vec::new();
+        for (i, &a) in s.frames.iter().enumerate() {
+            let key = (a, i > 0);
+            if !self.names.contains_key(&key) {
+                let mut r = self.resolver.frames(a, i > 0);
+                if r.is_empty() {
+                    r.push(format!("{a:#x}"));
+                }
+                self.names.insert(key, r);
+            }
+        }
+        for (i, &a) in s.frames.iter().enumerate() {
+            names.extend(self.names[&(a, i > 0)].iter().map(String::as_str));
+        }
+        let leaf = names.first().copied().unwrap_or("[no frames]");
+        let mut stack = String::from("[");
+        for (i, n) in names.iter().rev().enumerate() {
+            if i > 0 {
+                stack.push(',');
+            }
+            stack.push_str(&js(n));
+        }
+        stack.push(']');
+        self.buf = format!(
+            "{{\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"cat\":\"sample\",\"name\":{},\"args\":{{\"shadow_depth\":{},\"stack\":{stack}}}}}",
+            us(s.ts_ns),
+            self.pid,
+            self.tid(s.thread),
+            js(leaf),
+            s.shadow_depth
+        );
+        self.stats.samples += 1;
+        self.event()
+    }
+
+    fn lost(&mut self, l: &Lost) -> io::Result<()> {
+        let kind = match l.kind {
+            LossKind::Dropped => "dropped",
+            LossKind::Overwritten => "overwritten",
+        };
+        self.buf = format!(
+            "{{\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"cat\":\"lost\",\"name\":\"LOST {} records\",\"args\":{{\"kind\":\"{kind}\",\"depth\":{}}}}}",
+            us(l.at_ns),
+            self.pid,
+            self.tid(l.thread),
+            l.count,
+            l.depth
+        );
+        self.stats.losses += 1;
+        self.event()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        for t in 0..self.pending.len() {
+            self.flush_call(t as u32, None)?;
+        }
+        self.w.write_all(b"\n]}\n")?;
+        self.w.flush()
+    }
+}
+
+/// Streams `events` into `out` as a Chrome Trace Event JSON object. On a read
+/// error, everything before it is written as a complete, valid file, then the
+/// error is returned.
+pub fn write_chrome<W: Write, R: Resolve>(
+    meta: &TraceMeta,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    resolver: R,
+    opts: &ChromeOptions,
+    out: W,
+) -> Result<ChromeStats, TraceError> {
+    let mut w = Writer {
+        meta,
+        opts,
+        w: io::BufWriter::with_capacity(1 << 16, out),
+        resolver,
+        mask: thread_mask(meta, &opts.threads),
+        first: true,
+        pid: meta.pid,
+        pending: Vec::new(),
+        polls: PollMatcher::new(),
+        lanes: HashMap::new(),
+        names: HashMap::new(),
+        stats: ChromeStats::default(),
+        buf: String::new(),
+    };
+    w.header()?;
+    let mut failed = None;
+    for ev in events {
+        match ev {
+            Ok(ev) => w.push(&ev)?,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    w.finish()?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(w.stats),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microseconds_keep_every_nanosecond() {
+        assert_eq!(us(0), "0.000");
+        assert_eq!(us(999), "0.999");
+        assert_eq!(us(1_234_567), "1234.567");
+        assert_eq!(us(5_000), "5.000");
+        assert_eq!(us(u64::MAX), "18446744073709551.615");
+    }
+}

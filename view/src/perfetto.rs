@@ -1,0 +1,1088 @@
+//! Native Perfetto protobuf (`perfetto_trace.proto`), for ui.perfetto.dev and
+//! `trace_processor`.
+//!
+//! - a `TrackDescriptor` for the process and one per thread (pid, tid, name);
+//! - every traced call: a `TYPE_SLICE_BEGIN`/`TYPE_SLICE_END` pair on its
+//!   thread's track, the name and source location interned per site
+//!   (`InternedData.event_names`, `source_locations`); ends are written in
+//!   stack order, so nesting on a track is exactly the recorded one (a call
+//!   that would outlive its parent in a damaged trace is cut at the parent's end);
+//! - async lanes: one track per future (parent: the process), named
+//!   `fn #n`, with the whole future as a slice and its polls (matched by
+//!   [`lanes`](super::lanes)) nested in it as `poll` slices; each poll slice
+//!   on a thread carries a flow id that the lane's copy terminates, so the UI
+//!   draws an arrow from the polling thread to the future's lane;
+//! - per-call counters: a counter track per thread and counter, one value
+//!   (the call's delta) at each call's end, and the values as debug
+//!   annotations on the call's slice;
+//! - samples: `PerfSample` packets (pid, tid, interned callstack of
+//!   symbolized frames, root first);
+//! - losses: instant events named `LOST N records` on the thread's track;
+//! - off-CPU time (when recorded): a child track `off-CPU` under each
+//!   thread's track, with a `blocked` or `preempted` slice per stretch the
+//!   thread was switched out (they may start in one call and end in another,
+//!   so they get their own track).
+//!
+//! One packet sequence (`trusted_packet_sequence_id` 1) whose first packet
+//! clears the incremental state; interned data is written the first time a
+//! name, frame or stack is used. Packets are written as they are made, each
+//! length-delimited as field 1 of `Trace`, so memory is per thread, per site
+//! and per distinct stack, never the trace.
+//!
+//! The messages are hand-written prost structs carrying only the fields used,
+//! with the field numbers and types of upstream `perfetto_trace.proto`, copied
+//! from the descriptors in the PyPI `perfetto` package (0.59.1); the CLI tests
+//! decode the output with that package's `perfetto_trace_pb2`, so a wrong
+//! number or wire type shows up as a missing field there.
+
+use super::folded::Resolve;
+use super::lanes::{PendingPoll, PollMatcher};
+use super::offcpu::{off_cpu_slices, off_cpu_threads};
+use super::{shown, thread_mask, ThreadSel};
+use fgtrace_trace::{
+    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+};
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// The subset of upstream `protos/perfetto/trace/perfetto_trace.proto` used here.
+pub mod proto {
+    /// `TracePacket` (oneof `data` members as plain optional fields).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TracePacket {
+        #[prost(uint64, optional, tag = "8")]
+        pub timestamp: Option<u64>,
+        #[prost(uint32, optional, tag = "10")]
+        pub trusted_packet_sequence_id: Option<u32>,
+        #[prost(message, optional, tag = "11")]
+        pub track_event: Option<TrackEvent>,
+        #[prost(message, optional, tag = "12")]
+        pub interned_data: Option<InternedData>,
+        #[prost(uint32, optional, tag = "13")]
+        pub sequence_flags: Option<u32>,
+        #[prost(bool, optional, tag = "41")]
+        pub incremental_state_cleared: Option<bool>,
+        #[prost(message, optional, tag = "60")]
+        pub track_descriptor: Option<TrackDescriptor>,
+        #[prost(message, optional, tag = "66")]
+        pub perf_sample: Option<PerfSample>,
+        #[prost(bool, optional, tag = "87")]
+        pub first_packet_on_sequence: Option<bool>,
+    }
+
+    /// `TracePacket.SequenceFlags`.
+    pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+    pub const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TrackDescriptor {
+        #[prost(uint64, optional, tag = "1")]
+        pub uuid: Option<u64>,
+        #[prost(string, optional, tag = "2")]
+        pub name: Option<String>,
+        #[prost(message, optional, tag = "3")]
+        pub process: Option<ProcessDescriptor>,
+        #[prost(message, optional, tag = "4")]
+        pub thread: Option<ThreadDescriptor>,
+        #[prost(uint64, optional, tag = "5")]
+        pub parent_uuid: Option<u64>,
+        #[prost(message, optional, tag = "8")]
+        pub counter: Option<CounterDescriptor>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ProcessDescriptor {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(string, optional, tag = "6")]
+        pub process_name: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ThreadDescriptor {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(int64, optional, tag = "2")]
+        pub tid: Option<i64>,
+        #[prost(string, optional, tag = "5")]
+        pub thread_name: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CounterDescriptor {
+        #[prost(string, optional, tag = "6")]
+        pub unit_name: Option<String>,
+    }
+
+    /// `TrackEvent.Type`.
+    pub const TYPE_SLICE_BEGIN: i32 = 1;
+    pub const TYPE_SLICE_END: i32 = 2;
+    pub const TYPE_INSTANT: i32 = 3;
+    pub const TYPE_COUNTER: i32 = 4;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TrackEvent {
+        #[prost(message, repeated, tag = "4")]
+        pub debug_annotations: Vec<DebugAnnotation>,
+        #[prost(int32, optional, tag = "9")]
+        pub r#type: Option<i32>,
+        #[prost(uint64, optional, tag = "10")]
+        pub name_iid: Option<u64>,
+        #[prost(uint64, optional, tag = "11")]
+        pub track_uuid: Option<u64>,
+        #[prost(string, repeated, tag = "22")]
+        pub categories: Vec<String>,
+        #[prost(string, optional, tag = "23")]
+        pub name: Option<String>,
+        #[prost(int64, optional, tag = "30")]
+        pub counter_value: Option<i64>,
+        #[prost(uint64, optional, tag = "34")]
+        pub source_location_iid: Option<u64>,
+        #[prost(fixed64, repeated, packed = "false", tag = "47")]
+        pub flow_ids: Vec<u64>,
+        #[prost(fixed64, repeated, packed = "false", tag = "48")]
+        pub terminating_flow_ids: Vec<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DebugAnnotation {
+        #[prost(bool, optional, tag = "2")]
+        pub bool_value: Option<bool>,
+        #[prost(uint64, optional, tag = "3")]
+        pub uint_value: Option<u64>,
+        #[prost(string, optional, tag = "6")]
+        pub string_value: Option<String>,
+        #[prost(string, optional, tag = "10")]
+        pub name: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InternedData {
+        #[prost(message, repeated, tag = "2")]
+        pub event_names: Vec<EventName>,
+        #[prost(message, repeated, tag = "4")]
+        pub source_locations: Vec<SourceLocation>,
+        #[prost(message, repeated, tag = "5")]
+        pub function_names: Vec<InternedString>,
+        #[prost(message, repeated, tag = "6")]
+        pub frames: Vec<Frame>,
+        #[prost(message, repeated, tag = "7")]
+        pub callstacks: Vec<Callstack>,
+        #[prost(message, repeated, tag = "17")]
+        pub mapping_paths: Vec<InternedString>,
+        #[prost(message, repeated, tag = "19")]
+        pub mappings: Vec<Mapping>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct EventName {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(string, optional, tag = "2")]
+        pub name: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SourceLocation {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(string, optional, tag = "2")]
+        pub file_name: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        pub function_name: Option<String>,
+        #[prost(uint32, optional, tag = "4")]
+        pub line_number: Option<u32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InternedString {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(bytes = "vec", optional, tag = "2")]
+        pub str: Option<Vec<u8>>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Frame {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(uint64, optional, tag = "2")]
+        pub function_name_id: Option<u64>,
+        #[prost(uint64, optional, tag = "3")]
+        pub mapping_id: Option<u64>,
+        #[prost(uint64, optional, tag = "4")]
+        pub rel_pc: Option<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Callstack {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(uint64, repeated, packed = "false", tag = "2")]
+        pub frame_ids: Vec<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(uint64, optional, tag = "4")]
+        pub start: Option<u64>,
+        #[prost(uint64, optional, tag = "5")]
+        pub end: Option<u64>,
+        #[prost(uint64, repeated, packed = "false", tag = "7")]
+        pub path_string_ids: Vec<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PerfSample {
+        #[prost(uint32, optional, tag = "1")]
+        pub cpu: Option<u32>,
+        #[prost(uint32, optional, tag = "2")]
+        pub pid: Option<u32>,
+        #[prost(uint32, optional, tag = "3")]
+        pub tid: Option<u32>,
+        #[prost(uint64, optional, tag = "4")]
+        pub callstack_iid: Option<u64>,
+    }
+}
+
+use proto::*;
+
+/// What to export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerfettoOptions {
+    /// Only these threads (empty: all).
+    pub threads: Vec<ThreadSel>,
+    /// Samples as `PerfSample`s with their stacks.
+    pub samples: bool,
+    /// A track per future, with its polls.
+    pub futures: bool,
+    /// An off-CPU track under each thread (when the trace has off-CPU time).
+    pub off_cpu: bool,
+}
+
+impl Default for PerfettoOptions {
+    fn default() -> Self {
+        PerfettoOptions {
+            threads: Vec::new(),
+            samples: true,
+            futures: true,
+            off_cpu: true,
+        }
+    }
+}
+
+/// What was written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerfettoStats {
+    /// Slices on thread tracks, one per call.
+    pub calls: u64,
+    /// Future tracks.
+    pub futures: u64,
+    /// Polls placed on a future's track.
+    pub lane_polls: u64,
+    pub samples: u64,
+    pub losses: u64,
+    pub counter_values: u64,
+    /// Off-CPU slices.
+    pub off_cpu: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+const SEQ: u32 = 1;
+const PROCESS_UUID: u64 = 1;
+const MAPPING_IID: u64 = 1;
+
+fn thread_uuid(t: u32) -> u64 {
+    0x1_0000_0000 + t as u64
+}
+
+fn counter_uuid(t: u32, k: usize) -> u64 {
+    0x2_0000_0000 + ((t as u64) << 8) + k as u64
+}
+
+fn off_cpu_uuid(t: u32) -> u64 {
+    0x3_0000_0000 + t as u64
+}
+
+fn future_uuid(n: u64) -> u64 {
+    0x1_0000_0000_0000 + n
+}
+
+fn ann_u(name: &str, v: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(name.into()),
+        uint_value: Some(v),
+        ..Default::default()
+    }
+}
+
+fn ann_b(name: &str, v: bool) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(name.into()),
+        bool_value: Some(v),
+        ..Default::default()
+    }
+}
+
+#[derive(Default)]
+struct ThreadState {
+    described: bool,
+    /// Open slices: (depth, end_ns).
+    open: Vec<(u32, u64)>,
+    /// The last call, waiting for its counters.
+    pending: Option<(Call, u64)>,
+    counters_described: Vec<bool>,
+}
+
+struct Writer<'a, W: Write, R: Resolve> {
+    meta: &'a TraceMeta,
+    opts: &'a PerfettoOptions,
+    w: W,
+    resolver: R,
+    mask: Vec<bool>,
+    threads: Vec<ThreadState>,
+    sites_interned: Vec<bool>,
+    lanes: PollMatcher,
+    /// Resolved names per (address, is-return-address), as frame iids.
+    frames: HashMap<(u64, bool), Vec<u64>>,
+    function_names: HashMap<String, u64>,
+    callstacks: HashMap<Vec<u64>, u64>,
+    next_iid: u64,
+    mapping_written: bool,
+    stats: PerfettoStats,
+    buf: Vec<u8>,
+}
+
+impl<W: Write, R: Resolve> Writer<'_, W, R> {
+    fn tid(&self, t: u32) -> u32 {
+        self.meta.threads.get(t as usize).map_or(t, |i| i.tid)
+    }
+
+    fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
+        p.trusted_packet_sequence_id = Some(SEQ);
+        if p.sequence_flags.is_none() && self.stats.packets > 0 {
+            p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+        }
+        self.buf.clear();
+        self.buf.push(0x0a); // Trace.packet: field 1, length-delimited
+        p.encode_length_delimited(&mut self.buf)
+            .expect("a Vec grows as needed");
+        self.w.write_all(&self.buf)?;
+        self.stats.packets += 1;
+        self.stats.bytes += self.buf.len() as u64;
+        Ok(())
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        let m = self.meta;
+        self.packet(TracePacket {
+            incremental_state_cleared: Some(true),
+            first_packet_on_sequence: Some(true),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(PROCESS_UUID),
+                process: Some(ProcessDescriptor {
+                    pid: Some(m.pid as i32),
+                    process_name: Some(m.program.clone()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        for t in 0..m.threads.len() as u32 {
+            if shown(&self.mask, !self.opts.threads.is_empty(), t) {
+                self.thread(t)?;
+            }
+        }
+        if self.opts.off_cpu {
+            self.off_cpu()?;
+        }
+        Ok(())
+    }
+
+    /// Each thread's off-CPU stretches, on a track under the thread's.
+    fn off_cpu(&mut self) -> io::Result<()> {
+        let (meta, mask, filtered) = (self.meta, self.mask.clone(), !self.opts.threads.is_empty());
+        for (t, _) in off_cpu_threads(meta, &mask, filtered) {
+            self.packet(TracePacket {
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(off_cpu_uuid(t)),
+                    parent_uuid: Some(thread_uuid(t)),
+                    name: Some("off-CPU".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })?;
+        }
+        for s in off_cpu_slices(meta, &mask, filtered) {
+            for (ts, ty) in [(s.start_ns, TYPE_SLICE_BEGIN), (s.end_ns, TYPE_SLICE_END)] {
+                let begin = ty == TYPE_SLICE_BEGIN;
+                self.packet(TracePacket {
+                    timestamp: Some(ts),
+                    track_event: Some(TrackEvent {
+                        r#type: Some(ty),
+                        track_uuid: Some(off_cpu_uuid(s.thread)),
+                        name: begin.then(|| s.kind.name().to_string()),
+                        categories: if begin {
+                            vec!["off-cpu".into()]
+                        } else {
+                            Vec::new()
+                        },
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })?;
+            }
+            self.stats.off_cpu += 1;
+        }
+        Ok(())
+    }
+
+    fn state(&mut self, t: u32) -> &mut ThreadState {
+        let i = t as usize;
+        if self.threads.len() <= i {
+            self.threads.resize_with(i + 1, ThreadState::default);
+        }
+        &mut self.threads[i]
+    }
+
+    /// The thread's track descriptor, once.
+    fn thread(&mut self, t: u32) -> io::Result<()> {
+        if self.state(t).described {
+            return Ok(());
+        }
+        self.state(t).described = true;
+        let name = self
+            .meta
+            .threads
+            .get(t as usize)
+            .map_or_else(|| format!("thread-{t}"), |i| i.name.clone());
+        let tid = self.tid(t);
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(thread_uuid(t)),
+                parent_uuid: Some(PROCESS_UUID),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(self.meta.pid as i32),
+                    tid: Some(tid as i64),
+                    thread_name: Some(name),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// Interned name and source location of `site` (iid = site + 1), the first time.
+    fn intern_site(&mut self, site: u32) -> Option<InternedData> {
+        let i = site as usize;
+        if self.sites_interned.len() <= i {
+            self.sites_interned.resize(i + 1, false);
+        }
+        if self.sites_interned[i] {
+            return None;
+        }
+        self.sites_interned[i] = true;
+        let iid = site as u64 + 1;
+        let (name, loc) = match self.meta.sites.get(i) {
+            Some(s) => (
+                s.name.clone(),
+                SourceLocation {
+                    iid: Some(iid),
+                    file_name: Some(s.file.clone()),
+                    function_name: Some(s.full_name()),
+                    line_number: Some(s.line),
+                },
+            ),
+            None => (
+                "[unknown site]".to_string(),
+                SourceLocation {
+                    iid: Some(iid),
+                    ..Default::default()
+                },
+            ),
+        };
+        Some(InternedData {
+            event_names: vec![EventName {
+                iid: Some(iid),
+                name: Some(name),
+            }],
+            source_locations: vec![loc],
+            ..Default::default()
+        })
+    }
+
+    fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let t = ev.thread();
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+            return Ok(());
+        }
+        if let Event::Counters(c) = ev {
+            return self.flush_call(t, Some(c));
+        }
+        self.flush_call(t, None)?;
+        match ev {
+            Event::Call(c) => {
+                let flow = if c.is_poll() && self.opts.futures {
+                    self.lanes.poll(c)
+                } else {
+                    0
+                };
+                self.state(t).pending = Some((*c, flow));
+                Ok(())
+            }
+            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Sample(s) if self.opts.samples => self.sample(s),
+            Event::Lost(l) => self.lost(l),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the open slices of thread `t` that do not contain a call at
+    /// `depth` starting at `at` (all of them with `depth` 0 and `at` MAX).
+    fn close(&mut self, t: u32, depth: u32, at: u64) -> io::Result<()> {
+        while let Some(&(d, end)) = self.state(t).open.last() {
+            if d < depth && end >= at {
+                break;
+            }
+            self.state(t).open.pop();
+            self.packet(TracePacket {
+                timestamp: Some(end),
+                track_event: Some(TrackEvent {
+                    r#type: Some(TYPE_SLICE_END),
+                    track_uuid: Some(thread_uuid(t)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })?;
+        }
+        Ok(())
+    }
+
+    fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
+        let Some((c, flow)) = self
+            .threads
+            .get_mut(t as usize)
+            .and_then(|s| s.pending.take())
+        else {
+            return Ok(());
+        };
+        self.thread(t)?;
+        self.close(t, c.depth, c.start_ns)?;
+        // A child never outlives its parent on the track.
+        let end = match self.state(t).open.last() {
+            Some(&(_, pend)) => c.end_ns().min(pend),
+            None => c.end_ns(),
+        };
+        let mut ann = Vec::new();
+        if c.unwound() {
+            ann.push(ann_b("unwound", true));
+        }
+        if c.is_poll() {
+            ann.push(ann_b("poll", true));
+        }
+        let m = self.meta;
+        if let Some(cs) = counters {
+            for (i, &v) in cs.values.iter().enumerate() {
+                let key = m
+                    .counters
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("counter{i}"));
+                ann.push(ann_u(&key, v));
+            }
+        }
+        let interned = self.intern_site(c.site);
+        self.packet(TracePacket {
+            timestamp: Some(c.start_ns),
+            interned_data: interned,
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_SLICE_BEGIN),
+                track_uuid: Some(thread_uuid(t)),
+                name_iid: Some(c.site as u64 + 1),
+                source_location_iid: Some(c.site as u64 + 1),
+                debug_annotations: ann,
+                flow_ids: if flow != 0 { vec![flow] } else { Vec::new() },
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        self.state(t).open.push((c.depth, end));
+        self.stats.calls += 1;
+        if let Some(cs) = counters {
+            for (k, &v) in cs.values.iter().enumerate() {
+                self.counter(t, k, end, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn counter(&mut self, t: u32, k: usize, ts: u64, v: u64) -> io::Result<()> {
+        let st = self.state(t);
+        if st.counters_described.len() <= k {
+            st.counters_described.resize(k + 1, false);
+        }
+        if !st.counters_described[k] {
+            st.counters_described[k] = true;
+            let name = self
+                .meta
+                .counters
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| format!("counter{k}"));
+            let label = self.meta.thread_label(t);
+            self.packet(TracePacket {
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(counter_uuid(t, k)),
+                    parent_uuid: Some(thread_uuid(t)),
+                    name: Some(format!("{name} per call ({label})")),
+                    counter: Some(CounterDescriptor {
+                        unit_name: Some(name),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })?;
+        }
+        self.stats.counter_values += 1;
+        self.packet(TracePacket {
+            timestamp: Some(ts),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_COUNTER),
+                track_uuid: Some(counter_uuid(t, k)),
+                counter_value: Some(v.min(i64::MAX as u64) as i64),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+        self.stats.futures += 1;
+        let n = self.stats.futures;
+        let uuid = future_uuid(n);
+        let polls = self.lanes.future(f);
+        let end = f.start_ns.saturating_add(f.dur_ns);
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(PROCESS_UUID),
+                name: Some(format!("{} #{n}", self.meta.site_name(f.site))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        let interned = self.intern_site(f.site);
+        self.packet(TracePacket {
+            timestamp: Some(f.start_ns),
+            interned_data: interned,
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_SLICE_BEGIN),
+                track_uuid: Some(uuid),
+                name_iid: Some(f.site as u64 + 1),
+                source_location_iid: Some(f.site as u64 + 1),
+                categories: vec!["future".into()],
+                debug_annotations: vec![
+                    ann_u("polls", f.polls as u64),
+                    ann_b("cancelled", f.cancelled),
+                    ann_u("completed_on_tid", self.tid(f.thread) as u64),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        for PendingPoll { call, id } in polls {
+            self.lane_poll(uuid, &call, id)?;
+        }
+        self.packet(TracePacket {
+            timestamp: Some(end),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_SLICE_END),
+                track_uuid: Some(uuid),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn lane_poll(&mut self, uuid: u64, c: &Call, flow: u64) -> io::Result<()> {
+        let tid = self.tid(c.thread);
+        self.packet(TracePacket {
+            timestamp: Some(c.start_ns),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_SLICE_BEGIN),
+                track_uuid: Some(uuid),
+                name: Some("poll".into()),
+                categories: vec!["poll".into()],
+                debug_annotations: vec![ann_u("tid", tid as u64)],
+                terminating_flow_ids: vec![flow],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        self.stats.lane_polls += 1;
+        self.packet(TracePacket {
+            timestamp: Some(c.end_ns()),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_SLICE_END),
+                track_uuid: Some(uuid),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn string_iid(&mut self, name: &str, new: &mut InternedData) -> u64 {
+        if let Some(&iid) = self.function_names.get(name) {
+            return iid;
+        }
+        self.next_iid += 1;
+        let iid = self.next_iid;
+        self.function_names.insert(name.to_string(), iid);
+        new.function_names.push(InternedString {
+            iid: Some(iid),
+            str: Some(name.as_bytes().to_vec()),
+        });
+        iid
+    }
+
+    fn sample(&mut self, s: &Sample) -> io::Result<()> {
+        let mut new = InternedData::default();
+        if !self.mapping_written {
+            self.mapping_written = true;
+            self.next_iid += 1;
+            let path = self.next_iid;
+            new.mapping_paths.push(InternedString {
+                iid: Some(path),
+                str: Some(self.meta.program.as_bytes().to_vec()),
+            });
+            new.mappings.push(Mapping {
+                iid: Some(MAPPING_IID),
+                start: Some(0),
+                end: Some(u64::MAX),
+                path_string_ids: vec![path],
+            });
+        }
+        // Frame iids, innermost first (inlined frames before their caller).
+        let mut ids: Vec<u64> = Vec::new();
+        for (i, &a) in s.frames.iter().enumerate() {
+            let key = (a, i > 0);
+            if !self.frames.contains_key(&key) {
+                let mut names = self.resolver.frames(a, i > 0);
+                if names.is_empty() {
+                    names.push(format!("{a:#x}"));
+                }
+                let mut fids = Vec::with_capacity(names.len());
+                for n in names {
+                    let fname = self.string_iid(&n, &mut new);
+                    self.next_iid += 1;
+                    let fid = self.next_iid;
+                    new.frames.push(Frame {
+                        iid: Some(fid),
+                        function_name_id: Some(fname),
+                        mapping_id: Some(MAPPING_IID),
+                        rel_pc: Some(a),
+                    });
+                    fids.push(fid);
+                }
+                self.frames.insert(key, fids);
+            }
+            ids.extend_from_slice(&self.frames[&key]);
+        }
+        ids.reverse(); // Callstack.frame_ids: root first
+        let cs = match self.callstacks.get(&ids) {
+            Some(&iid) => iid,
+            None => {
+                self.next_iid += 1;
+                let iid = self.next_iid;
+                new.callstacks.push(Callstack {
+                    iid: Some(iid),
+                    frame_ids: ids.clone(),
+                });
+                self.callstacks.insert(ids, iid);
+                iid
+            }
+        };
+        let interned = (new != InternedData::default()).then_some(new);
+        let tid = self.tid(s.thread);
+        self.stats.samples += 1;
+        self.packet(TracePacket {
+            timestamp: Some(s.ts_ns),
+            interned_data: interned,
+            perf_sample: Some(PerfSample {
+                cpu: Some(0),
+                pid: Some(self.meta.pid),
+                tid: Some(tid),
+                callstack_iid: Some(cs),
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn lost(&mut self, l: &Lost) -> io::Result<()> {
+        let t = l.thread;
+        self.thread(t)?;
+        self.close(t, l.depth, l.at_ns)?;
+        let kind = match l.kind {
+            LossKind::Dropped => "dropped",
+            LossKind::Overwritten => "overwritten",
+        };
+        self.stats.losses += 1;
+        self.packet(TracePacket {
+            timestamp: Some(l.at_ns),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_INSTANT),
+                track_uuid: Some(thread_uuid(t)),
+                name: Some(format!("LOST {} records", l.count)),
+                categories: vec!["lost".into()],
+                debug_annotations: vec![
+                    DebugAnnotation {
+                        name: Some("kind".into()),
+                        string_value: Some(kind.into()),
+                        ..Default::default()
+                    },
+                    ann_u("count", l.count),
+                    ann_u("depth", l.depth as u64),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        for t in 0..self.threads.len() as u32 {
+            self.flush_call(t, None)?;
+            self.close(t, 0, u64::MAX)?;
+        }
+        self.w.flush()
+    }
+}
+
+/// Streams `events` into `out` as a Perfetto protobuf trace (a `Trace`
+/// message: length-delimited `TracePacket`s). On a read error, everything
+/// before it is written as a complete trace, then the error is returned.
+pub fn write_perfetto<W: Write, R: Resolve>(
+    meta: &TraceMeta,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    resolver: R,
+    opts: &PerfettoOptions,
+    out: W,
+) -> Result<PerfettoStats, TraceError> {
+    let mut w = Writer {
+        meta,
+        opts,
+        w: io::BufWriter::with_capacity(1 << 16, out),
+        resolver,
+        mask: thread_mask(meta, &opts.threads),
+        threads: Vec::new(),
+        sites_interned: Vec::new(),
+        lanes: PollMatcher::new(),
+        frames: HashMap::new(),
+        function_names: HashMap::new(),
+        callstacks: HashMap::new(),
+        next_iid: MAPPING_IID,
+        mapping_written: false,
+        stats: PerfettoStats::default(),
+        buf: Vec::new(),
+    };
+    w.header()?;
+    let mut failed = None;
+    for ev in events {
+        match ev {
+            Ok(ev) => w.push(&ev)?,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    w.finish()?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(w.stats),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::folded::HexResolve;
+    use crate::ok_events;
+    use fgtrace_trace::{flags, SiteInfo, ThreadInfo};
+    use std::collections::HashMap;
+
+    fn meta() -> TraceMeta {
+        let site = |name: &str, is_async| SiteInfo {
+            name: name.into(),
+            module_path: "app".into(),
+            file: "src/app.rs".into(),
+            line: 3,
+            is_async,
+        };
+        TraceMeta {
+            program: "app".into(),
+            pid: 10,
+            sites: vec![site("run", false), site("fetch", true)],
+            threads: vec![
+                ThreadInfo {
+                    tid: 10,
+                    name: "main".into(),
+                    ..Default::default()
+                },
+                ThreadInfo {
+                    tid: 11,
+                    name: "w".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    use crate::test_traces::flagged_call as call;
+
+    /// The packets of a `Trace` message.
+    fn packets(mut b: &[u8]) -> Vec<TracePacket> {
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            assert_eq!(b[0], 0x0a, "Trace.packet, length-delimited");
+            b = &b[1..];
+            let len = prost::encoding::decode_varint(&mut b).unwrap() as usize;
+            out.push(TracePacket::decode(&b[..len]).unwrap());
+            b = &b[len..];
+        }
+        out
+    }
+
+    #[test]
+    fn slices_nest_per_track_and_futures_get_tracks_with_their_polls() {
+        let events = vec![
+            call(0, 0, 0, 100, 1_000, 0),
+            call(0, 0, 1, 100, 1_000, 0), // same start and end as its parent
+            call(0, 1, 2, 200, 50, flags::POLL),
+            call(1, 1, 0, 500, 50, flags::POLL), // the same future, polled on w
+            Event::Future(FutureSpan {
+                thread: 1,
+                site: 1,
+                start_ns: 190,
+                dur_ns: 400,
+                polls: 2,
+                cancelled: false,
+            }),
+            call(0, 0, 0, 1_100, 10, 0),
+        ];
+        let mut out = Vec::new();
+        let stats = write_perfetto(
+            &meta(),
+            ok_events(events),
+            HexResolve,
+            &PerfettoOptions::default(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!((stats.calls, stats.futures, stats.lane_polls), (5, 1, 2));
+        let ps = packets(&out);
+        assert_eq!(ps.len() as u64, stats.packets);
+        assert_eq!(out.len() as u64, stats.bytes);
+        assert_eq!(ps[0].incremental_state_cleared, Some(true));
+        assert!(ps.iter().all(|p| p.trusted_packet_sequence_id == Some(SEQ)));
+        let mut open: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut begins: HashMap<u64, u64> = HashMap::new();
+        let mut max_depth: HashMap<u64, usize> = HashMap::new();
+        for p in &ps {
+            let Some(e) = &p.track_event else { continue };
+            let (u, ts) = (e.track_uuid.unwrap(), p.timestamp.unwrap());
+            let st = open.entry(u).or_default();
+            match e.r#type {
+                Some(TYPE_SLICE_BEGIN) => {
+                    st.push(ts);
+                    *begins.entry(u).or_default() += 1;
+                    let d = max_depth.entry(u).or_default();
+                    *d = (*d).max(st.len());
+                }
+                Some(TYPE_SLICE_END) => assert!(st.pop().unwrap() <= ts),
+                _ => {}
+            }
+        }
+        assert!(open.values().all(Vec::is_empty));
+        assert_eq!(begins[&thread_uuid(0)], 4);
+        assert_eq!(max_depth[&thread_uuid(0)], 3);
+        assert_eq!(begins[&thread_uuid(1)], 1);
+        // The future's lane: the future and its two polls nested in it.
+        assert_eq!(begins[&future_uuid(1)], 3);
+        assert_eq!(max_depth[&future_uuid(1)], 2);
+        let lane = ps
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref())
+            .find(|d| d.uuid == Some(future_uuid(1)))
+            .unwrap();
+        assert_eq!(lane.parent_uuid, Some(PROCESS_UUID));
+        assert_eq!(lane.name.as_deref(), Some("fetch #1"));
+        // Flows: both thread polls start one the lane ends.
+        let started: Vec<u64> = ps
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .flat_map(|e| e.flow_ids.clone())
+            .collect();
+        let ended: Vec<u64> = ps
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .flat_map(|e| e.terminating_flow_ids.clone())
+            .collect();
+        let (mut started, mut ended) = (started, ended);
+        started.sort_unstable();
+        ended.sort_unstable();
+        assert_eq!(started.len(), 2);
+        assert_eq!(started, ended);
+        // Names interned once per site.
+        let names: Vec<&EventName> = ps
+            .iter()
+            .filter_map(|p| p.interned_data.as_ref())
+            .flat_map(|d| &d.event_names)
+            .collect();
+        assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn a_damaged_stream_still_gives_a_complete_trace_then_the_error() {
+        let events = vec![
+            Ok(call(0, 0, 0, 100, 1_000, 0)),
+            Ok(call(0, 0, 1, 200, 100, 0)),
+            Err(TraceError::Corrupt {
+                offset: 64,
+                what: "bad varint".into(),
+            }),
+            Ok(call(0, 0, 0, 5_000, 10, 0)),
+        ];
+        let mut out = Vec::new();
+        let err = write_perfetto(
+            &meta(),
+            events,
+            HexResolve,
+            &PerfettoOptions::default(),
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(matches!(err, TraceError::Corrupt { offset: 64, .. }));
+        let ps = packets(&out);
+        let types: Vec<i32> = ps
+            .iter()
+            .filter_map(|p| p.track_event.as_ref()?.r#type)
+            .collect();
+        // Both calls begun and ended, nothing after the damage.
+        assert_eq!(
+            types,
+            [
+                TYPE_SLICE_BEGIN,
+                TYPE_SLICE_BEGIN,
+                TYPE_SLICE_END,
+                TYPE_SLICE_END
+            ]
+        );
+    }
+}

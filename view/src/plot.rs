@@ -1,0 +1,1015 @@
+//! Per-call durations of one function, drawn with `plotters` as one SVG with
+//! two panels: every call's duration against its start time (a scatter
+//! series per thread, log-scale y when the durations span a wide range), and
+//! a histogram of the durations with p50 and p99 marked. Beside it, the
+//! slowest calls with their call paths (`root;...;fn`) as text.
+//!
+//! Memory: only the chosen function's `(thread, start, duration)` triples,
+//! the open calls of each thread (bounded by call depth, for the paths) and
+//! the `top` slowest calls with their paths. The scatter draws one dot per
+//! occupied pixel and thread, so a million calls do not make a million SVG
+//! elements.
+//!
+//! Text is written as SVG `<text>` with a generic font family: no font file
+//! is read at render time (plotters' `ttf` feature is off).
+
+use super::format::{human_duration, uftrace_time};
+use super::{shown, thread_mask, ThreadSel};
+use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::fmt;
+use std::io::{self, Write};
+
+/// What to plot and how big.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlotOptions {
+    /// Display name (`parse`, `Parser::parse`) or full path
+    /// (`my_crate::parser::Parser::parse`).
+    pub function: String,
+    /// How many of the slowest calls to keep with their call paths.
+    pub top: usize,
+    /// Only these threads (empty: all).
+    pub threads: Vec<ThreadSel>,
+    /// SVG size in pixels (both panels).
+    pub width: u32,
+    pub height: u32,
+    /// Headline; `None`: "Durations of `<full name>`".
+    pub title: Option<String>,
+}
+
+impl Default for PlotOptions {
+    fn default() -> Self {
+        PlotOptions {
+            function: String::new(),
+            top: 10,
+            threads: Vec::new(),
+            width: 1200,
+            height: 800,
+            title: None,
+        }
+    }
+}
+
+/// Why no plot came out.
+#[derive(Debug)]
+pub enum PlotError {
+    /// No traced function has this name.
+    UnknownFunction {
+        name: String,
+        /// Names that contain the one asked for, to suggest.
+        similar: Vec<String>,
+    },
+    /// The display name belongs to several different functions.
+    Ambiguous {
+        name: String,
+        candidates: Vec<String>,
+    },
+    /// The function was traced but has no calls (in the selected threads).
+    NoCalls {
+        name: String,
+    },
+    /// The trace stream failed (after what was read had been drawn).
+    Trace(TraceError),
+    /// plotters could not draw.
+    Draw(String),
+    Io(io::Error),
+}
+
+impl fmt::Display for PlotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlotError::UnknownFunction { name, similar } if similar.is_empty() => {
+                write!(f, "no traced function is named `{name}`")
+            }
+            PlotError::UnknownFunction { name, similar } => write!(
+                f,
+                "no traced function is named `{name}` (did you mean {}?)",
+                quoted(similar)
+            ),
+            PlotError::Ambiguous { name, candidates } => write!(
+                f,
+                "`{name}` names {} functions: {}; give the full path",
+                candidates.len(),
+                quoted(candidates)
+            ),
+            PlotError::NoCalls { name } => write!(f, "`{name}` has no recorded calls"),
+            PlotError::Trace(e) => write!(f, "{e}"),
+            PlotError::Draw(e) => write!(f, "cannot draw the plot: {e}"),
+            PlotError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PlotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PlotError::Trace(e) => Some(e),
+            PlotError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<TraceError> for PlotError {
+    fn from(e: TraceError) -> Self {
+        PlotError::Trace(e)
+    }
+}
+
+impl From<io::Error> for PlotError {
+    fn from(e: io::Error) -> Self {
+        PlotError::Io(e)
+    }
+}
+
+fn quoted(names: &[String]) -> String {
+    let v: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    v.join(", ")
+}
+
+/// The sites a name means: all sites whose full path is `name`, else all
+/// whose display name is `name` provided they are one function (one full
+/// path; a function can have several sites, e.g. one per generic instance).
+pub fn find_sites(meta: &TraceMeta, name: &str) -> Result<Vec<u32>, PlotError> {
+    let by = |f: &dyn Fn(&SiteInfo) -> bool| -> Vec<u32> {
+        meta.sites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| f(s))
+            .map(|(i, _)| i as u32)
+            .collect()
+    };
+    let full = by(&|s| s.full_name() == name);
+    if !full.is_empty() {
+        return Ok(full);
+    }
+    let display = by(&|s| s.name == name);
+    let mut paths: Vec<String> = display
+        .iter()
+        .map(|&i| meta.sites[i as usize].full_name())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    match paths.len() {
+        0 => {
+            let lower = name.to_ascii_lowercase();
+            let mut similar: Vec<String> = meta
+                .sites
+                .iter()
+                .map(SiteInfo::full_name)
+                .filter(|f| !lower.is_empty() && f.to_ascii_lowercase().contains(&lower))
+                .collect();
+            similar.sort();
+            similar.dedup();
+            similar.truncate(5);
+            Err(PlotError::UnknownFunction {
+                name: name.to_string(),
+                similar,
+            })
+        }
+        1 => Ok(display),
+        _ => Err(PlotError::Ambiguous {
+            name: name.to_string(),
+            candidates: paths,
+        }),
+    }
+}
+
+/// One call of the plotted function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallPoint {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// One of the slowest calls, with the sites of its call path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowCall {
+    pub call: CallPoint,
+    /// Sites from the thread's outermost recorded call down to the call itself.
+    pub path: Vec<u32>,
+}
+
+impl SlowCall {
+    /// `root;...;fn` with display names.
+    pub fn path_names(&self, meta: &TraceMeta) -> String {
+        let names: Vec<&str> = self.path.iter().map(|&s| meta.site_name(s)).collect();
+        names.join(";")
+    }
+}
+
+/// The calls of one function, as collected from a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallDurations {
+    /// Full path of the function.
+    pub name: String,
+    pub sites: Vec<u32>,
+    /// Every call, in stream order.
+    pub calls: Vec<CallPoint>,
+    /// The slowest calls, slowest first (ties: earlier first).
+    pub slowest: Vec<SlowCall>,
+    /// Exact nearest-rank percentiles of the durations.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Call records lost on the selected threads (the plot may miss calls).
+    pub lost: u64,
+}
+
+impl CallDurations {
+    /// Threads (indexes) with at least one call, in order.
+    pub fn threads(&self) -> Vec<u32> {
+        let mut t: Vec<u32> = self.calls.iter().map(|c| c.thread).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+}
+
+/// Heap entry: ordered by duration, then earlier start first, then arrival.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Slow {
+    dur_ns: u64,
+    start: Reverse<u64>,
+    seq: Reverse<u64>,
+    thread: u32,
+    path: Vec<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct Open {
+    site: u32,
+    depth: u32,
+}
+
+/// Collects a function's calls from events pushed one at a time.
+pub struct DurationsBuilder<'a> {
+    meta: &'a TraceMeta,
+    name: String,
+    want: Vec<bool>,
+    sites: Vec<u32>,
+    mask: Vec<bool>,
+    filtered: bool,
+    top: usize,
+    stacks: Vec<Vec<Open>>,
+    calls: Vec<CallPoint>,
+    /// Min-heap (through `Reverse`) of the `top` slowest so far.
+    heap: BinaryHeap<Reverse<Slow>>,
+    seq: u64,
+    lost_events: Vec<u64>,
+}
+
+impl<'a> DurationsBuilder<'a> {
+    /// Resolves `opts.function` (see [`find_sites`]).
+    pub fn new(meta: &'a TraceMeta, opts: &PlotOptions) -> Result<Self, PlotError> {
+        let sites = find_sites(meta, &opts.function)?;
+        Ok(Self::for_sites(meta, &sites, opts.top, &opts.threads))
+    }
+
+    /// Collects the calls of these sites (one function), keeping the `top` slowest with paths.
+    pub fn for_sites(
+        meta: &'a TraceMeta,
+        sites: &[u32],
+        top: usize,
+        threads: &[ThreadSel],
+    ) -> Self {
+        let mut want = vec![false; meta.sites.len()];
+        for &s in sites {
+            if let Some(w) = want.get_mut(s as usize) {
+                *w = true;
+            }
+        }
+        let name = sites
+            .first()
+            .and_then(|&s| meta.sites.get(s as usize))
+            .map_or_else(|| "[unknown site]".to_string(), SiteInfo::full_name);
+        DurationsBuilder {
+            meta,
+            name,
+            want,
+            sites: sites.to_vec(),
+            mask: thread_mask(meta, threads),
+            filtered: !threads.is_empty(),
+            top,
+            stacks: Vec::new(),
+            calls: Vec::new(),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            lost_events: Vec::new(),
+        }
+    }
+
+    /// Pushes events until the stream ends or fails; what was read is kept either way.
+    pub fn extend(
+        &mut self,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    ) -> Result<(), TraceError> {
+        super::push_all(events, |ev| self.push(ev))
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        if !shown(&self.mask, self.filtered, ev.thread()) {
+            return;
+        }
+        match ev {
+            Event::Call(c) => self.call(c),
+            Event::Lost(l) => self.lost(l),
+            _ => {}
+        }
+    }
+
+    fn call(&mut self, c: &Call) {
+        let t = c.thread as usize;
+        if self.stacks.len() <= t {
+            self.stacks.resize_with(t + 1, Vec::new);
+        }
+        let stack = &mut self.stacks[t];
+        while stack.last().is_some_and(|o| o.depth >= c.depth) {
+            stack.pop();
+        }
+        if self.want.get(c.site as usize).copied().unwrap_or(false) {
+            let p = CallPoint {
+                thread: c.thread,
+                start_ns: c.start_ns,
+                dur_ns: c.dur_ns,
+            };
+            self.calls.push(p);
+            self.seq += 1;
+            // The path is built only for a call that makes the list.
+            let beats = self.heap.len() < self.top
+                || self.heap.peek().is_some_and(|Reverse(m)| {
+                    (c.dur_ns, Reverse(c.start_ns)) > (m.dur_ns, m.start)
+                });
+            if self.top > 0 && beats {
+                let mut path: Vec<u32> = stack.iter().map(|o| o.site).collect();
+                path.push(c.site);
+                self.heap.push(Reverse(Slow {
+                    dur_ns: c.dur_ns,
+                    start: Reverse(c.start_ns),
+                    seq: Reverse(self.seq),
+                    thread: c.thread,
+                    path,
+                }));
+                if self.heap.len() > self.top {
+                    self.heap.pop();
+                }
+            }
+        }
+        stack.push(Open {
+            site: c.site,
+            depth: c.depth,
+        });
+    }
+
+    fn lost(&mut self, l: &Lost) {
+        let t = l.thread as usize;
+        if self.lost_events.len() <= t {
+            self.lost_events.resize(t + 1, 0);
+        }
+        self.lost_events[t] += l.count;
+    }
+
+    /// The collected calls; [`PlotError::NoCalls`] when there are none.
+    pub fn finish(self) -> Result<CallDurations, PlotError> {
+        if self.calls.is_empty() {
+            return Err(PlotError::NoCalls { name: self.name });
+        }
+        let mut durs: Vec<u64> = self.calls.iter().map(|c| c.dur_ns).collect();
+        durs.sort_unstable();
+        let q = |q: f64| durs[((q * durs.len() as f64).ceil() as usize).clamp(1, durs.len()) - 1];
+        let lost = self
+            .meta
+            .threads
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| shown(&self.mask, self.filtered, i as u32))
+            .map(|(i, t)| t.lost.max(self.lost_events.get(i).copied().unwrap_or(0)))
+            .fold(0, u64::saturating_add);
+        let mut slowest: Vec<SlowCall> = self
+            .heap
+            .into_iter()
+            .map(|Reverse(s)| SlowCall {
+                call: CallPoint {
+                    thread: s.thread,
+                    start_ns: s.start.0,
+                    dur_ns: s.dur_ns,
+                },
+                path: s.path,
+            })
+            .collect();
+        slowest.sort_by(|a, b| {
+            b.call
+                .dur_ns
+                .cmp(&a.call.dur_ns)
+                .then(a.call.start_ns.cmp(&b.call.start_ns))
+        });
+        Ok(CallDurations {
+            name: self.name,
+            sites: self.sites,
+            p50_ns: q(0.50),
+            p99_ns: q(0.99),
+            min_ns: durs[0],
+            max_ns: durs[durs.len() - 1],
+            calls: self.calls,
+            slowest,
+            lost,
+        })
+    }
+}
+
+/// A log axis's tick label: the tick's value to the nearest nanosecond as a
+/// [`human_duration`] (ticks are powers of ten and their multiples).
+fn log_tick(v: &f64) -> String {
+    human_duration(v.max(0.0).round() as u64).to_string()
+}
+
+/// Durations spanning more than this factor get log scales.
+const LOG_RANGE: f64 = 50.0;
+const HIST_BINS: usize = 40;
+
+fn thread_color(i: usize) -> RGBColor {
+    // Tableau 10: distinguishable, readable on white.
+    const C: [(u8, u8, u8); 10] = [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ];
+    let (r, g, b) = C[i % C.len()];
+    RGBColor(r, g, b)
+}
+
+fn draw_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
+
+/// Draws the two panels into an SVG string.
+pub fn durations_svg(
+    d: &CallDurations,
+    meta: &TraceMeta,
+    opts: &PlotOptions,
+) -> Result<String, PlotError> {
+    let mut svg = String::new();
+    {
+        let (w, h) = (opts.width.max(300), opts.height.max(240));
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_err)?;
+        let title = opts
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("Durations of {}", d.name));
+        let root = root
+            .titled(&title, ("sans-serif", 20).into_font())
+            .map_err(draw_err)?;
+        let (top, bottom) = root.split_vertically(h * 55 / 100);
+        let lo = (d.min_ns.max(1)) as f64;
+        let hi = (d.max_ns.max(1)) as f64;
+        let log = hi / lo > LOG_RANGE;
+        let span = meta
+            .duration_ns
+            .max(
+                d.calls
+                    .iter()
+                    .map(|c| c.start_ns + c.dur_ns)
+                    .max()
+                    .unwrap_or(0),
+            )
+            .max(1) as f64;
+        let caption = format!(
+            "{} call{} on {} thread{}: duration against start time{}{}",
+            d.calls.len(),
+            if d.calls.len() == 1 { "" } else { "s" },
+            d.threads().len(),
+            if d.threads().len() == 1 { "" } else { "s" },
+            if log { " (log scale)" } else { "" },
+            if d.lost > 0 {
+                format!(", LOST {} records", d.lost)
+            } else {
+                String::new()
+            }
+        );
+        if log {
+            let y = (lo / 1.5..hi * 1.5).log_scale();
+            scatter(&top, d, meta, span, y, &caption, &log_tick)?;
+            let edges = log_edges(lo, hi, HIST_BINS);
+            let x = (edges[0] / 1.2..edges[HIST_BINS] * 1.2).log_scale();
+            counts_axis(&bottom, d, x, &Bins::new(d, &edges), &log_tick)?;
+        } else {
+            // Equal durations still get an axis a few percent wide.
+            let pad = if hi - lo < hi * 0.02 {
+                (hi * 0.05).max(1.0)
+            } else {
+                (hi - lo) * 0.08
+            };
+            let (y0, y1) = ((lo - pad).max(0.0), hi + pad);
+            scatter(
+                &top,
+                d,
+                meta,
+                span,
+                y0..y1,
+                &caption,
+                &duration_axis(y0, y1),
+            )?;
+            let edges = lin_edges(d.min_ns as f64, d.max_ns as f64, HIST_BINS);
+            let (x0, x1) = (edges[0], edges[HIST_BINS]);
+            let margin = (x1 - x0) * 0.03;
+            let (x0, x1) = ((x0 - margin).max(0.0), x1 + margin);
+            counts_axis(
+                &bottom,
+                d,
+                x0..x1,
+                &Bins::new(d, &edges),
+                &duration_axis(x0, x1),
+            )?;
+        }
+        root.present().map_err(draw_err)?;
+    }
+    Ok(svg)
+}
+
+/// The histogram with a linear or log count axis.
+fn counts_axis<X>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    d: &CallDurations,
+    x: X,
+    bins: &Bins<'_>,
+    fmt: &dyn Fn(&f64) -> String,
+) -> Result<(), PlotError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    if bins.log {
+        histogram(area, d, x, (bins.base..bins.top).log_scale(), bins, fmt)
+    } else {
+        histogram(area, d, x, bins.base..bins.top, bins, fmt)
+    }
+}
+
+fn log_edges(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    let (a, b) = (lo.ln(), (hi * 1.0001).ln());
+    (0..=n)
+        .map(|i| (a + (b - a) * i as f64 / n as f64).exp())
+        .collect()
+}
+
+/// Labels of a linear duration axis from `lo` to `hi`: the unit of `hi`,
+/// as many decimals as tell ticks a tenth of the range apart.
+fn duration_axis(lo: f64, hi: f64) -> impl Fn(&f64) -> String {
+    let (scale, unit) = if hi < 1e3 {
+        (1.0, "ns")
+    } else if hi < 1e6 {
+        (1e3, "us")
+    } else if hi < 1e9 {
+        (1e6, "ms")
+    } else {
+        (1e9, "s")
+    };
+    let step = ((hi - lo) / 10.0 / scale).max(1e-9);
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        ((-step.log10()).ceil() as usize).min(6)
+    };
+    move |v: &f64| format!("{:.*} {unit}", decimals, v / scale)
+}
+
+fn lin_edges(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    // Equal durations: one bar in the middle of an axis 10% wide.
+    let w = (hi * 0.05).max(1.0);
+    let (lo, hi) = if hi - lo < w / 10.0 {
+        (lo - w, hi + w)
+    } else {
+        (lo, hi)
+    };
+    let (lo, hi) = (lo.max(0.0), hi + (hi - lo) * 1e-4);
+    (0..=n)
+        .map(|i| lo + (hi - lo) * i as f64 / n as f64)
+        .collect()
+}
+
+/// Upper panel: one series per thread, one dot per occupied pixel.
+fn scatter<Y>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    d: &CallDurations,
+    meta: &TraceMeta,
+    span: f64,
+    y: Y,
+    caption: &str,
+    fmt: &dyn Fn(&f64) -> String,
+) -> Result<(), PlotError>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let (x_scale, x_unit) = if span >= 2e9 {
+        (1e9, "s")
+    } else if span >= 2e6 {
+        (1e6, "ms")
+    } else {
+        (1e3, "us")
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15).into_font())
+        .margin(10)
+        .x_label_area_size(38)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..span, y)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .light_line_style(RGBColor(235, 235, 235))
+        .x_desc(format!("start, {x_unit} since session start"))
+        .y_desc("duration")
+        .x_label_formatter(&|v| {
+            let s = format!("{:.3}", v / x_scale);
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        })
+        .y_label_formatter(fmt)
+        .draw()
+        .map_err(draw_err)?;
+    let threads = d.threads();
+    let radius = if d.calls.len() < 500 { 3 } else { 2 };
+    let mut seen: HashSet<(u32, i32, i32)> = HashSet::new();
+    for (k, &t) in threads.iter().enumerate() {
+        let color = thread_color(k);
+        let mut dots = Vec::new();
+        for c in d.calls.iter().filter(|c| c.thread == t) {
+            let p = (c.start_ns as f64, c.dur_ns.max(1) as f64);
+            let (px, py) = chart.backend_coord(&p);
+            if seen.insert((t, px, py)) {
+                dots.push(p);
+            }
+        }
+        let n = d.calls.iter().filter(|c| c.thread == t).count();
+        chart
+            .draw_series(
+                dots.into_iter()
+                    .map(|p| Circle::new(p, radius, color.mix(0.7).filled())),
+            )
+            .map_err(draw_err)?
+            .label(format!("{} ({n})", meta.thread_label(t)))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 12).into_font())
+        .draw()
+        .map_err(draw_err)?;
+    Ok(())
+}
+
+/// Calls per duration bin, and how the count axis is scaled.
+struct Bins<'e> {
+    edges: &'e [f64],
+    counts: Vec<u64>,
+    /// Count axis from `base` to `top`; log when single calls would vanish
+    /// next to the tallest bar.
+    base: f64,
+    top: f64,
+    log: bool,
+}
+
+impl<'e> Bins<'e> {
+    fn new(d: &CallDurations, edges: &'e [f64]) -> Self {
+        let n = edges.len() - 1;
+        let mut counts = vec![0u64; n];
+        for c in &d.calls {
+            let v = c.dur_ns.max(1) as f64;
+            let i = edges
+                .partition_point(|&e| e <= v)
+                .saturating_sub(1)
+                .min(n - 1);
+            counts[i] += 1;
+        }
+        let max = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+        let min = counts.iter().copied().filter(|&c| c > 0).min().unwrap_or(1) as f64;
+        let log = max / min > LOG_RANGE;
+        let (base, top) = if log {
+            (0.7, max * 8.0)
+        } else {
+            (0.0, max * 1.35)
+        };
+        Bins {
+            edges,
+            counts,
+            base,
+            top,
+            log,
+        }
+    }
+
+    /// A height `at` (0..1) of the way up the count axis.
+    fn height(&self, at: f64) -> f64 {
+        if self.log {
+            self.base * (self.top / self.base).powf(at)
+        } else {
+            self.top * at
+        }
+    }
+}
+
+/// Lower panel: calls per duration bin, p50 and p99 as labelled vertical lines.
+fn histogram<X, Y>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    d: &CallDurations,
+    x: X,
+    y: Y,
+    bins: &Bins<'_>,
+    fmt: &dyn Fn(&f64) -> String,
+) -> Result<(), PlotError>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "histogram{}: p50 {}, p99 {}, min {}, max {}",
+                if bins.log { " (log counts)" } else { "" },
+                human_duration(d.p50_ns),
+                human_duration(d.p99_ns),
+                human_duration(d.min_ns),
+                human_duration(d.max_ns)
+            ),
+            ("sans-serif", 15).into_font(),
+        )
+        .margin(10)
+        .x_label_area_size(38)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x, y)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .light_line_style(RGBColor(235, 235, 235))
+        .x_desc("duration")
+        .y_desc("calls")
+        .x_label_formatter(fmt)
+        .y_label_formatter(&|v| {
+            if v.fract().abs() < 1e-9 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(draw_err)?;
+    let bar = RGBColor(70, 130, 180);
+    let e = bins.edges;
+    chart
+        .draw_series(
+            bins.counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(i, &c)| {
+                    Rectangle::new([(e[i], bins.base), (e[i + 1], c as f64)], bar.filled())
+                }),
+        )
+        .map_err(draw_err)?;
+    let marks = [
+        ("p50", d.p50_ns, RGBColor(30, 140, 60), 0.96),
+        ("p99", d.p99_ns, RGBColor(200, 30, 30), 0.80),
+    ];
+    let (px, _) = chart.plotting_area().get_pixel_range();
+    for (label, ns, color, at) in marks {
+        let v = ns.max(1) as f64;
+        // Labels right of the line, or left of it near the right edge.
+        let (x, _) = chart.backend_coord(&(v, bins.base));
+        let right_half = x > px.start + (px.end - px.start) * 7 / 10;
+        let (text, anchor) = if right_half {
+            (format!("{label} {} ", human_duration(ns)), HPos::Right)
+        } else {
+            (format!(" {label} {}", human_duration(ns)), HPos::Left)
+        };
+        let font = ("sans-serif", 13)
+            .into_font()
+            .color(&color)
+            .pos(Pos::new(anchor, VPos::Top));
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(v, bins.base), (v, bins.top)],
+                color.stroke_width(2),
+            )))
+            .map_err(draw_err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(text, (v, bins.height(at)), font)))
+            .map_err(draw_err)?;
+    }
+    Ok(())
+}
+
+/// The slowest calls as text: duration, start, thread, call path.
+pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> io::Result<()> {
+    writeln!(
+        w,
+        "# {}: {} call{}, p50 {}, p99 {}, max {}{}",
+        d.name,
+        d.calls.len(),
+        if d.calls.len() == 1 { "" } else { "s" },
+        human_duration(d.p50_ns),
+        human_duration(d.p99_ns),
+        human_duration(d.max_ns),
+        if d.lost > 0 {
+            format!(", LOST {} records", d.lost)
+        } else {
+            String::new()
+        }
+    )?;
+    if d.slowest.is_empty() {
+        return w.flush();
+    }
+    writeln!(w, "# slowest {}:", d.slowest.len())?;
+    let width = d
+        .slowest
+        .iter()
+        .map(|s| meta.thread_label(s.call.thread).len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    writeln!(
+        w,
+        "#   DURATION         START  {:<width$}  CALL PATH",
+        "THREAD"
+    )?;
+    for s in &d.slowest {
+        writeln!(
+            w,
+            "  {:>10}  {:>12}  {:<width$}  {}",
+            uftrace_time(s.call.dur_ns),
+            uftrace_time(s.call.start_ns),
+            meta.thread_label(s.call.thread),
+            s.path_names(meta)
+        )?;
+    }
+    w.flush()
+}
+
+/// Reads `events`, draws the SVG into `svg` and the slowest calls into
+/// `text`. On a read error, what was read is drawn (if it holds any call of
+/// the function) and the error is returned.
+pub fn write_plot(
+    meta: &TraceMeta,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    opts: &PlotOptions,
+    mut svg: impl Write,
+    text: impl Write,
+) -> Result<CallDurations, PlotError> {
+    let mut b = DurationsBuilder::new(meta, opts)?;
+    let read = b.extend(events);
+    let d = match (b.finish(), read) {
+        (Ok(d), read) => (d, read),
+        (Err(_), Err(e)) => return Err(PlotError::Trace(e)),
+        (Err(e), Ok(())) => return Err(e),
+    };
+    let drawn = durations_svg(&d.0, meta, opts)?;
+    svg.write_all(drawn.as_bytes())?;
+    svg.flush()?;
+    write_slowest(&d.0, meta, text)?;
+    d.1?;
+    Ok(d.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fgtrace_trace::{flags, SiteInfo, ThreadInfo};
+
+    fn meta() -> TraceMeta {
+        let site = |m: &str, n: &str| SiteInfo {
+            name: n.into(),
+            module_path: m.into(),
+            file: "x.rs".into(),
+            line: 1,
+            is_async: false,
+        };
+        TraceMeta {
+            duration_ns: 1_000_000,
+            sites: vec![
+                site("a", "main"),
+                site("a", "parse"),
+                site("b", "parse"),
+                site("a", "leaf"),
+            ],
+            threads: vec![
+                ThreadInfo {
+                    tid: 1,
+                    name: "main".into(),
+                    ..Default::default()
+                },
+                ThreadInfo {
+                    tid: 2,
+                    name: "w".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
+        let has_children = flags::HAS_CHILDREN;
+        crate::test_traces::flagged_call(thread, site, depth, start_ns, dur_ns, has_children)
+    }
+
+    #[test]
+    fn names_resolve_by_full_path_or_unique_display_name() {
+        let m = meta();
+        assert_eq!(find_sites(&m, "a::parse").unwrap(), [1]);
+        assert_eq!(find_sites(&m, "leaf").unwrap(), [3]);
+        let e = find_sites(&m, "parse").unwrap_err().to_string();
+        assert!(e.contains("`a::parse`, `b::parse`"), "{e}");
+        let e = find_sites(&m, "pars").unwrap_err().to_string();
+        assert!(e.contains("no traced function is named `pars`"), "{e}");
+        assert!(e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn paths_percentiles_and_top_n() {
+        let m = meta();
+        let opts = PlotOptions {
+            function: "leaf".into(),
+            top: 2,
+            ..Default::default()
+        };
+        let mut b = DurationsBuilder::new(&m, &opts).unwrap();
+        let evs = [
+            call(0, 0, 0, 0, 1000),
+            call(0, 1, 1, 10, 500),
+            call(0, 3, 2, 20, 100),
+            call(0, 3, 1, 600, 300), // parse closed: path main;leaf
+            call(1, 2, 0, 0, 900),
+            call(1, 3, 1, 5, 200),
+        ];
+        b.extend(evs.iter().cloned().map(Ok)).unwrap();
+        let d = b.finish().unwrap();
+        assert_eq!(d.calls.len(), 3);
+        assert_eq!((d.min_ns, d.p50_ns, d.max_ns), (100, 200, 300));
+        assert_eq!(d.slowest.len(), 2);
+        assert_eq!(d.slowest[0].path_names(&m), "main;leaf");
+        assert_eq!(d.slowest[0].call.dur_ns, 300);
+        assert_eq!(d.slowest[1].path_names(&m), "parse;leaf");
+        assert_eq!(d.slowest[1].call.thread, 1);
+
+        // Running text takes human durations; the table keeps uftrace's
+        // aligned columns.
+        let mut txt = Vec::new();
+        write_slowest(&d, &m, &mut txt).unwrap();
+        let txt = String::from_utf8(txt).unwrap();
+        assert!(
+            txt.lines()
+                .next()
+                .unwrap()
+                .ends_with(": 3 calls, p50 200 ns, p99 300 ns, max 300 ns"),
+            "{txt}"
+        );
+        assert!(
+            txt.contains("\n    0.300 us      0.600 us  main-1  main;leaf\n"),
+            "{txt}"
+        );
+        let svg = durations_svg(&d, &m, &PlotOptions::default()).unwrap();
+        assert!(
+            svg.contains("histogram: p50 200 ns, p99 300 ns, min 100 ns, max 300 ns"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn no_calls_is_an_error() {
+        let m = meta();
+        let b = DurationsBuilder::for_sites(&m, &[1], 5, &[]);
+        assert!(matches!(b.finish(), Err(PlotError::NoCalls { .. })));
+    }
+
+    #[test]
+    fn log_ticks_are_human_durations() {
+        assert_eq!(log_tick(&0.0), "0 ns");
+        assert_eq!(log_tick(&-3.0), "0 ns");
+        assert_eq!(log_tick(&100.0), "100 ns");
+        // Ticks computed as powers land a hair off the round value.
+        assert_eq!(log_tick(&999.999_999_9), "1 us");
+        assert_eq!(log_tick(&1500.0), "1.5 us");
+        assert_eq!(log_tick(&250e6), "250 ms");
+        assert_eq!(log_tick(&12.34e9), "12.34 s");
+    }
+}
