@@ -87,7 +87,7 @@ fn child(view: &str, path: &str) {
         }
         "perfetto" => {
             let opts = fgtrace::view::perfetto::PerfettoOptions::default();
-            let resolve = fgtrace::view::folded::HexResolve;
+            let resolve = fgtrace::view::HexResolve;
             fgtrace::view::perfetto::write_perfetto(&meta, r.events(), resolve, &opts, &mut sink)
                 .expect("perfetto");
         }

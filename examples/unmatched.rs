@@ -20,9 +20,8 @@
 
 use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::SiteInfo;
-use fgtrace::view::folded::{
-    chain_match, ChainCut, ChainMatch, Cut, FoldedBuilder, FoldedOptions, RecordedCut, SampleStack,
-};
+use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
+use fgtrace::view::join::{chain_match, ChainCut, ChainMatch, Cut, RecordedCut, SampleStack};
 use fgtrace::view::ok_events;
 use fgtrace::Trace;
 use std::cell::Cell;

@@ -273,7 +273,7 @@ fn graph_report_and_html_show_the_figures() {
 
     let mut html = Vec::new();
     t.write_html(
-        fgtrace::view::folded::HexResolve,
+        fgtrace::view::HexResolve,
         &HtmlOptions::default(),
         &mut html,
     )

@@ -16,9 +16,8 @@ mod tools;
 use fgtrace::sampler::{Backend, Sampling};
 use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::SiteInfo;
-use fgtrace::view::folded::{
-    ChainCut, Cut, FoldedBuilder, FoldedOptions, RecordedCut, SampleStack,
-};
+use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
+use fgtrace::view::join::{ChainCut, Cut, RecordedCut, SampleStack};
 use fgtrace::view::ok_events;
 use fgtrace::{Config, Session, Trace};
 use std::cell::RefCell;

@@ -3,8 +3,8 @@
 
 use fgtrace::trace::{Call, Event, ThreadInfo, TraceBuilder, TraceMeta};
 use fgtrace::view::chrome::{write_chrome, ChromeOptions};
-use fgtrace::view::folded::HexResolve;
 use fgtrace::view::html::HtmlOptions;
+use fgtrace::view::HexResolve;
 use fgtrace::view::TraceViews;
 
 fn hostile() -> fgtrace::Trace {

@@ -3,6 +3,7 @@
 
 use super::{io_err, open, threads};
 use fgtrace_trace::{TraceError, TraceMeta};
+use fgtrace_view::chart::ChartBuilder;
 use fgtrace_view::chrome::{write_chrome, ChromeOptions};
 use fgtrace_view::diff::{
     diff_with_error, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
@@ -10,7 +11,7 @@ use fgtrace_view::diff::{
 use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
-use fgtrace_view::folded::{ChartBuilder, Folded, FoldedBuilder, FoldedOptions};
+use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions};
 use fgtrace_view::offcpu::{
     self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
     OffCpuFoldedOptions,

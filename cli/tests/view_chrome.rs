@@ -5,8 +5,8 @@ use fgtrace_trace::{
     CallCounters, Event, FutureSpan, LossKind, Lost, Sample, Trace, TraceBuilder, TraceError,
 };
 use fgtrace_view::chrome::{write_chrome, ChromeOptions};
-use fgtrace_view::folded::{FnResolve, HexResolve};
 use fgtrace_view::ok_events;
+use fgtrace_view::resolve::{FnResolve, HexResolve};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -8,11 +8,11 @@ mod cli_support;
 use cli_support::{fgtrace, tempdir};
 
 use fgtrace_trace::{Event, Sample, SiteInfo, Trace, TraceBuilder, TraceError, TraceMeta};
-use fgtrace_view::folded::{
-    combined_folded, traced_folded, ChartBuilder, Cut, FnResolve, FoldedBuilder, FoldedOptions,
-    NameCut, Origin, SampleStack,
-};
+use fgtrace_view::chart::ChartBuilder;
+use fgtrace_view::folded::{combined_folded, traced_folded, FoldedBuilder, FoldedOptions, Origin};
+use fgtrace_view::join::{Cut, NameCut, SampleStack};
 use fgtrace_view::ok_events;
+use fgtrace_view::FnResolve;
 use std::collections::BTreeMap;
 
 #[path = "../../tests/support/traces.rs"]

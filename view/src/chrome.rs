@@ -32,10 +32,10 @@
 //! go through `serde_json` for escaping; no event has an array at its top
 //! level (Perfetto's tokenizer rejects those), `args` holds the stack.
 
-use super::folded::Resolve;
 use super::lanes::PollMatcher;
 use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use super::{shown, thread_mask, ThreadSel};
+use crate::resolve::Resolve;
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };

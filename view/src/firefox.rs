@@ -27,10 +27,10 @@
 //! format's tables are columnar), so this view costs memory per call,
 //! unlike the streaming Chrome and Perfetto exports.
 
-use super::folded::Resolve;
 use super::lanes::PollMatcher;
 use super::offcpu::{off_cpu_slices, OffSlice};
 use super::{shown, thread_mask, ThreadSel};
+use crate::resolve::Resolve;
 use fgtrace_trace::{
     Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
 };

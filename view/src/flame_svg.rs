@@ -17,8 +17,9 @@
 //! annotation cannot place keeps inferno's tooltip.
 
 use super::flame::{render_svg, FlameError, FlameOptions};
-use super::folded::{Chart, Folded, Origin, Tree};
 use super::format::human_duration;
+use crate::chart::Chart;
+use crate::folded::{Folded, Origin, Tree};
 use fgtrace_trace::TraceMeta;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;

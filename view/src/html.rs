@@ -19,13 +19,14 @@
 
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
-use super::folded::{Folded, FoldedBuilder, FoldedOptions, Resolve};
 use super::format::human_duration;
 use super::graph::{GraphOptions, GraphWriter};
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
 use super::{shown, thread_mask, ThreadSel};
+use crate::folded::{Folded, FoldedBuilder, FoldedOptions};
+use crate::resolve::Resolve;
 use fgtrace_trace::{saturating_sum, Call, Event, OffInterval, TraceError, TraceMeta};
 use std::fmt::Write as _;
 use std::io::{self, Write};

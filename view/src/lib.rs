@@ -14,6 +14,7 @@
 pub mod board_stream;
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
+pub mod chart;
 pub mod chrome;
 pub mod diff;
 #[cfg(feature = "firefox")]
@@ -27,6 +28,7 @@ pub mod format;
 pub mod graph;
 #[cfg(feature = "html")]
 pub mod html;
+pub mod join;
 pub mod lanes;
 pub mod offcpu;
 #[cfg(feature = "perfetto")]
@@ -36,6 +38,7 @@ pub mod plot;
 #[cfg(feature = "pprof")]
 pub mod pprof;
 pub mod report;
+pub mod resolve;
 pub mod sampled;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
@@ -44,6 +47,8 @@ pub mod symbolize;
 #[cfg(test)]
 #[path = "../../tests/support/traces.rs"]
 mod test_traces;
+
+pub use resolve::{FnResolve, FrameInfo, HexResolve, Resolve};
 
 pub use graph::{write_graph, GraphOptions, GraphWriter, ThreadColumn};
 pub use report::{
@@ -67,11 +72,11 @@ pub trait TraceViews {
     fn write_report(&self, opts: &ReportOptions, w: impl io::Write) -> io::Result<()>;
     /// Writes the trace's HTML report (see [`html`]), naming samples with
     /// `resolver` (a [`symbolize::Symbolizer`] of the traced process's
-    /// mappings, or [`folded::HexResolve`] for bare addresses).
+    /// mappings, or [`HexResolve`] for bare addresses).
     #[cfg(feature = "html")]
     fn write_html(
         &self,
-        resolver: impl folded::Resolve,
+        resolver: impl Resolve,
         opts: &html::HtmlOptions,
         w: impl io::Write,
     ) -> io::Result<()>;
@@ -97,7 +102,7 @@ impl TraceViews for fgtrace_trace::Trace {
     #[cfg(feature = "html")]
     fn write_html(
         &self,
-        resolver: impl folded::Resolve,
+        resolver: impl Resolve,
         opts: &html::HtmlOptions,
         w: impl io::Write,
     ) -> io::Result<()> {

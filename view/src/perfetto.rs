@@ -35,10 +35,10 @@
 //! decode the output with that package's `perfetto_trace_pb2`, so a wrong
 //! number or wire type shows up as a missing field there.
 
-use super::folded::Resolve;
 use super::lanes::{PendingPoll, PollMatcher};
 use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use super::{shown, thread_mask, ThreadSel};
+use crate::resolve::Resolve;
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };
@@ -911,8 +911,8 @@ pub fn write_perfetto<W: Write, R: Resolve>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::folded::HexResolve;
     use crate::ok_events;
+    use crate::resolve::HexResolve;
     use fgtrace_trace::{flags, SiteInfo, ThreadInfo};
     use std::collections::HashMap;
 

@@ -9,8 +9,8 @@
 //! `symbolize` feature's `Symbolizer`, or any other. Memory is one entry per
 //! function, whatever the number of samples.
 
-use super::folded::Resolve;
 use super::{shown, thread_mask, ThreadSel};
+use crate::resolve::Resolve;
 use fgtrace_trace::{Event, Sample, TraceError, TraceMeta};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -232,7 +232,7 @@ pub fn write_sampled<W: Write, R: Resolve>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::folded::FnResolve;
+    use crate::resolve::FnResolve;
     use fgtrace_trace::ThreadInfo;
 
     fn meta() -> TraceMeta {

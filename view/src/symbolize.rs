@@ -219,7 +219,7 @@ impl Symbolizer {
     }
 }
 
-impl crate::folded::Resolve for Symbolizer {
+impl crate::resolve::Resolve for Symbolizer {
     fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String> {
         Symbolizer::frames(self, addr, is_return_address)
             .iter()
@@ -227,11 +227,11 @@ impl crate::folded::Resolve for Symbolizer {
             .collect()
     }
 
-    fn frame_info(&mut self, addr: u64, is_return_address: bool) -> crate::folded::FrameInfo {
+    fn frame_info(&mut self, addr: u64, is_return_address: bool) -> crate::resolve::FrameInfo {
         let in_probe = Symbolizer::frames(self, addr, is_return_address)
             .iter()
             .any(is_probe_frame);
-        crate::folded::FrameInfo {
+        crate::resolve::FrameInfo {
             frame_record: self.frame_record(addr, is_return_address),
             in_probe,
         }

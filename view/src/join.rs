@@ -1,0 +1,843 @@
+//! The combined join: which traced call each sample ran under, and where the
+//! sampled frames go below it.
+//!
+//! Calls of a thread arrive in pre-order and samples in time order within the
+//! thread's stream, so a per-thread stack of open calls is enough: before a
+//! sample at `ts`, calls that ended at or before `ts` are closed; the deepest
+//! call left is the one the sample interrupted. The sampler also recorded how
+//! many traced calls were open (`shadow_depth`); when the two disagree the
+//! recorded depth wins (the shallower open call with `depth < shadow_depth`)
+//! and the disagreement is counted. Then a [`Cut`] finds the traced
+//! function's own frame in the resolved sampled stack: the frames inside it
+//! (innermost first, up to but excluding that frame) are what ran below the
+//! traced call and become its sampled children. [`RecordedCut`] (the default)
+//! uses the index the sampler found by comparing stack addresses
+//! ([`Sample::cut`]), falling back to [`NameCut`], which matches the traced
+//! site's name against the resolved names. A sample whose traced frame is not
+//! found goes under the traced call as `[unmatched];<all frames>`. Samples
+//! taken outside any traced call keep their whole stack and weigh one sampling
+//! period each (from `meta.sampling`, e.g. `cpu-clock@999Hz`).
+
+use crate::resolve::FrameInfo;
+use fgtrace_trace::{Sample, SiteInfo};
+
+/// A sample's resolved stack, as a [`Cut`] sees it.
+pub struct SampleStack<'s> {
+    pub sample: &'s Sample,
+    /// Resolved names, innermost first (inlined frames expanded).
+    pub names: &'s [&'s str],
+    /// For each name, the index into `sample.frames` it was resolved from.
+    pub frame_of: &'s [u32],
+    /// The traced calls open at the sample (outermost first, the call the
+    /// sample is joined to last): what [`ChainCut`] matches.
+    pub open: &'s [&'s SiteInfo],
+    /// For each of `sample.frames`, what the binary says about it (empty:
+    /// nothing known).
+    pub info: &'s [FrameInfo],
+}
+
+/// Finds the traced function's own frame in a sampled stack: the pluggable
+/// step of the combined join.
+pub trait Cut {
+    /// Index into `stack.names` of the frame of `site` (the innermost traced
+    /// call open at the sample); the names before it ran below that call.
+    /// `None`: not found (the sample goes under `[unmatched]`).
+    fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize>;
+}
+
+/// Matches the traced site's name against the resolved names (innermost match).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NameCut;
+
+impl Cut for NameCut {
+    fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize> {
+        stack.names.iter().position(|n| site_matches(site, n))
+    }
+}
+
+/// Where the innermost open traced call sits in a sampled stack, found from
+/// names alone (what a kernel call chain needs: it has return addresses but
+/// no frame addresses to compare with the stack pointer a call recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainMatch {
+    /// Index into the names (innermost first) of the traced call's frame.
+    At(usize),
+    /// The open traced calls are not all in the stack, in order (a frame the
+    /// walk skipped, a truncated chain, no symbols, a `name = ".."` override).
+    NotFound,
+    /// More than one frame fits: the stack holds more frames of a traced
+    /// function than calls of it are open (a call the trace did not keep:
+    /// depth limit, threshold, loss), so which one is the open call is a guess.
+    Ambiguous,
+}
+
+/// Matches the open traced calls (outermost first) against the resolved
+/// stack (innermost first): every open call must match a frame of its
+/// function, in nesting order, and the innermost call's frame must be the
+/// same whether the calls are matched from the root inwards or from the leaf
+/// outwards. Recursion is told apart by the number of open calls of each
+/// function: four open `f` calls need four `f` frames, the fourth from the
+/// root being the innermost open call.
+pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
+    let site_matches = chain_site_matches;
+    if open.is_empty() {
+        return ChainMatch::NotFound;
+    }
+    // From the root: each call takes the outermost frame left (highest index).
+    let mut from_root = names.len();
+    for site in open {
+        match names[..from_root]
+            .iter()
+            .rposition(|n| site_matches(site, n))
+        {
+            Some(j) => from_root = j,
+            None => return ChainMatch::NotFound,
+        }
+    }
+    // From the leaf: each call, innermost first, takes the innermost frame
+    // left (lowest index past the previous one).
+    let mut from_leaf = None;
+    let mut next = 0;
+    for (k, site) in open.iter().rev().enumerate() {
+        match names[next..].iter().position(|n| site_matches(site, n)) {
+            Some(j) => {
+                if k == 0 {
+                    from_leaf = Some(next + j);
+                }
+                next += j + 1;
+            }
+            None => return ChainMatch::NotFound,
+        }
+    }
+    match from_leaf {
+        Some(j) if j == from_root => ChainMatch::At(j),
+        Some(_) => ChainMatch::Ambiguous,
+        None => ChainMatch::NotFound,
+    }
+}
+
+/// [`chain_match`], and where that finds no single answer, what the walk
+/// itself tells ([`FrameInfo`], per sampled frame; `frame_of` maps each name
+/// to its frame, as in [`SampleStack`]). Two cases are joined, neither by
+/// guessing:
+///
+/// * **In a probe.** The innermost frames are fgtrace's probe, inlined into a
+///   traced function (or called from it): that function's call is being
+///   entered (before its start time) or left (after its end time), so its
+///   frame is one more than the open calls, and not theirs. The open calls
+///   must then match the frames outside it, as [`chain_match`] requires; the
+///   probe's frames go below the innermost open call.
+/// * **A leaf without a frame record.** The leaf's function had no frame
+///   record of its own at the sampled address (code without frame pointers,
+///   a function's first or last instructions), so the walk went on from its
+///   caller's record and skipped the caller (and more, if that had none
+///   either): the frames missing are right above the leaf. If the open calls
+///   cannot all be found in the stack, the innermost ones are taken to be in
+///   those missing frames only when that is the one way left: the outer open
+///   calls match the frames above (unambiguously), no frame between the leaf
+///   and them can have skipped another caller (each had its frame record),
+///   no frame of an inner call's function is seen below them, and, when all
+///   open calls are missing, the walk reached the thread's first frame (or
+///   stopped at the leaf itself). The cut is then right above the leaf: what
+///   ran below the innermost open call is the leaf (and the frames the walk
+///   skipped, which no one can name).
+pub fn chain_match_walk(
+    open: &[&SiteInfo],
+    names: &[&str],
+    frame_of: &[u32],
+    info: &[FrameInfo],
+) -> ChainMatch {
+    let full = chain_match(open, names);
+    if matches!(full, ChainMatch::At(_))
+        || open.is_empty()
+        || names.is_empty()
+        || frame_of.len() != names.len()
+    {
+        return full;
+    }
+    // Name ranges of the sampled frames, innermost first.
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for (i, &f) in frame_of.iter().enumerate() {
+        match ranges.last_mut() {
+            Some(r) if frame_of[r.0] == f => r.1 = i + 1,
+            _ => ranges.push((i, i + 1)),
+        }
+    }
+    let frame = |k: usize| frame_of[ranges[k].0] as usize;
+    let in_probe = |k: usize| {
+        info.get(frame(k)).is_some_and(|f| f.in_probe)
+            || names[ranges[k].0..ranges[k].1]
+                .iter()
+                .any(|n| n.contains("fgtrace_core::probe::"))
+    };
+    // The outermost frame whose code is the probe, up to the first frame of
+    // an open call's function: the frames below it were called by the probe
+    // (its thread-local access, helpers), the frame itself is the traced
+    // function the probe was inlined into (or the probe's own).
+    let first_open = (0..ranges.len())
+        .find(|&k| {
+            names[ranges[k].0..ranges[k].1]
+                .iter()
+                .any(|n| open.iter().any(|s| chain_site_matches(s, n)))
+        })
+        .unwrap_or(ranges.len() - 1);
+    if let Some(p) = (0..=first_open).rev().find(|&k| in_probe(k)) {
+        let end = ranges[p].1;
+        return match chain_match(open, &names[end..]) {
+            ChainMatch::At(j) => ChainMatch::At(end + j),
+            other => other,
+        };
+    }
+    let leaf_has_record = info.get(frame(0)).and_then(|f| f.frame_record);
+    if full == ChainMatch::NotFound && leaf_has_record == Some(false) {
+        return leaf_gap(open, names, &ranges, |k| {
+            info.get(frame(k)).and_then(|f| f.frame_record) == Some(true)
+        });
+    }
+    full
+}
+
+/// The second case of [`chain_match_walk`]: the innermost open calls in the
+/// frames the walk skipped right above the leaf (`ranges[0]`).
+fn leaf_gap(
+    open: &[&SiteInfo],
+    names: &[&str],
+    ranges: &[(usize, usize)],
+    has_record: impl Fn(usize) -> bool,
+) -> ChainMatch {
+    let n0 = ranges[0].1;
+    let (leaf, rest) = names.split_at(n0);
+    let any_of = |ns: &[&str], sites: &[&SiteInfo]| {
+        ns.iter()
+            .any(|n| sites.iter().any(|s| chain_site_matches(s, n)))
+    };
+    // The leaf is below every open call (it runs at the sample's time, inside
+    // them), and named: an unnamed leaf may be a traced function itself.
+    if any_of(leaf, open)
+        || leaf
+            .iter()
+            .any(|n| n.starts_with('[') || n.starts_with("0x"))
+    {
+        return ChainMatch::NotFound;
+    }
+    if rest.is_empty() {
+        // The walk stopped at the leaf: every open call is above it.
+        return ChainMatch::At(n0);
+    }
+    let last = ranges.len() - 1;
+    for k in 1..=open.len() {
+        let (outer, inner) = open.split_at(open.len() - k);
+        // `fm`: the frame of the outermost match; frames between the leaf
+        // and it must each have had a frame record (no other skip).
+        let (j, fm) = if outer.is_empty() {
+            let root = &names[ranges[last].0..ranges[last].1];
+            if !root.iter().any(|n| is_thread_entry(n)) {
+                return ChainMatch::NotFound;
+            }
+            (rest.len(), last)
+        } else {
+            match chain_match(outer, rest) {
+                ChainMatch::At(j) => {
+                    let fm = ranges.iter().position(|r| r.0 <= n0 + j && n0 + j < r.1);
+                    (j, fm.unwrap_or(last))
+                }
+                ChainMatch::Ambiguous => return ChainMatch::Ambiguous,
+                ChainMatch::NotFound => continue,
+            }
+        };
+        if !(1..fm).all(&has_record) {
+            return ChainMatch::NotFound;
+        }
+        if any_of(&rest[..j], inner) {
+            return ChainMatch::Ambiguous;
+        }
+        return ChainMatch::At(n0);
+    }
+    ChainMatch::NotFound
+}
+
+/// Where a thread's stack starts: a frame-pointer walk that reached it has
+/// seen the whole stack (the C library's entry points; `clone3` leaves a
+/// zero frame pointer for the new thread, `_start` for the main one).
+fn is_thread_entry(name: &str) -> bool {
+    matches!(
+        strip_hash(name),
+        "start_thread"
+            | "clone"
+            | "__clone"
+            | "clone3"
+            | "__clone3"
+            | "_start"
+            | "__libc_start_main"
+            | "__libc_start_main_impl"
+            | "__libc_start_call_main"
+    )
+}
+
+/// [`site_matches`], or, for a name without a path, the site's own last
+/// segment: inlined frames have only DWARF names, which line-tables-only
+/// debug info (the release profile's usual setting) gives without the
+/// module path (`parse_line` for `app::LineParser::parse_line`), generic
+/// arguments aside. Matching more loosely costs nothing in correctness here:
+/// [`chain_match`] still needs every open call in nesting order and one
+/// answer from both ends.
+fn chain_site_matches(site: &SiteInfo, resolved: &str) -> bool {
+    if site_matches(site, resolved) {
+        return true;
+    }
+    let n = normalize(resolved);
+    !n.contains("::") && !n.is_empty() && site.name.rsplit("::").next() == Some(n.as_str())
+}
+
+/// Finds the traced frame by [`chain_match_walk`] ([`chain_match`], then the
+/// frames the walk skipped, from [`SampleStack::info`]): the cut for samples
+/// that carry none (kernel call chains from a perf ring). A stack that does
+/// not match, or matches more than one way, is not guessed: the sample goes
+/// under `[unmatched]` and is counted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChainCut;
+
+impl Cut for ChainCut {
+    fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize> {
+        let open: Vec<&SiteInfo>;
+        let open = if stack.open.is_empty() {
+            open = vec![site];
+            &open[..]
+        } else {
+            stack.open
+        };
+        match chain_match_walk(open, stack.names, stack.frame_of, stack.info) {
+            ChainMatch::At(j) => Some(j),
+            ChainMatch::NotFound | ChainMatch::Ambiguous => None,
+        }
+    }
+}
+
+/// Uses the cut the sampler recorded ([`Sample::cut`], a raw frame index),
+/// refined by name among that frame's inlined functions; without one, falls
+/// back to [`NameCut`].
+///
+/// Names overrule the recorded index when they contradict it: if the frame it
+/// points at is not the traced function but a frame at or outside it is
+/// (a callee without its own frame record can make the address comparison
+/// land one frame short), the innermost such frame is taken. Where no name
+/// matches at all (no symbols, a `name = ".."` override), the recorded index
+/// stands: it is the only evidence, and the right one when the traced
+/// function also appears below itself untraced (depth limits, overruns).
+/// The handler takes the first frame record at or above the traced call's
+/// stack pointer to be the frame of the address before it; where that is the
+/// leaf, the leaf had no frame record ([`FrameInfo::frame_record`]) and no
+/// name matches, the record is the leaf's skipped caller's, and the cut is
+/// right above the leaf.
+/// A sample without a recorded cut (a perf ring's kernel call chain) is
+/// joined by [`ChainCut`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordedCut;
+
+impl Cut for RecordedCut {
+    fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize> {
+        if let Some(k) = stack.sample.cut {
+            let first = stack.frame_of.iter().position(|&f| f == k);
+            if let Some(first) = first {
+                let last = stack
+                    .frame_of
+                    .iter()
+                    .rposition(|&f| f == k)
+                    .unwrap_or(first);
+                // Inlined into the frame: the traced fn may be one of its
+                // names. A full name first; else a path-less DWARF name
+                // (release), the outermost such one in the frame, since a
+                // callee of the same short name (a `new` inside `Foo::new`)
+                // was inlined inside it.
+                let exact = |i: &usize| site_matches(site, stack.names[*i]);
+                let loose = |i: &usize| chain_site_matches(site, stack.names[*i]);
+                if let Some(i) = (first..=last)
+                    .find(exact)
+                    .or_else(|| (first..=last).rev().find(loose))
+                {
+                    return Some(i);
+                }
+                let outer = (first..stack.names.len())
+                    .find(exact)
+                    .or_else(|| (first..stack.names.len()).find(loose));
+                let any = || {
+                    (0..stack.names.len())
+                        .find(exact)
+                        .or_else(|| (0..stack.names.len()).find(loose))
+                };
+                // Otherwise the frame's own function (its outermost name) is
+                // it; but where the leaf had no frame record of its own, the
+                // record the handler found first is its caller's, the frame
+                // the walk skipped: that caller is the traced frame (its name
+                // is nowhere in the stack), and the leaf ran below it.
+                let leaf_without_record = stack
+                    .info
+                    .first()
+                    .is_some_and(|f| f.frame_record == Some(false));
+                let own = if k == 0 && leaf_without_record {
+                    last + 1
+                } else {
+                    last
+                };
+                return Some(outer.or_else(any).unwrap_or(own));
+            }
+        }
+        ChainCut.cut(site, stack)
+    }
+}
+
+/// Whether a resolved (demangled) name is the traced `site`'s function:
+/// `crate::module::Type::method` against `module_path` + `name`, ignoring the
+/// symbol hash, generic arguments and `<T as Trait>` qualification; for an
+/// `async fn`, also the body's `{{closure}}`/`{closure#0}` frames.
+pub fn site_matches(site: &SiteInfo, resolved: &str) -> bool {
+    // Cheap rejection first: most frames of a stack are other functions.
+    let last = site.name.rsplit("::").next().unwrap_or("");
+    if !resolved.contains(last) {
+        return false;
+    }
+    let mut n = normalize(resolved);
+    if site.is_async {
+        while let Some(i) = n.rfind("::") {
+            let last = &n[i + 2..];
+            if last.starts_with('{') && last.contains("closure") {
+                n.truncate(i);
+            } else {
+                break;
+            }
+        }
+    }
+    if n == site.full_name() {
+        return true;
+    }
+    if site.module_path.is_empty() {
+        return n == site.name || n.ends_with(&format!("::{}", site.name));
+    }
+    let krate = site.module_path.split("::").next().unwrap_or("");
+    n.ends_with(&format!("::{}", site.name)) && (n.starts_with(&format!("{krate}::")))
+}
+
+/// `<a::T<u8> as b::Tr>::m::h0123456789abcdef` -> `a::T::m`.
+fn normalize(name: &str) -> String {
+    let name = strip_hash(name);
+    // Demangled Rust names are ASCII; anything else is compared as it is.
+    if !name.is_ascii() {
+        return name.to_string();
+    }
+    let b = name.as_bytes();
+    let mut out = String::with_capacity(name.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'<' {
+            let end = matching(b, i);
+            let segment_start = i == 0 || out.ends_with("::");
+            if segment_start {
+                // Qualified path `<A as B>`: keep A (normalized).
+                let inner = &name[i + 1..end.min(b.len())];
+                let inner = split_as(inner);
+                out.push_str(&normalize(inner));
+            }
+            // Generic arguments after an identifier: dropped.
+            i = end + 1;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Index of the `>` closing the `<` at `open` (or the end).
+fn matching(b: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (j, &c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'<' => depth += 1,
+            b'>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return j;
+                }
+            }
+            _ => {}
+        }
+    }
+    b.len()
+}
+
+/// `A as B` at the top level of `s` -> `A`.
+fn split_as(s: &str) -> &str {
+    let b = s.as_bytes();
+    let mut depth = 0i32;
+    for j in 0..b.len() {
+        match b[j] {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b' ' if depth == 0 && s[j..].starts_with(" as ") => return &s[..j],
+            _ => {}
+        }
+    }
+    s
+}
+
+fn strip_hash(name: &str) -> &str {
+    if let Some(i) = name.rfind("::h") {
+        let h = &name[i + 3..];
+        if h.len() == 16 && h.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return &name[..i];
+        }
+    }
+    name
+}
+
+/// Where a frame came from; the flamegraph colours frames by it.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(module: &str, name: &str, is_async: bool) -> SiteInfo {
+        SiteInfo {
+            name: name.into(),
+            module_path: module.into(),
+            file: "x.rs".into(),
+            line: 1,
+            is_async,
+        }
+    }
+
+    /// Issue 18: recursion told apart by the number of open calls; extra
+    /// frames of the traced function (a call the trace did not keep) make
+    /// the match ambiguous, missing ones make it fail; neither is guessed.
+    #[test]
+    fn chain_match_counts_open_calls_and_never_guesses() {
+        let w = site("app", "work", false);
+        let f = site("app", "f", false);
+        let names = |v: &[&'static str]| v.to_vec();
+        // work > f > f > f, then untraced g, h below the innermost f.
+        let stack = names(&[
+            "app::h",
+            "app::g",
+            "app::f",
+            "app::f",
+            "app::f",
+            "app::work",
+            "main",
+        ]);
+        assert_eq!(chain_match(&[&w, &f, &f, &f], &stack), ChainMatch::At(2));
+        // Two f calls open but three f frames: which f is the open one?
+        assert_eq!(chain_match(&[&w, &f, &f], &stack), ChainMatch::Ambiguous);
+        // Four f calls open, three frames (a frame the walk skipped).
+        assert_eq!(
+            chain_match(&[&w, &f, &f, &f, &f], &stack),
+            ChainMatch::NotFound
+        );
+        // Nesting order matters: f open inside work, but work is below f here.
+        let inverted = names(&["app::work", "app::f", "main"]);
+        assert_eq!(chain_match(&[&w, &f], &inverted), ChainMatch::NotFound);
+        // Untraced frames between traced ones (f -> g -> f) are fine.
+        let between = names(&["app::h", "app::f", "app::g", "app::f", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f, &f], &between), ChainMatch::At(1));
+        // The sample in the traced function itself: cut 0.
+        assert_eq!(
+            chain_match(&[&w], &names(&["app::work", "main"])),
+            ChainMatch::At(0)
+        );
+        assert_eq!(chain_match(&[], &stack), ChainMatch::NotFound);
+        // Inlined frames named by DWARF alone, without their path (release).
+        let p = site("app::parser", "LineParser::parse_line", false);
+        let inlined = names(&["memchr", "parse_line", "app::work"]);
+        assert_eq!(chain_match(&[&w, &p], &inlined), ChainMatch::At(1));
+        let generic = names(&["collect<u8>", "f<u32>", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f], &generic), ChainMatch::At(1));
+        // A path that is not the site's is still no match.
+        let other = names(&["other::f", "app::work"]);
+        assert_eq!(chain_match(&[&w, &f], &other), ChainMatch::NotFound);
+    }
+
+    /// A sample's frames: (names innermost first, what the binary says).
+    fn cut_of(open: &[&SiteInfo], frames: &[(&[&str], FrameInfo)]) -> Option<usize> {
+        let sample = Sample {
+            thread: 0,
+            ts_ns: 0,
+            shadow_depth: open.len() as u32,
+            cut: None,
+            frames: (0..frames.len() as u64).map(|a| 0x1000 + a).collect(),
+        };
+        let names: Vec<&str> = frames.iter().flat_map(|f| f.0.iter().copied()).collect();
+        let frame_of: Vec<u32> = (0..frames.len() as u32)
+            .flat_map(|i| std::iter::repeat_n(i, frames[i as usize].0.len()))
+            .collect();
+        let info: Vec<FrameInfo> = frames.iter().map(|f| f.1).collect();
+        let stack = SampleStack {
+            sample: &sample,
+            names: &names,
+            frame_of: &frame_of,
+            open,
+            info: &info,
+        };
+        ChainCut.cut(open.last().unwrap(), &stack)
+    }
+
+    const REC: FrameInfo = FrameInfo {
+        frame_record: Some(true),
+        in_probe: false,
+    };
+    const NO_REC: FrameInfo = FrameInfo {
+        frame_record: Some(false),
+        in_probe: false,
+    };
+    const UNKNOWN_REC: FrameInfo = FrameInfo {
+        frame_record: None,
+        in_probe: false,
+    };
+    const PROBE: FrameInfo = FrameInfo {
+        frame_record: Some(true),
+        in_probe: true,
+    };
+
+    /// Release builds: a sample in the probe of a traced call that is being
+    /// entered (before its start time) or left (after its end time) has one
+    /// frame of the traced function more than there are open calls of it.
+    /// That frame is the probe's, not an open call's: the open calls match
+    /// the frames outside it, and the probe's frames go below them.
+    #[test]
+    fn a_sample_in_a_probe_is_joined_below_the_open_calls() {
+        let w = site("app", "worker", false);
+        let e = site("app", "eval", false);
+        let root: &[&str] = &["app::worker"];
+        // Leaving an inner eval: its end time is taken, the frame is still there.
+        let exit: &[&str] = &[
+            "_rdtsc",
+            "ticks",
+            "exit",
+            "drop",
+            "drop_in_place<fgtrace_core::probe::Guard>",
+            "app::eval",
+        ];
+        let frames = [
+            (exit, REC),
+            (&["app::eval"][..], REC),
+            (&["app::eval"][..], REC),
+            (root, REC),
+        ];
+        assert_eq!(cut_of(&[&w, &e, &e], &frames), Some(6));
+        // Without the probe evidence the same stack stays ambiguous.
+        assert_eq!(
+            chain_match(
+                &[&w, &e, &e],
+                &[exit, &["app::eval"], &["app::eval"], root].concat()
+            ),
+            ChainMatch::Ambiguous
+        );
+        // Entering: DWARF names without the path; the symbolizer says probe
+        // (by source file).
+        let enter: &[&str] = &["enter", "app::eval"];
+        let frames = [(enter, PROBE), (&["app::eval"][..], REC), (root, REC)];
+        assert_eq!(cut_of(&[&w, &e], &frames), Some(2));
+        // A helper the probe called (its thread-local access) below it.
+        let frames = [
+            (&["std::thread::local::LocalKey<T>::with"][..], REC),
+            (&["with_state", "exit", "app::eval"][..], PROBE),
+            (&["app::eval"][..], REC),
+            (root, REC),
+        ];
+        assert_eq!(cut_of(&[&w, &e], &frames), Some(4));
+        // Probe frames and helpers between them (a debug build, where the
+        // probe's closures are frames of their own).
+        let frames = [
+            (&["core::ptr::write_volatile"][..], NO_REC),
+            (&["fgtrace_core::probe::with_state::{{closure}}"][..], REC),
+            (&["std::thread::local::LocalKey<T>::try_with"][..], REC),
+            (&["std::thread::local::LocalKey<T>::with"][..], REC),
+            (&["fgtrace_core::probe::exit", "app::eval"][..], REC),
+            (&["app::eval"][..], REC),
+            (root, REC),
+        ];
+        assert_eq!(cut_of(&[&w, &e], &frames), Some(6));
+        // Outside the probe's frame the open calls still need one answer:
+        // two evals left for one open call is still a guess.
+        let frames = [
+            (exit, REC),
+            (&["app::eval"][..], REC),
+            (&["app::eval"][..], REC),
+            (root, REC),
+        ];
+        assert_eq!(cut_of(&[&w, &e], &frames), None);
+        // As many frames as open calls: the probe's frame is the open call
+        // (past its start time, or before its end time), as names say.
+        let frames = [(exit, REC), (root, REC)];
+        assert_eq!(cut_of(&[&w, &e], &frames), Some(5));
+        // The open calls not outside the probe's frame: not found.
+        let frames = [(exit, REC), (&["app::eval"][..], REC), (root, REC)];
+        assert_eq!(cut_of(&[&w, &e, &e, &e], &frames), None);
+    }
+
+    /// A leaf without a frame record (libc without frame pointers, a shim
+    /// that jumps on, a function's first instructions): the frame-pointer
+    /// walk skipped its caller. When the open calls missing from the stack
+    /// can only be in the frames skipped right above the leaf, the leaf is
+    /// joined below them; anything else stays unmatched.
+    #[test]
+    fn a_caller_skipped_above_a_leaf_without_frame_record_is_joined_only_when_certain() {
+        let w = site("app", "worker", false);
+        let pb = site("app", "process_batch", false);
+        let tok = site("app::parser", "LineParser::tokenize", false);
+        let open = [&w, &pb, &tok];
+        let leaf: &[&str] = &["core::slice::memchr::memchr_aligned"];
+        let thread: &[&str] = &[
+            "{closure#0}",
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+        ];
+        let start: &[&str] = &["<std::sys::thread::unix::Thread>::new::thread_start"];
+        let entry: &[&str] = &["start_thread"];
+        // Every traced call was inlined into `worker`, the frame skipped: the
+        // walk reached the thread's first frame without meeting any of them.
+        let frames = [(leaf, NO_REC), (thread, REC), (start, REC), (entry, NO_REC)];
+        assert_eq!(cut_of(&open, &frames), Some(1));
+        // Without the evidence the same chain is not found.
+        assert_eq!(
+            chain_match(&open, &[leaf, thread, start, entry].concat()),
+            ChainMatch::NotFound
+        );
+        for (why, frames) in [
+            // The leaf had its frame record (or nothing is known): no skip.
+            (
+                "leaf with record",
+                [(leaf, REC), (thread, REC), (start, REC), (entry, NO_REC)],
+            ),
+            (
+                "leaf unknown",
+                [
+                    (leaf, UNKNOWN_REC),
+                    (thread, REC),
+                    (start, REC),
+                    (entry, NO_REC),
+                ],
+            ),
+            // A frame above may have skipped another caller: which gap?
+            (
+                "second gap",
+                [
+                    (leaf, NO_REC),
+                    (thread, REC),
+                    (start, UNKNOWN_REC),
+                    (entry, NO_REC),
+                ],
+            ),
+            // The walk stopped before the thread's first frame: the open
+            // calls may be above the last frame seen.
+            (
+                "truncated",
+                [(leaf, NO_REC), (thread, REC), (start, REC), (start, REC)],
+            ),
+        ] {
+            assert_eq!(cut_of(&open, &frames), None, "{why}");
+        }
+        // The walk stopped at the leaf itself (libc's malloc clobbers the
+        // frame pointer): every open call is above it.
+        let malloc: &[&str] = &["tcache_get", "__GI___libc_malloc"];
+        assert_eq!(cut_of(&open, &[(malloc, NO_REC)]), Some(2));
+        assert_eq!(cut_of(&open, &[(malloc, REC)]), None);
+        assert_eq!(cut_of(&open, &[(&["[unknown]"][..], NO_REC)]), None);
+        // A leaf that is an open call's function is not below it.
+        assert_eq!(cut_of(&open, &[(&["tokenize"][..], NO_REC)]), None);
+        // A sample without frames (a damaged file): nothing to match.
+        assert_eq!(cut_of(&open, &[]), None);
+
+        // Recursion: the innermost of three open `f` is the skipped caller;
+        // the two outer ones match the frames above.
+        let f = site("app", "f", false);
+        let spin: &[&str] = &["app::spin"];
+        let fr: &[&str] = &["app::f"];
+        let g: &[&str] = &["app::g"];
+        let wr: &[&str] = &["app::worker"];
+        let open = [&w, &f, &f, &f];
+        let frames = [
+            (spin, NO_REC),
+            (fr, REC),
+            (g, REC),
+            (fr, REC),
+            (wr, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&open, &frames), Some(1));
+        // Two `f` frames for three open calls, but an untraced frame between
+        // the leaf and them may have skipped a caller of its own.
+        let frames = [
+            (spin, NO_REC),
+            (g, NO_REC),
+            (fr, REC),
+            (fr, REC),
+            (wr, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&open, &frames), None);
+        // An inner call's frame seen below the outer ones while a middle one
+        // is missing: no single answer.
+        let b = site("app", "b", false);
+        let a = site("app", "a", false);
+        let frames = [
+            (spin, NO_REC),
+            (&["app::b"][..], REC),
+            (wr, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&w, &a, &b], &frames), None);
+    }
+
+    /// The signal path's recorded frame holds the traced function inlined,
+    /// named by DWARF without its path (release): that name is the cut, not
+    /// the frame's outermost function.
+    #[test]
+    fn a_recorded_cut_finds_an_inlined_traced_fn_by_its_dwarf_name() {
+        let gl = site("app", "generate_logs", false);
+        let names = ["app::pad", "collect<u8>", "generate_logs", "app::main"];
+        let frame_of = [0, 1, 1, 1];
+        let sample = Sample {
+            thread: 0,
+            ts_ns: 0,
+            shadow_depth: 1,
+            cut: Some(1),
+            frames: vec![0x10, 0x20],
+        };
+        let stack = SampleStack {
+            sample: &sample,
+            names: &names,
+            frame_of: &frame_of,
+            open: &[&gl],
+            info: &[],
+        };
+        assert_eq!(RecordedCut.cut(&gl, &stack), Some(2));
+        // A callee of the same short name inlined inside it is not it.
+        let new = site("app", "Foo::new", false);
+        let names = ["app::pad", "new<u8>", "new", "app::main"];
+        let stack = SampleStack {
+            names: &names,
+            open: &[&new],
+            ..stack
+        };
+        assert_eq!(RecordedCut.cut(&new, &stack), Some(2));
+        let names = ["app::pad", "new<u8>", "app::Foo::new", "app::main"];
+        let stack = SampleStack {
+            names: &names,
+            ..stack
+        };
+        assert_eq!(RecordedCut.cut(&new, &stack), Some(2));
+    }
+
+    #[test]
+    fn resolved_names_match_their_sites() {
+        let s = site("app::db", "Conn::query", false);
+        assert!(site_matches(&s, "app::db::Conn::query"));
+        assert!(site_matches(&s, "app::db::Conn::query::h0123456789abcdef"));
+        assert!(site_matches(&s, "<app::db::Conn as app::Query>::query"));
+        assert!(site_matches(&s, "app::db::Conn<u32>::query"));
+        assert!(!site_matches(&s, "app::db::Conn::query_all"));
+        assert!(!site_matches(&s, "app::db::Conn::query::{{closure}}"));
+        assert!(!site_matches(&s, "other::db::Conn::query"));
+        let a = site("app", "fetch", true);
+        assert!(site_matches(&a, "app::fetch::{{closure}}"));
+        assert!(site_matches(&a, "app::fetch::{closure#0}"));
+    }
+}
