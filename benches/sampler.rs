@@ -7,7 +7,7 @@
 //!
 //! * `none`: the workload alone,
 //! * `fgtrace@1k`, `fgtrace@10k`: `Sampling::timer(hz)` (a `cpu-clock`
-//!   perf ring with kernel call chains where the kernel allows it, issue 18),
+//!   perf ring with kernel call chains where the kernel allows it),
 //! * `fgsignal@1k`, `fgsignal@10k`: `Sampling::timer(hz)` on the signal path
 //!   (`Backend::Signal`: the handler walks the frame pointers),
 //! * `pprof@1k`, `pprof@10k`: pprof-rs `ProfilerGuardBuilder::frequency(hz)`,
@@ -327,8 +327,8 @@ mod bench {
                         fgtrace::sampler::PerfEvent::CpuClock,
                         hz_of(mode),
                     ),
-                    // The signal path `timer` took before issue 18 (and
-                    // still takes where the kernel refuses the ring).
+                    // The signal path: `timer` takes it where the kernel
+                    // refuses the ring.
                     "fgsignal" => fgtrace::sampler::Sampling::timer(hz_of(mode))
                         .backend(fgtrace::sampler::Backend::Signal),
                     _ => fgtrace::sampler::Sampling::timer(hz_of(mode)),

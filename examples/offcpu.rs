@@ -14,7 +14,7 @@
 mod cpu;
 
 use cpu::{compute, measured};
-use fgtrace::view::{ReportBuilder, ReportOptions};
+use fgtrace::view::{ReportOptions, TraceViews};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -104,12 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         return Ok(());
     };
-    let opts = ReportOptions::default();
-    let mut r = ReportBuilder::new(trace.meta(), &opts);
-    for e in trace.events() {
-        r.push(&e);
-    }
-    let report = r.finish();
+    let report = trace.report(&ReportOptions::default());
     println!(
         "{} calls on {} threads, {} context-switch stretches ({} records lost)\n",
         trace.meta().total_calls(),

@@ -1,4 +1,4 @@
-//! Sampler stress (issue 13, item 10), 60 s by default:
+//! Sampler stress, 60 s by default:
 //!
 //! ```text
 //! cargo run --release --example stress_sampler -- [seconds] [hz]
@@ -308,7 +308,7 @@ pub fn stress(secs: u64, hz: u64, quiet: bool) -> Result<Figures, String> {
             fgtrace::sampler::Sampling::wall((hz / 10).max(1))
         } else if fig.timer_sessions % 2 == 0 {
             // The signal handler's walk, and `timer`'s default (the perf
-            // ring where the kernel allows it, issue 18), in turn.
+            // ring where the kernel allows it), in turn.
             fgtrace::sampler::Sampling::timer(hz).backend(fgtrace::sampler::Backend::Signal)
         } else {
             fgtrace::sampler::Sampling::timer(hz)

@@ -139,16 +139,22 @@ pub(crate) fn active(gen: u32) -> Option<Arc<Active>> {
     ACTIVE.read().as_ref().filter(|a| a.gen == gen).cloned()
 }
 
-/// A session the control endpoint runs in the background (an always-on
-/// flight recorder) registers how to stop it here, so that a session the
-/// program starts itself takes its place instead of failing (`Session::start`
-/// calls [`yield_background`] first). Set by `crate::control`.
-pub(crate) static BACKGROUND_YIELD: Mutex<Option<fn()>> = Mutex::new(None);
+/// Sessions that run in the background (the control endpoint's always-on
+/// flight recorder, the whole-program recording of `FGTRACE_RECORD`)
+/// register how to stop them here, so that a session the program starts
+/// itself takes their place instead of failing (`Session::start` calls
+/// [`yield_background`] first).
+static BACKGROUND_YIELD: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
-/// Stops the control endpoint's background session, if one runs.
+/// Registers `f` to run when the program starts a session of its own.
+pub(crate) fn on_yield(f: fn()) {
+    BACKGROUND_YIELD.lock().push(f);
+}
+
+/// Stops the background sessions, if any run.
 pub(crate) fn yield_background() {
-    let f = *BACKGROUND_YIELD.lock();
-    if let Some(f) = f {
+    let fs = BACKGROUND_YIELD.lock().clone();
+    for f in fs {
         f();
     }
 }

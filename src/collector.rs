@@ -1,23 +1,27 @@
 //! Session lifecycle: start recording, gather the threads' batches on a
 //! collector thread, and turn everything into a [`Trace`] at stop.
 
+mod gathered;
+mod live_dump;
+#[cfg(test)]
+mod tests;
+
 use crate::active::{Active, ACTIVE, LIVE_SESSIONS};
-use crate::buffer::{self, Batch, Outlet, RawCall, Storage};
+use crate::buffer::{self, Batch, Outlet};
 use crate::clock::{self, Calibration, ClockPoint};
 use crate::config::{Config, Filters};
 use crate::recorder;
-use crate::trace::build;
 use crate::trace::build::{Recorded, RecordedThread, Source};
-use crate::trace::file::RecordingWriter;
-use crate::trace::format::ChunkEncoder;
 use crate::trace::recorded::RawSample;
-use crate::trace::recorded::{RawChunk, RawEncoder, SiteMap};
-use crate::trace::{Event, RecordMode, Sample, ThreadInfo, Trace, TraceMeta};
+use crate::trace::{RecordMode, ThreadInfo, Trace, TraceMeta};
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control;
+#[cfg(target_os = "linux")]
+use gathered::OffCpuOut;
+use gathered::{base_meta, finish_output, open_output, Gathered};
+use live_dump::dump_running;
 use parking_lot::Mutex;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -71,215 +75,6 @@ impl std::error::Error for Error {}
 
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
 
-/// What the collector keeps: each thread's calls encoded as raw chunks, one
-/// per batch, as they arrive (or appended to the output file).
-struct Gathered {
-    origin: u64,
-    sites: SiteMap,
-    threads: Vec<Gathering>,
-    out: Option<Output>,
-    /// Off-CPU time going to the file while recording.
-    #[cfg(target_os = "linux")]
-    off_cpu: Option<OffCpuOut>,
-}
-
-/// The collector's side of off-CPU time in a file (issue 14): every few ms
-/// the intervals the recorder closed since are written in off-CPU
-/// sections, so a process killed while recording keeps them.
-#[cfg(target_os = "linux")]
-struct OffCpuOut {
-    rec: Arc<crate::offcpu::Recorder>,
-    cal: Calibration,
-    /// Per thread index: the end of its last interval written.
-    written_end: Vec<u64>,
-    last: std::time::Instant,
-}
-
-/// How often off-CPU sections are written (a killed process loses this
-/// much, plus the reader's 5 ms, of its off-CPU time).
-#[cfg(target_os = "linux")]
-const OFF_CPU_EVERY: Duration = Duration::from_millis(10);
-
-#[derive(Default)]
-struct Gathering {
-    enc: RawEncoder,
-    raw: Vec<RawChunk>,
-    /// Batches received (a dump waits for those handed before it).
-    batches: u64,
-}
-
-/// The file a session writes while it records.
-struct Output {
-    w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
-    path: PathBuf,
-    sites_written: usize,
-    threads_written: usize,
-    /// The first write that failed; nothing is written after it.
-    error: Option<String>,
-    dirty: bool,
-}
-
-impl Output {
-    fn check(&mut self, r: std::io::Result<()>) {
-        if let Err(e) = r {
-            if self.error.is_none() {
-                self.error = Some(format!(
-                    "writing {} failed after {} bytes: {e}",
-                    self.path.display(),
-                    self.w.written
-                ));
-            }
-        }
-    }
-}
-
-impl Gathered {
-    fn new(origin: u64, out: Option<Output>) -> Gathered {
-        Gathered {
-            origin,
-            sites: SiteMap::default(),
-            threads: Vec::new(),
-            out,
-            #[cfg(target_os = "linux")]
-            off_cpu: None,
-        }
-    }
-
-    /// Announces threads up to index `i` in the file.
-    fn announce(
-        o: &mut Output,
-        i: usize,
-        who: &dyn Fn(u32) -> (u32, String),
-    ) -> std::io::Result<()> {
-        while o.threads_written <= i {
-            let (tid, name) = who(o.threads_written as u32);
-            o.w.thread(o.threads_written as u32, tid, &name)?;
-            o.threads_written += 1;
-        }
-        Ok(())
-    }
-
-    /// Writes the off-CPU intervals closed since the last time (every
-    /// [`OFF_CPU_EVERY`] at most), announcing their threads first.
-    /// `tids()`: the session's threads' tids, by index.
-    #[cfg(target_os = "linux")]
-    fn write_off_cpu(&mut self, who: &dyn Fn(u32) -> (u32, String), tids: &dyn Fn() -> Vec<u32>) {
-        let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
-            return;
-        };
-        if o.error.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
-            return;
-        }
-        oc.last = std::time::Instant::now();
-        let (rec, cal, written_end) = (&oc.rec, &oc.cal, &mut oc.written_end);
-        // Taken under the recorder's lock, written after it (the reader
-        // thread and joining threads wait for that lock).
-        let mut news = Vec::new();
-        let tids = tids();
-        rec.publish(|tid, ivs, lost| {
-            // A thread not registered yet (or gone from the list): next time.
-            let Some(i) = tids.iter().position(|&t| t == tid) else {
-                return false;
-            };
-            if written_end.len() <= i {
-                written_end.resize(i + 1, 0);
-            }
-            let ivs = crate::offcpu::to_trace_after(cal, written_end[i], u64::MAX, ivs);
-            if let Some(l) = ivs.last() {
-                written_end[i] = l.end_ns();
-            }
-            news.push((i, lost, ivs));
-            true
-        });
-        let mut r = Ok(());
-        for (i, lost, ivs) in news {
-            r = r
-                .and_then(|_| Self::announce(o, i, who))
-                .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
-            o.dirty = true;
-        }
-        o.check(r);
-    }
-
-    /// Encodes one thread's records; `who` names thread `i` (tid, name) for
-    /// the file.
-    fn add_records(&mut self, thread: u32, recs: &[RawCall], who: &dyn Fn(u32) -> (u32, String)) {
-        let i = thread as usize;
-        if self.threads.len() <= i {
-            // Chunks kept in memory go into arenas; chunks written to the
-            // file are encoded in a scratch buffer and dropped.
-            let retain = self.out.is_none();
-            self.threads.resize_with(i + 1, || {
-                let mut g = Gathering::default();
-                g.enc.retain = retain;
-                g
-            });
-        }
-        if recs.is_empty() {
-            return;
-        }
-        let c = self.threads[i].enc.encode(
-            thread,
-            recs,
-            self.origin,
-            &mut self.sites,
-            &build::registered_site,
-        );
-        match &mut self.out {
-            None => self.threads[i].raw.push(c),
-            Some(o) if o.error.is_some() => self.threads[i].raw.push(c),
-            Some(o) => {
-                let mut r = Ok(());
-                while r.is_ok() && o.sites_written < self.sites.sites.len() {
-                    r =
-                        o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
-                    o.sites_written += 1;
-                }
-                let r = r
-                    .and_then(|_| Self::announce(o, i, who))
-                    .and_then(|_| o.w.raw(&c));
-                let failed = r.is_err();
-                o.check(r);
-                o.dirty = true;
-                if failed {
-                    // Kept in memory instead; `stop` reports the error.
-                    self.threads[i].raw.push(c);
-                }
-            }
-        }
-    }
-
-    fn add(&mut self, b: Batch, who: &dyn Fn(u32) -> (u32, String)) -> Storage {
-        // SAFETY: the first `len` slots of a handed-off batch were written.
-        let recs = unsafe {
-            std::slice::from_raw_parts(
-                b.storage.as_ptr() as *const RawCall,
-                b.len.min(b.storage.len()),
-            )
-        };
-        self.add_records(b.thread, recs, who);
-        if let Some(t) = self.threads.get_mut(b.thread as usize) {
-            t.batches += 1;
-        }
-        b.storage
-    }
-
-    fn batches(&self, thread: u32) -> u64 {
-        self.threads.get(thread as usize).map_or(0, |t| t.batches)
-    }
-
-    /// Flushes the file while the collector idles, so a crash loses little.
-    fn idle(&mut self) {
-        if let Some(o) = &mut self.out {
-            if o.dirty && o.error.is_none() {
-                let r = o.w.flush();
-                o.check(r);
-                o.dirty = false;
-            }
-        }
-    }
-}
-
 /// A recording in progress. Start one with [`Session::start`], end it with
 /// [`Session::stop`] to get the [`Trace`]. One session records at a time per
 /// process; dropping a session stops it and discards what it recorded.
@@ -318,16 +113,15 @@ impl Session {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
         }
-        // [issue 17] per-call hardware counters: fail early, naming the counter.
+        // Per-call hardware counters: fail early, naming the counter.
         crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
-        // ---- issue 15: a session the control endpoint runs in the
-        // background (an always-on flight recorder) makes way for the
-        // program's own; the panic hook of `Config::dump_on_panic`.
+        // A session the control endpoint runs in the background (an
+        // always-on flight recorder) makes way for the program's own; the
+        // panic hook of `Config::dump_on_panic`.
         crate::active::yield_background();
         if config.dump_on_panic.is_some() {
             crate::dump::install_panic_hook();
         }
-        // ---- end issue 15
         recorder::install();
         crate::active::watch_forks();
         let rate = clock::process_rate();
@@ -366,7 +160,7 @@ impl Session {
             ticks_per_ns: rate,
         };
         let filters = Filters::new(&config);
-        // Off-CPU time (issue 14): the recorder opens this thread's ring now,
+        // Off-CPU time: the recorder opens this thread's ring now,
         // every other thread's when it joins (`recorder::join`). Before the
         // output file, whose header says whether it is recorded.
         #[cfg(target_os = "linux")]
@@ -393,7 +187,7 @@ impl Session {
                 Err(e) => {
                     #[cfg(target_os = "linux")]
                     cancel_off_cpu();
-                    return Err(e);
+                    return Err(Error::Output(e));
                 }
             },
             None => None,
@@ -566,7 +360,7 @@ impl Session {
         }
         let mut samples: Vec<Vec<RawSample>> = vec![Vec::new(); infos.len()];
         let mut sampling = None;
-        let mut sampler = None; // issue 18
+        let mut sampler = None; // which path sampled
         let mut mappings = Vec::new();
         if let Some(sampled) = sampled {
             for ts in sampled.threads {
@@ -588,7 +382,7 @@ impl Session {
             }
             sampling = Some(sampled.description);
             mappings = sampled.mappings;
-            sampler = sampled.backend; // issue 18: which path sampled
+            sampler = sampled.backend;
         }
         g.threads.resize_with(infos.len(), Default::default);
         for (info, th) in infos.iter_mut().zip(&g.threads) {
@@ -598,11 +392,11 @@ impl Session {
             sites: std::mem::take(&mut g.sites.sites),
             threads: infos,
             sampling,
-            sampler, // issue 18
+            sampler,
             mappings,
             ..base_meta(&self.cal, end.ticks, &self.config)
         };
-        // Off-CPU time (issue 14): the threads' switch intervals, or why not.
+        // Off-CPU time: the threads' switch intervals, or why not.
         #[cfg(target_os = "linux")]
         if let Some(o) = &self.active.off_cpu {
             meta.off_cpu = Some(o.finish(&self.cal, meta.duration_ns, &meta.threads));
@@ -651,120 +445,6 @@ impl Session {
             }
         }
     }
-}
-
-/// What every trace of this session says about itself, before threads and sites.
-fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
-    meta_of(
-        cal,
-        end_ticks,
-        config.mode,
-        config.describe(),
-        config.counters.iter().map(|c| c.name()),
-    )
-}
-
-fn meta_of<'a>(
-    cal: &Calibration,
-    end_ticks: u64,
-    mode: RecordMode,
-    filters: String,
-    counters: impl Iterator<Item = &'a str>,
-) -> TraceMeta {
-    // Per-call figures beside each call (extension records): allocations
-    // when the counting allocator is installed, then the session's counter.
-    crate::process::base(
-        *cal,
-        end_ticks,
-        mode,
-        filters,
-        counters.map(String::from).collect(),
-    )
-    .meta(fgtrace_core::alloc::installed())
-}
-
-/// Creates the output file and writes its provisional header (with
-/// `off_cpu`: whether off-CPU time is recorded, or why not).
-fn open_output(
-    path: &std::path::Path,
-    cal: &Calibration,
-    config: &Config,
-    off_cpu: Option<crate::trace::OffCpu>,
-) -> Result<Output, Error> {
-    let f = std::fs::File::create(path)
-        .map_err(|e| Error::Output(format!("cannot create {}: {e}", path.display())))?;
-    let meta = TraceMeta {
-        off_cpu,
-        ..base_meta(cal, cal.origin.ticks, config)
-    };
-    // The header reaches the file at once: a process killed before its
-    // first batch leaves a file that reads (no calls, and what the header
-    // says, such as why off-CPU time is missing).
-    let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
-        .and_then(|mut w| w.flush().map(|()| w))
-        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
-    Ok(Output {
-        w,
-        path: path.to_path_buf(),
-        sites_written: 0,
-        threads_written: 0,
-        error: None,
-        dirty: false,
-    })
-}
-
-/// Writes what the file still lacks at stop: sites and threads not yet
-/// announced, the chunks kept in memory, the samples.
-fn finish_output(
-    o: &mut Output,
-    meta: &TraceMeta,
-    threads: &[Gathering],
-    samples: Vec<Vec<RawSample>>,
-    overwritten: &[u64],
-) {
-    if o.error.is_some() {
-        return;
-    }
-    let mut r = Ok(());
-    while r.is_ok() && o.sites_written < meta.sites.len() {
-        r =
-            o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
-        o.sites_written += 1;
-    }
-    while r.is_ok() && o.threads_written < meta.threads.len() {
-        let t = &meta.threads[o.threads_written];
-        r = o.w.thread(o.threads_written as u32, t.tid, &t.name);
-        o.threads_written += 1;
-    }
-    for th in threads {
-        for c in &th.raw {
-            r = r.and_then(|_| o.w.raw(c));
-        }
-    }
-    for (t, s) in samples.into_iter().enumerate() {
-        if s.is_empty() {
-            continue;
-        }
-        let mut enc = ChunkEncoder::new(t as u32);
-        for (ts, shadow_depth, cut, frames) in s {
-            enc.push(&Event::Sample(Sample {
-                thread: t as u32,
-                ts_ns: ts,
-                shadow_depth,
-                cut,
-                frames,
-            }));
-        }
-        for c in enc.finish() {
-            r = r.and_then(|_| o.w.samples(&c));
-        }
-    }
-    for (t, &n) in overwritten.iter().enumerate() {
-        if n > 0 {
-            r = r.and_then(|_| o.w.overwritten(t as u32, n));
-        }
-    }
-    o.check(r);
 }
 
 impl Session {
@@ -895,220 +575,5 @@ fn collect(
             std::thread::sleep(nap);
             nap = (nap * 2).min(MAX_NAP);
         }
-    }
-}
-
-/// A dump of the running stream-mode session (`fgtrace ctl PID dump`,
-/// [`crate::dump::running`]), built by the collector between batches:
-/// what it gathered, every batch the threads handed it before the dump, and
-/// what each thread holds that it has not handed over yet. A thread's tail
-/// and its count of batches sent are read together under its buffer's flag
-/// (a handoff sends under it), so no call is in the dump twice or missing
-/// in between; batches sent after that wait until the dump is built.
-fn dump_running(
-    rx: &Receiver<Batch>,
-    active: &Active,
-    g: &mut Gathered,
-    who: &dyn Fn(u32) -> (u32, String),
-) -> Result<Trace, String> {
-    if let Some(o) = &mut g.out {
-        if o.error.is_none() {
-            let r = o.w.flush();
-            o.check(r);
-            o.dirty = false;
-        }
-        let p = o.path.display();
-        return Err(format!(
-            "this session writes its trace to {p} as it records: that file can be read now \
-             (`fgtrace graph {p}`), up to each thread's unfinished batch"
-        ));
-    }
-    let end = ClockPoint::now();
-    let threads: Vec<Arc<buffer::ThreadBuf>> =
-        active.threads.lock().as_ref().cloned().unwrap_or_default();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let mut later = Vec::new();
-    let mut failed = None;
-    // Each thread's tail. A thread may hold its flag while it waits for room
-    // in the channel (`block_when_full`), which only this thread empties:
-    // take in batches meanwhile (those of threads whose tail is not copied
-    // yet came before it; the others' wait until the dump is built).
-    let mut tails: Vec<(Vec<RawCall>, u64)> = Vec::with_capacity(threads.len());
-    for t in &threads {
-        loop {
-            if let Some(tail) = t.try_unhanded() {
-                tails.push(tail);
-                break;
-            }
-            match rx.try_recv() {
-                Ok(b)
-                    if tails
-                        .get(b.thread as usize)
-                        .is_some_and(|t| g.batches(b.thread) >= t.1) =>
-                {
-                    later.push(b)
-                }
-                Ok(b) => {
-                    let s = g.add(b, who);
-                    let _ = active.outlet.recycle_tx.try_send(s);
-                }
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-    }
-    let sent = |thread: u32| tails.get(thread as usize).map_or(0, |t| t.1);
-    let behind = |g: &Gathered| (0..tails.len() as u32).any(|i| g.batches(i) < sent(i));
-    while behind(g) {
-        match rx.recv_deadline(deadline) {
-            Ok(b) if g.batches(b.thread) >= sent(b.thread) => later.push(b),
-            Ok(b) => {
-                let s = g.add(b, who);
-                let _ = active.outlet.recycle_tx.try_send(s);
-            }
-            Err(_) => {
-                failed = Some("the threads' batches did not reach the collector within 5 s");
-                break;
-            }
-        }
-    }
-    let result = match failed {
-        Some(why) => Err(why.to_string()),
-        None => Ok(dumped_trace(active, g, &threads, tails, end)),
-    };
-    for b in later {
-        let s = g.add(b, who);
-        let _ = active.outlet.recycle_tx.try_send(s);
-    }
-    result
-}
-
-/// The trace of [`dump_running`]: the gathered chunks (shared, not copied)
-/// and each thread's tail, encoded.
-fn dumped_trace(
-    active: &Active,
-    g: &mut Gathered,
-    threads: &[Arc<buffer::ThreadBuf>],
-    tails: Vec<(Vec<RawCall>, u64)>,
-    end: ClockPoint,
-) -> Trace {
-    let mut enc = RawEncoder::default();
-    let mut recorded = Vec::with_capacity(threads.len());
-    let mut infos = Vec::with_capacity(threads.len());
-    for (t, (tail, _)) in threads.iter().zip(tails) {
-        let gathered = g.threads.get(t.index as usize);
-        let mut raw = gathered.map(|th| th.raw.clone()).unwrap_or_default();
-        let mut calls = gathered.map_or(0, |th| th.enc.calls);
-        if !tail.is_empty() {
-            let before = enc.calls;
-            let c = enc.encode(
-                t.index,
-                &tail,
-                g.origin,
-                &mut g.sites,
-                &build::registered_site,
-            );
-            calls += enc.calls - before;
-            raw.push(c);
-        }
-        recorded.push(RecordedThread {
-            raw,
-            samples: Vec::new(),
-            overwritten: 0,
-        });
-        infos.push(ThreadInfo {
-            tid: t.tid,
-            name: t.name.clone(),
-            calls,
-            lost: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64,
-            overruns: t.overruns.load(Relaxed) as u64,
-            samples: 0,
-            samples_lost: 0,
-        });
-    }
-    let mut cal = active.dump.cal;
-    cal.refine(end);
-    let mut meta = TraceMeta {
-        sites: g.sites.sites.clone(),
-        threads: infos,
-        ..meta_of(
-            &cal,
-            end.ticks,
-            active.dump.mode,
-            active.dump.filters.clone(),
-            active.counter.iter().map(|c| c.name()),
-        )
-    };
-    meta.warnings.push(
-        "a dump of a running session: calls still open are not in it; its samples and \
-         off-CPU time come with the trace at stop"
-            .into(),
-    );
-    Trace::from_source(
-        meta,
-        Source::Memory(Recorded {
-            ticks_per_ns: cal.ticks_per_ns,
-            threads: recorded,
-        }),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// With an output file the collector keeps no records in memory: each
-    /// batch is encoded, written and dropped; without one it keeps the
-    /// encoded chunk (a few bytes per call), never the 16-byte records.
-    #[test]
-    fn the_collector_holds_encoded_chunks_in_memory_and_nothing_with_a_file() {
-        let recs: Vec<RawCall> = (0..4096u64)
-            .map(|i| RawCall::pack(1000 + i * 50, 1, 30, 0, false, buffer::kind::CALL))
-            .collect();
-        let who = |_| (7, "t".to_string());
-        let mut g = Gathered::new(1000, None);
-        g.add_records(0, &recs, &who);
-        let kept: usize = g.threads[0].raw.iter().map(|c| c.payload.len()).sum();
-        assert!(
-            kept > 0 && kept <= 4 * recs.len(),
-            "{kept} bytes for {} calls",
-            recs.len()
-        );
-        assert_eq!(g.threads[0].enc.calls, 4096);
-
-        let path =
-            std::env::temp_dir().join(format!("fgtrace-collector-{}.fgt", std::process::id()));
-        let cal = Calibration {
-            origin: ClockPoint::now(),
-            ticks_per_ns: 1.0,
-        };
-        let out = open_output(&path, &cal, &Config::builtin(), None).unwrap();
-        let mut g = Gathered::new(1000, Some(out));
-        for _ in 0..10 {
-            g.add_records(0, &recs, &who);
-        }
-        assert!(g.threads[0].raw.is_empty());
-        assert_eq!(g.threads[0].enc.calls, 40960);
-        g.idle();
-        let o = g.out.as_ref().unwrap();
-        assert!(o.error.is_none());
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), o.w.written);
-        let _ = std::fs::remove_file(&path);
-    }
-
-    /// A collector thread that cannot be spawned leaves no session behind:
-    /// the next `start` works.
-    #[test]
-    fn a_failed_collector_spawn_leaves_no_session_running() {
-        let failed = Session::start_with(Config::builtin(), |_, _, _, _| {
-            Err(std::io::Error::other("no threads left"))
-        });
-        match failed {
-            Err(Error::Collector(e)) => assert!(e.contains("no threads left"), "{e}"),
-            Err(e) => panic!("{e}"),
-            Ok(_) => panic!("started without a collector"),
-        }
-        assert!(!control::session_is_on());
-        let s = Session::start(Config::builtin()).expect("a later session starts");
-        s.stop().unwrap();
     }
 }

@@ -27,6 +27,7 @@ pub mod collector;
 pub mod config;
 pub mod control;
 pub mod dump;
+pub mod launch;
 mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;

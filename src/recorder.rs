@@ -191,7 +191,7 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     #[cfg(target_os = "linux")]
     if let Some(o) = &active.off_cpu {
-        o.register_current_thread(); // off-CPU (issue 14): this thread's switch ring
+        o.register_current_thread(); // off-CPU time: this thread's switch ring
     }
     true
 }

@@ -312,7 +312,7 @@ fn bad_and_oversized_requests_get_errors_and_the_target_carries_on() {
     let t = Target::start(&dir, "listen", None, true);
     let err = |bytes: &[u8]| raw(&t, bytes).expect("a reply").error.expect("an error");
     assert!(err(&frame(b"{not json")).contains("bad request"));
-    assert!(err(&frame(br#"{"cmd":"format_disk"}"#)).contains("unknown variant"));
+    assert!(err(&frame(br#"{"cmd":"format_disk"}"#)).contains("unknown command `format_disk`"));
     let e = err(&u32::MAX.to_be_bytes());
     assert!(e.contains("over the limit"), "{e}");
     let e = err(&frame(

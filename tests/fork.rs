@@ -1,4 +1,4 @@
-//! fork() while a session records (issue 13, item 6). The child is a copy of
+//! fork() while a session records. The child is a copy of
 //! one thread with none of fgtrace's threads: it records nothing (even with
 //! `block_when_full`, where a full buffer used to spin forever waiting for a
 //! collector that does not exist in the child), and its `Session::stop`

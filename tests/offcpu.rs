@@ -1,4 +1,4 @@
-//! Off-CPU time per call (issue 14), recorded by a session: the intervals a
+//! Off-CPU time per call, recorded by a session: the intervals a
 //! thread spent switched out, blocked or preempted, and what each call gets.
 //!
 //! The truth each test compares with is measured beside the traced call:

@@ -1,4 +1,4 @@
-//! The refusal path of off-CPU time (issue 14), forced:
+//! The refusal path of off-CPU time, forced:
 //! `FGTRACE_OFFCPU=unavailable` makes every `perf_event_open` of a switch
 //! ring fail, as a seccomp filter or `perf_event_paranoid` 3 would. Sessions
 //! still record calls, the trace says why off-CPU time is missing, queries

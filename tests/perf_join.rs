@@ -1,4 +1,4 @@
-//! Issue 18: `timer` samples from a perf ring (kernel call chains, no signal)
+//! `timer` samples from a perf ring (kernel call chains, no signal)
 //! joined to the traced calls after the fact, against the signal path that
 //! records the shadow depth and the cut in its handler.
 //!

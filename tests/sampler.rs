@@ -203,7 +203,7 @@ fn timer_sampling_at_10khz_delivers_nearly_every_sample() {
 #[allow(dead_code)]
 mod stress;
 
-/// The stress example, short (issue 13, item 10): 5 s of 4 threads in deep
+/// The stress example, short: 5 s of 4 threads in deep
 /// recursion, back-to-back sessions alternating timer sampling at 10 kHz and
 /// wall sampling at 1 kHz, concurrent `testing` captures (each checked
 /// exactly), short-lived threads created throughout. Every sample must be a

@@ -1,9 +1,9 @@
-//! The sampler's signal handler against what a real process does around it
-//! (issue 13, items 1, 4, 5 and 7): code running on a stack that is not its
-//! thread's (a coroutine) with a garbage frame pointer into memory unmapped
-//! since the last look at `/proc/self/maps`; another library's `SIGPROF`
-//! timer carrying its own pointer, and its own handler; blocking system
-//! calls under the wall sampler; threads that come and go.
+//! The sampler's signal handler against what a real process does around it:
+//! code running on a stack that is not its thread's (a coroutine) with a
+//! garbage frame pointer into memory unmapped since the last look at
+//! `/proc/self/maps`; another library's `SIGPROF` timer carrying its own
+//! pointer, and its own handler; blocking system calls under the wall
+//! sampler; threads that come and go.
 //!
 //! Tests that could crash the process run their body in a child process (this
 //! test binary again, one test, `FGTRACE_CHILD` set), so a crash is a failed
@@ -82,7 +82,7 @@ fn spin(ms: u64) -> u64 {
     x
 }
 
-// ------------------------------------------------------------------ item 4
+// ----------------------------------------- another library's SIGPROF timer
 
 static FOREIGN: AtomicU64 = AtomicU64::new(0);
 static FOREIGN_VALUE_OK: AtomicU64 = AtomicU64::new(0);
@@ -136,7 +136,7 @@ fn a_foreign_sigprof_timer_reaches_its_own_handler_and_corrupts_nothing() {
         FOREIGN_PAGE.store(page as u64, Relaxed);
 
         // The signal path's handler, and `timer`'s default (the perf ring
-        // where the kernel allows it, issue 18): neither disturbs the library.
+        // where the kernel allows it): neither disturbs the library.
         let samplings = [
             Sampling::timer(2000).backend(Backend::Signal),
             Sampling::timer(2000),
@@ -192,7 +192,7 @@ fn a_foreign_sigprof_timer_reaches_its_own_handler_and_corrupts_nothing() {
     println!("CHILD OK {NAME}");
 }
 
-// ------------------------------------------------------------------ item 1
+// ---------------------------------------- a stack that is not the thread's
 
 /// Spins on `stack_top` (a stack that is not the thread's) with the frame
 /// pointer at `bad_fp`, for about `iters` loop turns; no calls, no memory use.
@@ -280,7 +280,7 @@ fn a_garbage_frame_pointer_off_the_threads_stack_is_never_read() {
     println!("CHILD OK {NAME}");
 }
 
-// ------------------------------------------------------------------ item 5
+// --------------------------------------------------- blocking system calls
 
 /// The wall sampler signals a thread blocked in `read(2)` on a pipe many
 /// times: with `SA_RESTART` the read resumes and returns the data, never
@@ -340,7 +340,7 @@ fn wall_sampling_does_not_interrupt_restartable_blocking_calls() {
     );
 }
 
-// ------------------------------------------------------------------ item 7
+// ------------------------------------------------ threads that come and go
 
 /// Each sampled thread's buffer (about 4 MiB) is freed when the thread
 /// exits, and every buffer is freed at stop; threads that came and went are

@@ -1,4 +1,4 @@
-//! Off-CPU time in `fgtrace::testing` captures (issue 14): queries,
+//! Off-CPU time in `fgtrace::testing` captures: queries,
 //! `assert_no_blocking`, the `#[budget]` limits, async captures.
 //!
 //! Truth is measured beside each call: the thread's CPU time across the call

@@ -52,17 +52,29 @@ impl SessionArgs {
 #[derive(clap::Args)]
 pub struct RecordArgs {
     /// The process to record (it listens: FGTRACE_CONTROL=1 or fgtrace::control::listen()).
-    #[arg(long, short = 'p')]
-    pid: u32,
+    #[arg(long, short = 'p', required_unless_present = "command", conflicts_with_all = ["command", "dir", "offcpu"])]
+    pid: Option<u32>,
     /// How long to record (2s, 500ms); without it, until Ctrl-C.
-    #[arg(long, short = 'd')]
+    #[arg(long, short = 'd', requires = "pid")]
     duration: Option<String>,
+    /// With a command: one trace per process that links fgtrace, in this
+    /// directory, named PROGRAM-PID.fgt.
+    #[arg(long, conflicts_with = "output")]
+    dir: Option<PathBuf>,
+    /// With a command: also record off-CPU time per call.
+    #[arg(long)]
+    offcpu: bool,
+    /// The command to run and record from its start to its exit (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
     /// Keep only the last N calls per thread (a flight recorder) instead of every call.
     #[arg(long)]
     flight: Option<usize>,
     #[command(flatten)]
     session: SessionArgs,
-    /// Where to write the trace (default: fgtrace-PID.fgt).
+    /// Where to write the trace (default: fgtrace-PID.fgt with --pid,
+    /// fgtrace.fgt with a command; a command's other processes' traces go
+    /// beside it).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
 }
@@ -142,11 +154,20 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     .map(|d| d.as_millis() as u64);
     let mode = a.flight.map(|n| format!("flight:{n}"));
     let settings = a.session.settings(mode, duration_ms);
+    let Some(pid) = a.pid else {
+        let code = crate::launch::run(&crate::launch::Launch {
+            command: &a.command,
+            settings,
+            off_cpu: a.offcpu,
+            dir: a.dir.as_deref(),
+            output: a.output.as_deref(),
+        })?;
+        std::process::exit(code);
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
         .map_err(|e| Some(format!("cannot catch Ctrl-C: {e}")))?;
-    let pid = a.pid;
     let received = Client::connect(pid)
         .and_then(|c| {
             c.record(settings, &stop, || match duration_ms {

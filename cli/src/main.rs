@@ -5,6 +5,8 @@
 mod board;
 mod control;
 mod html;
+mod inputs;
+mod launch;
 mod plot;
 mod pprof;
 mod progress;
@@ -42,6 +44,7 @@ use std::process::ExitCode;
         fgtrace html run.fgt -o report.html       everything in one page\n  \
         fgtrace zephyr perf_data.txt zephyr.elf   Zephyr perf dump -> folded stacks\n  \
         fgtrace board -o run.fgt --elf fw.elf -- qemu-system-riscv64 ...   a board's stream\n  \
+        fgtrace record -o run.fgt -- ./my_program     a program, from start to exit\n  \
         fgtrace record --pid 4242 --duration 2s -o run.fgt     a running process (FGTRACE_CONTROL=1)\n  \
         fgtrace ctl 4242 dump -o last.fgt          its flight recorder, on demand\n  \
         fgtrace ps                                processes that can be controlled"
@@ -62,7 +65,8 @@ enum Cmd {
     /// Per-function statistics: calls, total, self, avg, min, max, p50, p99, s^2.
     #[command(
         after_help = "Examples:\n  fgtrace report run.fgt\n  fgtrace report run.fgt --sort calls\n  \
-        fgtrace report run.fgt --ftrace --thread main"
+        fgtrace report run.fgt --ftrace --thread main\n  \
+        fgtrace report traces/*.fgt                  several traces merged per function"
     )]
     Report(ReportArgs),
     /// Summary of a trace: program, clock, threads, calls, losses.
@@ -130,9 +134,12 @@ enum Cmd {
     #[command(after_help = "Examples:\n  fgtrace html run.fgt -o report.html\n  \
         fgtrace html run.fgt --thread worker-* --rows 50 -o workers.html")]
     Html(html::HtmlArgs),
-    /// Record a running process that listens for control (FGTRACE_CONTROL=1): the trace is written here.
+    /// Record a command from its start to its exit, or a running process that listens for control (FGTRACE_CONTROL=1).
     #[command(
-        after_help = "Examples:\n  fgtrace record --pid 4242 --duration 2s -o run.fgt\n  \
+        after_help = "Examples:\n  fgtrace record -o run.fgt -- ./target/release/my_program args\n  \
+        fgtrace record --dir traces -- cargo test     one trace per test binary\n  \
+        fgtrace record --sample timer:999 --offcpu -- ./my_server\n  \
+        fgtrace record --pid 4242 --duration 2s -o run.fgt\n  \
         fgtrace record -p 4242 --sample timer:999 --filter 'parse*'     until Ctrl-C\n  \
         fgtrace record -p 4242 -d 500ms --flight 10000 -o last.fgt"
     )]
@@ -180,8 +187,9 @@ struct GraphArgs {
 
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// Trace file written by `Trace::save`.
-    file: PathBuf,
+    /// Trace file(s); several are merged per function (a whole test suite's, from `record --dir`).
+    #[arg(required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
     /// Sort by: calls, total, self, avg, min, max, p50, p99, s2, oncpu, offcpu, name.
     #[arg(long, short = 's', default_value = "total")]
     sort: String,
@@ -251,8 +259,8 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         }
         Cmd::Report(a) => {
             let sort_by: Column = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
-            let r = open(&a.file)?;
-            let meta = r.meta().clone();
+            let input = inputs::open(&a.files)?;
+            let meta = input.meta;
             let opts = ReportOptions {
                 sort_by,
                 reverse: a.reverse,
@@ -270,12 +278,14 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 },
             };
             let mut out = out;
-            view::write_report(&meta, r.events(), &opts, &mut out)
-                .map_err(|e| io_err(&a.file, e))?;
-            if opts.style == ReportStyle::Json {
-                return Ok(()); // samples are not part of the JSON report
+            view::write_report(&meta, input.events, &opts, &mut out)
+                .map_err(|e| io_err(&input.label, e))?;
+            if opts.style == ReportStyle::Json || input.merged {
+                // Samples are not part of the JSON report, nor of a merge
+                // (each process's addresses are its own).
+                return Ok(());
             }
-            pprof::report_samples(&a.file, &opts, out)
+            pprof::report_samples(&input.label, &opts, out)
         }
         Cmd::Info { file } => {
             let r = open(&file)?;
@@ -380,6 +390,8 @@ fn main() -> ExitCode {
     // `FGTRACE_CONTROL` in the environment is for the programs being traced,
     // not for this tool (which links fgtrace): no endpoint here.
     fgtrace::control::close();
+    // Nor does `FGTRACE_RECORD` record this tool.
+    fgtrace::launch::discard();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) | Err(None) => ExitCode::SUCCESS,

@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 pub struct FlameArgs {
     /// Trace file written by `Trace::save`.
     file: PathBuf,
+    /// More trace files: merged per function with the first (traced calls only).
+    more: Vec<PathBuf>,
     /// Traced calls only, weighted by exact self time (ns).
     #[arg(long, conflicts_with_all = ["sampled", "combined"])]
     traced: bool,
@@ -230,9 +232,24 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     if a.offcpu {
         return run_offcpu_flame(a, stdout);
     }
-    let r = open(&a.file)?;
-    let meta = r.meta().clone();
-    let kind = kind(a, &meta);
+    let files: Vec<PathBuf> = std::iter::once(a.file.clone())
+        .chain(a.more.iter().cloned())
+        .collect();
+    if files.len() > 1 && (a.sampled || a.combined) {
+        return Err(Some(
+            "several files merge their traced calls only: samples of different processes \
+             cannot be symbolized together (drop --sampled/--combined, or read one file)"
+                .into(),
+        ));
+    }
+    let input = crate::inputs::open(&files)?;
+    let meta = input.meta;
+    let events = input.events;
+    let kind = if input.merged {
+        Kind::Traced
+    } else {
+        kind(a, &meta)
+    };
     let fopts = FoldedOptions {
         per_thread: a.per_thread,
         threads: threads(&a.threads),
@@ -240,11 +257,12 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         trust_shadow_depth: !a.by_time,
         sample_period_ns: None,
     };
-    let name = a
-        .file
+    let name = input
+        .label
         .file_name()
-        .unwrap_or(a.file.as_os_str())
-        .to_string_lossy();
+        .unwrap_or(input.label.as_os_str())
+        .to_string_lossy()
+        .into_owned();
     let what = match (kind, a.chart) {
         (_, true) => "Flame chart (traced)",
         (Kind::Traced, _) => "Flame graph (traced)",
@@ -260,7 +278,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     let read: Result<(), TraceError>;
     if a.chart {
         let mut b = ChartBuilder::new(&meta, &fopts);
-        read = b.extend(r.events());
+        read = b.extend(events);
         let chart = b.finish();
         let draw = |svg: &mut Vec<u8>| {
             flame.count_name = "ns".into();
@@ -278,17 +296,17 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         match kind {
             Kind::Traced => {
                 let mut b = FoldedBuilder::traced(&meta, &fopts);
-                read = b.extend(r.events());
+                read = b.extend(events);
                 folded = b.finish();
             }
             Kind::Sampled => {
                 let mut b = FoldedBuilder::sampled(&meta, &fopts, &mut sym);
-                read = b.extend(r.events());
+                read = b.extend(events);
                 folded = b.finish();
             }
             Kind::Combined => {
                 let mut b = FoldedBuilder::combined(&meta, &fopts, &mut sym);
-                read = b.extend(r.events());
+                read = b.extend(events);
                 folded = b.finish();
             }
         }
@@ -301,11 +319,16 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         let damaged = read.as_ref().err();
         write_flame(a, &mut stdout, damaged, |out| folded.write_to(out), draw)?;
     }
-    read.map_err(|e| io_err(&a.file, e))
+    read.map_err(|e| io_err(&input.label, e))
 }
 
 /// `fgtrace flame --offcpu`: one library builder, then folded text or an SVG.
 fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
+    if !a.more.is_empty() {
+        return Err(Some(
+            "--offcpu reads one file (off-CPU time is not merged)".into(),
+        ));
+    }
     let r = open(&a.file)?;
     let meta = r.meta().clone();
     let opts = OffCpuFoldedOptions {

@@ -61,7 +61,7 @@ fn graph_report_and_info_render_a_saved_trace() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// Issue 18: `fgtrace info` says which path took the samples.
+/// `fgtrace info` says which path took the samples.
 #[cfg(target_os = "linux")]
 #[test]
 fn info_says_which_path_sampled() {

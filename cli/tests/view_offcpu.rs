@@ -1,4 +1,4 @@
-//! Off-CPU time in every view (issue 14), on a hand-made trace whose
+//! Off-CPU time in every view, on a hand-made trace whose
 //! answers are known: `main` (0..100 us) calls `read` (10..50 us, blocked
 //! 30 us of it) and `compute` (60..90 us, preempted 5 us); 20 us blocked at
 //! 92..112 us straddles `main`'s end. And a trace where off-CPU time was
@@ -18,7 +18,7 @@ use fgtrace_trace::{
     TraceMeta,
 };
 use fgtrace_view::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions};
-use fgtrace_view::{ok_events, ReportBuilder, ReportOptions};
+use fgtrace_view::{ok_events, Consume, ReportBuilder, ReportOptions};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -119,7 +119,7 @@ fn report_has_on_and_off_cpu_totals_and_self() {
     let opts = ReportOptions::default();
     let mut r = ReportBuilder::new(t.meta(), &opts);
     for e in t.events() {
-        r.push(&e);
+        let Ok(()) = r.push(&e);
     }
     let r = r.finish();
     let row = |n: &str| r.functions.iter().find(|f| f.name == n).unwrap().clone();

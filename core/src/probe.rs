@@ -26,14 +26,17 @@
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{ext, kind, AllocCounts, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::record::{ext, kind, AllocCounts, RawCall, MAX_SITES};
 use crate::site::{Decision, Site};
-use core::future::Future;
 use core::marker::PhantomData;
-use core::pin::Pin;
 use core::ptr;
 use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
-use core::task::{Context, Poll};
+
+mod future;
+mod inspect;
+
+pub use future::TracedFuture;
+pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
 
 /// Frame flag: one poll of an async fn.
 const F_POLL: u32 = 1;
@@ -849,178 +852,6 @@ fn handoff(st: &mut ThreadState) {
         Some(h) => busy(st, |st| (h.handoff)(st)),
         None => st.buf = ptr::null_mut(),
     }
-}
-
-/// Records an async fn's whole future (first poll to completion or drop),
-/// under the same filters as a call at the current depth, with no allocation
-/// once the site's decision is cached.
-#[cold]
-fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
-    let end = ticks();
-    let c = CONTROL.load(Relaxed);
-    if c & ON_MASK == 0 {
-        return;
-    }
-    with_state(|st| {
-        if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
-            return;
-        }
-        let (id, d) = if st.capture {
-            (capture_site_id(site, false), Decision::Record)
-        } else {
-            let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen & !GEN_COUNTED != gen && !join(st, gen)) {
-                return;
-            }
-            let id = site.id();
-            match decision(st, site, gen) {
-                Some(d) => (id, d),
-                None => return,
-            }
-        };
-        if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
-            return;
-        }
-        match d {
-            Decision::Skip | Decision::Hide => return,
-            Decision::Record if st.has_graph && st.graph == 0 => return,
-            _ => {}
-        }
-        let dur = end.wrapping_sub(start);
-        if dur < st.threshold {
-            return;
-        }
-        let polls = polls.min(MAX_DEPTH);
-        write(
-            st,
-            RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
-        );
-    })
-}
-
-/// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call
-/// on the polling thread's shadow stack (never held across `.await`), and the
-/// whole future, first poll to completion, is recorded once, on whichever
-/// thread finishes it.
-pub struct TracedFuture<F> {
-    site: &'static Site,
-    first: u64,
-    polls: u32,
-    done: bool,
-    inner: F,
-}
-
-impl<F> TracedFuture<F> {
-    /// Wraps `inner` (what `#[traced]` does to an `async fn`'s body).
-    pub fn new(site: &'static Site, inner: F) -> Self {
-        TracedFuture {
-            site,
-            first: 0,
-            polls: 0,
-            done: false,
-            inner,
-        }
-    }
-}
-
-impl<F: Future> Future for TracedFuture<F> {
-    type Output = F::Output;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
-        let this = unsafe { self.get_unchecked_mut() };
-        let c = CONTROL.load(Relaxed);
-        if this.first == 0 && c & ON_MASK != 0 {
-            this.first = ticks();
-        }
-        let guard = if c & ON_MASK == 0 {
-            Guard::OFF
-        } else {
-            enter_on(this.site, c, F_POLL)
-        };
-        this.polls += 1;
-        // SAFETY: see above.
-        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        drop(guard);
-        if r.is_ready() {
-            this.done = true;
-            if this.first != 0 {
-                record_future(this.site, this.first, this.polls, false);
-            }
-        }
-        r
-    }
-}
-
-impl<F> Drop for TracedFuture<F> {
-    fn drop(&mut self) {
-        if !self.done && self.first != 0 {
-            record_future(self.site, self.first, self.polls, true);
-        }
-    }
-}
-
-/// For the sampler's signal handler (on this thread): the shadow-stack depth
-/// and the stack pointer the innermost open traced call recorded at entry.
-pub fn shadow_top() -> (u32, u64) {
-    with_state(|st| {
-        let d = st.depth.min(st.stack_cap);
-        if d == 0 || st.frames.is_null() {
-            (0, u64::MAX)
-        } else {
-            // SAFETY: d <= stack_cap.
-            (d, unsafe { (*st.frames.add(d as usize - 1)).sp } as u64)
-        }
-    })
-}
-
-/// One call open on this thread's shadow stack (see [`open_frames`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpenFrame {
-    /// Site id.
-    pub site: u32,
-    /// Depth on the shadow stack (0 = outermost).
-    pub depth: u32,
-    /// Entry ticks.
-    pub start: u64,
-    /// The call is a poll of a traced future.
-    pub poll: bool,
-}
-
-/// The calls open on this thread's shadow stack, innermost first (the order
-/// they will end in), hidden ones (`notrace`) left out: written to the
-/// front of `out` (as many as fit), their number returned. Nothing is
-/// allocated while the thread's state is borrowed. Cold: for a panic hook's
-/// dump of what led to the panic (issue 15).
-pub fn open_frames(out: &mut [OpenFrame]) -> usize {
-    with_state(|st| {
-        let mut k = 0;
-        if st.frames.is_null() || st.capture {
-            return 0;
-        }
-        let n = st.depth.min(st.stack_cap);
-        for i in (0..n).rev() {
-            if k == out.len() {
-                break;
-            }
-            // SAFETY: i < stack_cap.
-            let f = unsafe { *st.frames.add(i as usize) };
-            if f.tag & F_HIDE == 0 {
-                out[k] = OpenFrame {
-                    site: f.site,
-                    depth: i,
-                    start: f.start,
-                    poll: f.tag & F_POLL != 0,
-                };
-                k += 1;
-            }
-        }
-        k
-    })
-}
-
-/// Shadow-stack depth of the current thread.
-pub fn current_depth() -> u32 {
-    with_state(|st| st.depth)
 }
 
 // ---------------------------------------------------------------- captures

@@ -191,7 +191,7 @@ impl Client {
                 ),
                 e => io_err(&format!("no reply from pid {}", self.pid), e),
             })?;
-        let r: Reply = serde_json::from_slice(&body)
+        let r: Reply = fgtrace_trace::json::from_slice(&body)
             .map_err(|e| io_err(&format!("pid {} sent a bad reply", self.pid), e))?;
         if r.ok {
             return Ok(r);

@@ -260,12 +260,22 @@ fn init_from_env() {
     let mode = std::env::var("FGTRACE_MODE").ok();
     let r = parse_env(&v.to_string_lossy(), mode.as_deref()).and_then(|want| match want {
         None => Ok(()),
+        // A whole-program recording (`FGTRACE_RECORD`) is the session:
+        // the endpoint only listens, no flight recorder takes its place.
+        Some(_) if recording_whole_program() => {
+            listen_with(None).map(drop).map_err(|e| e.to_string())
+        }
         Some(bg) => listen_with(bg).map(drop).map_err(|e| e.to_string()),
     });
     if let Err(e) = r {
         use std::io::Write;
         let _ = writeln!(io::stderr(), "fgtrace: control endpoint not opened: {e}");
     }
+}
+
+fn recording_whole_program() -> bool {
+    std::env::var_os(crate::launch::ENV)
+        .is_some_and(|v| crate::launch::parse_env(&v.to_string_lossy()).is_some())
 }
 
 /// The constructor behind `FGTRACE_CONTROL`: the dynamic loader runs it

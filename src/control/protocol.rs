@@ -77,8 +77,8 @@ impl Settings {
 }
 
 /// What a client asks.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-#[serde(tag = "cmd", rename_all = "lowercase", deny_unknown_fields)]
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
 pub enum Request {
     /// The process, its session, the endpoint.
     Status,
@@ -93,6 +93,70 @@ pub enum Request {
     Stop,
     /// The running flight recorder's last calls per thread, without stopping it.
     Dump,
+}
+
+/// A request as it arrives: the command and the settings beside it, in
+/// one object (`{"cmd":"record","duration_ms":2000}`). Read as a plain
+/// struct, then checked, because the JSON reader reads only what a type
+/// names (no buffering of unknown shapes, as a tagged enum would need).
+/// Unknown fields are refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequest {
+    cmd: String,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    sample: Option<String>,
+    #[serde(default)]
+    filter: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default)]
+    graph_function: Vec<String>,
+    #[serde(default)]
+    notrace: Vec<String>,
+    #[serde(default)]
+    depth: Option<u32>,
+    #[serde(default)]
+    threshold: Option<String>,
+}
+
+impl TryFrom<RawRequest> for Request {
+    type Error = String;
+
+    fn try_from(r: RawRequest) -> Result<Request, String> {
+        let s = Settings {
+            duration_ms: r.duration_ms,
+            mode: r.mode,
+            sample: r.sample,
+            filter: r.filter,
+            exclude: r.exclude,
+            graph_function: r.graph_function,
+            notrace: r.notrace,
+            depth: r.depth,
+            threshold: r.threshold,
+        };
+        let bare = |req: Request| {
+            if s == Settings::default() {
+                Ok(req)
+            } else {
+                Err(format!("`{}` takes no settings", r.cmd))
+            }
+        };
+        match r.cmd.as_str() {
+            "status" => bare(Request::Status),
+            "stop" => bare(Request::Stop),
+            "dump" => bare(Request::Dump),
+            "record" => Ok(Request::Record(s)),
+            "start" => Ok(Request::Start(s)),
+            c => Err(format!(
+                "unknown command `{c}` (status, record, start, stop, dump)"
+            )),
+        }
+    }
 }
 
 /// The target's answer.
@@ -168,7 +232,7 @@ impl From<io::Error> for FrameError {
 
 /// Writes one JSON frame.
 pub fn write_json(w: &mut impl Write, v: &impl Serialize) -> io::Result<()> {
-    let body = serde_json::to_vec(v).map_err(io::Error::other)?;
+    let body = fgtrace_trace::json::to_vec(v)?;
     let len = u32::try_from(body.len()).map_err(io::Error::other)?;
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&len.to_be_bytes());
@@ -193,7 +257,9 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameError> 
 
 /// Parses a request frame's body: a clear error for anything that is not one.
 pub fn parse_request(body: &[u8]) -> Result<Request, String> {
-    serde_json::from_slice(body).map_err(|e| format!("bad request: {e}"))
+    fgtrace_trace::json::from_slice::<RawRequest>(body)
+        .and_then(Request::try_from)
+        .map_err(|e| format!("bad request: {e}"))
 }
 
 /// Checks a request the way the target does before acting on it: the
@@ -259,6 +325,19 @@ mod tests {
         assert_eq!(parse_request(&body).unwrap(), r);
         assert!(parse_request(br#"{"cmd":"reboot"}"#).is_err());
         assert!(parse_request(br#"{"cmd":"record","bogus":1}"#).is_err());
+        let e = parse_request(br#"{"cmd":"status","depth":3}"#).unwrap_err();
+        assert!(e.contains("takes no settings"), "{e}");
+        let e = parse_request(br#"{"cmd":"reboot"}"#).unwrap_err();
+        assert!(e.contains("unknown command `reboot`"), "{e}");
+        for r in [
+            Request::Status,
+            Request::Stop,
+            Request::Dump,
+            Request::Start(Settings::default()),
+        ] {
+            let body = fgtrace_trace::json::to_vec(&r).unwrap();
+            assert_eq!(parse_request(&body).unwrap(), r);
+        }
         let big = (MAX_REQUEST as u32 + 1).to_be_bytes();
         assert!(matches!(
             read_frame(&mut &big[..], MAX_REQUEST),

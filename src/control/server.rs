@@ -65,7 +65,7 @@ pub(super) fn start(dir: &Path, background: Option<Settings>) -> io::Result<Path
     LISTENER_FD.store(listener.as_raw_fd(), Ordering::SeqCst);
     // SAFETY: registers a plain extern "C" fn.
     unsafe { libc::atexit(at_exit) };
-    *crate::active::BACKGROUND_YIELD.lock() = Some(yield_background);
+    crate::active::on_yield(yield_background);
     *BACKGROUND_SETTINGS.lock() = background;
     std::thread::Builder::new()
         .name("fgtrace-control".into())
@@ -310,7 +310,7 @@ fn restart_background() {
     }
 }
 
-/// Called by `Session::start` (through `active::BACKGROUND_YIELD`): the
+/// Called by `Session::start` (through `active::on_yield`): the
 /// background session makes way for another one.
 fn yield_background() {
     let s = BACKGROUND.lock().take();

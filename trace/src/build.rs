@@ -245,7 +245,7 @@ pub fn build_thread(
     // call that starts after them. `open` holds the (depth, end) of the
     // calls emitted so far that may still be open (the ancestors of the
     // next call): a sample the sampler could not give a shadow depth (kernel
-    // call chains, issue 18) gets the number of traced calls open at its
+    // call chains) gets the number of traced calls open at its
     // time, as the views count them (the innermost open call's depth + 1).
     let mut emit_samples_before = |enc: &mut ChunkEncoder, open: &[(u32, u64)], until: u64| {
         while let Some(s) = samples.next_if(|s| s.0 < until) {
@@ -271,7 +271,7 @@ pub fn build_thread(
     let n = recs.len();
     let mut tree: Vec<u32> = Vec::with_capacity(n);
     let mut futures = Vec::new();
-    // [issue 17] allocation figures and counter deltas: extension records after a call's.
+    // Allocation figures and counter deltas: extension records after a call's.
     let mut figures = alloc_figures::Attach::default();
     for (i, r) in recs.iter().enumerate() {
         if figures.take(i, r) {
@@ -449,7 +449,7 @@ impl Recorded {
     }
 }
 
-/// [issue 17] Allocation figures (`fgtrace::alloc::Counting`) and per-call
+/// Allocation figures (`fgtrace::alloc::Counting`) and per-call
 /// counter deltas (`Config::counters`): the core writes them as extension
 /// records right after the record of the call they belong to; here they
 /// become an `Event::Counters` after that call (values as [`counter_names`]
@@ -640,7 +640,7 @@ mod tests {
         assert_eq!(t.meta().threads[0].lost, 7);
     }
 
-    /// Issue 18: samples without a shadow depth (kernel call chains) get the
+    /// Samples without a shadow depth (kernel call chains) get the
     /// number of traced calls open at their time; recorded depths stand.
     #[test]
     fn samples_from_a_ring_get_their_shadow_depth_from_the_trace() {

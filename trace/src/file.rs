@@ -46,7 +46,7 @@ const SEC_OVERWRITTEN: u8 = 7;
 const SEC_OFFCPU: u8 = 8;
 
 pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
-    let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+    let json = crate::json::to_vec(meta)?;
     w.write_all(MAGIC)?;
     w.write_all(&VERSION.to_le_bytes())?;
     w.write_all(&(json.len() as u32).to_le_bytes())?;
@@ -85,7 +85,7 @@ pub struct RecordingWriter<W: Write> {
 
 impl<W: Write> RecordingWriter<W> {
     pub fn new(mut w: W, meta: &TraceMeta) -> io::Result<Self> {
-        let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        let json = crate::json::to_vec(meta)?;
         w.write_all(MAGIC)?;
         w.write_all(&VERSION_RECORDED.to_le_bytes())?;
         w.write_all(&(json.len() as u32).to_le_bytes())?;
@@ -121,7 +121,7 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     pub fn site(&mut self, index: u32, info: &super::SiteInfo) -> io::Result<()> {
-        let json = serde_json::to_vec(info).map_err(io::Error::other)?;
+        let json = crate::json::to_vec(info)?;
         self.section(SEC_SITE, &[index as u64], &json)
     }
 
@@ -173,7 +173,7 @@ impl<W: Write> RecordingWriter<W> {
 
     /// The final metadata and the end marker; returns the writer.
     pub fn finish(mut self, meta: &TraceMeta) -> io::Result<W> {
-        let json = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        let json = crate::json::to_vec(meta)?;
         self.section(SEC_META, &[], &json)?;
         self.head.clear();
         self.head.push(KIND_END);
@@ -275,7 +275,7 @@ impl<R: Read> TraceReader<R> {
                 what: "metadata checksum mismatch".into(),
             });
         }
-        t.meta = serde_json::from_slice(&json).map_err(|e| TraceError::Corrupt {
+        t.meta = crate::json::from_slice(&json).map_err(|e| TraceError::Corrupt {
             offset: meta_at,
             what: format!("metadata is not valid: {e}"),
         })?;
@@ -363,7 +363,7 @@ impl<R: Read> TraceReader<R> {
                                 sites.len()
                             )));
                         }
-                        let info = serde_json::from_slice(&payload[d.pos..])
+                        let info = crate::json::from_slice(&payload[d.pos..])
                             .map_err(|e| d.corrupt(format!("site is not valid: {e}")))?;
                         sites.push(info);
                     }
@@ -509,7 +509,7 @@ impl<R: Read> TraceReader<R> {
                         th.intervals.append(&mut new);
                     }
                     SEC_META => {
-                        let m: TraceMeta = serde_json::from_slice(&payload)
+                        let m: TraceMeta = crate::json::from_slice(&payload)
                             .map_err(|e| d.corrupt(format!("final metadata is not valid: {e}")))?;
                         if m.threads.len() != threads.len() || m.sites.len() != sites.len() {
                             return Err(d.corrupt(format!(

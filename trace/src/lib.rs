@@ -21,7 +21,9 @@ pub mod buildid;
 pub mod clock;
 pub mod file;
 pub mod format;
+pub mod json;
 pub mod maps;
+pub mod merge;
 #[doc(hidden)]
 pub mod recorded;
 
@@ -127,7 +129,7 @@ pub struct TraceMeta {
     #[serde(default)]
     pub sampling: Option<String>,
     /// Which path took the samples: `perf ring (kernel call chains ...)` or
-    /// `signal (...)`, with the reason where the ring was refused (issue 18).
+    /// `signal (...)`, with the reason where the ring was refused.
     /// `None` in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampler: Option<String>,
@@ -280,7 +282,7 @@ pub struct Lost {
 
 /// The shadow depth a sample carries when the sampler could not record it
 /// (kernel call chains from a perf ring): [`build`] fills it in from the
-/// traced calls open at the sample's time (issue 18).
+/// traced calls open at the sample's time.
 pub const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
 
 /// A stack sample: raw return addresses, innermost first (`frames[0]` is the

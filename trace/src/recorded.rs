@@ -260,7 +260,7 @@ impl RawEncoder {
         for r in recs {
             let k = r.kind();
             if r.is_ext() {
-                // [issue 17] figures of the call before: no time, no depth change.
+                // Figures of the call before: no time, no depth change.
                 let (a, b) = r.ext_values();
                 // SAFETY: as below.
                 unsafe {
@@ -446,7 +446,7 @@ pub fn decode(
         let same = h >> 3 & 1 != 0;
         let dd = unzigzag(h >> 4);
         if k as u64 == kind::LOST && unwound {
-            // [issue 17] an extension record.
+            // An extension record.
             let sub = varint(&mut pos)?;
             if sub > fgtrace_core::record::ext::COUNTER || dd != 0 || same {
                 return Err(corrupt(at, format!("extension record {sub} is not one")));

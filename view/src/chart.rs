@@ -3,9 +3,11 @@
 //! inferno's `flame_chart` the x axis is time. Memory is one entry per line,
 //! which inferno holds anyway.
 
+use crate::consume::{collect, Consume};
 use crate::folded::{FoldedOptions, FoldedSummary, Origin, Tree, NONE};
-use crate::{shown, thread_mask};
+use crate::threads::{shown, thread_mask};
 use fgtrace_trace::{Call, Event, TraceError, TraceMeta};
+use std::convert::Infallible;
 use std::io::{self, Write};
 
 /// One traced call as the chart drew it.
@@ -104,26 +106,12 @@ impl<'a> ChartBuilder<'a> {
         }
     }
 
-    /// As [`FoldedBuilder::extend`].
+    /// As [`FoldedBuilder::extend`](crate::folded::FoldedBuilder::extend).
     pub fn extend(
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        super::push_all(events, |ev| self.push(ev))
-    }
-
-    pub fn push(&mut self, ev: &Event) {
-        if !shown(&self.mask, !self.opts.threads.is_empty(), ev.thread()) {
-            return;
-        }
-        match ev {
-            Event::Call(c) => self.call(c),
-            Event::Lost(l) => {
-                self.pop_to(l.thread, l.depth);
-                self.summary.records_lost += l.count;
-            }
-            _ => {}
-        }
+        collect(self, events)
     }
 
     fn thread(&mut self, t: u32) -> &mut ChartThread {
@@ -243,6 +231,25 @@ impl<'a> ChartBuilder<'a> {
             starts,
             summary: self.summary,
         }
+    }
+}
+
+impl Consume for ChartBuilder<'_> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if !shown(&self.mask, !self.opts.threads.is_empty(), ev.thread()) {
+            return Ok(());
+        }
+        match ev {
+            Event::Call(c) => self.call(c),
+            Event::Lost(l) => {
+                self.pop_to(l.thread, l.depth);
+                self.summary.records_lost += l.count;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 

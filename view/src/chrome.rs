@@ -29,13 +29,14 @@
 //!
 //! Written as it is read: one pending call per thread (its counters follow
 //! it), lanes per async function, resolved names cached per address. Strings
-//! go through `serde_json` for escaping; no event has an array at its top
+//! go through the JSON writer for escaping; no event has an array at its top
 //! level (Perfetto's tokenizer rejects those), `args` holds the stack.
 
 use super::lanes::PollMatcher;
 use super::offcpu::{off_cpu_slices, off_cpu_threads};
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };
@@ -88,7 +89,7 @@ fn us(ns: u64) -> String {
 }
 
 fn js(s: &str) -> String {
-    serde_json::to_string(s).expect("strings always serialize")
+    fgtrace_trace::json::to_string(&s).expect("strings always serialize")
 }
 
 struct Writer<'a, W: Write, R: Resolve> {
@@ -213,36 +214,6 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             self.stats.off_cpu += 1;
         }
         Ok(())
-    }
-
-    fn push(&mut self, ev: &Event) -> io::Result<()> {
-        let t = ev.thread();
-        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
-            return Ok(());
-        }
-        if let Event::Counters(c) = ev {
-            return self.flush_call(t, Some(c));
-        }
-        self.flush_call(t, None)?;
-        match ev {
-            Event::Call(c) => {
-                let i = t as usize;
-                if self.pending.len() <= i {
-                    self.pending.resize(i + 1, None);
-                }
-                let id = if c.is_poll() && self.opts.futures {
-                    self.polls.poll(c)
-                } else {
-                    0
-                };
-                self.pending[i] = Some((*c, id));
-                Ok(())
-            }
-            Event::Future(f) if self.opts.futures => self.future(f),
-            Event::Sample(s) if self.opts.samples => self.sample(s),
-            Event::Lost(l) => self.lost(l),
-            _ => Ok(()),
-        }
     }
 
     fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
@@ -405,6 +376,40 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 }
 
+impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
+    type Error = io::Error;
+
+    fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let t = ev.thread();
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+            return Ok(());
+        }
+        if let Event::Counters(c) = ev {
+            return self.flush_call(t, Some(c));
+        }
+        self.flush_call(t, None)?;
+        match ev {
+            Event::Call(c) => {
+                let i = t as usize;
+                if self.pending.len() <= i {
+                    self.pending.resize(i + 1, None);
+                }
+                let id = if c.is_poll() && self.opts.futures {
+                    self.polls.poll(c)
+                } else {
+                    0
+                };
+                self.pending[i] = Some((*c, id));
+                Ok(())
+            }
+            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Sample(s) if self.opts.samples => self.sample(s),
+            Event::Lost(l) => self.lost(l),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Streams `events` into `out` as a Chrome Trace Event JSON object. On a read
 /// error, everything before it is written as a complete, valid file, then the
 /// error is returned.
@@ -431,21 +436,9 @@ pub fn write_chrome<W: Write, R: Resolve>(
         buf: String::new(),
     };
     w.header()?;
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => w.push(&ev)?,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = feed(&mut w, events)?;
     w.finish()?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(w.stats),
-    }
+    failed.map_or(Ok(w.stats), Err)
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 
 use super::format::{human_duration, uftrace_time};
 use super::report::{ReportBuilder, ReportOptions};
-use super::ThreadSel;
+use crate::consume::feed;
+use crate::threads::ThreadSel;
 use fgtrace_trace::{Event, TraceError, TraceMeta};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -131,7 +132,7 @@ fn side(
         ..ReportOptions::default()
     };
     let mut b = ReportBuilder::new(meta, &ropts);
-    let failed = super::push_all(events, |ev| b.push(ev)).err();
+    let Ok(failed) = feed(&mut b, events);
     let report = b.finish();
     let mut by_name: BTreeMap<String, Side> = BTreeMap::new();
     for f in &report.functions {
@@ -679,8 +680,7 @@ impl Diff {
             diff: &'a Diff,
             gate: Option<&'a GateResult>,
         }
-        serde_json::to_writer_pretty(&mut w, &Out { diff: self, gate })
-            .map_err(io::Error::other)?;
+        crate::format::write_pretty_json(&mut w, &Out { diff: self, gate })?;
         w.write_all(b"\n")?;
         w.flush()
     }

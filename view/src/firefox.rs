@@ -29,8 +29,9 @@
 
 use super::lanes::PollMatcher;
 use super::offcpu::{off_cpu_slices, OffSlice};
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{
     Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
 };
@@ -41,6 +42,7 @@ use fxprof_processed_profile::{
     StringHandle, ThreadHandle, Timestamp,
 };
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io::{self, Write};
 use std::time::Duration;
 
@@ -302,37 +304,6 @@ impl<R: Resolve> Builder<'_, R> {
         }
     }
 
-    fn push(&mut self, ev: &Event) {
-        let t = ev.thread();
-        if !shown(&self.mask, self.filtered, t) {
-            return;
-        }
-        match ev {
-            Event::Call(c) => {
-                let h = self.thread(t);
-                let kind = if c.is_poll() {
-                    self.lanes.poll(c);
-                    "poll"
-                } else if c.unwound() {
-                    "call (unwound)"
-                } else {
-                    "call"
-                };
-                let m = self.call_marker(c, kind);
-                self.profile.add_marker(
-                    h,
-                    MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())),
-                    m,
-                );
-                self.stats.calls += 1;
-            }
-            Event::Future(f) => self.future(f),
-            Event::Sample(s) => self.sample(s),
-            Event::Lost(l) => self.lost(l),
-            Event::Counters(_) => {}
-        }
-    }
-
     fn future(&mut self, f: &FutureSpan) {
         let h = match self.async_thread {
             Some(h) => h,
@@ -503,6 +474,42 @@ impl<R: Resolve> Builder<'_, R> {
     }
 }
 
+impl<R: Resolve> Consume for Builder<'_, R> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        let t = ev.thread();
+        if !shown(&self.mask, self.filtered, t) {
+            return Ok(());
+        }
+        match ev {
+            Event::Call(c) => {
+                let h = self.thread(t);
+                let kind = if c.is_poll() {
+                    self.lanes.poll(c);
+                    "poll"
+                } else if c.unwound() {
+                    "call (unwound)"
+                } else {
+                    "call"
+                };
+                let m = self.call_marker(c, kind);
+                self.profile.add_marker(
+                    h,
+                    MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())),
+                    m,
+                );
+                self.stats.calls += 1;
+            }
+            Event::Future(f) => self.future(f),
+            Event::Sample(s) => self.sample(s),
+            Event::Lost(l) => self.lost(l),
+            Event::Counters(_) => {}
+        }
+        Ok(())
+    }
+}
+
 /// Reads `events` into a Firefox Profiler processed profile and writes it to
 /// `out` (gzipped JSON unless `opts.gzip` is off). On a read error,
 /// everything before it is written as a complete profile, then the error is
@@ -558,16 +565,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
     if let Some(cat) = off_cpu_cat {
         b.off_cpu(cat);
     }
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => b.push(&ev),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let Ok(failed) = feed(&mut b, events);
     let stats = b.stats;
     let profile = b.profile;
     let mut w = io::BufWriter::with_capacity(1 << 16, out);

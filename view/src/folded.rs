@@ -13,9 +13,10 @@
 //!   largest-remainder split, so every traced frame's total in the combined
 //!   output equals its total in the traced output exactly.
 //!
-//! Plus a **flame chart** of the traced calls ([`ChartBuilder`]): one line per
-//! stretch of a call's self time, in time order per thread, so that with
-//! inferno's `flame_chart` the x axis is time.
+//! Plus a **flame chart** of the traced calls
+//! ([`ChartBuilder`](crate::chart::ChartBuilder)): one line per stretch of a
+//! call's self time, in time order per thread, so that with inferno's
+//! `flame_chart` the x axis is time.
 //!
 //! Memory is one node per distinct stack (plus, for the chart, one entry per
 //! line, which inferno holds anyway): what a flamegraph needs, never the
@@ -25,12 +26,14 @@
 //! The join of samples to calls is [`crate::join`]; names come from the
 //! caller's [`Resolve`]r.
 
+use crate::consume::{collect, Consume};
 use crate::format::human_duration;
 use crate::join::{Cut, RecordedCut, SampleStack};
 use crate::resolve::{FrameInfo, HexResolve, Resolve};
-use crate::{shown, thread_mask, ThreadSel};
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, Lost, Sample, SiteInfo, TraceError, TraceMeta};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io::{self, Write};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -527,19 +530,7 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        super::push_all(events, |ev| self.push(ev))
-    }
-
-    pub fn push(&mut self, ev: &Event) {
-        if !shown(&self.mask, !self.opts.threads.is_empty(), ev.thread()) {
-            return;
-        }
-        match ev {
-            Event::Call(c) if self.mode != Mode::Sampled => self.call(c),
-            Event::Lost(l) => self.lost(l),
-            Event::Sample(s) => self.sample(s),
-            _ => {}
-        }
+        collect(self, events)
     }
 
     fn thread(&mut self, t: u32) -> &mut ThreadState {
@@ -813,6 +804,23 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
             summary: self.summary,
             mode_name,
         }
+    }
+}
+
+impl<R: Resolve, C: Cut> Consume for FoldedBuilder<'_, R, C> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if !shown(&self.mask, !self.opts.threads.is_empty(), ev.thread()) {
+            return Ok(());
+        }
+        match ev {
+            Event::Call(c) if self.mode != Mode::Sampled => self.call(c),
+            Event::Lost(l) => self.lost(l),
+            Event::Sample(s) => self.sample(s),
+            _ => {}
+        }
+        Ok(())
     }
 }
 

@@ -295,6 +295,26 @@ pub fn loss_lines(meta: &TraceMeta, shown: &[bool], lost_events: &[u64]) -> Vec<
     lines
 }
 
+/// `v` as indented JSON (`report --format json`, `diff --json`), with the
+/// `json` feature; without it, an error saying which feature to turn on.
+#[cfg(feature = "json")]
+pub(crate) fn write_pretty_json(
+    w: impl std::io::Write,
+    v: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(w, v).map_err(std::io::Error::other)
+}
+
+#[cfg(not(feature = "json"))]
+pub(crate) fn write_pretty_json(
+    _w: impl std::io::Write,
+    _v: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    Err(std::io::Error::other(
+        "JSON output needs fgtrace-view's `json` feature (fgtrace's `json`)",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

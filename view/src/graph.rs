@@ -27,7 +27,8 @@ use super::format::{
     abs_time, counter_note, human_duration, loss_lines, overhead_mark, push_centered,
     push_ftrace_duration,
 };
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{feed, Consume};
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, Lost, OffTime, TraceError, TraceMeta};
 use std::io::{self, Write};
 
@@ -231,20 +232,6 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         h.push_str(&a);
         h.push_str(&b);
         self.w.write_all(h.as_bytes())
-    }
-
-    /// Renders one event (calls and losses; futures and samples are skipped).
-    pub fn push(&mut self, ev: &Event) -> io::Result<()> {
-        let due = self.due.take();
-        match ev {
-            Event::Call(c) => self.call(c),
-            Event::Lost(l) => self.lost(l),
-            Event::Counters(c) => match due {
-                Some((t, d)) if t == c.thread => self.counters(d, t, &c.values),
-                _ => Ok(()),
-            },
-            Event::Future(_) | Event::Sample(_) => Ok(()),
-        }
     }
 
     /// A call's counters, as a tail comment on its leaf line or exit line.
@@ -521,6 +508,24 @@ impl<'a, W: Write> GraphWriter<'a, W> {
     }
 }
 
+impl<W: Write> Consume for GraphWriter<'_, W> {
+    type Error = io::Error;
+
+    /// Renders one event (calls and losses; futures and samples are skipped).
+    fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let due = self.due.take();
+        match ev {
+            Event::Call(c) => self.call(c),
+            Event::Lost(l) => self.lost(l),
+            Event::Counters(c) => match due {
+                Some((t, d)) if t == c.thread => self.counters(d, t, &c.values),
+                _ => Ok(()),
+            },
+            Event::Future(_) | Event::Sample(_) => Ok(()),
+        }
+    }
+}
+
 /// The duration shown with off-CPU time on: wall minus off-CPU.
 fn on_cpu(dur_ns: u64, off: Option<OffTime>) -> u64 {
     dur_ns.saturating_sub(off.map_or(0, |t| t.total_ns()))
@@ -540,16 +545,7 @@ pub fn write_graph<W: Write>(
     w: W,
 ) -> Result<(), TraceError> {
     let mut g = GraphWriter::new(meta, opts, io::BufWriter::with_capacity(1 << 16, w))?;
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => g.push(&ev)?,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = feed(&mut g, events)?;
     g.finish()?;
     failed.map_or(Ok(()), Err)
 }

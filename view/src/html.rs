@@ -17,19 +17,23 @@
 //! `text { .. }` style rule is scoped to the flamegraph so the plots keep
 //! their fonts.
 
+mod passes;
+
+use self::passes::{longest_stretches, FirstPass, Flame, Root, SecondPass, Stretch, Subtree};
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
 use super::format::human_duration;
-use super::graph::{GraphOptions, GraphWriter};
+use super::graph::GraphOptions;
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::feed;
 use crate::folded::{Folded, FoldedBuilder, FoldedOptions};
 use crate::resolve::Resolve;
-use fgtrace_trace::{saturating_sum, Call, Event, OffInterval, TraceError, TraceMeta};
+use crate::threads::{shown, thread_mask, ThreadSel};
+use fgtrace_trace::{saturating_sum, Event, TraceError, TraceMeta};
 use std::fmt::Write as _;
-use std::io::{self, Write};
+use std::io::Write;
 
 /// What goes on the page.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,37 +68,6 @@ impl Default for HtmlOptions {
     }
 }
 
-/// Which stacks the flamegraph shows.
-enum Flame<'a, R: Resolve> {
-    Traced(FoldedBuilder<'a>),
-    Other(FoldedBuilder<'a, R>, &'static str),
-}
-
-impl<R: Resolve> Flame<'_, R> {
-    fn push(&mut self, ev: &Event) {
-        match self {
-            Flame::Traced(b) => b.push(ev),
-            Flame::Other(b, _) => b.push(ev),
-        }
-    }
-
-    fn finish(self) -> (Folded, &'static str) {
-        match self {
-            Flame::Traced(b) => (b.finish(), "traced"),
-            Flame::Other(b, what) => (b.finish(), what),
-        }
-    }
-}
-
-/// The outermost call that lasted longest.
-#[derive(Clone, Copy)]
-struct Root {
-    thread: u32,
-    site: u32,
-    start_ns: u64,
-    dur_ns: u64,
-}
-
 /// Renders the page into `out`. `events` is called twice (see the module
 /// doc); `resolver` names sampled addresses. On a read error everything read
 /// before it is on the page (which says the trace is damaged) and the error
@@ -123,7 +96,7 @@ where
     };
     let samples: u64 = meta.total_samples();
     let has_samples = samples > 0 || meta.sampling.is_some();
-    let mut flame = match (meta.total_calls() > 0, has_samples) {
+    let flame = match (meta.total_calls() > 0, has_samples) {
         (true, true) => Flame::Other(
             FoldedBuilder::combined(meta, &fopts, resolver),
             "traced + sampled",
@@ -134,7 +107,7 @@ where
 
     // Off-CPU time (when recorded): stacks by time switched out, and the
     // longest stretches with the innermost call each started in.
-    let mut off_stacks = OffCpuFoldedBuilder::new(
+    let off_stacks = OffCpuFoldedBuilder::new(
         meta,
         &OffCpuFoldedOptions {
             threads: opts.threads.clone(),
@@ -142,47 +115,27 @@ where
         },
     )
     .ok();
-    let mut stretches = longest_stretches(meta, &mask, filtered, 10);
+    let stretches = longest_stretches(meta, &mask, filtered, 10);
 
     // Pass 1: report, stacks, slowest root call.
-    let mut report = ReportBuilder::new(meta, &ropts);
-    let mut root: Option<Root> = None;
-    let mut failed = None;
-    for ev in events() {
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        };
-        report.push(&ev);
-        flame.push(&ev);
-        if let Some(b) = off_stacks.as_mut() {
-            b.push(&ev);
-        }
-        if let Event::Call(c) = &ev {
-            for s in stretches.iter_mut() {
-                if s.thread == c.thread
-                    && (c.start_ns..c.end_ns()).contains(&s.iv.start_ns)
-                    && s.call.is_none_or(|(_, d)| c.depth >= d)
-                {
-                    s.call = Some((c.site, c.depth));
-                }
-            }
-            if c.depth == 0
-                && shown(&mask, filtered, c.thread)
-                && root.is_none_or(|r| c.dur_ns > r.dur_ns)
-            {
-                root = Some(Root {
-                    thread: c.thread,
-                    site: c.site,
-                    start_ns: c.start_ns,
-                    dur_ns: c.dur_ns,
-                });
-            }
-        }
-    }
+    let mut first = FirstPass {
+        mask: &mask,
+        filtered,
+        report: ReportBuilder::new(meta, &ropts),
+        flame,
+        off_stacks,
+        stretches,
+        root: None,
+    };
+    let Ok(failed) = feed(&mut first, events());
+    let FirstPass {
+        report,
+        flame,
+        off_stacks,
+        stretches,
+        root,
+        ..
+    } = first;
     let report = report.finish();
     let (folded, flame_kind) = flame.finish();
     let off_stacks = off_stacks.map(|b| b.finish());
@@ -190,30 +143,24 @@ where
     // Pass 2: the top functions' calls and the slowest root's subtree (up to
     // where pass 1 stopped, if it failed).
     let top: Vec<_> = report.functions.iter().take(opts.plots).collect();
-    let mut plots: Vec<DurationsBuilder> = top
-        .iter()
-        .map(|f| DurationsBuilder::for_sites(meta, &[f.site], opts.slowest, &opts.threads))
-        .collect();
     let gopts = GraphOptions {
         off_cpu: meta.off_cpu.as_ref().is_some_and(|o| o.is_available()),
         ..GraphOptions::default()
     };
-    let mut graph = Subtree::new(meta, &gopts, root, opts.graph_calls)?;
-    if !plots.is_empty() || root.is_some() {
-        for ev in events() {
-            let Ok(ev) = ev else { break };
-            for p in &mut plots {
-                p.push(&ev);
-            }
-            graph.push(&ev)?;
-            if failed.is_none() && plots.is_empty() && graph.done {
-                break;
-            }
-        }
+    let mut second = SecondPass {
+        plots: top
+            .iter()
+            .map(|f| DurationsBuilder::for_sites(meta, &[f.site], opts.slowest, &opts.threads))
+            .collect(),
+        graph: Subtree::new(meta, &gopts, root, opts.graph_calls)?,
+    };
+    if !second.plots.is_empty() || root.is_some() {
+        // Pass 1 already reported a read error, if any.
+        let _ = feed(&mut second, events())?;
     }
     let durations: Vec<Option<CallDurations>> =
-        plots.into_iter().map(|p| p.finish().ok()).collect();
-    let graph_text = graph.finish()?;
+        second.plots.into_iter().map(|p| p.finish().ok()).collect();
+    let graph_text = second.graph.finish()?;
 
     // The page.
     let mut page = String::with_capacity(1 << 20);
@@ -239,88 +186,6 @@ where
     out.write_all(page.as_bytes())?;
     out.flush()?;
     failed.map_or(Ok(()), Err)
-}
-
-/// Feeds the slowest root call and its subtree to a [`GraphWriter`].
-struct Subtree<'a> {
-    root: Option<Root>,
-    w: GraphWriter<'a, Vec<u8>>,
-    inside: bool,
-    done: bool,
-    limit: usize,
-    shown: usize,
-    hidden: u64,
-    /// The last call was drawn (so its counters go to the graph).
-    last_shown: bool,
-}
-
-impl<'a> Subtree<'a> {
-    fn new(
-        meta: &'a TraceMeta,
-        opts: &'a GraphOptions,
-        root: Option<Root>,
-        limit: usize,
-    ) -> io::Result<Self> {
-        Ok(Subtree {
-            root,
-            w: GraphWriter::new(meta, opts, Vec::new())?,
-            inside: false,
-            done: root.is_none(),
-            limit,
-            shown: 0,
-            hidden: 0,
-            last_shown: false,
-        })
-    }
-
-    fn is_root(&self, c: &Call) -> bool {
-        self.root.is_some_and(|r| {
-            c.thread == r.thread && c.depth == 0 && c.start_ns == r.start_ns && c.site == r.site
-        })
-    }
-
-    fn push(&mut self, ev: &Event) -> io::Result<()> {
-        let Some(r) = self.root else { return Ok(()) };
-        if self.done || ev.thread() != r.thread {
-            return Ok(());
-        }
-        match ev {
-            Event::Call(c) if !self.inside && self.is_root(c) => {
-                self.inside = true;
-                self.shown += 1;
-                self.last_shown = true;
-                self.w.push(ev)?;
-            }
-            _ if !self.inside => {}
-            Event::Call(c) if c.depth == 0 => self.done = true,
-            Event::Call(_) if self.shown >= self.limit => {
-                self.hidden += 1;
-                self.last_shown = false;
-            }
-            Event::Call(_) => {
-                self.shown += 1;
-                self.last_shown = true;
-                self.w.push(ev)?;
-            }
-            // A shown call's counters (allocations, instructions): tail comments.
-            Event::Counters(_) if self.last_shown => self.w.push(ev)?,
-            Event::Lost(_) => self.w.push(ev)?,
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn finish(self) -> io::Result<String> {
-        let mut text = String::from_utf8_lossy(&self.w.finish()?).into_owned();
-        if self.hidden > 0 {
-            let _ = writeln!(
-                text,
-                "# ... {} more calls of this subtree not shown (fgtrace graph shows them all)",
-                self.hidden
-            );
-        }
-        Ok(text)
-    }
 }
 
 /// Escapes text for HTML content and attribute values.
@@ -784,39 +649,6 @@ fn flamegraph(p: &mut String, folded: &Folded, kind: &str, opts: &HtmlOptions) {
     p.push_str("</section>\n");
 }
 
-/// One of the longest off-CPU stretches, and the innermost traced call it
-/// started in (site, depth).
-struct Stretch {
-    thread: u32,
-    iv: OffInterval,
-    call: Option<(u32, u32)>,
-}
-
-fn longest_stretches(meta: &TraceMeta, mask: &[bool], filtered: bool, n: usize) -> Vec<Stretch> {
-    let Some(o) = meta.off_cpu.as_ref() else {
-        return Vec::new();
-    };
-    let mut all: Vec<Stretch> = o
-        .threads
-        .iter()
-        .filter(|t| shown(mask, filtered, t.thread))
-        .flat_map(|t| {
-            t.intervals.iter().map(|iv| Stretch {
-                thread: t.thread,
-                iv: *iv,
-                call: None,
-            })
-        })
-        .collect();
-    all.sort_by(|a, b| {
-        b.iv.dur_ns
-            .cmp(&a.iv.dur_ns)
-            .then(a.iv.start_ns.cmp(&b.iv.start_ns))
-    });
-    all.truncate(n);
-    all
-}
-
 /// Off-CPU time: the stacks that spent most time switched out, and the
 /// longest stretches (a second flamegraph would clash with inferno's script,
 /// which takes the page's first SVG; `fgtrace flame --offcpu` draws one).
@@ -1001,46 +833,4 @@ fn tail(p: &mut String) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            escape("<a href='x'>&\"</a>"),
-            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
-        );
-    }
-
-    #[test]
-    fn viewers_named_with_their_commands() {
-        let mut p = String::new();
-        viewers_section(&mut p, Some("run.fgt"));
-        assert!(
-            p.contains("<code>fgtrace perfetto run.fgt -o trace.pftrace</code>"),
-            "{p}"
-        );
-        assert!(
-            p.contains("<code>fgtrace firefox run.fgt -o profile.json.gz</code>"),
-            "{p}"
-        );
-        assert!(p.contains("profiler.firefox.com"));
-        assert!(p.contains("ui.perfetto.dev"));
-        assert_eq!(p.matches("<tr>").count(), VIEWERS.len() + 1);
-    }
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(1_709_210_096_000_000_000), "2024-02-29 12:34:56 UTC");
-    }
-
-    #[test]
-    fn flame_prolog_dropped_and_style_scoped() {
-        let svg = "<?xml version=\"1.0\"?><!DOCTYPE svg><svg><style>\ntext { font-size:12px }\n</style></svg>";
-        assert_eq!(
-            inline_flame_svg(svg),
-            "<svg><style>\n#flame text { font-size:12px }\n</style></svg>"
-        );
-    }
-}
+mod tests;

@@ -490,8 +490,6 @@ fn strip_hash(name: &str) -> &str {
     name
 }
 
-/// Where a frame came from; the flamegraph colours frames by it.
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,7 +504,7 @@ mod tests {
         }
     }
 
-    /// Issue 18: recursion told apart by the number of open calls; extra
+    /// Recursion told apart by the number of open calls; extra
     /// frames of the traced function (a call the trace did not keep) make
     /// the match ambiguous, missing ones make it fail; neither is guessed.
     #[test]

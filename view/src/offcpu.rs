@@ -11,11 +11,13 @@
 //! Also the off-CPU stretches the timeline exports draw (Chrome, Perfetto,
 //! Firefox Profiler): [`off_cpu_threads`] and [`off_cpu_slices`].
 
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{collect, Consume};
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{
     Call, Event, OffCpuThread, OffKind, OffTime, ThreadInfo, TraceError, TraceMeta,
 };
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::io::{self, Write};
 
 /// Leaf frame of blocked time.
@@ -152,18 +154,7 @@ impl<'a> OffCpuFoldedBuilder<'a> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        super::push_all(events, |ev| self.push(ev))
-    }
-
-    pub fn push(&mut self, ev: &Event) {
-        if !self.shows(ev.thread()) {
-            return;
-        }
-        match ev {
-            Event::Call(c) => self.call(c),
-            Event::Lost(l) => self.pop_to(l.thread, l.depth),
-            _ => {}
-        }
+        collect(self, events)
     }
 
     fn shows(&self, t: u32) -> bool {
@@ -253,6 +244,22 @@ impl<'a> OffCpuFoldedBuilder<'a> {
             self.summary.untraced_ns = all.saturating_sub(self.summary.traced.total_ns());
         }
         (self.lines.into_iter().collect(), self.summary)
+    }
+}
+
+impl Consume for OffCpuFoldedBuilder<'_> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if !self.shows(ev.thread()) {
+            return Ok(());
+        }
+        match ev {
+            Event::Call(c) => self.call(c),
+            Event::Lost(l) => self.pop_to(l.thread, l.depth),
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -348,7 +355,7 @@ mod tests {
         let m = meta(Some(off));
         let mut b = OffCpuFoldedBuilder::new(&m, &OffCpuFoldedOptions::default()).unwrap();
         for e in [call(0, 0, 0, 100), call(1, 1, 15, 40), call(2, 1, 55, 20)] {
-            b.push(&e);
+            let Ok(()) = b.push(&e);
         }
         let (lines, sum) = b.finish();
         assert_eq!(

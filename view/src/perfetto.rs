@@ -37,8 +37,9 @@
 
 use super::lanes::{PendingPoll, PollMatcher};
 use super::offcpu::{off_cpu_slices, off_cpu_threads};
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };
@@ -516,32 +517,6 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
-    fn push(&mut self, ev: &Event) -> io::Result<()> {
-        let t = ev.thread();
-        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
-            return Ok(());
-        }
-        if let Event::Counters(c) = ev {
-            return self.flush_call(t, Some(c));
-        }
-        self.flush_call(t, None)?;
-        match ev {
-            Event::Call(c) => {
-                let flow = if c.is_poll() && self.opts.futures {
-                    self.lanes.poll(c)
-                } else {
-                    0
-                };
-                self.state(t).pending = Some((*c, flow));
-                Ok(())
-            }
-            Event::Future(f) if self.opts.futures => self.future(f),
-            Event::Sample(s) if self.opts.samples => self.sample(s),
-            Event::Lost(l) => self.lost(l),
-            _ => Ok(()),
-        }
-    }
-
     /// Ends the open slices of thread `t` that do not contain a call at
     /// `depth` starting at `at` (all of them with `depth` 0 and `at` MAX).
     fn close(&mut self, t: u32, depth: u32, at: u64) -> io::Result<()> {
@@ -863,6 +838,36 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 }
 
+impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
+    type Error = io::Error;
+
+    fn push(&mut self, ev: &Event) -> io::Result<()> {
+        let t = ev.thread();
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+            return Ok(());
+        }
+        if let Event::Counters(c) = ev {
+            return self.flush_call(t, Some(c));
+        }
+        self.flush_call(t, None)?;
+        match ev {
+            Event::Call(c) => {
+                let flow = if c.is_poll() && self.opts.futures {
+                    self.lanes.poll(c)
+                } else {
+                    0
+                };
+                self.state(t).pending = Some((*c, flow));
+                Ok(())
+            }
+            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Sample(s) if self.opts.samples => self.sample(s),
+            Event::Lost(l) => self.lost(l),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Streams `events` into `out` as a Perfetto protobuf trace (a `Trace`
 /// message: length-delimited `TracePacket`s). On a read error, everything
 /// before it is written as a complete trace, then the error is returned.
@@ -891,198 +896,10 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         buf: Vec::new(),
     };
     w.header()?;
-    let mut failed = None;
-    for ev in events {
-        match ev {
-            Ok(ev) => w.push(&ev)?,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
+    let failed = feed(&mut w, events)?;
     w.finish()?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(w.stats),
-    }
+    failed.map_or(Ok(w.stats), Err)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ok_events;
-    use crate::resolve::HexResolve;
-    use fgtrace_trace::{flags, SiteInfo, ThreadInfo};
-    use std::collections::HashMap;
-
-    fn meta() -> TraceMeta {
-        let site = |name: &str, is_async| SiteInfo {
-            name: name.into(),
-            module_path: "app".into(),
-            file: "src/app.rs".into(),
-            line: 3,
-            is_async,
-        };
-        TraceMeta {
-            program: "app".into(),
-            pid: 10,
-            sites: vec![site("run", false), site("fetch", true)],
-            threads: vec![
-                ThreadInfo {
-                    tid: 10,
-                    name: "main".into(),
-                    ..Default::default()
-                },
-                ThreadInfo {
-                    tid: 11,
-                    name: "w".into(),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        }
-    }
-
-    use crate::test_traces::flagged_call as call;
-
-    /// The packets of a `Trace` message.
-    fn packets(mut b: &[u8]) -> Vec<TracePacket> {
-        let mut out = Vec::new();
-        while !b.is_empty() {
-            assert_eq!(b[0], 0x0a, "Trace.packet, length-delimited");
-            b = &b[1..];
-            let len = prost::encoding::decode_varint(&mut b).unwrap() as usize;
-            out.push(TracePacket::decode(&b[..len]).unwrap());
-            b = &b[len..];
-        }
-        out
-    }
-
-    #[test]
-    fn slices_nest_per_track_and_futures_get_tracks_with_their_polls() {
-        let events = vec![
-            call(0, 0, 0, 100, 1_000, 0),
-            call(0, 0, 1, 100, 1_000, 0), // same start and end as its parent
-            call(0, 1, 2, 200, 50, flags::POLL),
-            call(1, 1, 0, 500, 50, flags::POLL), // the same future, polled on w
-            Event::Future(FutureSpan {
-                thread: 1,
-                site: 1,
-                start_ns: 190,
-                dur_ns: 400,
-                polls: 2,
-                cancelled: false,
-            }),
-            call(0, 0, 0, 1_100, 10, 0),
-        ];
-        let mut out = Vec::new();
-        let stats = write_perfetto(
-            &meta(),
-            ok_events(events),
-            HexResolve,
-            &PerfettoOptions::default(),
-            &mut out,
-        )
-        .unwrap();
-        assert_eq!((stats.calls, stats.futures, stats.lane_polls), (5, 1, 2));
-        let ps = packets(&out);
-        assert_eq!(ps.len() as u64, stats.packets);
-        assert_eq!(out.len() as u64, stats.bytes);
-        assert_eq!(ps[0].incremental_state_cleared, Some(true));
-        assert!(ps.iter().all(|p| p.trusted_packet_sequence_id == Some(SEQ)));
-        let mut open: HashMap<u64, Vec<u64>> = HashMap::new();
-        let mut begins: HashMap<u64, u64> = HashMap::new();
-        let mut max_depth: HashMap<u64, usize> = HashMap::new();
-        for p in &ps {
-            let Some(e) = &p.track_event else { continue };
-            let (u, ts) = (e.track_uuid.unwrap(), p.timestamp.unwrap());
-            let st = open.entry(u).or_default();
-            match e.r#type {
-                Some(TYPE_SLICE_BEGIN) => {
-                    st.push(ts);
-                    *begins.entry(u).or_default() += 1;
-                    let d = max_depth.entry(u).or_default();
-                    *d = (*d).max(st.len());
-                }
-                Some(TYPE_SLICE_END) => assert!(st.pop().unwrap() <= ts),
-                _ => {}
-            }
-        }
-        assert!(open.values().all(Vec::is_empty));
-        assert_eq!(begins[&thread_uuid(0)], 4);
-        assert_eq!(max_depth[&thread_uuid(0)], 3);
-        assert_eq!(begins[&thread_uuid(1)], 1);
-        // The future's lane: the future and its two polls nested in it.
-        assert_eq!(begins[&future_uuid(1)], 3);
-        assert_eq!(max_depth[&future_uuid(1)], 2);
-        let lane = ps
-            .iter()
-            .filter_map(|p| p.track_descriptor.as_ref())
-            .find(|d| d.uuid == Some(future_uuid(1)))
-            .unwrap();
-        assert_eq!(lane.parent_uuid, Some(PROCESS_UUID));
-        assert_eq!(lane.name.as_deref(), Some("fetch #1"));
-        // Flows: both thread polls start one the lane ends.
-        let started: Vec<u64> = ps
-            .iter()
-            .filter_map(|p| p.track_event.as_ref())
-            .flat_map(|e| e.flow_ids.clone())
-            .collect();
-        let ended: Vec<u64> = ps
-            .iter()
-            .filter_map(|p| p.track_event.as_ref())
-            .flat_map(|e| e.terminating_flow_ids.clone())
-            .collect();
-        let (mut started, mut ended) = (started, ended);
-        started.sort_unstable();
-        ended.sort_unstable();
-        assert_eq!(started.len(), 2);
-        assert_eq!(started, ended);
-        // Names interned once per site.
-        let names: Vec<&EventName> = ps
-            .iter()
-            .filter_map(|p| p.interned_data.as_ref())
-            .flat_map(|d| &d.event_names)
-            .collect();
-        assert_eq!(names.len(), 2);
-    }
-
-    #[test]
-    fn a_damaged_stream_still_gives_a_complete_trace_then_the_error() {
-        let events = vec![
-            Ok(call(0, 0, 0, 100, 1_000, 0)),
-            Ok(call(0, 0, 1, 200, 100, 0)),
-            Err(TraceError::Corrupt {
-                offset: 64,
-                what: "bad varint".into(),
-            }),
-            Ok(call(0, 0, 0, 5_000, 10, 0)),
-        ];
-        let mut out = Vec::new();
-        let err = write_perfetto(
-            &meta(),
-            events,
-            HexResolve,
-            &PerfettoOptions::default(),
-            &mut out,
-        )
-        .unwrap_err();
-        assert!(matches!(err, TraceError::Corrupt { offset: 64, .. }));
-        let ps = packets(&out);
-        let types: Vec<i32> = ps
-            .iter()
-            .filter_map(|p| p.track_event.as_ref()?.r#type)
-            .collect();
-        // Both calls begun and ended, nothing after the damage.
-        assert_eq!(
-            types,
-            [
-                TYPE_SLICE_BEGIN,
-                TYPE_SLICE_BEGIN,
-                TYPE_SLICE_END,
-                TYPE_SLICE_END
-            ]
-        );
-    }
-}
+mod tests;

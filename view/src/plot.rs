@@ -14,7 +14,8 @@
 //! is read at render time (plotters' `ttf` feature is off).
 
 use super::format::{human_duration, uftrace_time};
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{collect, Consume};
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
@@ -22,6 +23,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
+use std::convert::Infallible;
 use std::fmt;
 use std::io::{self, Write};
 
@@ -312,18 +314,7 @@ impl<'a> DurationsBuilder<'a> {
         &mut self,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> Result<(), TraceError> {
-        super::push_all(events, |ev| self.push(ev))
-    }
-
-    pub fn push(&mut self, ev: &Event) {
-        if !shown(&self.mask, self.filtered, ev.thread()) {
-            return;
-        }
-        match ev {
-            Event::Call(c) => self.call(c),
-            Event::Lost(l) => self.lost(l),
-            _ => {}
-        }
+        collect(self, events)
     }
 
     fn call(&mut self, c: &Call) {
@@ -422,6 +413,22 @@ impl<'a> DurationsBuilder<'a> {
             slowest,
             lost,
         })
+    }
+}
+
+impl Consume for DurationsBuilder<'_> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if !shown(&self.mask, self.filtered, ev.thread()) {
+            return Ok(());
+        }
+        match ev {
+            Event::Call(c) => self.call(c),
+            Event::Lost(l) => self.lost(l),
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -891,125 +898,4 @@ pub fn write_plot(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use fgtrace_trace::{flags, SiteInfo, ThreadInfo};
-
-    fn meta() -> TraceMeta {
-        let site = |m: &str, n: &str| SiteInfo {
-            name: n.into(),
-            module_path: m.into(),
-            file: "x.rs".into(),
-            line: 1,
-            is_async: false,
-        };
-        TraceMeta {
-            duration_ns: 1_000_000,
-            sites: vec![
-                site("a", "main"),
-                site("a", "parse"),
-                site("b", "parse"),
-                site("a", "leaf"),
-            ],
-            threads: vec![
-                ThreadInfo {
-                    tid: 1,
-                    name: "main".into(),
-                    ..Default::default()
-                },
-                ThreadInfo {
-                    tid: 2,
-                    name: "w".into(),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        }
-    }
-
-    fn call(thread: u32, site: u32, depth: u32, start_ns: u64, dur_ns: u64) -> Event {
-        let has_children = flags::HAS_CHILDREN;
-        crate::test_traces::flagged_call(thread, site, depth, start_ns, dur_ns, has_children)
-    }
-
-    #[test]
-    fn names_resolve_by_full_path_or_unique_display_name() {
-        let m = meta();
-        assert_eq!(find_sites(&m, "a::parse").unwrap(), [1]);
-        assert_eq!(find_sites(&m, "leaf").unwrap(), [3]);
-        let e = find_sites(&m, "parse").unwrap_err().to_string();
-        assert!(e.contains("`a::parse`, `b::parse`"), "{e}");
-        let e = find_sites(&m, "pars").unwrap_err().to_string();
-        assert!(e.contains("no traced function is named `pars`"), "{e}");
-        assert!(e.contains("did you mean"), "{e}");
-    }
-
-    #[test]
-    fn paths_percentiles_and_top_n() {
-        let m = meta();
-        let opts = PlotOptions {
-            function: "leaf".into(),
-            top: 2,
-            ..Default::default()
-        };
-        let mut b = DurationsBuilder::new(&m, &opts).unwrap();
-        let evs = [
-            call(0, 0, 0, 0, 1000),
-            call(0, 1, 1, 10, 500),
-            call(0, 3, 2, 20, 100),
-            call(0, 3, 1, 600, 300), // parse closed: path main;leaf
-            call(1, 2, 0, 0, 900),
-            call(1, 3, 1, 5, 200),
-        ];
-        b.extend(evs.iter().cloned().map(Ok)).unwrap();
-        let d = b.finish().unwrap();
-        assert_eq!(d.calls.len(), 3);
-        assert_eq!((d.min_ns, d.p50_ns, d.max_ns), (100, 200, 300));
-        assert_eq!(d.slowest.len(), 2);
-        assert_eq!(d.slowest[0].path_names(&m), "main;leaf");
-        assert_eq!(d.slowest[0].call.dur_ns, 300);
-        assert_eq!(d.slowest[1].path_names(&m), "parse;leaf");
-        assert_eq!(d.slowest[1].call.thread, 1);
-
-        // Running text takes human durations; the table keeps uftrace's
-        // aligned columns.
-        let mut txt = Vec::new();
-        write_slowest(&d, &m, &mut txt).unwrap();
-        let txt = String::from_utf8(txt).unwrap();
-        assert!(
-            txt.lines()
-                .next()
-                .unwrap()
-                .ends_with(": 3 calls, p50 200 ns, p99 300 ns, max 300 ns"),
-            "{txt}"
-        );
-        assert!(
-            txt.contains("\n    0.300 us      0.600 us  main-1  main;leaf\n"),
-            "{txt}"
-        );
-        let svg = durations_svg(&d, &m, &PlotOptions::default()).unwrap();
-        assert!(
-            svg.contains("histogram: p50 200 ns, p99 300 ns, min 100 ns, max 300 ns"),
-            "{svg}"
-        );
-    }
-
-    #[test]
-    fn no_calls_is_an_error() {
-        let m = meta();
-        let b = DurationsBuilder::for_sites(&m, &[1], 5, &[]);
-        assert!(matches!(b.finish(), Err(PlotError::NoCalls { .. })));
-    }
-
-    #[test]
-    fn log_ticks_are_human_durations() {
-        assert_eq!(log_tick(&0.0), "0 ns");
-        assert_eq!(log_tick(&-3.0), "0 ns");
-        assert_eq!(log_tick(&100.0), "100 ns");
-        // Ticks computed as powers land a hair off the round value.
-        assert_eq!(log_tick(&999.999_999_9), "1 us");
-        assert_eq!(log_tick(&1500.0), "1.5 us");
-        assert_eq!(log_tick(&250e6), "250 ms");
-        assert_eq!(log_tick(&12.34e9), "12.34 s");
-    }
-}
+mod tests;

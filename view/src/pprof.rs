@@ -10,10 +10,12 @@
 //! and pprof shows them as hex. The protobuf encoding is written by hand:
 //! profile.proto needs only varints and length-delimited fields.
 
+use crate::consume::{collect, Consume};
 use crate::symbolize::Symbolizer;
-use crate::{shown, thread_mask, ThreadSel};
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Event, Sample, TraceError, TraceMeta};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::io::{self, Write};
 
@@ -99,12 +101,6 @@ impl<'m> ProfileBuilder<'m> {
         }
     }
 
-    pub fn push(&mut self, ev: &Event) {
-        if let Event::Sample(s) = ev {
-            self.sample(s);
-        }
-    }
-
     pub fn sample(&mut self, s: &Sample) {
         if s.frames.is_empty() || !shown(&self.mask, self.filtered, s.thread) {
             return;
@@ -124,6 +120,17 @@ impl<'m> ProfileBuilder<'m> {
     }
 }
 
+impl Consume for ProfileBuilder<'_> {
+    type Error = Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if let Event::Sample(s) = ev {
+            self.sample(s);
+        }
+        Ok(())
+    }
+}
+
 /// Reads the samples of `events`, symbolizes them and writes a gzipped pprof
 /// profile to `out`. Nothing is written when reading fails or there are no samples.
 pub fn write_pprof<W: Write>(
@@ -134,9 +141,7 @@ pub fn write_pprof<W: Write>(
     out: W,
 ) -> Result<PprofSummary, PprofError> {
     let mut b = ProfileBuilder::new(meta, opts);
-    for ev in events {
-        b.push(&ev.map_err(PprofError::Trace)?);
-    }
+    collect(&mut b, events).map_err(PprofError::Trace)?;
     if b.samples == 0 {
         return Err(PprofError::NoSamples);
     }

@@ -36,8 +36,9 @@ impl<R: Resolve + ?Sized> Resolve for Box<R> {
     }
 }
 
-/// One sampled frame as the binary describes it: what [`ChainCut`] needs to
-/// tell a frame the frame-pointer walk skipped from one that is not there.
+/// One sampled frame as the binary describes it: what
+/// [`ChainCut`](crate::join::ChainCut) needs to tell a frame the frame-pointer
+/// walk skipped from one that is not there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameInfo {
     /// Whether the function had its frame record (saved frame pointer and

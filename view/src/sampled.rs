@@ -9,10 +9,12 @@
 //! `symbolize` feature's `Symbolizer`, or any other. Memory is one entry per
 //! function, whatever the number of samples.
 
-use super::{shown, thread_mask, ThreadSel};
+use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
+use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Event, Sample, TraceError, TraceMeta};
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -86,13 +88,6 @@ impl<'m, R: Resolve> SampledBuilder<'m, R> {
         }
     }
 
-    /// Counts the event if it is a sample of a selected thread.
-    pub fn push(&mut self, ev: &Event) {
-        if let Event::Sample(s) = ev {
-            self.sample(s);
-        }
-    }
-
     pub fn sample(&mut self, s: &Sample) {
         if !shown(&self.mask, !self.opts.threads.is_empty(), s.thread) {
             return;
@@ -156,6 +151,18 @@ impl<'m, R: Resolve> SampledBuilder<'m, R> {
             lost,
             rows,
         }
+    }
+}
+
+impl<R: Resolve> Consume for SampledBuilder<'_, R> {
+    type Error = Infallible;
+
+    /// Counts the event if it is a sample of a selected thread.
+    fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if let Event::Sample(s) = ev {
+            self.sample(s);
+        }
+        Ok(())
     }
 }
 
@@ -223,7 +230,7 @@ pub fn write_sampled<W: Write, R: Resolve>(
     w: W,
 ) -> Result<SampledReport, TraceError> {
     let mut b = SampledBuilder::new(meta, opts, resolve);
-    let failed = super::push_all(events, |ev| b.push(ev)).err();
+    let Ok(failed) = feed(&mut b, events);
     let report = b.finish();
     report.write(w)?;
     failed.map_or(Ok(report), Err)
@@ -278,7 +285,7 @@ mod tests {
         let m = meta();
         let mut b = SampledBuilder::new(&m, opts, FnResolve(names));
         for e in events {
-            b.push(e);
+            let Ok(()) = b.push(e);
         }
         b.finish()
     }

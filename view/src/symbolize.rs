@@ -14,7 +14,7 @@
 //! one) gives `[unknown]` frames and one warning naming it, never a wrong
 //! name or a panic.
 //!
-//! [`TraceMeta::mappings`]: crate::TraceMeta::mappings
+//! [`TraceMeta::mappings`]: fgtrace_trace::TraceMeta::mappings
 
 use std::collections::HashMap;
 use std::fs::File;

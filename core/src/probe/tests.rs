@@ -3,7 +3,9 @@
 //! code inside themselves.
 
 use super::*;
+use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU32};
+use core::task::{Context, Poll};
 use std::boxed::Box;
 use std::cell::Cell;
 use std::vec::Vec;

@@ -6,6 +6,12 @@ pub mod elf;
 #[cfg(feature = "symbolize")]
 pub mod zephyr;
 
+// The macro both span crates' bridges are written with; first, so that it is
+// in scope in the modules below.
+#[cfg(any(feature = "minitrace", feature = "fastrace"))]
+#[macro_use]
+mod span_crate;
+
 #[cfg(feature = "fastrace")]
 pub mod fastrace;
 #[cfg(feature = "minitrace")]

@@ -1,0 +1,59 @@
+//! One trace file, or several read as one (`fgtrace_trace::merge`): a
+//! whole test suite's binaries reported per function.
+
+use crate::progress;
+use fgtrace_trace::merge::Merge;
+use fgtrace_trace::{Event, TraceError, TraceMeta};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A trace's events, from one file or several.
+pub type Events = Box<dyn Iterator<Item = Result<Event, TraceError>>>;
+
+/// What the files hold: their (merged) metadata and events, and how to
+/// name them in messages.
+pub struct Inputs {
+    pub meta: TraceMeta,
+    pub events: Events,
+    /// The file, or `N files`.
+    pub label: PathBuf,
+    /// Several files were merged (samples left out).
+    pub merged: bool,
+}
+
+/// Opens `files`; several are merged per function.
+pub fn open(files: &[PathBuf]) -> Result<Inputs, String> {
+    let open_one = |p: &Path| progress::open(p, None).map_err(|e| format!("{}: {e}", p.display()));
+    if let [file] = files {
+        let r = open_one(file)?;
+        return Ok(Inputs {
+            meta: r.meta().clone(),
+            events: Box::new(r.events()),
+            label: file.clone(),
+            merged: false,
+        });
+    }
+    let readers = files
+        .iter()
+        .map(|f| open_one(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let metas: Vec<TraceMeta> = readers.iter().map(|r| r.meta().clone()).collect();
+    let merge = Arc::new(Merge::new(&metas));
+    let meta = merge.meta().clone();
+    // Each file's own warnings were shown as it opened; then the merge's.
+    for w in &meta.warnings {
+        if !metas
+            .iter()
+            .any(|m| m.warnings.iter().any(|x| w.ends_with(x.as_str())))
+        {
+            eprintln!("fgtrace: warning: {w}");
+        }
+    }
+    let streams: Vec<_> = readers.into_iter().map(|r| r.events()).collect();
+    Ok(Inputs {
+        meta,
+        events: Box::new(merge.events(streams)),
+        label: PathBuf::from(format!("{} files", files.len())),
+        merged: true,
+    })
+}

@@ -1,0 +1,268 @@
+//! `fgtrace record -- COMMAND`: the command is recorded from its start to
+//! its exit however it exits, every process of its tree that links fgtrace
+//! gets its own trace, the command's status is fgtrace's, and the traces
+//! read in the views, one by one or merged. The command is this test
+//! binary run again in a role (`zz_record_target`), which links fgtrace.
+
+use fgtrace_trace::file::TraceReader;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "FGTRACE_TEST_RECORD_ROLE";
+
+#[fgtrace::traced]
+fn leaf(i: u64) -> u64 {
+    std::hint::black_box(i.wrapping_mul(31))
+}
+
+#[fgtrace::traced]
+fn round(i: u64) -> u64 {
+    leaf(i) ^ leaf(i + 1) ^ leaf(i + 2)
+}
+
+/// The recorded program: `n` rounds (one `round`, three `leaf` each), then
+/// it ends the way `how` says.
+#[test]
+#[ignore = "not a test: the program the other tests record"]
+fn zz_record_target() {
+    let Ok(how) = std::env::var(ROLE) else {
+        return;
+    };
+    let n: u64 = std::env::var("ROUNDS").unwrap().parse().unwrap();
+    let mut x = 0;
+    for i in 0..n {
+        x ^= round(i);
+    }
+    println!("checksum {x}");
+    match how.as_str() {
+        "return" => {}
+        "exit" => std::process::exit(3),
+        "panic" => panic!("the target panics on purpose"),
+        "hang" => {
+            // Until a signal ends it; still calling traced code.
+            eprintln!("ready");
+            loop {
+                std::hint::black_box(round(1));
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// This binary, running only the target role.
+fn target() -> Vec<String> {
+    vec![
+        std::env::current_exe().unwrap().display().to_string(),
+        "--ignored".into(),
+        "--exact".into(),
+        "zz_record_target".into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ]
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fgtrace-record-cmd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn record(cwd: &Path, args: &[&str], cmd: &[String], how: &str, rounds: u64) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .env(ROLE, how)
+        .env("ROUNDS", rounds.to_string())
+        .current_dir(cwd)
+        .output()
+        .expect("run fgtrace")
+}
+
+/// Calls per function name in a trace file.
+fn counts(path: &Path) -> (u64, u64, u64) {
+    let r = TraceReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let meta = r.meta().clone();
+    let (mut rounds, mut leaves) = (0, 0);
+    for e in r.events() {
+        if let fgtrace_trace::Event::Call(c) = e.unwrap() {
+            match meta.sites[c.site as usize].name.as_str() {
+                "round" => rounds += 1,
+                "leaf" => leaves += 1,
+                _ => {}
+            }
+        }
+    }
+    (rounds, leaves, meta.total_lost())
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_program_is_recorded_from_start_to_exit_however_it_exits() {
+    let d = dir("exits");
+    for (how, status) in [("return", 0), ("exit", 3), ("panic", 101)] {
+        let out = format!("{how}.fgt");
+        let o = record(&d, &["-o", &out], &target(), how, 500);
+        assert_eq!(o.status.code(), Some(status), "{how}: {}", stderr(&o));
+        // The program's own output is untouched.
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("checksum"),
+            "{how}"
+        );
+        let (rounds, leaves, lost) = counts(&d.join(&out));
+        assert_eq!(
+            (rounds, leaves, lost),
+            (500, 1500, 0),
+            "{how}: {}",
+            stderr(&o)
+        );
+        let e = stderr(&o);
+        assert!(
+            e.contains(&format!("{out}  ")) && e.contains("2000 calls"),
+            "{how}: {e}"
+        );
+        // No file is left in a temporary directory.
+        assert!(std::fs::read_dir(&d).unwrap().flatten().all(|e| !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".fgtrace-record")));
+    }
+}
+
+#[test]
+fn sigterm_leaves_a_complete_trace_and_the_signal_is_the_status() {
+    let d = dir("sigterm");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["record", "-o", "t.fgt", "--"])
+        .args(target())
+        .env(ROLE, "hang")
+        .env("ROUNDS", "100")
+        .current_dir(&d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the target runs its loop (it says so on stderr, passed through).
+    let mut err = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        assert!(Instant::now() < deadline, "the target never got ready");
+        let mut b = [0u8; 256];
+        let n = std::io::Read::read(&mut err, &mut b).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&b[..n]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: sends SIGTERM to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{rest}");
+    assert!(rest.contains("killed by signal 15"), "{rest}");
+    let (rounds, leaves, _) = counts(&d.join("t.fgt"));
+    // The 100 rounds, and the loop's calls until the signal.
+    assert!(rounds > 100 && leaves == 3 * rounds, "{rounds} {leaves}");
+    // A complete file: no warning that it was cut short.
+    let r = TraceReader::open(d.join("t.fgt")).unwrap();
+    assert!(r.meta().warnings.is_empty(), "{:?}", r.meta().warnings);
+}
+
+#[test]
+fn each_process_gets_its_own_trace_and_report_merges_them() {
+    let d = dir("tree");
+    // Two processes of the command's tree link fgtrace: sh runs the target twice.
+    let t = target().join(" ");
+    let script = format!("ROUNDS=200 {t} && ROUNDS=300 {t}");
+    let cmd = ["sh".to_string(), "-c".into(), script];
+    let o = record(&d, &["--dir", "traces"], &cmd, "return", 0);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(d.join("traces"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}: {}", stderr(&o));
+    let mut per_file: Vec<u64> = files.iter().map(|f| counts(f).0).collect();
+    per_file.sort();
+    assert_eq!(per_file, [200, 300]);
+    assert!(stderr(&o).contains("2 trace(s)"), "{}", stderr(&o));
+    // One report for both, per function.
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", stderr(&report));
+    let text = String::from_utf8_lossy(&report.stdout);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert_eq!(row("round"), Some(500), "{text}");
+    assert_eq!(row("leaf"), Some(1500), "{text}");
+    // And one flamegraph.
+    let flame = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["flame", "--folded"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(flame.status.success(), "{}", stderr(&flame));
+    assert!(String::from_utf8_lossy(&flame.stdout).contains("round;"));
+}
+
+#[test]
+fn a_command_that_never_links_fgtrace_gets_one_clear_line_and_its_status() {
+    let d = dir("plain");
+    let cmd = ["sh".to_string(), "-c".into(), "exit 7".into()];
+    let o = record(&d, &[], &cmd, "return", 0);
+    assert_eq!(o.status.code(), Some(7));
+    let e = stderr(&o);
+    assert!(
+        e.contains("wrote no trace: no process it ran links fgtrace"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let missing = record(&d, &[], &["/no/such/program".to_string()], "return", 0);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("cannot run `/no/such/program`"));
+    let bad = record(&d, &["--sample", "sometimes"], &cmd, "return", 0);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("bad settings"), "{}", stderr(&bad));
+}
+
+#[test]
+fn the_variable_alone_records_without_the_command() {
+    let d = dir("env");
+    let [exe, rest @ ..] = &target()[..] else {
+        unreachable!()
+    };
+    let o = Command::new(exe)
+        .args(rest)
+        .env("FGTRACE_RECORD", d.join("t"))
+        .env(ROLE, "return")
+        .env("ROUNDS", "50")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files: Vec<PathBuf> = std::fs::read_dir(d.join("t"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.ends_with(".fgt") && name.contains('-'), "{name}");
+    assert_eq!(counts(&files[0]).0, 50);
+}

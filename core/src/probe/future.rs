@@ -1,0 +1,124 @@
+//! Async fns: [`TracedFuture`] makes each poll a call on the polling
+//! thread's shadow stack and records the whole future once, first poll to
+//! completion (or drop), on whichever thread finishes it.
+
+use super::{
+    capture_site_id, decision, enter_on, join, with_state, write, Guard, F_POLL, GEN_BUSY,
+    GEN_COUNTED, GEN_DEAD,
+};
+use crate::clock::ticks;
+use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
+use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::site::{Decision, Site};
+use core::future::Future;
+use core::pin::Pin;
+use core::sync::atomic::Ordering::Relaxed;
+use core::task::{Context, Poll};
+
+/// Records an async fn's whole future (first poll to completion or drop),
+/// under the same filters as a call at the current depth, with no allocation
+/// once the site's decision is cached.
+#[cold]
+fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
+    let end = ticks();
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return;
+    }
+    with_state(|st| {
+        if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+            return;
+        }
+        let (id, d) = if st.capture {
+            (capture_site_id(site, false), Decision::Record)
+        } else {
+            let gen = control::generation(c);
+            if c & SESSION_ON == 0 || (st.gen & !GEN_COUNTED != gen && !join(st, gen)) {
+                return;
+            }
+            let id = site.id();
+            match decision(st, site, gen) {
+                Some(d) => (id, d),
+                None => return,
+            }
+        };
+        if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
+            return;
+        }
+        match d {
+            Decision::Skip | Decision::Hide => return,
+            Decision::Record if st.has_graph && st.graph == 0 => return,
+            _ => {}
+        }
+        let dur = end.wrapping_sub(start);
+        if dur < st.threshold {
+            return;
+        }
+        let polls = polls.min(MAX_DEPTH);
+        write(
+            st,
+            RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
+        );
+    })
+}
+
+/// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call
+/// on the polling thread's shadow stack (never held across `.await`), and the
+/// whole future, first poll to completion, is recorded once, on whichever
+/// thread finishes it.
+pub struct TracedFuture<F> {
+    site: &'static Site,
+    first: u64,
+    polls: u32,
+    done: bool,
+    inner: F,
+}
+
+impl<F> TracedFuture<F> {
+    /// Wraps `inner` (what `#[traced]` does to an `async fn`'s body).
+    pub fn new(site: &'static Site, inner: F) -> Self {
+        TracedFuture {
+            site,
+            first: 0,
+            polls: 0,
+            done: false,
+            inner,
+        }
+    }
+}
+
+impl<F: Future> Future for TracedFuture<F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
+        let this = unsafe { self.get_unchecked_mut() };
+        let c = CONTROL.load(Relaxed);
+        if this.first == 0 && c & ON_MASK != 0 {
+            this.first = ticks();
+        }
+        let guard = if c & ON_MASK == 0 {
+            Guard::OFF
+        } else {
+            enter_on(this.site, c, F_POLL)
+        };
+        this.polls += 1;
+        // SAFETY: see above.
+        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        drop(guard);
+        if r.is_ready() {
+            this.done = true;
+            if this.first != 0 {
+                record_future(this.site, this.first, this.polls, false);
+            }
+        }
+        r
+    }
+}
+
+impl<F> Drop for TracedFuture<F> {
+    fn drop(&mut self) {
+        if !self.done && self.first != 0 {
+            record_future(self.site, self.first, self.polls, true);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+use super::*;
+use fgtrace_trace::{flags, LossKind, SiteInfo, ThreadInfo};
+
+fn meta(sites: &[&str]) -> TraceMeta {
+    let mut m = TraceMeta {
+        program: "demo".into(),
+        pid: 7,
+        duration_ns: 2_000_000_000,
+        ..Default::default()
+    };
+    m.sites = sites
+        .iter()
+        .map(|n| SiteInfo {
+            name: n.to_string(),
+            module_path: String::new(),
+            file: "x.rs".into(),
+            line: 1,
+            is_async: false,
+        })
+        .collect();
+    m.threads.push(ThreadInfo {
+        tid: 100,
+        name: "main".into(),
+        ..Default::default()
+    });
+    m.threads.push(ThreadInfo {
+        tid: 101,
+        name: "worker".into(),
+        lost: 5,
+        overruns: 2,
+        ..Default::default()
+    });
+    m
+}
+
+use crate::test_traces::call;
+
+fn build(meta: &TraceMeta, opts: &ReportOptions, events: &[Event]) -> Report {
+    let mut b = ReportBuilder::new(meta, opts);
+    for e in events {
+        let Ok(()) = b.push(e);
+    }
+    b.finish()
+}
+
+fn row<'r>(r: &'r Report, name: &str) -> &'r FunctionStats {
+    r.functions
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no row {name}"))
+}
+
+#[test]
+fn self_time_subtracts_recorded_children_only() {
+    let m = meta(&["parent", "a", "b", "c"]);
+    // parent [0, 100us) { a [10, 30us) { c [12, 17us) }  b [50, 80us) }, twice,
+    // interleaved with an unrelated thread whose stack must not mix in.
+    let mut evs = Vec::new();
+    for k in 0..2u64 {
+        let t0 = k * 1_000_000;
+        evs.extend([
+            call(0, 0, 0, t0, 100_000),
+            call(0, 1, 1, t0 + 10_000, 20_000),
+            call(1, 0, 0, t0 + 11_000, 7_000),
+            call(0, 3, 2, t0 + 12_000, 5_000),
+            call(0, 2, 1, t0 + 50_000, 30_000),
+        ]);
+    }
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let parent = row(&r, "parent");
+    assert_eq!(parent.calls, 4);
+    assert_eq!(parent.total_ns, 2 * (100_000 + 7_000));
+    // Each main-thread parent: 100 - (20 + 30) = 50 us; the worker's has no children.
+    assert_eq!(parent.self_ns, 2 * ((100_000 - 20_000 - 30_000) + 7_000));
+    assert_eq!(row(&r, "a").self_ns, 2 * (20_000 - 5_000));
+    assert_eq!(row(&r, "b").self_ns, 2 * 30_000);
+    assert_eq!(row(&r, "c").self_ns, 2 * 5_000);
+    assert_eq!(r.calls, 10);
+    assert_eq!(r.threads, 2);
+}
+
+#[test]
+fn percentiles_are_within_one_percent_and_variance_is_exact() {
+    let m = meta(&["f"]);
+    // 1..=1000 us in a scrambled order (7919 is prime, so i -> i*7919 mod 1000 permutes).
+    let durs: Vec<u64> = (0..1000u64)
+        .map(|i| (i * 7919 % 1000 + 1) * 1000 + i % 7)
+        .collect();
+    let evs: Vec<Event> = durs
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| call(0, 0, 0, i as u64 * 2_000_000, d))
+        .collect();
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let f = row(&r, "f");
+    // Independent answers: nearest rank on the sorted values, two-pass variance.
+    let mut sorted = durs.clone();
+    sorted.sort_unstable();
+    let rank = |q: f64| sorted[((q * 1000.0).ceil() as usize).clamp(1, 1000) - 1];
+    let within = |got: u64, want: u64| (got as f64 - want as f64).abs() / want as f64 <= 0.01;
+    assert!(
+        within(f.p50_ns, rank(0.5)),
+        "p50 {} vs {}",
+        f.p50_ns,
+        rank(0.5)
+    );
+    assert!(
+        within(f.p99_ns, rank(0.99)),
+        "p99 {} vs {}",
+        f.p99_ns,
+        rank(0.99)
+    );
+    let n = durs.len() as f64;
+    let mean = durs.iter().sum::<u64>() as f64 / n;
+    let var = durs.iter().map(|&d| (d as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    assert!(
+        (f.variance_ns2 - var).abs() / var < 1e-9,
+        "{} vs {var}",
+        f.variance_ns2
+    );
+    assert_eq!(f.min_ns, sorted[0]);
+    assert_eq!(f.max_ns, sorted[999]);
+    assert_eq!(f.total_ns, durs.iter().sum::<u64>());
+    assert_eq!(f.avg_ns, f.total_ns / 1000);
+}
+
+#[test]
+fn histogram_buckets_bound_the_relative_error() {
+    for v in (0..200u64)
+        .chain((1..2000).map(|i| i * 7_777_777))
+        .chain([u64::MAX / 3, u64::MAX])
+    {
+        let mid = Histogram::midpoint(Histogram::index(v));
+        let err = (mid as f64 - v as f64).abs() / (v.max(1) as f64);
+        assert!(err <= 1.0 / 128.0 + 1e-12, "{v}: bucket midpoint {mid}");
+    }
+    let mut h = Histogram::default();
+    for v in [5, 1, 3] {
+        h.add(v);
+    }
+    assert_eq!(
+        (h.quantile(0.0), h.quantile(0.5), h.quantile(1.0)),
+        (1, 3, 5)
+    );
+}
+
+#[test]
+fn single_call_has_zero_variance_and_exact_percentiles() {
+    let m = meta(&["once"]);
+    let r = build(&m, &ReportOptions::default(), &[call(0, 0, 0, 0, 123_456)]);
+    let f = row(&r, "once");
+    assert_eq!(
+        (f.variance_ns2, f.p50_ns, f.p99_ns),
+        (0.0, 123_456, 123_456)
+    );
+}
+
+#[test]
+fn sorting_by_columns_and_reverse() {
+    let m = meta(&["few_long", "many_short", "mid"]);
+    let mut evs = vec![call(0, 0, 0, 0, 900_000)];
+    for i in 0..10 {
+        evs.push(call(0, 1, 0, 1_000_000 + i * 10_000, 1_000));
+    }
+    evs.push(call(0, 2, 0, 2_000_000, 50_000));
+    evs.push(call(0, 2, 0, 3_000_000, 150_000));
+    let names = |col: Column, reverse: bool| {
+        let r = build(
+            &m,
+            &ReportOptions {
+                sort_by: col,
+                reverse,
+                ..Default::default()
+            },
+            &evs,
+        );
+        r.functions
+            .iter()
+            .map(|f| f.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(Column::Total, false),
+        ["few_long", "mid", "many_short"]
+    );
+    assert_eq!(
+        names(Column::Total, true),
+        ["many_short", "mid", "few_long"]
+    );
+    assert_eq!(
+        names(Column::Calls, false),
+        ["many_short", "mid", "few_long"]
+    );
+    assert_eq!(
+        names(Column::Name, false),
+        ["few_long", "many_short", "mid"]
+    );
+    assert_eq!(names(Column::Name, true), ["mid", "many_short", "few_long"]);
+    assert_eq!(names(Column::Variance, false)[0], "mid");
+    assert_eq!(names(Column::Min, true)[0], "many_short");
+    assert_eq!("self".parse::<Column>(), Ok(Column::SelfTime));
+    assert!("bogus".parse::<Column>().is_err());
+}
+
+#[test]
+fn thread_filter_and_loss_lines() {
+    let m = meta(&["f", "g"]);
+    let evs = [
+        call(0, 0, 0, 0, 1_000),
+        call(1, 1, 0, 10, 2_000),
+        Event::Lost(Lost {
+            thread: 1,
+            depth: 0,
+            at_ns: 3_000,
+            count: 9,
+            kind: LossKind::Dropped,
+        }),
+    ];
+    let opts = ReportOptions {
+        threads: vec!["worker".parse().unwrap()],
+        ..Default::default()
+    };
+    let r = build(&m, &opts, &evs);
+    assert_eq!(
+        r.functions
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>(),
+        ["g"]
+    );
+    // The Lost events say 9, the metadata 5: the larger wins, nothing is hidden.
+    assert_eq!(
+        r.losses,
+        [ThreadLoss {
+            thread: 1,
+            label: "worker-101".into(),
+            lost: 9,
+            overruns: 2
+        }]
+    );
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("# LOST 9 records on thread worker-101\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# (Overruns: 2) on thread worker-101"),
+        "{text}"
+    );
+    // Filtering to main shows no loss line at all.
+    let opts = ReportOptions {
+        threads: vec![ThreadSel::Tid(100)],
+        ..Default::default()
+    };
+    let r = build(&m, &opts, &evs);
+    assert!(r.losses.is_empty() && r.loss_lines.is_empty());
+    assert_eq!(r.functions.len(), 1);
+}
+
+#[test]
+fn futures_get_their_own_rows() {
+    let mut m = meta(&["fetch"]);
+    m.sites[0].is_async = true;
+    let fut = |start_ns, dur_ns, polls, cancelled| {
+        Event::Future(FutureSpan {
+            thread: 0,
+            site: 0,
+            start_ns,
+            dur_ns,
+            polls,
+            cancelled,
+        })
+    };
+    let evs = [
+        Event::Call(Call {
+            thread: 0,
+            site: 0,
+            depth: 0,
+            start_ns: 0,
+            dur_ns: 300,
+            flags: flags::POLL,
+        }),
+        fut(0, 5_000_000, 3, false),
+        fut(6_000_000, 1_000_000, 2, true),
+    ];
+    let r = build(&m, &ReportOptions::default(), &evs);
+    assert_eq!(r.futures.len(), 1);
+    let f = &r.futures[0];
+    assert_eq!(
+        (
+            f.futures,
+            f.polls,
+            f.cancelled,
+            f.total_ns,
+            f.min_ns,
+            f.max_ns
+        ),
+        (2, 5, 1, 6_000_000, 1_000_000, 5_000_000)
+    );
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("  fetch [future]\n"), "{text}");
+    assert!(text.contains("  3.000 ms  "), "avg of the futures: {text}");
+}
+
+#[test]
+fn table_layout() {
+    let m = meta(&["kfree"]);
+    let evs = [
+        call(0, 0, 0, 0, 1_000),
+        call(0, 0, 0, 5_000, 2_000),
+        call(0, 0, 0, 9_000, 6_000),
+    ];
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    // Written by hand: each column right-aligned to max(header, widest cell),
+    // two spaces before each; uftrace times are 10 wide; s^2 = 7e6 ns^2 = 7 us^2.
+    let want = "\
+# fgtrace report: demo (pid 7)
+# 3 calls on 1 thread, session 2 s
+# LOST 5 records on thread worker-101
+# (Overruns: 2) on thread worker-101: calls not recorded, shadow stack full
+#
+  Calls  Total time   Self time    Avg time    Min time    Max time         p50         p99         s^2  Function
+  =====  ==========  ==========  ==========  ==========  ==========  ==========  ==========  ==========  ========
+      3    9.000 us    9.000 us    3.000 us    1.000 us    6.000 us    2.000 us    6.000 us  7.000 us^2  kfree
+";
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
+
+#[test]
+fn ftrace_profiler_layout() {
+    let m = meta(&["kfree"]);
+    let evs = [
+        call(0, 0, 0, 0, 1_000),
+        call(0, 0, 0, 5_000, 2_000),
+        call(0, 0, 0, 9_000, 6_000),
+    ];
+    let r = build(
+        &m,
+        &ReportOptions {
+            threads: vec![ThreadSel::Tid(100)],
+            ..Default::default()
+        },
+        &evs,
+    );
+    let mut out = Vec::new();
+    r.write(ReportStyle::Ftrace, &mut out).unwrap();
+    // function_stat_show: "  %-30.30s  %10lu", then "    " before each of Time, Avg
+    // and s^2, each printed as "<number> us " padded to 12 (trailing spaces kept).
+    // Time 9000 ns, Avg 3000 ns, s^2 = 7e6 ns^2 / 1000 = 7000 -> "7.000".
+    let want = "  Function                               Hit    Time            Avg             s^2\n\
+                    \x20 --------                               ---    ----            ---             ---\n\
+                    \x20 kfree                                    3    9.000 us        3.000 us        7.000 us    \n";
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
