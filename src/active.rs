@@ -158,3 +158,22 @@ pub(crate) fn yield_background() {
         f();
     }
 }
+
+/// Sessions above the collector that must know when a session of the
+/// program's own ended (the whole-program recording of `FGTRACE_RECORD`
+/// writes its trace and records on): `Session::stop` passes the trace,
+/// a dropped session `None`.
+static SESSION_END: Mutex<Vec<fn(Option<&crate::Trace>)>> = Mutex::new(Vec::new());
+
+/// Registers `f` to run after every session stops or is dropped.
+pub(crate) fn on_session_end(f: fn(Option<&crate::Trace>)) {
+    SESSION_END.lock().push(f);
+}
+
+/// Runs what [`on_session_end`] registered.
+pub(crate) fn session_ended(trace: Option<&crate::Trace>) {
+    let fs = SESSION_END.lock().clone();
+    for f in fs {
+        f(trace);
+    }
+}

@@ -304,7 +304,11 @@ impl Session {
 
     /// Stops recording and returns the trace.
     pub fn stop(mut self) -> Result<Trace, Error> {
-        self.shutdown()
+        let t = self.shutdown();
+        // A whole-program recording (`FGTRACE_RECORD`) this session took
+        // over from keeps its trace and goes on.
+        crate::active::session_ended(t.as_ref().ok());
+        t
     }
 
     fn shutdown(&mut self) -> Result<Trace, Error> {
@@ -497,6 +501,7 @@ impl Drop for Session {
             || self.active.threads.lock().is_some()
         {
             let _ = self.shutdown();
+            crate::active::session_ended(None);
         }
     }
 }

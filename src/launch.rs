@@ -19,8 +19,11 @@
 //!   then the signal is raised again with its default action, so the
 //!   process still dies of it (its parent sees the same status).
 //! * **Making way.** A session the program starts itself (`Session::start`,
-//!   a `fgtrace::testing` capture, `fgtrace record --pid`) takes over: this
-//!   recording ends there, its file complete, with one line on stderr.
+//!   a `fgtrace::testing` capture, `fgtrace record --pid`) takes over while
+//!   it runs: the part recorded so far is completed (removed if it holds no
+//!   call), the program's session's trace is written as the next part when
+//!   it stops (`PROGRAM-PID.2.fgt`, ...), and recording goes on in the part
+//!   after it. Merged, the parts cover the whole run.
 //! * **Problems** (a directory that cannot be written, a bad `FGTRACE_*`
 //!   value) are one line on stderr; the program runs on unrecorded.
 //!
@@ -32,16 +35,20 @@ use crate::{Config, Session};
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 /// The variable read at process start: the directory the trace goes in.
 pub const ENV: &str = "FGTRACE_RECORD";
 
-/// The recording this process runs for `FGTRACE_RECORD`, until exit.
-static RECORDING: Mutex<Option<Session>> = Mutex::new(None);
-/// Where its trace goes.
+/// The recording this process runs for `FGTRACE_RECORD`, and its file.
+static RECORDING: Mutex<Option<(Session, PathBuf)>> = Mutex::new(None);
+/// Where its first part goes.
 static PATH: OnceLock<PathBuf> = OnceLock::new();
+/// A session of the program's own runs in its place.
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+/// The number of the next part.
+static NEXT_PART: AtomicU32 = AtomicU32::new(2);
 /// The process that started it: a child forked without `exec` inherits the
 /// `atexit` registration and the signal handlers, not the session.
 static OWNER: OnceLock<u32> = OnceLock::new();
@@ -80,8 +87,8 @@ pub fn parse_env(v: &str) -> Option<PathBuf> {
     }
 }
 
-/// The file this process's `FGTRACE_RECORD` recording writes, if one runs
-/// or ran.
+/// The file this process's `FGTRACE_RECORD` recording writes first, if one
+/// runs or ran.
 pub fn recording_path() -> Option<PathBuf> {
     PATH.get().cloned()
 }
@@ -89,14 +96,29 @@ pub fn recording_path() -> Option<PathBuf> {
 /// Ends this process's `FGTRACE_RECORD` recording now, its file complete.
 /// Returns the file, if there was a recording.
 pub fn finish() -> Option<PathBuf> {
+    finish_part().map(|(p, _)| p)
+}
+
+/// [`finish`], with the number of calls the part recorded.
+fn finish_part() -> Option<(PathBuf, u64)> {
     if OWNER.get() != Some(&std::process::id()) {
         return None;
     }
-    let session = RECORDING.lock().take()?;
-    if let Err(e) = session.stop() {
-        say(&format!("the recording for {ENV} did not end cleanly: {e}"));
+    let (session, path) = RECORDING.lock().take()?;
+    let calls = match session.stop() {
+        Ok(t) => t.meta.total_calls(),
+        Err(e) => {
+            say(&format!("the recording for {ENV} did not end cleanly: {e}"));
+            u64::MAX
+        }
+    };
+    // A later part that recorded nothing (the program's session ended just
+    // before the exit) is not kept.
+    if calls == 0 && PATH.get() != Some(&path) {
+        let _ = std::fs::remove_file(&path);
+        return None;
     }
-    PATH.get().cloned()
+    Some((path, calls))
 }
 
 /// Ends the recording and removes its file: for programs that must not be
@@ -111,6 +133,25 @@ fn say(msg: &str) {
     let _ = writeln!(io::stderr(), "fgtrace: {msg}");
 }
 
+/// The file of part `n` of this process's recording: `PROGRAM-PID.fgt`,
+/// then `PROGRAM-PID.2.fgt`, ...
+fn part_path(n: u32) -> Option<PathBuf> {
+    let first = PATH.get()?;
+    Some(match n {
+        1 => first.clone(),
+        n => first.with_extension(format!("{n}.fgt")),
+    })
+}
+
+/// Starts recording part `n` into its file.
+fn start_part(n: u32) -> Result<(), String> {
+    let path = part_path(n).ok_or("no recording directory")?;
+    let config = Config::default().output(&path);
+    let session = Session::start(config).map_err(|e| format!("{ENV}: {e}"))?;
+    *RECORDING.lock() = Some((session, path));
+    Ok(())
+}
+
 /// Starts the recording `FGTRACE_RECORD` asks for. Runs on the watcher
 /// thread; the constructor waits for it.
 fn start(dir: &Path) -> Result<(), String> {
@@ -118,26 +159,49 @@ fn start(dir: &Path) -> Result<(), String> {
     let pid = std::process::id();
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("{ENV}: cannot create {}: {e}", dir.display()))?;
-    let path = trace_path(dir, &program, pid);
-    let config = Config::default().output(&path);
-    let session = Session::start(config).map_err(|e| format!("{ENV}: {e}"))?;
-    let _ = PATH.set(path);
+    let _ = PATH.set(trace_path(dir, &program, pid));
     let _ = OWNER.set(pid);
-    *RECORDING.lock() = Some(session);
-    // The program's own session takes over from this one.
+    start_part(1)?;
+    // The program's own sessions take over from this one while they run.
     crate::active::on_yield(yield_to_program);
+    crate::active::on_session_end(after_program_session);
     // SAFETY: registers a plain extern "C" fn.
     unsafe { libc::atexit(at_exit) };
     Ok(())
 }
 
-/// Called by `Session::start` before a session of the program's own starts.
+/// Called by `Session::start` before a session of the program's own starts:
+/// the part recorded so far is completed (and removed if it holds no call).
 fn yield_to_program() {
-    if let Some(p) = finish() {
-        say(&format!(
-            "the program started a session of its own: the {ENV} recording ends here ({})",
-            p.display()
-        ));
+    if let Some((path, calls)) = finish_part() {
+        if calls == 0 {
+            let _ = std::fs::remove_file(&path);
+        }
+        HANDED_OVER.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Called when a session of the program's own has stopped (`trace`) or was
+/// dropped (`None`): its trace is written as the next part, and recording
+/// goes on in the part after it.
+fn after_program_session(trace: Option<&crate::Trace>) {
+    if !HANDED_OVER.swap(false, Ordering::SeqCst) || OWNER.get() != Some(&std::process::id()) {
+        return;
+    }
+    if let Some(t) = trace.filter(|t| t.meta.total_calls() > 0 || t.meta.total_samples() > 0) {
+        let n = NEXT_PART.fetch_add(1, Ordering::SeqCst);
+        if let Some(p) = part_path(n) {
+            if let Err(e) = t.save(&p) {
+                say(&format!(
+                    "{ENV}: cannot write the program's session to {}: {e}",
+                    p.display()
+                ));
+            }
+        }
+    }
+    let n = NEXT_PART.fetch_add(1, Ordering::SeqCst);
+    if let Err(e) = start_part(n) {
+        say(&format!("{ENV}: the recording does not go on: {e}"));
     }
 }
 

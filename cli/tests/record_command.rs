@@ -39,6 +39,19 @@ fn zz_record_target() {
         "return" => {}
         "exit" => std::process::exit(3),
         "panic" => panic!("the target panics on purpose"),
+        "session" => {
+            // A session of the program's own in the middle, then more rounds.
+            let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
+            for i in 0..n {
+                x ^= round(i);
+            }
+            let t = session.stop().unwrap();
+            assert_eq!(t.meta.total_calls(), 4 * n);
+            for i in 0..n {
+                x ^= round(i);
+            }
+            println!("checksum {x}");
+        }
         "hang" => {
             // Until a signal ends it; still calling traced code.
             eprintln!("ready");
@@ -265,4 +278,22 @@ fn the_variable_alone_records_without_the_command() {
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.ends_with(".fgt") && name.contains('-'), "{name}");
     assert_eq!(counts(&files[0]).0, 50);
+}
+
+#[test]
+fn a_session_of_the_programs_own_takes_over_and_nothing_is_missed() {
+    let d = dir("own");
+    let o = record(&d, &["--dir", "t"], &target(), "session", 100);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(d.join("t"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    // Before, during (the program's own session's trace) and after.
+    assert_eq!(files.len(), 3, "{files:?}: {}", stderr(&o));
+    let rounds: Vec<u64> = files.iter().map(|f| counts(f).0).collect();
+    assert_eq!(rounds.iter().sum::<u64>(), 300, "{rounds:?}");
+    assert!(rounds.iter().all(|&r| r == 100), "{rounds:?}");
 }

@@ -27,6 +27,8 @@ fn a_program_with_only_traced_can_be_recorded_from_outside() {
     let child = Command::new(BIN)
         .arg("1500")
         .env("FGTRACE_CONTROL", "1")
+        // A whole-program recording would take the flight recorder's place.
+        .env_remove("FGTRACE_RECORD")
         .env("XDG_RUNTIME_DIR", &xdg)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
