@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Instructions per traced call, counted exactly by valgrind (callgrind), for
+# a probe-only program built in release as a user would build it
+# (src/main.rs). Compared with the committed figures in instructions.txt:
+# any mode that grows by more than 2% fails. Exact counts do not depend on
+# the machine's load or on a PMU, so a shared CI runner can gate on them;
+# they do depend on the compiler, so a toolchain change means an update.
+#
+#   checks/probe-cost/gate.sh            check against instructions.txt
+#   checks/probe-cost/gate.sh --update   rewrite instructions.txt
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=checks/probe-cost
+figures=$here/instructions.txt
+update=0
+case "${1:-}" in
+  "") ;;
+  --update) update=1 ;;
+  *) echo "usage: $0 [--update]" >&2; exit 2 ;;
+esac
+command -v valgrind >/dev/null || {
+  echo "probe-cost gate: valgrind is not installed (Debian: apt-get install valgrind)" >&2
+  exit 1
+}
+CARGO_TARGET_DIR=target/probe-cost cargo build -q --release --locked --manifest-path $here/Cargo.toml
+bin=target/probe-cost/release/fgtrace-probe-cost
+n=200000
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+new=""
+printf '%-10s %12s %12s %8s\n' mode "instr/call" committed change
+for mode in untraced off flight stream; do
+  valgrind --tool=callgrind --callgrind-out-file="$out/$mode" \
+    --toggle-collect='*probe_cost::run*' "$bin" "$mode" "$n" >/dev/null 2>"$out/$mode.err" || {
+    cat "$out/$mode.err" >&2
+    echo "probe-cost gate: the $mode run failed" >&2
+    exit 1
+  }
+  total=$(awk '/^summary:/ {print $2}' "$out/$mode")
+  per=$(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.2f", t / n }')
+  new+="$mode $per"$'\n'
+  old=$(awk -v m="$mode" '$1 == m {print $2}' "$figures" 2>/dev/null || true)
+  if [ -z "$old" ]; then
+    printf '%-10s %12s %12s %8s\n' "$mode" "$per" "-" "new"
+    [ $update = 1 ] || fail=1
+    continue
+  fi
+  change=$(awk -v a="$per" -v b="$old" 'BEGIN { printf "%+.2f%%", (a - b) / b * 100 }')
+  printf '%-10s %12s %12s %8s\n' "$mode" "$per" "$old" "$change"
+  if awk -v a="$per" -v b="$old" 'BEGIN { exit !(a > b * 1.02) }'; then
+    echo "probe-cost gate: $mode grew by more than 2% ($old -> $per instructions per call)" >&2
+    fail=1
+  fi
+done
+if [ $update = 1 ]; then
+  {
+    echo "# Instructions per call of an empty traced leaf, release build, counted by"
+    echo "# valgrind (checks/probe-cost/gate.sh --update). Modes: untraced = the floor,"
+    echo "# off = compiled in but not recording, flight = recording into a flight"
+    echo "# recorder, stream = recording in stream mode (handoffs amortized)."
+    printf '%s' "$new"
+  } > "$figures"
+  echo "wrote $figures"
+  exit 0
+fi
+[ $fail = 0 ] || { echo "probe-cost gate: FAILED (after an intended change: $0 --update)" >&2; exit 1; }
+echo "probe-cost gate: ok"
