@@ -187,6 +187,30 @@ fn sigterm_leaves_a_complete_trace_and_the_signal_is_the_status() {
     // A complete file: no warning that it was cut short.
     let r = TraceReader::open(d.join("t.fgt")).unwrap();
     assert!(r.meta().warnings.is_empty(), "{:?}", r.meta().warnings);
+
+    // `info` reads its summary from the footer, without the events; with
+    // --check it reads them all; a file cut short has no footer and is
+    // read through, with the cut shown.
+    let info = |args: &[&str], f: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+            .arg("info")
+            .args(args)
+            .arg(f)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+    };
+    let calls = format!("calls:     {} (0 lost", rounds * 4);
+    let (quick, _) = info(&[], &d.join("t.fgt"));
+    assert!(quick.contains(&calls) && quick.contains("events:    not read"), "{quick}");
+    let (checked, _) = info(&["--check"], &d.join("t.fgt"));
+    assert!(checked.contains(&calls) && checked.contains("(all chunks intact)"), "{checked}");
+    let bytes = std::fs::read(d.join("t.fgt")).unwrap();
+    std::fs::write(d.join("cut.fgt"), &bytes[..bytes.len() - 40]).unwrap();
+    let (cut, warned) = info(&[], &d.join("cut.fgt"));
+    assert!(cut.contains("every section read"), "{cut}");
+    assert!(warned.contains("did not finish"), "{warned}");
 }
 
 #[test]

@@ -33,6 +33,77 @@ use std::path::Path;
 const KIND_EVENTS: u8 = 1;
 const KIND_END: u8 = 0xFF;
 const END_MARK: &[u8; 4] = b"END!";
+/// The last 8 bytes of a version-2 file whose writer finished, after the
+/// byte offset (u64 LE) of its final metadata section.
+const FOOTER_MAGIC: &[u8; 8] = b"FGTFOOT1";
+
+/// Where [`read_meta`] found a file's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaFrom {
+    /// The header of a saved file (version 1): complete, in constant time.
+    Header,
+    /// The final metadata a recording wrote at its end (version 2), found
+    /// through the footer: in constant time.
+    Footer,
+    /// A file without a footer (its writer never finished, or it predates
+    /// footers): every section was read.
+    ReadThrough,
+}
+
+/// The metadata of the trace file at `path`, in constant time where the
+/// file allows it (see [`MetaFrom`]): what `fgtrace info` prints. The
+/// events are not checked; [`TraceReader`] reads them.
+pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceError> {
+    use std::io::{Seek, SeekFrom};
+    let path = path.as_ref();
+    let (t, version) = TraceReader::header(io::BufReader::new(std::fs::File::open(path)?))?;
+    if version != VERSION_RECORDED {
+        t.check_off_cpu()?;
+        return Ok((t.meta, MetaFrom::Header));
+    }
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let footer = (|| -> io::Result<Option<u64>> {
+        if len < 16 {
+            return Ok(None);
+        }
+        f.seek(SeekFrom::Start(len - 16))?;
+        let mut b = [0u8; 16];
+        f.read_exact(&mut b)?;
+        let at = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        Ok((&b[8..] == FOOTER_MAGIC && at < len - 16).then_some(at))
+    })()?;
+    if let Some(at) = footer {
+        f.seek(SeekFrom::Start(at))?;
+        let mut t = TraceReader {
+            r: io::BufReader::new(f),
+            offset: at,
+            meta: TraceMeta::default(),
+            chunks: 0,
+            done: false,
+            served: None,
+            meta_at: at,
+        };
+        let mut kind = [0u8; 1];
+        t.exact(&mut kind, "final metadata")?;
+        if kind[0] != SEC_META {
+            return Err(TraceError::Corrupt {
+                offset: at,
+                what: format!("the footer points at a section of kind {}, not the final metadata", kind[0]),
+            });
+        }
+        let payload = t.section_payload(at)?;
+        let meta: TraceMeta = crate::json::from_slice(&payload).map_err(|e| TraceError::Corrupt {
+            offset: at,
+            what: format!("final metadata is not valid: {e}"),
+        })?;
+        t.meta = meta;
+        t.check_off_cpu()?;
+        return Ok((t.meta, MetaFrom::Footer));
+    }
+    Ok((TraceReader::open(path)?.meta, MetaFrom::ReadThrough))
+}
+
 const MAX_META: u32 = 256 << 20;
 const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
 
@@ -171,14 +242,20 @@ impl<W: Write> RecordingWriter<W> {
         self.w.flush()
     }
 
-    /// The final metadata and the end marker; returns the writer.
+    /// The final metadata, the end marker and the footer (where the final
+    /// metadata starts, so [`read_meta`] finds it without reading the
+    /// file); returns the writer.
     pub fn finish(mut self, meta: &TraceMeta) -> io::Result<W> {
         let json = crate::json::to_vec(meta)?;
+        let meta_at = self.written;
         self.section(SEC_META, &[], &json)?;
         self.head.clear();
         self.head.push(KIND_END);
         put_varint(&mut self.head, self.sections);
         self.head.extend_from_slice(END_MARK);
+        // Readers stop at the end marker: the footer is invisible to them.
+        self.head.extend_from_slice(&meta_at.to_le_bytes());
+        self.head.extend_from_slice(FOOTER_MAGIC);
         self.w.write_all(&self.head)?;
         self.w.flush()?;
         Ok(self.w)
@@ -221,6 +298,8 @@ pub struct TraceReader<R> {
     done: bool,
     /// A version-2 file, already rebuilt in pre-order.
     served: Option<std::vec::IntoIter<Chunk>>,
+    /// Where the metadata starts (for errors that name it).
+    meta_at: u64,
 }
 
 impl TraceReader<io::BufReader<std::fs::File>> {
@@ -234,6 +313,17 @@ impl TraceReader<io::BufReader<std::fs::File>> {
 impl<R: Read> TraceReader<R> {
     /// Reads the header and metadata from `r`.
     pub fn new(r: R) -> Result<Self, TraceError> {
+        let (mut t, version) = Self::header(r)?;
+        if version == VERSION_RECORDED {
+            t.load_recorded()?;
+        }
+        t.check_off_cpu()?;
+        Ok(t)
+    }
+
+    /// The header and the metadata it holds (provisional in a version-2
+    /// file), and the file's version; nothing after them is read.
+    fn header(r: R) -> Result<(Self, u32), TraceError> {
         let mut t = TraceReader {
             r,
             offset: 0,
@@ -241,6 +331,7 @@ impl<R: Read> TraceReader<R> {
             chunks: 0,
             done: false,
             served: None,
+            meta_at: 0,
         };
         let mut magic = [0u8; 8];
         let n = t.read_up_to(&mut magic)?;
@@ -279,17 +370,20 @@ impl<R: Read> TraceReader<R> {
             offset: meta_at,
             what: format!("metadata is not valid: {e}"),
         })?;
-        if version == VERSION_RECORDED {
-            t.load_recorded()?;
-        }
-        if let Some(o) = &t.meta.off_cpu {
-            o.validate(t.meta.threads.len())
+        t.meta_at = meta_at;
+        Ok((t, version))
+    }
+
+    /// The off-CPU part of the metadata must fit its threads.
+    fn check_off_cpu(&self) -> Result<(), TraceError> {
+        if let Some(o) = &self.meta.off_cpu {
+            o.validate(self.meta.threads.len())
                 .map_err(|e| TraceError::Corrupt {
-                    offset: meta_at,
+                    offset: self.meta_at,
                     what: format!("metadata is not valid: {e}"),
                 })?;
         }
-        Ok(t)
+        Ok(())
     }
 
     /// A file written while recording (version 2): reads it whole, keeps
@@ -857,6 +951,52 @@ mod tests {
         let t = Trace::read_from(&bytes[..]).unwrap();
         assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
         assert_eq!(t.meta().off_cpu, Some(full()));
+    }
+
+    #[test]
+    fn info_finds_the_final_metadata_through_the_footer_and_reads_through_without_it() {
+        let dir = std::env::temp_dir().join(format!("fgtrace-footer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        let mut fin = header();
+        fin.program = "final".into();
+        fin.threads = vec![ThreadInfo {
+            tid: 11,
+            name: "main".into(),
+            calls: 0,
+            ..Default::default()
+        }];
+        let finished = w.finish(&fin).unwrap();
+        let path = dir.join("finished.fgt");
+        std::fs::write(&path, &finished).unwrap();
+        let (m, from) = read_meta(&path).unwrap();
+        assert_eq!((m.program.as_str(), from), ("final", MetaFrom::Footer));
+        // What reading the whole file gives is the same metadata.
+        assert_eq!(Trace::load(&path).unwrap().meta().program, "final");
+        // Killed: no footer; the sections are read.
+        let (killed, _) = killed();
+        std::fs::write(&path, &killed).unwrap();
+        let (m, from) = read_meta(&path).unwrap();
+        assert_eq!(from, MetaFrom::ReadThrough);
+        assert!(m.warnings.join("").contains("did not finish"));
+        // A footer pointing anywhere else is an error naming it, never a panic.
+        for at in [0u64, 5, 20, finished.len() as u64 - 17, u64::MAX] {
+            let mut bad = finished.clone();
+            let n = bad.len();
+            bad[n - 16..n - 8].copy_from_slice(&at.to_le_bytes());
+            std::fs::write(&path, &bad).unwrap();
+            match read_meta(&path) {
+                Ok((_, from)) => assert_eq!(from, MetaFrom::ReadThrough, "{at}"),
+                Err(e) => assert!(!e.to_string().is_empty()),
+            }
+        }
+        // A saved file (version 1): the header is the metadata.
+        let mut saved = Vec::new();
+        write_trace(&mut saved, &fin, &[]).unwrap();
+        std::fs::write(&path, &saved).unwrap();
+        assert_eq!(read_meta(&path).unwrap().1, MetaFrom::Header);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
