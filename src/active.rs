@@ -3,7 +3,7 @@
 //! collector (which creates and stops sessions) and the recorder (the core's
 //! hooks, which look sessions up by generation).
 
-use crate::buffer::{Outlet, ThreadBuf};
+use crate::buffer::{CountTable, Outlet, ThreadBuf};
 use crate::config::Filters;
 use crate::thread;
 use parking_lot::{Mutex, RwLock};
@@ -20,6 +20,9 @@ pub(crate) struct Active {
     pub stack_depth: u32,
     pub max_depth: u32,
     pub threshold_ticks: u64,
+    /// Automatic exclusion of tiny functions: each thread gets a count-only
+    /// table at join.
+    pub auto_exclude: bool,
     /// Stacks are sampled too: threads register with the sampler on first use.
     pub sampling: bool,
     /// A per-call hardware counter each thread opens on itself at join.
@@ -81,15 +84,20 @@ impl Active {
     /// session); `None` once the session is stopping.
     pub fn register_thread(&self) -> Option<Arc<ThreadBuf>> {
         let (tid, name) = (thread::os_tid(), thread::name());
+        // Mapped before the lock is taken (a system call).
+        let table = self.auto_exclude.then(CountTable::new).flatten();
         let mut threads = self.threads.lock();
         let threads = threads.as_mut()?;
-        let b = Arc::new(ThreadBuf::new(
-            threads.len() as u32,
-            tid,
-            name,
-            self.capacity,
-            Arc::downgrade(&self.outlet),
-        ));
+        let b = Arc::new(
+            ThreadBuf::new(
+                threads.len() as u32,
+                tid,
+                name,
+                self.capacity,
+                Arc::downgrade(&self.outlet),
+            )
+            .with_count_table(table),
+        );
         threads.push(b.clone());
         Some(b)
     }
@@ -163,10 +171,13 @@ pub(crate) fn yield_background() {
 /// program's own ended (the whole-program recording of `FGTRACE_RECORD`
 /// writes its trace and records on): `Session::stop` passes the trace,
 /// a dropped session `None`.
-static SESSION_END: Mutex<Vec<fn(Option<&crate::Trace>)>> = Mutex::new(Vec::new());
+static SESSION_END: Mutex<Vec<SessionEnd>> = Mutex::new(Vec::new());
+
+/// What runs after a session ends: its trace, or `None` if it was dropped.
+type SessionEnd = fn(Option<&crate::Trace>);
 
 /// Registers `f` to run after every session stops or is dropped.
-pub(crate) fn on_session_end(f: fn(Option<&crate::Trace>)) {
+pub(crate) fn on_session_end(f: SessionEnd) {
     SESSION_END.lock().push(f);
 }
 

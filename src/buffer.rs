@@ -16,6 +16,9 @@
 //! stop, and what the snapshot copies is never swapped away under it.
 
 pub use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
+
+mod count_only;
+pub(crate) use count_only::CountTable;
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -73,6 +76,11 @@ pub(crate) struct ThreadBuf {
     /// Calls a signal handler made inside a write that had taken the last
     /// slot (the core's `ThreadState::dropped`).
     pub nested_dropped: AtomicUsize,
+    /// The thread's count-only table (`Config::auto_exclude`): it lives as
+    /// long as the buffer, so the thread (which holds the buffer while it
+    /// records into it) and the collector (which switches sites through
+    /// the session's list of buffers) never outlive it.
+    pub count_only: Option<CountTable>,
 }
 
 // SAFETY: `storage`, `closed` and `final_count` are only touched under
@@ -111,7 +119,14 @@ impl ThreadBuf {
             dropped: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             nested_dropped: AtomicUsize::new(0),
+            count_only: None,
         }
+    }
+
+    /// With a count-only table (a session with auto-exclude).
+    pub fn with_count_table(mut self, t: Option<CountTable>) -> ThreadBuf {
+        self.count_only = t;
+        self
     }
 
     fn lock(&self) {

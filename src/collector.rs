@@ -1,6 +1,7 @@
 //! Session lifecycle: start recording, gather the threads' batches on a
 //! collector thread, and turn everything into a [`Trace`] at stop.
 
+mod auto;
 mod gathered;
 mod live_dump;
 #[cfg(test)]
@@ -75,6 +76,11 @@ impl std::error::Error for Error {}
 
 static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
 
+/// Why auto-exclude cannot run with a flight recorder.
+const AUTO_EXCLUDE_NEEDS_STREAM: &str =
+    "auto-exclude (FGTRACE_AUTO_EXCLUDE, Config::auto_exclude) needs stream mode: \
+     a flight recorder has no collector to see which functions are tiny";
+
 /// A recording in progress. Start one with [`Session::start`], end it with
 /// [`Session::stop`] to get the [`Trace`]. One session records at a time per
 /// process; dropping a session stops it and discards what it recorded.
@@ -112,6 +118,9 @@ impl Session {
     ) -> Result<Session, Error> {
         if !config.errors.is_empty() {
             return Err(Error::Config(config.errors.join("; ")));
+        }
+        if config.auto_exclude.is_some() && config.mode == RecordMode::FlightRecorder {
+            return Err(Error::Config(AUTO_EXCLUDE_NEEDS_STREAM.into()));
         }
         // Per-call hardware counters: fail early, naming the counter.
         crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
@@ -202,6 +211,7 @@ impl Session {
             stack_depth: config.stack_depth,
             max_depth: config.max_depth.unwrap_or(u32::MAX),
             threshold_ticks: config.threshold.map(|d| cal.ticks_for(d)).unwrap_or(0),
+            auto_exclude: config.auto_exclude.is_some(),
             sampling: config.sampling.is_some(),
             counter: config.counters.first().copied(),
             #[cfg(target_os = "linux")]
@@ -228,6 +238,9 @@ impl Session {
         // a failure leaves no session behind.
         #[allow(unused_mut)]
         let mut gathered = Gathered::new(cal.origin.ticks, out);
+        gathered.auto = config
+            .auto_exclude
+            .map(|d| auto::AutoExclude::new(d, &cal, active.clone()));
         #[cfg(target_os = "linux")]
         if gathered.out.is_some() {
             gathered.off_cpu = off_cpu.as_ref().map(|rec| OffCpuOut {
@@ -392,7 +405,14 @@ impl Session {
         for (info, th) in infos.iter_mut().zip(&g.threads) {
             info.calls = th.enc.calls;
         }
+        // Functions switched to count-only, with their calls since (before
+        // the sites are taken: a switch names its site).
+        let count_only = match &g.auto {
+            Some(a) => a.count_only(&self.cal, &threads, &mut g.sites),
+            None => Vec::new(),
+        };
         let mut meta = TraceMeta {
+            count_only,
             sites: std::mem::take(&mut g.sites.sites),
             threads: infos,
             sampling,

@@ -9,6 +9,7 @@
 //! | `FGTRACE_NOTRACE=noisy*` | hide these functions and their whole subtree | `set_graph_notrace`, `-N` |
 //! | `FGTRACE_DEPTH=N` | record calls at depth < N only | `max_graph_depth`, `-D` |
 //! | `FGTRACE_THRESHOLD=10us` | record calls lasting at least this long | `tracing_thresh`, `-t` |
+//! | `FGTRACE_AUTO_EXCLUDE=50ns` | a function whose first 1,024 calls on a thread average at most this long is only counted there from then on ([`Config::auto_exclude`]) | LLVM XRay's instruction threshold, at run time |
 //! | `FGTRACE_MODE=stream` or `flight:N` | every call, or the last N per thread | |
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
@@ -23,6 +24,10 @@ use crate::buffer::MAX_DEPTH;
 use crate::trace::RecordMode;
 /// The largest flight recorder per thread: 2^30 calls (16 GiB of records).
 pub const MAX_FLIGHT_CALLS: usize = 1 << 30;
+/// Recorded calls of a function on a thread over which
+/// [`Config::auto_exclude`] takes their mean (its first ones, then each
+/// following window of as many until the function is switched).
+pub const AUTO_EXCLUDE_CALLS: u64 = 1024;
 pub(crate) use fgtrace_core::site::Decision;
 use std::time::Duration;
 use wildmatch::WildMatch;
@@ -39,6 +44,8 @@ pub struct Config {
     pub(crate) stack_depth: u32,
     pub(crate) max_depth: Option<u32>,
     pub(crate) threshold: Option<Duration>,
+    /// Count-only switch of tiny functions (`Config::auto_exclude`).
+    pub(crate) auto_exclude: Option<Duration>,
     pub(crate) filter: Vec<String>,
     pub(crate) exclude: Vec<String>,
     pub(crate) graph_functions: Vec<String>,
@@ -106,6 +113,7 @@ impl Config {
             stack_depth: 512,
             max_depth: None,
             threshold: None,
+            auto_exclude: None,
             filter: Vec::new(),
             exclude: Vec::new(),
             graph_functions: Vec::new(),
@@ -146,6 +154,15 @@ impl Config {
             match parse_duration(&v) {
                 Ok(d) => self.threshold = Some(d),
                 Err(e) => self.errors.push(format!("FGTRACE_THRESHOLD: {e}")),
+            }
+        }
+        if let Some(v) = get("FGTRACE_AUTO_EXCLUDE") {
+            match v.trim() {
+                "" | "0" | "off" => self.auto_exclude = None,
+                t => match parse_duration(t) {
+                    Ok(d) => self.auto_exclude = Some(d),
+                    Err(e) => self.errors.push(format!("FGTRACE_AUTO_EXCLUDE: {e}")),
+                },
             }
         }
         if let Some(v) = get("FGTRACE_STACK") {
@@ -277,6 +294,28 @@ impl Config {
         self.threshold = Some(d);
         self
     }
+    /// Automatic exclusion of tiny functions (`FGTRACE_AUTO_EXCLUDE=50ns`):
+    /// once a function's first [`AUTO_EXCLUDE_CALLS`] recorded calls on a
+    /// thread average at most `d`, it stops being recorded on that thread
+    /// and is only counted there, exactly. (If those were slower, each
+    /// following window of as many calls is looked at too: a few cold or
+    /// preempted first calls do not keep a getter recorded for good.) Its
+    /// callees are still recorded (one level up, as below an excluded
+    /// function). `report` adds the counted calls to its calls and marks it
+    /// `count only` (its times are those of the calls recorded before the
+    /// switch); `fgtrace info` lists each switch with its time.
+    ///
+    /// The collector decides, from the batches it receives, so a switch
+    /// comes one batch after the calls that decided it. Every call of the
+    /// session's threads then takes the probe's slower out-of-line path (a
+    /// table lookup per call); sessions without it are not affected. Plain
+    /// calls only: graph functions and async fns are always recorded. Stream
+    /// mode only (a flight recorder has no collector to decide): with a
+    /// flight recorder, `Session::start` fails.
+    pub fn auto_exclude(mut self, d: Duration) -> Self {
+        self.auto_exclude = Some(d);
+        self
+    }
     /// Record only functions matching these patterns.
     pub fn filter<S: Into<String>>(mut self, patterns: impl IntoIterator<Item = S>) -> Self {
         self.filter = patterns.into_iter().map(Into::into).collect();
@@ -358,6 +397,9 @@ impl Config {
         }
         if let Some(t) = self.threshold {
             parts.push(format!("threshold={t:?}"));
+        }
+        if let Some(d) = self.auto_exclude {
+            parts.push(format!("auto_exclude={d:?}"));
         }
         parts.join(" ")
     }
@@ -456,6 +498,27 @@ mod tests {
             ("FGTRACE_MODE", "x"),
         ]);
         assert_eq!(bad.errors.len(), 3, "{:?}", bad.errors);
+    }
+
+    #[test]
+    fn auto_exclude_reads_a_duration_and_a_bad_one_is_an_error_naming_the_variable() {
+        let c = env(&[("FGTRACE_AUTO_EXCLUDE", "50ns")]);
+        assert_eq!(c.auto_exclude, Some(Duration::from_nanos(50)));
+        assert!(
+            c.describe().contains("auto_exclude=50ns"),
+            "{}",
+            c.describe()
+        );
+        assert_eq!(env(&[("FGTRACE_AUTO_EXCLUDE", "off")]).auto_exclude, None);
+        assert_eq!(env(&[("FGTRACE_AUTO_EXCLUDE", "0")]).auto_exclude, None);
+        let bad = env(&[("FGTRACE_AUTO_EXCLUDE", "bogus")]);
+        assert_eq!(bad.auto_exclude, None);
+        assert_eq!(bad.errors.len(), 1, "{:?}", bad.errors);
+        assert!(
+            bad.errors[0].contains("FGTRACE_AUTO_EXCLUDE") && bad.errors[0].contains("bogus"),
+            "{:?}",
+            bad.errors
+        );
     }
 
     #[test]

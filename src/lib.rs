@@ -38,6 +38,8 @@ pub mod sampler;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod thread;
+#[cfg(feature = "tracing")]
+pub mod tracing;
 
 /// The trace model and file format (the `fgtrace-trace` crate).
 pub use fgtrace_trace as trace;

@@ -181,6 +181,12 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     // With a counter, the core sends every call through its counted path.
     st.counter = active.counter.map_or(ptr::null(), session_counter);
     st.has_graph = active.has_graph;
+    // Auto-exclude: the core sends every call through its auto path, which
+    // reads this thread's table (alive as long as `shared`, held in `owner`).
+    st.count_only = shared
+        .count_only
+        .as_ref()
+        .map_or(ptr::null(), |t| t.as_ptr());
     st.published = &shared.published;
     st.overruns = &shared.overruns;
     st.dropped = &shared.nested_dropped;
@@ -204,6 +210,9 @@ fn decide(site: &'static Site, gen: u32) -> Option<Decision> {
 /// Drops the thread's reference to its session buffer (the records stay in
 /// the session's `ThreadBuf` for the collector).
 fn drop_buffer(st: &mut ThreadState) {
+    if !st.capture {
+        st.count_only = ptr::null(); // it goes with the buffer
+    }
     if !st.owner.is_null() && !st.capture {
         // SAFETY: made by Arc::into_raw in `join`.
         unsafe { drop(Arc::from_raw(st.owner as *const ThreadBuf)) };

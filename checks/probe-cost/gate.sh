@@ -30,7 +30,7 @@ trap 'rm -rf "$out"' EXIT
 fail=0
 new=""
 printf '%-10s %12s %12s %8s\n' mode "instr/call" committed change
-for mode in untraced off flight stream; do
+for mode in untraced off flight stream auto; do
   valgrind --tool=callgrind --callgrind-out-file="$out/$mode" \
     --toggle-collect='*probe_cost::run*' "$bin" "$mode" "$n" >/dev/null 2>"$out/$mode.err" || {
     cat "$out/$mode.err" >&2
@@ -58,7 +58,8 @@ if [ $update = 1 ]; then
     echo "# Instructions per call of an empty traced leaf, release build, counted by"
     echo "# valgrind (checks/probe-cost/gate.sh --update). Modes: untraced = the floor,"
     echo "# off = compiled in but not recording, flight = recording into a flight"
-    echo "# recorder, stream = recording in stream mode (handoffs amortized)."
+    echo "# recorder, stream = recording in stream mode (handoffs amortized), auto ="
+    echo "# a call counted, not recorded (auto-exclude switched the leaf to count-only)."
     printf '%s' "$new"
   } > "$figures"
   echo "wrote $figures"

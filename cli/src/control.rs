@@ -31,6 +31,10 @@ pub struct SessionArgs {
     /// Only calls lasting at least this long (10us, 1.5ms).
     #[arg(long)]
     threshold: Option<String>,
+    /// Only count (no longer record) a function on a thread once its first
+    /// 1,024 calls there average at most this long (50ns). Stream mode only.
+    #[arg(long = "auto-exclude")]
+    auto_exclude: Option<String>,
 }
 
 impl SessionArgs {
@@ -45,6 +49,7 @@ impl SessionArgs {
             notrace: self.notrace.clone(),
             depth: self.depth,
             threshold: self.threshold.clone(),
+            auto_exclude: self.auto_exclude.clone(),
         }
     }
 }

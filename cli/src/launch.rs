@@ -70,6 +70,7 @@ fn env_of(s: &Settings, off_cpu: bool) -> Vec<(&'static str, String)> {
     put("FGTRACE_NOTRACE", list(&s.notrace));
     put("FGTRACE_DEPTH", s.depth.map(|d| d.to_string()));
     put("FGTRACE_THRESHOLD", s.threshold.clone());
+    put("FGTRACE_AUTO_EXCLUDE", s.auto_exclude.clone());
     put(
         "FGTRACE_OFFCPU",
         Some(if off_cpu { "1" } else { "0" }.into()),

@@ -403,6 +403,30 @@ fn info(
             t.tid, t.name, t.calls, t.lost, t.overruns, t.samples
         )?;
     }
+    // Functions auto-exclude switched to count-only, per thread, in time order.
+    if !m.count_only.is_empty() {
+        let mut sw: Vec<_> = m.count_only.iter().collect();
+        sw.sort_by_key(|c| (c.thread, c.switched_at_ns, c.site));
+        writeln!(
+            out,
+            "count-only: {} switch{} by auto-exclude, {} later calls counted, not recorded:",
+            sw.len(),
+            if sw.len() == 1 { "" } else { "es" },
+            m.total_count_only()
+        )?;
+        for c in sw {
+            writeln!(
+                out,
+                "  {:<24} {:<32} at {:>10}  after {} calls of {} avg, then {} calls",
+                m.thread_label(c.thread),
+                m.site_name(c.site),
+                human_duration(c.switched_at_ns),
+                c.calls_before,
+                human_duration(c.mean_ns_before),
+                c.calls_after
+            )?;
+        }
+    }
     // Read every chunk so damage anywhere is reported.
     if let Some(r) = r {
         let mut events = 0u64;

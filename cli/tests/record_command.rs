@@ -203,9 +203,15 @@ fn sigterm_leaves_a_complete_trace_and_the_signal_is_the_status() {
     };
     let calls = format!("calls:     {} (0 lost", rounds * 4);
     let (quick, _) = info(&[], &d.join("t.fgt"));
-    assert!(quick.contains(&calls) && quick.contains("events:    not read"), "{quick}");
+    assert!(
+        quick.contains(&calls) && quick.contains("events:    not read"),
+        "{quick}"
+    );
     let (checked, _) = info(&["--check"], &d.join("t.fgt"));
-    assert!(checked.contains(&calls) && checked.contains("(all chunks intact)"), "{checked}");
+    assert!(
+        checked.contains(&calls) && checked.contains("(all chunks intact)"),
+        "{checked}"
+    );
     let bytes = std::fs::read(d.join("t.fgt")).unwrap();
     std::fs::write(d.join("cut.fgt"), &bytes[..bytes.len() - 40]).unwrap();
     let (cut, warned) = info(&[], &d.join("cut.fgt"));

@@ -8,6 +8,13 @@
 //! allocation, no lock, no syscall. When recording is off, entry is one
 //! relaxed load and a branch, and the guard's drop is a branch on a zero slot.
 //!
+//! Sessions with a per-call counter or with automatic exclusion of tiny
+//! functions tag the thread's generation ([`GEN_COUNTED`], [`GEN_AUTO`]), so
+//! that their calls miss the inlined check and take an out-of-line path;
+//! other sessions never run any of that code. A call of a function switched
+//! to count-only on its thread is one lookup in the thread's table and one
+//! increment there: no clock read, no frame, no record.
+//!
 //! Everything that needs more (a thread's first call in a session, a site's
 //! first filter decision, handing a full buffer over, releasing a thread's
 //! buffers when it exits) is asked of the [`Hooks`] the layer above installs,
@@ -92,6 +99,31 @@ pub const GEN_CAPTURE: u32 = u32::MAX - 3;
 /// generation check fails on purpose, so only counted sessions take the
 /// out-of-line path that reads the counter (generations have 21 bits).
 pub const GEN_COUNTED: u32 = 1 << 30;
+/// `ThreadState::gen` bit of a thread recording into session `gen & !GEN_AUTO`
+/// with automatic exclusion of tiny functions (`ThreadState::count_only`
+/// is set): as with [`GEN_COUNTED`], the fast path's generation check fails
+/// on purpose, so only such sessions take the out-of-line path that looks a
+/// site up in the thread's table. Composes with [`GEN_COUNTED`].
+pub const GEN_AUTO: u32 = 1 << 29;
+/// The tag bits a session's generation may carry in `ThreadState::gen`.
+pub const GEN_TAGS: u32 = GEN_COUNTED | GEN_AUTO;
+/// Bit of an entry of `ThreadState::count_only`: the site is no longer
+/// recorded on this thread, only counted; the low bits are its calls since.
+/// Only the layer above sets it (once per entry, one atomic `fetch_or`);
+/// after that only the owning thread writes the entry.
+#[cfg(target_has_atomic = "64")]
+pub const COUNT_ONLY: u64 = 1 << 63;
+/// See the 64-bit one: targets without 64-bit atomics (boards, which have no
+/// auto-exclude) keep 32-bit entries.
+#[cfg(not(target_has_atomic = "64"))]
+pub const COUNT_ONLY: u32 = 1 << 31;
+/// An entry of a count-only table (`ThreadState::count_only`): 64 bits
+/// wherever the target has 64-bit atomics (every target of the std runtime).
+#[cfg(target_has_atomic = "64")]
+pub type CountWord = core::sync::atomic::AtomicU64;
+/// An entry of a count-only table: 32 bits on targets without 64-bit atomics.
+#[cfg(not(target_has_atomic = "64"))]
+pub type CountWord = core::sync::atomic::AtomicU32;
 
 /// A per-call counter that captures (and sessions with counters) read at
 /// entry and exit of every call.
@@ -163,6 +195,12 @@ pub struct ThreadState {
     /// ([`crate::alloc::installed`]); an entry is live while its frame has
     /// the allocation flag.
     pub allocs: *mut AllocCounts,
+    /// Sessions with automatic exclusion of tiny functions: one word per
+    /// site id ([`MAX_SITES`] entries), 0 while the site is recorded,
+    /// [`COUNT_ONLY`] plus its calls since once it only counts. Null
+    /// otherwise. Set by the layer above in [`Hooks::join`], alive while the
+    /// thread's buffer (`owner`) is.
+    pub count_only: *const CountWord,
 }
 
 impl ThreadState {
@@ -191,6 +229,7 @@ impl ThreadState {
         counter: ptr::null(),
         side: ptr::null_mut(),
         allocs: ptr::null_mut(),
+        count_only: ptr::null(),
     };
 }
 
@@ -376,11 +415,7 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
         return Guard::OFF;
     }
     if st.capture {
-        let id = capture_site_id(site, false);
-        if id >= MAX_SITES {
-            return Guard::OFF;
-        }
-        return capture_push(st, id, flags);
+        return enter_capture(st, site, flags);
     }
     if c & SESSION_ON == 0 {
         return Guard::OFF;
@@ -389,7 +424,22 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
     if st.gen == gen | GEN_COUNTED {
         return enter_counted(st, site, gen, flags);
     }
+    // `gen | GEN_AUTO`, with or without `GEN_COUNTED`.
+    if (st.gen ^ gen) | GEN_COUNTED == GEN_TAGS {
+        return enter_auto(st, site, gen, flags);
+    }
     enter_slow(st, site, gen, flags)
+}
+
+/// A capturing thread's call. Out of line, so that [`enter_other`] stays a
+/// dispatcher without a frame of its own.
+#[inline(never)]
+fn enter_capture(st: &mut ThreadState, site: &'static Site, flags: u32) -> Guard {
+    let id = capture_site_id(site, false);
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    capture_push(st, id, flags)
 }
 
 /// A call in a session with a per-call counter: the counter is read before
@@ -404,6 +454,12 @@ fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32
     let Some(d) = decision(st, site, gen) else {
         return Guard::OFF;
     };
+    push_counted(st, id, d, flags)
+}
+
+/// [`enter_counted`] once the site's id and decision are known.
+#[inline(always)]
+fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard {
     // SAFETY: the runtime keeps the counter alive while it is set.
     let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
         return push(st, id, d as u32, flags);
@@ -417,6 +473,88 @@ fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32
         g.slot |= COUNTED;
     }
     g
+}
+
+/// A call in a session with automatic exclusion of tiny functions: a site
+/// the layer above switched to count-only on this thread is counted in the
+/// thread's table and not pushed (its callees are recorded, as below a
+/// skipped function); any other call is recorded as usual by
+/// [`enter_auto_record`] (with the counter, in a counted session too).
+///
+/// Only plain calls of recorded functions are ever counted-only: a graph
+/// function's frame enables recording below it, and an async fn's polls
+/// also make its future's record.
+///
+/// Kept small (a count-only call is this session's most frequent call):
+/// the site's id and cached decision are read as the inlined fast path
+/// reads them; anything else goes on to [`enter_auto_record`].
+#[inline(never)]
+fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+    let dw = site.decision_word();
+    if let Some(id) = site.known_id() {
+        if dw == gen << 3 | Decision::Record as u32 && flags & F_POLL == 0 {
+            debug_assert!(id < MAX_SITES && !st.count_only.is_null());
+            // SAFETY: the table has MAX_SITES entries (a known id is below
+            // that), alive while it is set; `GEN_AUTO` is set only with it.
+            let e = unsafe { &*st.count_only.add(id as usize) };
+            if e.load(Relaxed) & COUNT_ONLY != 0 {
+                // Counted where the call would have been recorded: not
+                // inside a hidden subtree, below a graph function if there
+                // are any, above the depth limit.
+                if st.hide == 0 && (!st.has_graph || st.graph != 0) && st.depth < st.max_depth {
+                    count_one(e);
+                }
+                return Guard::OFF;
+            }
+        }
+    }
+    enter_auto_record(st, site, gen, flags)
+}
+
+/// [`enter_auto`]'s recorded calls (and a site's first call or decision).
+#[inline(never)]
+fn enter_auto_record(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+    let id = site.id();
+    if id >= MAX_SITES {
+        return Guard::OFF;
+    }
+    let Some(d) = decision(st, site, gen) else {
+        return Guard::OFF;
+    };
+    if d == Decision::Record && flags & F_POLL == 0 {
+        // SAFETY: as in `enter_auto`.
+        let e = unsafe { &*st.count_only.add(id as usize) };
+        if e.load(Relaxed) & COUNT_ONLY != 0 {
+            // The site's first call in this session came after its switch
+            // (a decision cached meanwhile): counted as in `enter_auto`.
+            if st.hide == 0 && (!st.has_graph || st.graph != 0) && st.depth < st.max_depth {
+                count_one(e);
+            }
+            return Guard::OFF;
+        }
+    }
+    if st.gen & GEN_COUNTED != 0 {
+        return push_counted(st, id, d, flags);
+    }
+    push(st, id, d as u32, flags)
+}
+
+/// One more call of a count-only site. Only the owning thread writes the
+/// entry once its bit is set, but a signal handler on this thread may run
+/// the same site in the middle: the increment is one instruction (x86-64:
+/// an `add` to memory, which a signal cannot split and which needs no bus
+/// lock, since no other thread writes the word), or an atomic add elsewhere.
+#[inline(always)]
+fn count_one(e: &CountWord) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `e` is a valid, aligned u64 that only this thread writes (see
+    // `COUNT_ONLY`); the aligned 8-byte store cannot tear for a reader on
+    // another thread, which only loads it.
+    unsafe {
+        core::arch::asm!("add qword ptr [{0}], 1", in(reg) e.as_ptr(), options(nostack))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    e.fetch_add(1, Relaxed);
 }
 
 #[inline(always)]
@@ -540,6 +678,9 @@ fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
     if st.gen == gen | GEN_COUNTED {
         return enter_counted(st, site, gen, flags);
     }
+    if st.gen & GEN_AUTO != 0 {
+        return enter_auto(st, site, gen, flags);
+    }
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
@@ -574,12 +715,11 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
     }
     let ok = busy(st, |st| (h.join)(st, gen));
     if ok {
-        // A session with a per-call counter: every call goes through `enter_counted`.
-        st.gen = if st.counter.is_null() {
-            gen
-        } else {
-            gen | GEN_COUNTED
-        };
+        // A session with a per-call counter: every call goes through
+        // `enter_counted`; with count-only sites, through `enter_auto`.
+        let counted = if st.counter.is_null() { 0 } else { GEN_COUNTED };
+        let auto = if st.count_only.is_null() { 0 } else { GEN_AUTO };
+        st.gen = gen | counted | auto;
     }
     ok
 }

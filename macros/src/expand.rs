@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! let __fgtrace_guard = ::fgtrace::__private::enter({
+//!     extern crate core as __fgtrace_core;
 //!     static __FGTRACE_SITE: ::fgtrace::__private::Site = ::fgtrace::__private::Site::new(
-//!         "name", ::core::module_path!(), ::core::file!(), ::core::line!(), false);
+//!         "name", ::core::module_path!(), __fgtrace_core::file!(), __fgtrace_core::line!(), false);
 //!     &__FGTRACE_SITE
 //! });
 //! ```
@@ -13,7 +14,10 @@
 //! The site `static` sits in its own block so user code cannot see or clash
 //! with it (and so generic fns work: one static for all instantiations). The
 //! guard's name is `mixed_site` hygienic. `line!()`/`file!()` carry the fn
-//! name's span, so they report the fn's own line, not the attribute's.
+//! name's span, so they report the fn's own line, not the attribute's; with
+//! that span their path resolves as the user's crate's edition says, and in
+//! a 2015 crate with `std`, `::core` is not there (see `instrument` below):
+//! hence the block-local `extern crate`.
 //!
 //! An `async fn` keeps its signature; its body becomes
 //! `::fgtrace::__private::TracedFuture::new(<site>, async move { .. }).await`
@@ -29,7 +33,7 @@
 //! The user's tokens are moved, never re-printed, so errors in a body keep
 //! pointing at the user's code.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
@@ -270,11 +274,20 @@ fn instrument(sig: &Signature, block: &mut Block, name: &LitStr, krate: &Path) -
         return Err(syn::Error::new(kw.span, CONST_FN));
     }
     let is_async = sig.asyncness.is_some();
-    // `line!()` and `file!()` resolve to the location of their span.
+    // `line!()` and `file!()` report where their call is when its span is
+    // the user's own (a span of this macro's would give the attribute's
+    // line), so the calls carry the fn name's span. That span also decides
+    // how the path to them resolves: in a 2015 crate `::core` is looked up in
+    // the crate's root, where `core` is only in `no_std` crates. So `core` is
+    // named by a block-local `extern crate`, which every edition resolves;
+    // the item itself is the macro's (lints on it are the macro's, not the user's).
     let here = sig.ident.span();
-    let line = quote_spanned!(here=> ::core::line!());
-    let file = quote_spanned!(here=> ::core::file!());
+    let core = Ident::new("__fgtrace_core", Span::call_site());
+    let core_here = Ident::new("__fgtrace_core", here);
+    let line = quote_spanned!(here=> #core_here::line!());
+    let file = quote_spanned!(here=> #core_here::file!());
     let site = quote! {{
+        extern crate core as #core;
         static __FGTRACE_SITE: #krate::__private::Site = #krate::__private::Site::new(
             #name, ::core::module_path!(), #file, #line, #is_async,
         );

@@ -24,7 +24,9 @@ mod tests;
 ///   path segment of the self type; the trait's name for a blanket
 ///   `impl<T> Trait for T`), or `Prefix::method` with `#[traced(prefix = "Prefix")]`.
 ///   Opt a method out with `#[notrace]`; rename one with `#[traced(name = "...")]`.
-///   `const fn`s in the block are left alone: they cannot read a clock.
+///   What the block cannot trace is left as it is, never an error for the
+///   block: `const fn`s (they can run at compile time, where no probe can),
+///   fns without a body, and items that are not fns.
 ///
 /// `#[traced(crate = path)]` says where fgtrace is when it is not
 /// `::fgtrace`: a renamed dependency (`fgt = { package = "fgtrace", .. }`,
@@ -34,8 +36,14 @@ mod tests;
 /// the block then also recognises `#[path::notrace]` and `#[path::traced]` on
 /// its methods (besides `#[notrace]` and `#[fgtrace::notrace]`).
 ///
-/// `const fn`s, fns without a body and other items are rejected with a
-/// `compile_error!`.
+/// Written on a `const fn` itself (free, or a method in a block), on a fn
+/// without a body, or on any other item, `#[traced]` is a `compile_error!`:
+/// what was asked for explicitly cannot be done, so it is not dropped in
+/// silence. (Tools that annotate a whole crate skip free `const fn`s, as
+/// `checks/real-crates/` does.)
+///
+/// The expansion compiles in crates of every edition, 2015 included, with or
+/// without `std`.
 #[proc_macro_attribute]
 pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::traced(attr.into(), item.into()).into()

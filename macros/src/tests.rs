@@ -276,6 +276,85 @@ fn impl_block_names_methods_type_colon_colon_method() {
 }
 
 #[test]
+fn an_impl_blocks_untraceable_items_are_left_as_they_are_without_error() {
+    // What the block's attribute cannot or must not trace is kept token for
+    // token, and the rest of the block is still traced: a `const fn` (of
+    // any qualifiers), a `#[notrace]` fn, a fn without a body (rustc, not
+    // the attribute, reports that one), a macro call, consts and types.
+    let untraced = [
+        quote!(
+            pub const fn new() -> Self {
+                S
+            }
+        ),
+        quote!(
+            const unsafe fn raw() -> u8 {
+                0
+            }
+        ),
+        quote!(
+            pub(crate) const extern "C" fn cb() {}
+        ),
+        quote!(
+            fn declared(&self);
+        ),
+        quote!(items!();),
+        quote!(
+            const K: u8 = 1;
+        ),
+        quote!(
+            type T = u8;
+        ),
+    ];
+    let item = quote! {
+        impl<T> Tr<T> for S where T: Copy {
+            #(#untraced)*
+            #[notrace]
+            fn opted_out(&self) {}
+            unsafe extern "C" fn traced_ffi(&self) {}
+            fn traced(&self) {}
+        }
+    };
+    let out = expand(quote!(), item);
+    assert_eq!(names(&out), ["S::traced_ffi", "S::traced"]);
+    let got: ItemImpl = syn::parse2(out).expect("no compile_error!, one impl block");
+    for (kept, want) in got.items.iter().zip(&untraced) {
+        assert_eq!(s(kept), want.to_string());
+    }
+    let ImplItem::Fn(opted_out) = &got.items[untraced.len()] else {
+        panic!()
+    };
+    assert_eq!(
+        s(opted_out),
+        s(&quote!(
+            fn opted_out(&self) {}
+        ))
+    );
+}
+
+#[test]
+fn the_site_names_core_through_a_block_local_extern_crate() {
+    // `line!()`/`file!()` carry the user's span, so their path resolves by
+    // the user's edition: `::core` would fail in a 2015 crate with `std`
+    // (tests/editions.rs builds one).
+    let out = expand(
+        quote!(),
+        quote!(
+            fn f() {}
+        ),
+    );
+    let f: ItemFn = syn::parse2(out).unwrap();
+    let text = s(&f.block);
+    assert!(
+        text.contains("extern crate core as __fgtrace_core ;"),
+        "{text}"
+    );
+    assert!(text.contains("__fgtrace_core :: file ! ()"), "{text}");
+    assert!(text.contains("__fgtrace_core :: line ! ()"), "{text}");
+    assert!(!text.contains(":: core :: line"), "{text}");
+}
+
+#[test]
 fn impl_block_names_for_trait_impls_references_and_blankets() {
     let first = |attr: TokenStream, item: TokenStream| names(&expand(attr, item)).remove(0);
     let fmt = quote!(

@@ -24,6 +24,8 @@ pub(super) struct Gathered {
     pub(super) sites: SiteMap,
     pub(super) threads: Vec<Gathering>,
     pub(super) out: Option<Output>,
+    /// Automatic exclusion of tiny functions (`Config::auto_exclude`).
+    pub(super) auto: Option<super::auto::AutoExclude>,
     /// Off-CPU time going to the file while recording.
     #[cfg(target_os = "linux")]
     pub(super) off_cpu: Option<OffCpuOut>,
@@ -86,6 +88,7 @@ impl Gathered {
             sites: SiteMap::default(),
             threads: Vec::new(),
             out,
+            auto: None,
             #[cfg(target_os = "linux")]
             off_cpu: None,
         }
@@ -172,6 +175,9 @@ impl Gathered {
         }
         if recs.is_empty() {
             return;
+        }
+        if let Some(a) = &mut self.auto {
+            a.observe(thread, recs);
         }
         let c = self.threads[i].enc.encode(
             thread,

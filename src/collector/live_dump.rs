@@ -141,7 +141,12 @@ fn dumped_trace(
     }
     let mut cal = active.dump.cal;
     cal.refine(end);
+    let count_only = match &g.auto {
+        Some(a) => a.count_only(&cal, threads, &mut g.sites),
+        None => Vec::new(),
+    };
     let mut meta = TraceMeta {
+        count_only,
         sites: g.sites.sites.clone(),
         threads: infos,
         ..meta_of(

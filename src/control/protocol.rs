@@ -41,6 +41,8 @@ pub struct Settings {
     pub depth: Option<u32>,
     /// `FGTRACE_THRESHOLD`: `10us`, `1.5ms`, ...
     pub threshold: Option<String>,
+    /// `FGTRACE_AUTO_EXCLUDE`: `50ns`, ... (stream mode only).
+    pub auto_exclude: Option<String>,
 }
 
 impl Settings {
@@ -58,10 +60,15 @@ impl Settings {
             "FGTRACE_NOTRACE" => join(&self.notrace),
             "FGTRACE_DEPTH" => self.depth.map(|d| d.to_string()),
             "FGTRACE_THRESHOLD" => self.threshold.clone(),
+            "FGTRACE_AUTO_EXCLUDE" => self.auto_exclude.clone(),
             _ => None,
         };
         let mut c = Config::builtin();
         c.apply_env(get);
+        if c.auto_exclude.is_some() && c.mode == crate::trace::RecordMode::FlightRecorder {
+            c.errors
+                .push("auto_exclude needs stream mode (mode: stream)".into());
+        }
         if c.errors.is_empty() {
             Ok(c)
         } else {
@@ -71,7 +78,8 @@ impl Settings {
                 .replace("FGTRACE_MODE", "mode")
                 .replace("FGTRACE_SAMPLE", "sample")
                 .replace("FGTRACE_DEPTH", "depth")
-                .replace("FGTRACE_THRESHOLD", "threshold"))
+                .replace("FGTRACE_THRESHOLD", "threshold")
+                .replace("FGTRACE_AUTO_EXCLUDE", "auto_exclude"))
         }
     }
 }
@@ -122,6 +130,8 @@ struct RawRequest {
     depth: Option<u32>,
     #[serde(default)]
     threshold: Option<String>,
+    #[serde(default)]
+    auto_exclude: Option<String>,
 }
 
 impl TryFrom<RawRequest> for Request {
@@ -138,6 +148,7 @@ impl TryFrom<RawRequest> for Request {
             notrace: r.notrace,
             depth: r.depth,
             threshold: r.threshold,
+            auto_exclude: r.auto_exclude,
         };
         let bare = |req: Request| {
             if s == Settings::default() {
@@ -362,5 +373,21 @@ mod tests {
         };
         let c = good.config("stream").unwrap();
         assert_eq!(c.flight_calls, 100);
+        let auto = Settings {
+            auto_exclude: Some("50ns".into()),
+            ..Settings::default()
+        };
+        let c = auto.config("stream").unwrap();
+        assert_eq!(c.auto_exclude, Some(std::time::Duration::from_nanos(50)));
+        let e = auto.config(DEFAULT_BACKGROUND_MODE).unwrap_err();
+        assert!(e.contains("auto_exclude needs stream mode"), "{e}");
+        let bad = Settings {
+            auto_exclude: Some("soon".into()),
+            ..Settings::default()
+        };
+        let e = bad.config("stream").unwrap_err();
+        assert!(e.starts_with("auto_exclude: `soon`"), "{e}");
+        let body = br#"{"cmd":"record","auto_exclude":"50ns"}"#;
+        assert_eq!(parse_request(body).unwrap(), Request::Record(auto));
     }
 }

@@ -89,14 +89,18 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
         if kind[0] != SEC_META {
             return Err(TraceError::Corrupt {
                 offset: at,
-                what: format!("the footer points at a section of kind {}, not the final metadata", kind[0]),
+                what: format!(
+                    "the footer points at a section of kind {}, not the final metadata",
+                    kind[0]
+                ),
             });
         }
         let payload = t.section_payload(at)?;
-        let meta: TraceMeta = crate::json::from_slice(&payload).map_err(|e| TraceError::Corrupt {
-            offset: at,
-            what: format!("final metadata is not valid: {e}"),
-        })?;
+        let meta: TraceMeta =
+            crate::json::from_slice(&payload).map_err(|e| TraceError::Corrupt {
+                offset: at,
+                what: format!("final metadata is not valid: {e}"),
+            })?;
         t.meta = meta;
         t.check_off_cpu()?;
         return Ok((t.meta, MetaFrom::Footer));

@@ -146,6 +146,33 @@ pub struct TraceMeta {
     /// `None`: not asked for (and every file written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub off_cpu: Option<OffCpu>,
+    /// Functions a session switched to count-only on a thread
+    /// (`Config::auto_exclude`): their calls there were tiny, so after the
+    /// switch they were counted and no longer recorded. Empty without
+    /// auto-exclude (and in every file written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub count_only: Vec<CountOnly>,
+}
+
+/// One function switched to count-only on one thread: after the switch its
+/// calls there were counted, exactly, and not recorded (no timestamps, no
+/// durations; their callees were still recorded). Its recorded calls are
+/// those from before the switch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountOnly {
+    /// Index into [`TraceMeta::threads`].
+    pub thread: u32,
+    /// Index into [`TraceMeta::sites`].
+    pub site: u32,
+    /// Calls counted, not recorded, after the switch.
+    pub calls_after: u64,
+    /// When the switch happened, nanoseconds since session start.
+    pub switched_at_ns: u64,
+    /// The recorded calls the session had seen on the thread when it
+    /// decided (the last 1,024 of them decided).
+    pub calls_before: u64,
+    /// The mean duration of the calls that decided, nanoseconds.
+    pub mean_ns_before: u64,
 }
 
 /// One executable mapping of the traced process.
@@ -195,6 +222,20 @@ impl TraceMeta {
             Some(t) => format!("{}-{}", t.name, t.tid),
             None => format!("?-{thread}"),
         }
+    }
+    /// Calls of `site` on `thread` that were counted, not recorded
+    /// ([`TraceMeta::count_only`]).
+    pub fn count_only_calls(&self, thread: u32, site: u32) -> u64 {
+        saturating_sum(
+            self.count_only
+                .iter()
+                .filter(|c| c.thread == thread && c.site == site)
+                .map(|c| c.calls_after),
+        )
+    }
+    /// Calls counted, not recorded, on every thread.
+    pub fn total_count_only(&self) -> u64 {
+        saturating_sum(self.count_only.iter().map(|c| c.calls_after))
     }
     pub fn site_name(&self, site: u32) -> &str {
         self.sites
@@ -515,5 +556,71 @@ impl Trace {
     /// Size of the encoded events in bytes (what the file holds besides metadata).
     pub fn encoded_len(&self) -> usize {
         self.chunks().iter().map(|c| c.payload.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_count_only() -> TraceMeta {
+        TraceMeta {
+            program: "p".into(),
+            sites: vec![SiteInfo {
+                name: "len".into(),
+                module_path: "m".into(),
+                file: "f.rs".into(),
+                line: 1,
+                is_async: false,
+            }],
+            threads: vec![ThreadInfo {
+                tid: 7,
+                name: "main".into(),
+                calls: 1024,
+                ..ThreadInfo::default()
+            }],
+            count_only: vec![CountOnly {
+                thread: 0,
+                site: 0,
+                calls_after: 98_976,
+                switched_at_ns: 1_500,
+                calls_before: 1024,
+                mean_ns_before: 12,
+            }],
+            ..TraceMeta::default()
+        }
+    }
+
+    #[test]
+    fn count_only_switches_survive_a_file_and_old_files_read_without_them() {
+        let t = Trace::from_chunks(with_count_only(), Vec::new());
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta.count_only, t.meta.count_only);
+        assert_eq!(back.meta.count_only_calls(0, 0), 98_976);
+        assert_eq!(back.meta.total_count_only(), 98_976);
+
+        // Without switches nothing new is written: the file is what a
+        // writer from before count-only made, and it reads the same.
+        let mut old = with_count_only();
+        old.count_only.clear();
+        let json = json::to_string(&old).unwrap();
+        assert!(!json.contains("count_only"), "{json}");
+        let mut bytes = Vec::new();
+        Trace::from_chunks(old.clone(), Vec::new())
+            .write_to(&mut bytes)
+            .unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta, old);
+        assert_eq!(back.meta.count_only_calls(0, 0), 0);
+        // And metadata with the field reads in a reader that ignores it.
+        #[derive(Deserialize)]
+        struct OldMeta {
+            program: String,
+        }
+        let new = json::to_vec(&with_count_only()).unwrap();
+        let o: OldMeta = json::from_slice(&new).unwrap();
+        assert_eq!(o.program, "p");
     }
 }

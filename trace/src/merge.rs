@@ -66,7 +66,7 @@ impl Merge {
         let (mut sites, mut thread_base, mut shift_ns) = (Vec::new(), Vec::new(), Vec::new());
         let mut samples_left_out = 0u64;
         for (m, name) in metas.iter().zip(&names) {
-            let map = m
+            let map: Vec<u32> = m
                 .sites
                 .iter()
                 .map(|s| {
@@ -83,9 +83,25 @@ impl Merge {
                     })
                 })
                 .collect();
-            sites.push(map);
-            thread_base.push(meta.threads.len() as u32);
+            let base = meta.threads.len() as u32;
             let shift = m.clock.start_unix_ns.saturating_sub(origin);
+            // Count-only functions, on the merged threads and sites (an
+            // entry naming a site or thread its trace lacks is left out).
+            for c in &m.count_only {
+                if let (Some(&site), true) = (
+                    map.get(c.site as usize),
+                    (c.thread as usize) < m.threads.len(),
+                ) {
+                    meta.count_only.push(crate::CountOnly {
+                        thread: c.thread.saturating_add(base),
+                        site,
+                        switched_at_ns: c.switched_at_ns.saturating_add(shift),
+                        ..c.clone()
+                    });
+                }
+            }
+            sites.push(map);
+            thread_base.push(base);
             shift_ns.push(shift);
             meta.duration_ns = meta.duration_ns.max(shift.saturating_add(m.duration_ns));
             for t in &m.threads {
@@ -294,6 +310,47 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("4 samples left out")));
+    }
+
+    #[test]
+    fn count_only_functions_move_to_the_merged_threads_sites_and_times() {
+        let mut a = meta("a", 1, 1_000, vec![site("len", 1)]);
+        let mut b = meta("b", 2, 1_500, vec![site("other", 3), site("len", 1)]);
+        a.count_only = vec![crate::CountOnly {
+            thread: 0,
+            site: 0,
+            calls_after: 10,
+            switched_at_ns: 5,
+            calls_before: 1024,
+            mean_ns_before: 3,
+        }];
+        b.count_only = vec![
+            crate::CountOnly {
+                thread: 0,
+                site: 1,
+                calls_after: 20,
+                switched_at_ns: 7,
+                calls_before: 1024,
+                mean_ns_before: 4,
+            },
+            // Names a site b does not have: left out.
+            crate::CountOnly {
+                thread: 0,
+                site: 9,
+                ..crate::CountOnly::default()
+            },
+        ];
+        let m = Merge::new(&[a, b]);
+        let got: Vec<(u32, u32, u64, u64)> = m
+            .meta()
+            .count_only
+            .iter()
+            .map(|c| (c.thread, c.site, c.calls_after, c.switched_at_ns))
+            .collect();
+        // "len" is merged site 0 in both; b's thread is merged thread 1,
+        // its times 500 ns later.
+        assert_eq!(got, [(0, 0, 10, 5), (1, 0, 20, 507)]);
+        assert_eq!(m.meta().count_only_calls(1, 0), 20);
     }
 
     #[test]

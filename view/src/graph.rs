@@ -188,6 +188,31 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         if !losses.is_empty() {
             h.push_str("#\n");
         }
+        // Functions auto-exclude switched to count-only on the shown threads:
+        // their calls after the switch are not in the graph.
+        let mut switched: Vec<u32> = self
+            .meta
+            .count_only
+            .iter()
+            .filter(|c| self.shows(c.thread))
+            .map(|c| c.site)
+            .collect();
+        switched.sort_unstable();
+        switched.dedup();
+        if !switched.is_empty() {
+            let calls = fgtrace_trace::saturating_sum(
+                self.meta
+                    .count_only
+                    .iter()
+                    .filter(|c| self.shows(c.thread))
+                    .map(|c| c.calls_after),
+            );
+            let n = switched.len();
+            h.push_str(&format!(
+                "# {n} function{} switched to count-only (auto-exclude): {calls} later calls counted, not shown (`fgtrace info` lists them)\n#\n",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
         if o.off_cpu {
             match self.meta.off_cpu.as_ref() {
                 Some(oc) if oc.is_available() => {
@@ -883,6 +908,34 @@ mod tests {
                 // Losses are always shown, even below the depth limit.
                 " 4243)               |    /* LOST 42 records!! */",
             ]
+        );
+    }
+
+    #[test]
+    fn the_header_says_how_many_functions_were_switched_to_count_only() {
+        let mut t = golden_trace();
+        let plain = render(&t, &GraphOptions::default());
+        assert!(!plain.contains("count-only"), "{plain}");
+        let co = |thread, site, calls_after| fgtrace_trace::CountOnly {
+            thread,
+            site,
+            calls_after,
+            ..Default::default()
+        };
+        t.meta.count_only = vec![co(0, 6, 10), co(1, 6, 5), co(1, 20, 7)];
+        let got = render(&t, &GraphOptions::default());
+        assert!(
+            got.contains("# 2 functions switched to count-only (auto-exclude): 22 later calls counted, not shown"),
+            "{got}"
+        );
+        let opts = GraphOptions {
+            threads: vec!["main".parse().unwrap()],
+            ..Default::default()
+        };
+        let got = render(&t, &opts);
+        assert!(
+            got.contains("# 1 function switched to count-only (auto-exclude): 10 later calls"),
+            "{got}"
         );
     }
 }

@@ -95,12 +95,18 @@ pub struct ReportOptions {
 pub struct FunctionStats {
     pub site: u32,
     pub name: String,
+    /// Every call: the recorded ones plus `count_only`.
     pub calls: u64,
+    /// Calls counted but not recorded: the function was switched to
+    /// count-only on a thread (`Config::auto_exclude`, see
+    /// `TraceMeta::count_only`). The durations and counters below are
+    /// those of the recorded calls (before the switch).
+    pub count_only: u64,
     /// Sum of inclusive durations.
     pub total_ns: u64,
     /// Sum of (duration minus the recorded children's durations).
     pub self_ns: u64,
-    /// `total_ns / calls`, truncated.
+    /// `total_ns` / the recorded calls, truncated.
     pub avg_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
@@ -167,8 +173,11 @@ pub struct Report {
     pub program: String,
     pub pid: u32,
     pub duration_ns: u64,
-    /// Calls counted (of the selected threads).
+    /// Calls counted (of the selected threads), count-only ones included.
     pub calls: u64,
+    /// Of these, the calls of functions switched to count-only: counted,
+    /// not recorded (see [`FunctionStats::count_only`]).
+    pub count_only: u64,
     /// Selected threads that recorded at least one call or future.
     pub threads: usize,
     /// The losses (loss lines), one per thread with any non-zero counter.
@@ -494,18 +503,32 @@ impl<'a> ReportBuilder<'a> {
             }
         });
         let has_off = off_cpu == Some(Ok(()));
+        // Calls of functions switched to count-only, per site, on the
+        // selected threads.
+        let mut counted: Vec<u64> = Vec::new();
+        for c in &meta.count_only {
+            if self.shows(c.thread) {
+                let n = grow(&mut counted, c.site as usize);
+                *n = n.saturating_add(c.calls_after);
+                grow(&mut self.sites, c.site as usize);
+                *grow(&mut self.active, c.thread as usize) = true;
+            }
+        }
+        let count_only = fgtrace_trace::saturating_sum(counted.iter().copied());
         let mut functions: Vec<FunctionStats> = self
             .sites
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.d.n > 0)
-            .map(|(i, s)| FunctionStats {
+            .map(|(i, s)| (i, s, counted.get(i).copied().unwrap_or(0)))
+            .filter(|(_, s, counted)| s.d.n > 0 || *counted > 0)
+            .map(|(i, s, counted)| FunctionStats {
                 site: i as u32,
                 name: meta.site_name(i as u32).to_string(),
-                calls: s.d.n,
+                calls: s.d.n.saturating_add(counted),
+                count_only: counted,
                 total_ns: s.d.total,
                 self_ns: s.self_ns,
-                avg_ns: s.d.total / s.d.n,
+                avg_ns: s.d.total / s.d.n.max(1),
                 min_ns: s.d.min,
                 max_ns: s.d.max,
                 p50_ns: s.d.quantile(0.50),
@@ -573,7 +596,8 @@ impl<'a> ReportBuilder<'a> {
             program: meta.program.clone(),
             pid: meta.pid,
             duration_ns: meta.duration_ns,
-            calls: self.calls,
+            calls: self.calls.saturating_add(count_only),
+            count_only,
             threads: self.active.iter().filter(|&&a| a).count(),
             losses,
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),
@@ -761,6 +785,19 @@ impl Report {
         cols
     }
 
+    /// The table's note on count-only functions, if any.
+    fn count_only_line(&self) -> Option<String> {
+        let n = self.functions.iter().filter(|f| f.count_only > 0).count();
+        (n > 0).then(|| {
+            format!(
+                "{} calls of {n} function{} marked [count only] were counted, not recorded \
+                 (auto-exclude): their times are of the calls recorded before the switch",
+                self.count_only,
+                if n == 1 { "" } else { "s" }
+            )
+        })
+    }
+
     /// The report as JSON, for machine consumers (`fgtrace report --format
     /// json`): every field of [`Report`], durations in nanoseconds.
     pub fn write_json(&self, mut w: impl Write) -> io::Result<()> {
@@ -792,6 +829,9 @@ impl Report {
             human_duration(self.duration_ns)
         );
         for l in &self.loss_lines {
+            let _ = writeln!(out, "# {l}");
+        }
+        if let Some(l) = self.count_only_line() {
             let _ = writeln!(out, "# {l}");
         }
         let has_off = self.off_cpu == Some(Ok(()));
@@ -865,7 +905,12 @@ impl Report {
                         t(f.off_cpu.map(|o| o.total.blocked_ns)),
                     ]);
                 }
-                (cells, f.name.clone())
+                let name = if f.count_only > 0 {
+                    format!("{} [count only]", f.name)
+                } else {
+                    f.name.clone()
+                };
+                (cells, name)
             })
             .collect();
         let headers: Vec<&str> = headers.iter().map(|h| h.as_str()).collect();
@@ -912,6 +957,16 @@ impl Report {
     fn ftrace(&self, out: &mut String) {
         for l in &self.loss_lines {
             let _ = writeln!(out, "# {l}");
+        }
+        // The layout has no room for a mark: count-only rows are named here.
+        for f in self.functions.iter().filter(|f| f.count_only > 0) {
+            let _ = writeln!(
+                out,
+                "# count only: {}: Hit has {} calls counted, not timed; Time and Avg are of its {} recorded calls",
+                f.name,
+                f.count_only,
+                f.calls - f.count_only
+            );
         }
         out.push_str(
             "  Function                               Hit    Time            Avg             s^2\n",

@@ -6,7 +6,9 @@
 //! * `untraced`: the same leaf without `#[traced]` (the floor);
 //! * `off`: traced, no session (compiled in, not recording);
 //! * `flight`: recording into a flight recorder (probe and record, no handoff);
-//! * `stream`: recording in stream mode (handoffs to the collector, amortized).
+//! * `stream`: recording in stream mode (handoffs to the collector, amortized);
+//! * `auto`: a session with auto-exclude, the leaf switched to count-only
+//!   before `run` (its calls are counted, not recorded: the auto path).
 
 #[fgtrace::traced]
 #[inline(never)]
@@ -34,6 +36,21 @@ fn run(n: u64, traced: bool) -> u64 {
     s
 }
 
+/// Calls of the leaf until the collector has switched it (it decides on
+/// the batches it receives); returns how many.
+#[inline(never)]
+fn warm_up() -> u64 {
+    let mut calls = 0;
+    for _ in 0..50 {
+        for i in 0..10_000 {
+            std::hint::black_box(leaf(i));
+        }
+        calls += 10_000;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    calls
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_default();
@@ -43,18 +60,26 @@ fn main() {
         "untraced" | "off" => None,
         "flight" => Some(config.flight_recorder(4096)),
         "stream" => Some(config.stream()),
+        // A generous limit: under valgrind every call is slow.
+        "auto" => Some(config.auto_exclude(std::time::Duration::from_millis(1))),
         m => {
-            eprintln!("unknown mode `{m}` (untraced, off, flight, stream)");
+            eprintln!("unknown mode `{m}` (untraced, off, flight, stream, auto)");
             std::process::exit(2);
         }
     }
     .map(|c| fgtrace::Session::start(c).expect("session starts"));
+    let warmup = if mode == "auto" { warm_up() } else { 0 };
     let s = run(n, mode != "untraced");
     if let Some(session) = session {
         let t = session.stop().expect("session stops");
         let kept = t.meta.total_calls() + t.meta.total_lost();
         if mode == "stream" && kept != n {
             eprintln!("recorded {kept} of {n} calls");
+            std::process::exit(1);
+        }
+        let counted = t.meta.total_count_only();
+        if mode == "auto" && (counted < n || kept + counted != n + warmup) {
+            eprintln!("{counted} of {n} calls counted only, {kept} recorded after {warmup}");
             std::process::exit(1);
         }
     }

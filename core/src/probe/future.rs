@@ -4,7 +4,7 @@
 
 use super::{
     capture_site_id, decision, enter_on, join, with_state, write, Guard, F_POLL, GEN_BUSY,
-    GEN_COUNTED, GEN_DEAD,
+    GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -33,7 +33,7 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
             (capture_site_id(site, false), Decision::Record)
         } else {
             let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen & !GEN_COUNTED != gen && !join(st, gen)) {
+            if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
                 return;
             }
             let id = site.id();

@@ -18,6 +18,10 @@ std::thread_local! {
     /// Run traced code inside every hook on this thread.
     static REENTER: Cell<bool> = const { Cell::new(false) };
     static HANDOFFS: Cell<u32> = const { Cell::new(0) };
+    /// The count-only table `join` gives this thread (null: none).
+    static COUNT_TABLE: Cell<*const CountWord> = const { Cell::new(core::ptr::null()) };
+    /// The per-call counter `join` gives this thread (null: none).
+    static COUNTER: Cell<*const Counter> = const { Cell::new(core::ptr::null()) };
 }
 
 static INNER: Site = Site::new("inner", "t", "t.rs", 1, false);
@@ -46,6 +50,8 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     st.max_depth = u32::MAX;
     st.published = Box::leak(Box::new(AtomicUsize::new(0)));
     st.overruns = Box::leak(Box::new(AtomicUsize::new(0)));
+    st.count_only = COUNT_TABLE.with(|t| t.get());
+    st.counter = COUNTER.with(|c| c.get());
     true
 }
 
@@ -341,5 +347,111 @@ fn allocation_figures_go_to_the_innermost_call_then_to_its_caller() {
         }
         let last = unsafe { with_thread_state(|st| *st.buf.add(st.count - 1)) };
         assert!(!last.is_ext(), "the busy allocation was counted");
+    });
+}
+
+/// A count-only table for this thread's next join: MAX_SITES zero words.
+fn give_count_table() -> &'static [CountWord] {
+    let t: &'static [CountWord] = Box::leak(
+        (0..MAX_SITES)
+            .map(|_| CountWord::new(0))
+            .collect::<Box<[_]>>(),
+    );
+    COUNT_TABLE.with(|c| c.set(t.as_ptr()));
+    t
+}
+
+#[test]
+fn a_count_only_site_is_counted_not_recorded_and_its_callees_still_are() {
+    static OUTER: Site = Site::new("auto_outer", "t", "t.rs", 100, false);
+    static TINY: Site = Site::new("auto_tiny", "t", "t.rs", 101, false);
+    static CALLEE: Site = Site::new("auto_callee", "t", "t.rs", 102, false);
+    static H: Site = Site::new("hide_auto", "t", "t.rs", 103, false);
+    on_own_thread(|| {
+        let table = give_count_table();
+        {
+            let _o = enter(&OUTER); // joins
+            let _t = enter(&TINY);
+        }
+        let gen = unsafe { with_thread_state(|st| st.gen) };
+        assert_eq!(gen & GEN_TAGS, GEN_AUTO, "the auto path, without a counter");
+        assert_eq!(
+            records(),
+            [("auto_tiny", kind::CALL, 1), ("auto_outer", kind::CALL, 0)]
+        );
+        // What the layer above does when the site's calls were tiny.
+        table[TINY.id() as usize].fetch_or(COUNT_ONLY, Relaxed);
+        for _ in 0..10 {
+            let _o = enter(&OUTER);
+            let _t = enter(&TINY);
+            assert_eq!(current_depth(), 1, "a count-only call pushes no frame");
+            let _c = enter(&CALLEE);
+        }
+        assert_eq!(table[TINY.id() as usize].load(Relaxed), COUNT_ONLY | 10);
+        let recs = records();
+        assert_eq!(recs.len(), 2 + 20);
+        assert!(recs[2..].iter().all(|r| r.0 != "auto_tiny"), "{recs:?}");
+        // The callee moved up to the count-only call's depth.
+        assert_eq!(recs[2], ("auto_callee", kind::CALL, 1));
+        assert_eq!(recs[3], ("auto_outer", kind::CALL, 0));
+        // Where it would not have been recorded, it is not counted either.
+        {
+            let _h = enter(&H);
+            let _t = enter(&TINY);
+        }
+        unsafe { with_thread_state(|st| st.max_depth = 0) };
+        {
+            let _t = enter(&TINY);
+        }
+        unsafe { with_thread_state(|st| st.max_depth = u32::MAX) };
+        assert_eq!(table[TINY.id() as usize].load(Relaxed), COUNT_ONLY | 10);
+        // Other sites are untouched.
+        assert_eq!(table[OUTER.id() as usize].load(Relaxed), 0);
+    });
+}
+
+#[test]
+fn count_only_composes_with_a_per_call_counter() {
+    use crate::record::ext;
+    use core::sync::atomic::AtomicU64;
+    static READS: AtomicU64 = AtomicU64::new(0);
+    unsafe fn read(_: &Counter) -> u64 {
+        READS.fetch_add(100, Relaxed) + 100
+    }
+    unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+        f()
+    }
+    static TINY: Site = Site::new("auto_counted_tiny", "t", "t.rs", 110, false);
+    static OTHER: Site = Site::new("auto_counted_other", "t", "t.rs", 111, false);
+    on_own_thread(|| {
+        let table = give_count_table();
+        let ctr: &'static Counter = Box::leak(Box::new(Counter {
+            read,
+            page: core::ptr::null(),
+            fd: -1,
+            uncounted: uncounted_plain,
+        }));
+        COUNTER.with(|c| c.set(ctr));
+        {
+            let _t = enter(&TINY); // joins
+        }
+        let gen = unsafe { with_thread_state(|st| st.gen) };
+        assert_eq!(gen & GEN_TAGS, GEN_TAGS, "both tags");
+        table[TINY.id() as usize].fetch_or(COUNT_ONLY, Relaxed);
+        for _ in 0..3 {
+            let _o = enter(&OTHER);
+            let _t = enter(&TINY);
+        }
+        assert_eq!(table[TINY.id() as usize].load(Relaxed), COUNT_ONLY | 3);
+        // Recorded calls still carry their counter delta.
+        let raw: Vec<RawCall> =
+            unsafe { with_thread_state(|st| (0..st.count).map(|i| *st.buf.add(i)).collect()) };
+        let counters = raw
+            .iter()
+            .filter(|r| r.is_ext() && r.ext_sub() == ext::COUNTER)
+            .count();
+        let calls = raw.iter().filter(|r| !r.is_ext()).count();
+        assert_eq!((calls, counters), (4, 4), "{raw:?}");
+        COUNTER.with(|c| c.set(core::ptr::null()));
     });
 }

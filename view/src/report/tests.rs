@@ -358,3 +358,84 @@ fn ftrace_profiler_layout() {
                     \x20 kfree                                    3    9.000 us        3.000 us        7.000 us    \n";
     assert_eq!(String::from_utf8(out).unwrap(), want);
 }
+
+#[test]
+fn count_only_calls_join_their_function_and_are_marked_in_every_style() {
+    let mut m = meta(&["run", "len"]);
+    m.count_only = vec![
+        fgtrace_trace::CountOnly {
+            thread: 0,
+            site: 1,
+            calls_after: 100,
+            switched_at_ns: 50_000,
+            calls_before: 2,
+            mean_ns_before: 15,
+        },
+        fgtrace_trace::CountOnly {
+            thread: 1,
+            site: 1,
+            calls_after: 50,
+            switched_at_ns: 60_000,
+            calls_before: 0,
+            mean_ns_before: 0,
+        },
+    ];
+    let evs = [
+        call(0, 0, 0, 0, 1_000),
+        call(0, 1, 1, 100, 10),
+        call(0, 1, 1, 200, 20),
+    ];
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let len = row(&r, "len");
+    assert_eq!((len.calls, len.count_only), (152, 150));
+    assert_eq!(
+        (len.total_ns, len.avg_ns),
+        (30, 15),
+        "times of the recorded calls"
+    );
+    assert_eq!(row(&r, "run").count_only, 0);
+    assert_eq!((r.calls, r.count_only, r.threads), (153, 150, 2));
+
+    let mut table = Vec::new();
+    r.write(ReportStyle::Table, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(table.contains("# 153 calls on 2 threads"), "{table}");
+    assert!(
+        table.contains("150 calls of 1 function marked [count only]"),
+        "{table}"
+    );
+    let len_line = table.lines().find(|l| l.contains("len")).unwrap();
+    assert!(len_line.trim_start().starts_with("152 "), "{len_line}");
+    assert!(len_line.ends_with("len [count only]"), "{len_line}");
+    let run_line = table.lines().find(|l| l.ends_with("  run")).unwrap();
+    assert!(!run_line.contains("count only"), "{run_line}");
+
+    let mut ftrace = Vec::new();
+    r.write(ReportStyle::Ftrace, &mut ftrace).unwrap();
+    let ftrace = String::from_utf8(ftrace).unwrap();
+    assert!(
+        ftrace.contains("# count only: len: Hit has 150 calls counted, not timed; Time and Avg are of its 2 recorded calls"),
+        "{ftrace}"
+    );
+    let hit = ftrace.lines().find(|l| l.starts_with("  len ")).unwrap();
+    assert!(hit.contains(" 152 "), "{hit}");
+
+    #[cfg(feature = "json")]
+    {
+        let mut json = Vec::new();
+        r.write(ReportStyle::Json, &mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert!(json.contains("\"count_only\": 150"), "{json}");
+    }
+
+    // One thread: only its counted calls; a function with no recorded call
+    // there still has its row.
+    let worker = ReportOptions {
+        threads: vec![ThreadSel::Name("worker".into())],
+        ..ReportOptions::default()
+    };
+    let r = build(&m, &worker, &evs);
+    let len = row(&r, "len");
+    assert_eq!((len.calls, len.count_only, len.avg_ns), (50, 50, 0));
+    assert_eq!(r.functions.len(), 1);
+}

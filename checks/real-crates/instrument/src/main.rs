@@ -13,9 +13,11 @@
 //!   `#[traced]` on one is a compile error by design;
 //! - an item already carrying `#[fgtrace::traced]` or `#[traced]`;
 //! - fns declared in `extern { .. }` blocks (no body to probe);
-//! - whatever a macro invocation or `macro_rules!` holds (its tokens are not
-//!   items until expansion);
-//! - fns nested in fn bodies or const initializers (not at module level).
+//! - whatever an item-position macro call or `macro_rules!` holds (its tokens
+//!   are not items until expansion; the macros are counted, not their fns).
+//!
+//! Left alone, not counted: fns nested in fn bodies or const initializers
+//! (not at module level), and trait definitions' default methods.
 //!
 //! The methods of an instrumented impl block are counted too: the block's
 //! attribute traces each method with a body except `const fn`s and
@@ -75,9 +77,10 @@ impl Counts {
         let mut s = String::new();
         let _ = write!(
             s,
-            "{label}: {} files; instrumented {} free fns and {} impl blocks ({} methods traced by \
-             their block); skipped {} free const fns, {} already traced, {} fns in extern blocks; \
-             left to the macro {} const or #[notrace] methods; not looked into {} macros",
+            "{label}: {} files: instrumented {} free fns and {} impl blocks ({} methods traced \
+             by their block); skipped {} free const fns, {} items already traced, {} fns in \
+             extern blocks; in the blocks, {} const or #[notrace] methods left to the macro; \
+             not looked into: {} item macros",
             self.files,
             self.fns,
             self.impls,

@@ -1,0 +1,471 @@
+//! `tracing` spans as fgtrace calls (`fgtrace::tracing`, feature `tracing`):
+//! through a `Registry` with the `fmt` layer beside fgtrace's, and through
+//! the standalone subscriber. The recorded call trees are compared with what
+//! the code does (names, order, nesting depth), sessions' filters are
+//! applied to spans, async spans are polled on tokio, and the subscriber's
+//! spans are counted for allocations.
+
+use fgtrace::testing::{self, Capture};
+use fgtrace::{traced, Config, Session, Trace};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tracing::instrument::WithSubscriber;
+use tracing::{debug_span, info_span, instrument, Dispatch, Level};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer as _;
+
+// ------------------------------------------------------------ allocations
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to `System`; the count is a plain thread-local.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Allocations `f` made on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCS.with(|a| a.get());
+    f();
+    ALLOCS.with(|a| a.get()) - before
+}
+
+// ------------------------------------------------------------ the workload
+
+#[traced]
+#[inline(never)]
+fn parse(req: u32) -> u32 {
+    black_box(req) * 2
+}
+
+#[instrument]
+#[inline(never)]
+fn handle(req: u32) -> u32 {
+    tracing::info!("handling");
+    parse(req) + 1
+}
+
+#[traced]
+#[inline(never)]
+fn serve() -> u32 {
+    handle(1) + handle(2)
+}
+
+/// What `serve` must record: its spans between its traced calls.
+fn serve_shape() -> Vec<(String, u32)> {
+    shape_of(&[
+        ("serve", 0),
+        ("handle", 1),
+        ("parse", 2),
+        ("handle", 1),
+        ("parse", 2),
+    ])
+}
+
+#[instrument(skip_all)]
+fn recurse(n: u32) -> u32 {
+    if n == 0 {
+        return parse(0);
+    }
+    recurse(n - 1) + 1
+}
+
+/// Spans entered inside a traced fn, one of them exited before the span
+/// entered after it.
+#[traced]
+fn out_of_order() {
+    let a = info_span!("a").entered();
+    let b = info_span!("b").entered();
+    parse(1);
+    drop(a); // b is still entered: it ends here too
+    parse(2);
+    drop(b); // nothing left to end
+    info_span!("c").in_scope(|| parse(3));
+}
+
+fn out_of_order_shape() -> Vec<(String, u32)> {
+    shape_of(&[
+        ("out_of_order", 0),
+        ("a", 1),
+        ("b", 2),
+        ("parse", 3),
+        ("parse", 1),
+        ("c", 1),
+        ("parse", 2),
+    ])
+}
+
+// ------------------------------------------------------------ helpers
+
+fn shape_of(s: &[(&str, u32)]) -> Vec<(String, u32)> {
+    s.iter().map(|(n, d)| (n.to_string(), *d)).collect()
+}
+
+/// (name, depth) of the recorded calls of `thread` (all threads: `None`),
+/// in pre-order.
+fn shape(t: &Trace, thread: Option<u32>) -> Vec<(String, u32)> {
+    t.calls()
+        .filter(|c| thread.is_none_or(|th| c.thread == th))
+        .map(|c| (t.meta().site_name(c.site).to_string(), c.depth))
+        .collect()
+}
+
+/// Every call of `inner` lies within a call of `outer` one level up.
+fn assert_enclosed(t: &Trace, inner: &str, outer: &str) {
+    let calls: Vec<_> = t.calls().collect();
+    let name = |c: &fgtrace::Call| t.meta().site_name(c.site).to_string();
+    let mut seen = 0;
+    for c in calls.iter().filter(|c| name(c) == inner) {
+        seen += 1;
+        let parent = calls
+            .iter()
+            .filter(|p| p.thread == c.thread && p.depth + 1 == c.depth)
+            .filter(|p| p.start_ns <= c.start_ns && c.end_ns() <= p.end_ns())
+            .find(|p| name(p) == outer);
+        assert!(parent.is_some(), "{inner} {c:?} not inside a {outer}");
+    }
+    assert!(seen > 0, "no call of {inner}");
+}
+
+/// A `fmt` layer's output, kept.
+#[derive(Clone, Default)]
+struct Out(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Out {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Out {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// A `Registry` with `fmt` (into `out`) and fgtrace's layer.
+fn registry_with_fmt(out: &Out) -> Dispatch {
+    let out = out.clone();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || out.clone());
+    Dispatch::new(
+        tracing_subscriber::registry()
+            .with(fmt)
+            .with(fgtrace::tracing::Layer::new()),
+    )
+}
+
+fn capture_under<R>(d: &Dispatch, f: impl FnOnce() -> R) -> Capture {
+    tracing::dispatcher::with_default(d, || testing::capture(f))
+}
+
+// ------------------------------------------------------------ the layer
+
+#[test]
+fn layer_spans_nest_with_traced_calls_and_fmt_still_prints() {
+    let out = Out::default();
+    let d = registry_with_fmt(&out);
+    let cap = capture_under(&d, serve);
+    assert_eq!(shape(cap.trace(), None), serve_shape(), "{}", cap.graph());
+    cap.assert_calls("handle", 2);
+    cap.assert_inside("parse", "handle");
+    cap.assert_inside("handle", "serve");
+    // The span's full path is its target (the module) and its name.
+    assert_eq!(cap.calls("tracing::handle"), 2);
+    assert_enclosed(cap.trace(), "parse", "handle");
+    assert_enclosed(cap.trace(), "handle", "serve");
+    assert!(cap.max("handle") >= cap.max("parse"));
+
+    let site = cap
+        .trace()
+        .meta()
+        .sites
+        .iter()
+        .find(|s| s.name == "handle")
+        .unwrap();
+    assert_eq!(site.module_path, module_path!());
+    assert!(site.file.ends_with("tracing.rs"), "{}", site.file);
+    assert!(site.line > 0 && !site.is_async);
+
+    // `fmt` printed both events inside their spans, with the span's fields.
+    let text = out.text();
+    assert!(text.contains("handle{req=1}"), "{text}");
+    assert!(text.contains("handle{req=2}"), "{text}");
+    assert_eq!(text.matches("handling").count(), 2, "{text}");
+}
+
+#[test]
+fn layer_keeps_the_tree_when_spans_exit_out_of_order() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&d, out_of_order);
+    assert_eq!(
+        shape(cap.trace(), None),
+        out_of_order_shape(),
+        "{}",
+        cap.graph()
+    );
+    let calls = cap.trace().calls().collect::<Vec<_>>();
+    // `b` ended when `a` did.
+    assert!(calls[2].end_ns() <= calls[1].end_ns());
+    assert_enclosed(cap.trace(), "b", "a");
+}
+
+#[test]
+fn recursive_spans_of_one_callsite_nest() {
+    let expect = shape_of(&[
+        ("recurse", 0),
+        ("recurse", 1),
+        ("recurse", 2),
+        ("recurse", 3),
+        ("parse", 4),
+    ]);
+    let layer = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&layer, || recurse(3));
+    assert_eq!(shape(cap.trace(), None), expect, "{}", cap.graph());
+    let sub = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&sub, || recurse(3));
+    assert_eq!(shape(cap.trace(), None), expect, "{}", cap.graph());
+}
+
+#[test]
+fn a_per_layer_filter_narrows_what_the_layer_records() {
+    let layer =
+        fgtrace::tracing::Layer::new().with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.name() != "noisy"
+        }));
+    let d = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let cap = capture_under(&d, || {
+        info_span!("noisy").in_scope(|| info_span!("kept").in_scope(|| parse(1)))
+    });
+    assert_eq!(
+        shape(cap.trace(), None),
+        shape_of(&[("kept", 0), ("parse", 1)]),
+        "{}",
+        cap.graph()
+    );
+}
+
+// ------------------------------------------------------------ the subscriber
+
+#[test]
+fn subscriber_spans_nest_with_traced_calls() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&d, serve);
+    assert_eq!(shape(cap.trace(), None), serve_shape(), "{}", cap.graph());
+    cap.assert_calls("handle", 2);
+    cap.assert_inside("parse", "handle");
+    assert_enclosed(cap.trace(), "parse", "handle");
+    assert_enclosed(cap.trace(), "handle", "serve");
+
+    let cap = capture_under(&d, out_of_order);
+    assert_eq!(
+        shape(cap.trace(), None),
+        out_of_order_shape(),
+        "{}",
+        cap.graph()
+    );
+}
+
+#[test]
+fn subscriber_records_only_spans_at_its_level() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new().with_max_level(Level::INFO));
+    let cap = capture_under(&d, || {
+        info_span!("info").in_scope(|| debug_span!("debug").in_scope(|| parse(1)))
+    });
+    assert_eq!(
+        shape(cap.trace(), None),
+        shape_of(&[("info", 0), ("parse", 1)]),
+        "{}",
+        cap.graph()
+    );
+}
+
+#[test]
+fn subscriber_spans_allocate_nothing() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let mut during = u64::MAX;
+    let cap = capture_under(&d, || {
+        let span = || info_span!("hot").in_scope(|| black_box(parse(1)));
+        // The callsite's site, the thread's capture buffer: made once.
+        span();
+        during = allocations(|| {
+            for _ in 0..1000 {
+                span();
+            }
+        });
+    });
+    assert_eq!(during, 0, "allocations in 1000 spans");
+    cap.assert_calls("hot", 1001);
+    cap.assert_inside("parse", "hot");
+}
+
+// ------------------------------------------------------------ sessions and filters
+
+/// Sessions are process-wide: the tests that start one take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `work` on a thread of its own under `d`, in a session with
+/// `config`; the shape of that thread's calls.
+fn session_shape(config: Config, d: &Dispatch, work: fn()) -> Vec<(String, u32)> {
+    let session = Session::start(config).expect("session");
+    let d = d.clone();
+    std::thread::Builder::new()
+        .name("spans-under-filters".into())
+        .spawn(move || tracing::dispatcher::with_default(&d, work))
+        .unwrap()
+        .join()
+        .unwrap();
+    let trace = session.stop().expect("stop");
+    let t = trace
+        .meta()
+        .threads
+        .iter()
+        .position(|t| t.name == "spans-under-filters")
+        .map(|i| i as u32);
+    match t {
+        Some(t) => shape(&trace, Some(t)),
+        None => Vec::new(),
+    }
+}
+
+fn run_serve() {
+    black_box(serve());
+}
+
+#[test]
+fn session_filters_apply_to_spans() {
+    let _s = serial();
+    let base = || Config::builtin().flight_recorder(1 << 12);
+    for d in [
+        registry_with_fmt(&Out::default()),
+        Dispatch::new(fgtrace::tracing::Subscriber::new()),
+    ] {
+        assert_eq!(session_shape(base(), &d, run_serve), serve_shape());
+        // exclude: the span goes, its callees stay (one level up).
+        assert_eq!(
+            session_shape(base().exclude(["handle"]), &d, run_serve),
+            shape_of(&[("serve", 0), ("parse", 1), ("parse", 1)])
+        );
+        // filter by name, and by `target::name`.
+        let only_spans = shape_of(&[("handle", 0), ("handle", 0)]);
+        assert_eq!(
+            session_shape(base().filter(["handle"]), &d, run_serve),
+            only_spans
+        );
+        assert_eq!(
+            session_shape(
+                base().filter([format!("{}::hand*", module_path!())]),
+                &d,
+                run_serve
+            ),
+            only_spans
+        );
+        // notrace hides the span with its subtree.
+        assert_eq!(
+            session_shape(base().notrace(["handle"]), &d, run_serve),
+            shape_of(&[("serve", 0)])
+        );
+        // graph functions: only inside the span.
+        assert_eq!(
+            session_shape(base().graph_functions(["handle"]), &d, run_serve),
+            shape_of(&[("handle", 0), ("parse", 1), ("handle", 0), ("parse", 1)])
+        );
+        // the depth limit.
+        assert_eq!(
+            session_shape(base().max_depth(2), &d, run_serve),
+            shape_of(&[("serve", 0), ("handle", 1), ("handle", 1)])
+        );
+        // the threshold: only the span that lasts.
+        assert_eq!(
+            session_shape(base().threshold(Duration::from_millis(2)), &d, || {
+                info_span!("quick").in_scope(|| parse(1));
+                info_span!("slow").in_scope(|| std::thread::sleep(Duration::from_millis(5)));
+            }),
+            shape_of(&[("slow", 0)])
+        );
+    }
+}
+
+// ------------------------------------------------------------ async
+
+#[instrument]
+async fn fetch(n: u32) -> u32 {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    parse(n)
+}
+
+/// The polls of `fetch` on the capture: the first one ends at the sleep,
+/// the second runs `parse`; dropping the completed future enters the span
+/// once more (`tracing` drops the inner future inside its span).
+fn check_fetch(v: u32, cap: &Capture) {
+    assert_eq!(v, 6);
+    let polls = cap.calls_of("fetch");
+    assert_eq!(polls.len(), 3, "{}", cap.graph());
+    assert!(polls.iter().all(|c| c.depth == 0 && !c.is_poll()));
+    // Each poll is short: the 50 ms asleep are between them, not in them.
+    assert!(
+        cap.max("fetch") < Duration::from_millis(50),
+        "{}",
+        cap.graph()
+    );
+    assert!(polls[1].start_ns >= polls[0].end_ns() + 45_000_000);
+    // `parse` ran in the second poll, and only there.
+    cap.assert_calls("parse", 1);
+    let p = cap.calls_of("parse")[0];
+    assert_eq!(p.depth, 1);
+    assert!(polls[1].start_ns <= p.start_ns && p.end_ns() <= polls[1].end_ns());
+}
+
+#[test]
+fn instrumented_async_fn_polls_are_calls_on_a_current_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let (v, cap) =
+        tracing::dispatcher::with_default(&d, || rt.block_on(testing::capture_async(fetch(3))));
+    check_fetch(v, &cap);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instrumented_async_fn_polls_are_calls_on_a_multi_thread_runtime() {
+    for d in [
+        Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new())),
+        Dispatch::new(fgtrace::tracing::Subscriber::new()),
+    ] {
+        // The span is made when `fetch` is called, under `d`; entering it
+        // goes to the subscriber it was made by, on whichever worker polls.
+        let fut = tracing::dispatcher::with_default(&d, || fetch(3));
+        let (v, cap) = tokio::spawn(testing::capture_async(fut).with_subscriber(d))
+            .await
+            .unwrap();
+        check_fetch(v, &cap);
+    }
+}
