@@ -2,7 +2,8 @@
 # Instructions per traced call, counted exactly by valgrind (callgrind), for
 # a probe-only program built in release as a user would build it
 # (src/main.rs). Compared with the committed figures in instructions.txt:
-# any mode that grows by more than 2% fails. Exact counts do not depend on
+# stream mode fails when it grows by more than 2%, the modes that repeat to
+# the instruction when they grow at all. Exact counts do not depend on
 # the machine's load or on a PMU, so a shared CI runner can gate on them;
 # they do depend on the compiler, so a toolchain change means an update.
 #
@@ -48,8 +49,13 @@ for mode in untraced off flight stream auto; do
   fi
   change=$(awk -v a="$per" -v b="$old" 'BEGIN { printf "%+.2f%%", (a - b) / b * 100 }')
   printf '%-10s %12s %12s %8s\n' "$mode" "$per" "$old" "$change"
-  if awk -v a="$per" -v b="$old" 'BEGIN { exit !(a > b * 1.02) }'; then
-    echo "probe-cost gate: $mode grew by more than 2% ($old -> $per instructions per call)" >&2
+  # Stream mode varies by a few instructions per 200,000 calls (how many
+  # batches the collector recycled in time): 2% of slack. The other modes
+  # repeat to the instruction, so any growth fails: one extra store in the
+  # probe is one instruction per call (0.6%).
+  if [ "$mode" = stream ]; then limit="b * 1.02"; else limit="b + 0.5"; fi
+  if awk -v a="$per" -v b="$old" "BEGIN { exit !(a > $limit) }"; then
+    echo "probe-cost gate: $mode grew ($old -> $per instructions per call; limit: $limit)" >&2
     fail=1
   fi
 done
