@@ -101,7 +101,8 @@ enum Cmd {
     /// Native Perfetto protobuf: thread tracks, a track per future, counters, samples, losses.
     #[command(
         after_help = "Examples:\n  fgtrace perfetto run.fgt -o run.pftrace     open in ui.perfetto.dev\n  \
-        fgtrace perfetto run.fgt --thread worker-* --no-samples -o workers.pftrace"
+        fgtrace perfetto run.fgt --thread worker-* --no-samples -o workers.pftrace\n  \
+        fgtrace perfetto run.fgt --from 1.5s --to 2s --min-duration 10us -o part.pftrace"
     )]
     Perfetto(views::PerfettoArgs),
     /// The Firefox Profiler's processed format, gzipped: samples, calls as markers, futures.

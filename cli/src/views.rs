@@ -18,6 +18,8 @@ use fgtrace_view::offcpu::{
 };
 use fgtrace_view::perfetto::{write_perfetto, PerfettoOptions};
 use fgtrace_view::symbolize::Symbolizer;
+use fgtrace_view::window::{estimate, size_warning, Viewer, Window};
+use fgtrace_view::ThreadSel;
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -78,6 +80,57 @@ pub struct FlameArgs {
     output: Option<PathBuf>,
 }
 
+/// The time window and minimum duration of the timeline exports (`fgtrace
+/// chrome`, `perfetto`, `firefox`). Times are offsets from the trace's start
+/// (`1.5s`, `250ms`), or microseconds as the views print them (`1234.567`,
+/// `1234.567 us`).
+#[derive(clap::Args)]
+pub struct WindowArgs {
+    /// Leave out what ends before this time (offset from the trace's start: 1.5s, 250ms, or microseconds).
+    #[arg(long, value_name = "TIME", value_parser = super::parse_duration)]
+    from: Option<u64>,
+    /// Leave out what starts at or after this time (as --from).
+    #[arg(long, value_name = "TIME", value_parser = super::parse_duration)]
+    to: Option<u64>,
+    /// Leave out calls and futures shorter than this (e.g. 10us).
+    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
+    min_duration: Option<u64>,
+}
+
+impl WindowArgs {
+    fn window(&self) -> Result<Window, Option<String>> {
+        if let (Some(f), Some(t)) = (self.from, self.to) {
+            if f >= t {
+                return Err(Some(format!(
+                    "--from ({f} ns) must come before --to ({t} ns)"
+                )));
+            }
+        }
+        Ok(Window {
+            from_ns: self.from,
+            to_ns: self.to,
+            min_dur_ns: self.min_duration.unwrap_or(0),
+        })
+    }
+}
+
+/// Overrides every viewer's size limit (bytes) for the export size warning.
+const LIMIT_ENV: &str = "FGTRACE_EXPORT_LIMIT_BYTES";
+
+/// One line on stderr, before anything is written, when the export will be
+/// more than its viewer loads: the estimate is the metadata's call count in
+/// the window times the export's bytes per call. The export still runs.
+fn warn_size(meta: &TraceMeta, threads: &[ThreadSel], window: &Window, viewer: Viewer) {
+    let limit = std::env::var(LIMIT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(viewer.limit_bytes());
+    let calls = estimate(meta, threads, window);
+    if let Some(w) = size_warning(meta, calls, window, viewer, limit) {
+        eprintln!("{w}");
+    }
+}
+
 /// The flags the timeline exports share (`fgtrace chrome`, `fgtrace perfetto`).
 #[derive(clap::Args)]
 pub struct ExportArgs {
@@ -95,6 +148,8 @@ pub struct ExportArgs {
     /// Leave the off-CPU tracks out.
     #[arg(long)]
     no_offcpu: bool,
+    #[command(flatten)]
+    window: WindowArgs,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -129,6 +184,8 @@ pub struct FirefoxArgs {
     /// Leave the off-CPU markers out.
     #[arg(long)]
     no_offcpu: bool,
+    #[command(flatten)]
+    window: WindowArgs,
     /// Write here instead of stdout (never gzip to a terminal).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -411,8 +468,9 @@ pub fn run_chrome(a: &ChromeArgs, stdout: impl Write) -> Result<(), Option<Strin
         samples: !a.no_samples,
         futures: !a.no_futures,
         off_cpu: !a.no_offcpu,
+        window: a.window.window()?,
     };
-    run_export(a, stdout, None, |meta, r, sym, out| {
+    run_export(a, stdout, None, Viewer::Chrome, |meta, r, sym, out| {
         write_chrome(meta, r.events(), sym, &opts, out).map(drop)
     })
 }
@@ -424,11 +482,16 @@ pub fn run_perfetto(a: &PerfettoArgs, stdout: impl Write) -> Result<(), Option<S
         samples: !a.no_samples,
         futures: !a.no_futures,
         off_cpu: !a.no_offcpu,
+        window: a.window.window()?,
     };
     let refuse = "refusing to write protobuf to the terminal: give -o FILE.pftrace";
-    run_export(a, stdout, Some(refuse), |meta, r, sym, out| {
-        write_perfetto(meta, r.events(), sym, &opts, out).map(drop)
-    })
+    run_export(
+        a,
+        stdout,
+        Some(refuse),
+        Viewer::Perfetto,
+        |meta, r, sym, out| write_perfetto(meta, r.events(), sym, &opts, out).map(drop),
+    )
 }
 
 /// One timeline export of `a.file` to `-o` or stdout; `refuse_terminal`: the
@@ -437,6 +500,7 @@ fn run_export(
     a: &ExportArgs,
     mut stdout: impl Write,
     refuse_terminal: Option<&str>,
+    viewer: Viewer,
     write: impl FnOnce(
         &TraceMeta,
         super::progress::Reader,
@@ -452,6 +516,7 @@ fn run_export(
             return Err(Some(why.into()));
         }
     }
+    warn_size(&meta, &threads(&a.threads), &a.window.window()?, viewer);
     let out = output(a.output.as_deref(), &mut stdout, false)?;
     let res = write(&meta, r, &mut sym, out);
     warn_symbols(&sym);
@@ -469,6 +534,7 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
         threads: threads(&a.threads),
         gzip: !a.json,
         off_cpu: !a.no_offcpu,
+        window: a.window.window()?,
     };
     let mut sym = Symbolizer::new(&meta.mappings);
     if a.output.is_none() && !a.json && io::stdout().is_terminal() {
@@ -476,6 +542,7 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
             "refusing to write gzip to the terminal: give -o FILE.json.gz (or --json)".into(),
         ));
     }
+    warn_size(&meta, &opts.threads, &opts.window, Viewer::Firefox);
     let out = output(a.output.as_deref(), &mut stdout, false)?;
     let res = write_firefox(&meta, r.events(), &mut sym, &opts, out);
     warn_symbols(&sym);

@@ -362,10 +362,16 @@ fn perfetto_real_recording_has_a_slice_per_call_a_track_per_future_and_the_sampl
 }
 
 fn synthetic() -> Trace {
+    synthetic_with(|_| ())
+}
+
+/// The synthetic trace with its metadata edited first.
+fn synthetic_with(edit: impl FnOnce(&mut fgtrace_trace::TraceMeta)) -> Trace {
     let mut meta = traces::meta(&["run", "query"], &[(900, "main"), (902, "worker")]);
     meta.duration_ns = 10_000_000;
     meta.counters = vec!["instructions".into()];
     meta.threads[1].lost = 7;
+    edit(&mut meta);
     let mut b = TraceBuilder::new(meta);
     b.push(call(0, 0, 0, 1_000, 5_000));
     b.push(Event::Counters(CallCounters {
@@ -670,4 +676,146 @@ fn firefox_plain_json_with_losses_and_a_thread_filter() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["worker"]);
+}
+
+// ------------------------------------------------------------ windows and sizes
+
+/// Runs `fgtrace` with `FGTRACE_EXPORT_LIMIT_BYTES` set (or not); it must succeed.
+fn fgtrace_limit(limit: Option<&str>, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fgtrace"));
+    c.args(args).env_remove("FGTRACE_EXPORT_LIMIT_BYTES");
+    if let Some(l) = limit {
+        c.env("FGTRACE_EXPORT_LIMIT_BYTES", l);
+    }
+    let out = c.output().expect("run fgtrace");
+    assert!(
+        out.status.success(),
+        "fgtrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn exports_take_a_window_and_a_minimum_duration_and_count_what_they_leave_out() {
+    let dir = tempdir("window");
+    let path = dir.join("syn.fgt");
+    synthetic().save(&path).unwrap();
+    let p = path.to_str().unwrap();
+    // [1.5us, 5us), at least 1us: main's three nested calls (1us..6us) stay;
+    // its call at 6us and worker's two 100 ns calls go.
+    let window = [
+        "--from",
+        "1.5us",
+        "--to",
+        "5.000 us",
+        "--min-duration",
+        "1us",
+    ];
+
+    let json = dir.join("w.json");
+    let mut args = vec!["chrome", p, "-o", json.to_str().unwrap()];
+    args.extend(window);
+    fgtrace_limit(None, &args);
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let calls: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    assert_eq!(calls.len(), 3);
+    assert!(calls.iter().all(|c| c["tid"] == 900 && c["ts"] == 1.0));
+    let lost: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "the loss at 3us is inside");
+    assert_eq!(v["otherData"]["left_out"]["calls"], 3);
+    assert_eq!(v["otherData"]["left_out"]["losses"], 0);
+    assert_eq!(v["otherData"]["window"]["from_ns"], 1_500);
+    assert_eq!(v["otherData"]["window"]["to_ns"], 5_000);
+    assert_eq!(v["otherData"]["window"]["min_duration_ns"], 1_000);
+
+    // A plain number is microseconds, as the Chrome JSON's `ts`.
+    let json2 = dir.join("w2.json");
+    fgtrace_limit(
+        None,
+        &["chrome", p, "--from", "6", "-o", json2.to_str().unwrap()],
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&json2).unwrap()).unwrap();
+    // main's three calls end at 6us exactly: out; its call at 6us and worker's are before.
+    assert_eq!(v["otherData"]["left_out"]["calls"], 5);
+
+    let ff = dir.join("w.ff.json");
+    let mut args = vec!["firefox", p, "--json", "-o", ff.to_str().unwrap()];
+    args.extend(window);
+    fgtrace_limit(None, &args);
+    let v: Value = serde_json::from_slice(&std::fs::read(&ff).unwrap()).unwrap();
+    let product = v["meta"]["product"].as_str().unwrap();
+    assert!(product.ends_with("; 3 calls left out)"), "{product}");
+
+    let pf = dir.join("w.pftrace");
+    let mut args = vec!["perfetto", p, "-o", pf.to_str().unwrap()];
+    args.extend(window);
+    fgtrace_limit(None, &args);
+    let bytes = std::fs::read(&pf).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("fgtrace window"), "the window's track");
+    assert!(text.contains("3 calls left out"), "the window's instant");
+
+    // --from after --to is refused in one line.
+    let out = cli_support::fgtrace(&["chrome", p, "--from", "5us", "--to", "1us"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--from (5000 ns) must come before --to (1000 ns)"));
+}
+
+#[test]
+fn an_export_past_its_viewers_limit_is_announced_before_it_is_written() {
+    let dir = tempdir("limit");
+    let path = dir.join("big.fgt");
+    // The metadata says 2M calls over the trace's 10 ms (the estimate reads
+    // the metadata's counts, not the events).
+    synthetic_with(|m| {
+        m.threads[0].calls = 1_500_000;
+        m.threads[1].calls = 500_000;
+    })
+    .save(&path)
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for (cmd, out, size) in [
+        ("perfetto", "big.pftrace", "about 98 MB,"),
+        ("chrome", "big.json", "about 400 MB,"),
+        ("firefox", "big.json.gz", "about 240 MB of JSON,"),
+    ] {
+        let o = dir.join(out);
+        let o = o.to_str().unwrap();
+        // Under each viewer's own limit: nothing said.
+        let quiet = fgtrace_limit(None, &[cmd, p, "-o", o]);
+        assert_eq!(String::from_utf8_lossy(&quiet.stderr), "", "{cmd}");
+        // Over a limit of 50 MB: one line, and the file is still written.
+        std::fs::remove_file(o).unwrap();
+        let loud = fgtrace_limit(Some("50000000"), &[cmd, p, "-o", o]);
+        let err = String::from_utf8_lossy(&loud.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "fgtrace: this export will be {size} more than the "
+            )),
+            "{cmd}: {err}"
+        );
+        assert!(
+            err.contains(
+                "can load (about 50 MB); narrow it with --from/--to or --min-duration 10us (--to "
+            ),
+            "{cmd}: {err}"
+        );
+        assert!(std::fs::metadata(o).unwrap().len() > 0, "{cmd} still wrote");
+        // A window of a tenth of the trace brings it under: no warning.
+        let narrow = fgtrace_limit(Some("50000000"), &[cmd, p, "--to", "1ms", "-o", o]);
+        assert_eq!(String::from_utf8_lossy(&narrow.stderr), "", "{cmd}");
+    }
 }

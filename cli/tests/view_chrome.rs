@@ -260,6 +260,7 @@ fn options_leave_out_samples_futures_and_threads() {
         samples: false,
         futures: false,
         off_cpu: true,
+        ..ChromeOptions::default()
     };
     let mut out = Vec::new();
     let stats = write_chrome(t.meta(), ok_events(t.events()), HexResolve, &opts, &mut out).unwrap();

@@ -27,6 +27,12 @@
 //!   or `preempted` (`cat` `off-cpu`); where it is unavailable,
 //!   `otherData.off_cpu` says why.
 //!
+//! - a time window and a minimum duration (`window`, see
+//!   [`window`](super::window)): only what it keeps is written, and
+//!   `otherData.window` and `otherData.left_out` say what it was and what it
+//!   left out. With a window, `otherData` comes after `traceEvents` (the
+//!   counts are known at the end); without one, the file is as before.
+//!
 //! Written as it is read: one pending call per thread (its counters follow
 //! it), lanes per async function, resolved names cached per address. Strings
 //! go through the JSON writer for escaping; no event has an array at its top
@@ -37,6 +43,7 @@ use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
+use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };
@@ -54,6 +61,8 @@ pub struct ChromeOptions {
     pub futures: bool,
     /// Off-CPU stretches on a track per thread (when the trace has them).
     pub off_cpu: bool,
+    /// Only what this time window and minimum duration keep (default: everything).
+    pub window: Window,
 }
 
 impl Default for ChromeOptions {
@@ -63,6 +72,7 @@ impl Default for ChromeOptions {
             samples: true,
             futures: true,
             off_cpu: true,
+            window: Window::default(),
         }
     }
 }
@@ -78,6 +88,8 @@ pub struct ChromeStats {
     pub lane_polls: u64,
     /// Off-CPU stretches.
     pub off_cpu: u64,
+    /// What the window left out.
+    pub left_out: LeftOut,
 }
 
 /// The tid of a thread's off-CPU track: above every Linux tid (at most 2^22).
@@ -108,6 +120,7 @@ struct Writer<'a, W: Write, R: Resolve> {
     names: HashMap<(u64, bool), Vec<String>>,
     stats: ChromeStats,
     buf: String,
+    filter: WindowFilter,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
@@ -125,7 +138,9 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         Ok(())
     }
 
-    fn header(&mut self) -> io::Result<()> {
+    /// The `otherData` object: the trace's metadata, and with a window, the
+    /// window and what it left out.
+    fn other_data(&self) -> String {
         let m = self.meta;
         let mut other = format!(
             "{{\"program\":{},\"clock\":{},\"duration_ns\":{},\"calls\":{},\"lost\":{},\"overruns\":{}",
@@ -149,11 +164,40 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             };
             other.push_str(&format!(",\"off_cpu\":{}", js(&v)));
         }
+        let w = self.filter.window();
+        if !w.is_all() {
+            let opt = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+            let l = &self.filter.left_out;
+            other.push_str(&format!(
+                ",\"window\":{{\"from_ns\":{},\"to_ns\":{},\"min_duration_ns\":{},\"text\":{}}},\"left_out\":{{\"calls\":{},\"futures\":{},\"samples\":{},\"losses\":{},\"off_cpu\":{},\"text\":{}}}",
+                opt(w.from_ns),
+                opt(w.to_ns),
+                w.min_dur_ns,
+                js(&w.describe()),
+                l.calls,
+                l.futures,
+                l.samples,
+                l.losses,
+                l.off_cpu,
+                js(&l.describe()),
+            ));
+        }
         other.push('}');
-        writeln!(
-            self.w,
-            "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
-        )?;
+        other
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        let m = self.meta;
+        if self.filter.window().is_all() {
+            let other = self.other_data();
+            writeln!(
+                self.w,
+                "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":["
+            )?;
+        } else {
+            // The left-out counts are known at the end: `otherData` follows the events.
+            writeln!(self.w, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
+        }
         self.buf = format!(
             "{{\"ph\":\"M\",\"ts\":0,\"pid\":{},\"tid\":{},\"name\":\"process_name\",\"args\":{{\"name\":{}}}}}",
             self.pid,
@@ -201,6 +245,9 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             }
         }
         for s in off_cpu_slices(meta, &mask, filtered) {
+            if !self.filter.admit_off_cpu(s.start_ns, s.end_ns) {
+                continue;
+            }
             let tid = meta.threads[s.thread as usize].tid;
             self.buf = format!(
                 "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"off-cpu\",\"name\":\"{}\",\"args\":{{\"thread\":{tid}}}}}",
@@ -371,7 +418,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         for t in 0..self.pending.len() {
             self.flush_call(t as u32, None)?;
         }
-        self.w.write_all(b"\n]}\n")?;
+        if self.filter.window().is_all() {
+            self.w.write_all(b"\n]}\n")?;
+        } else {
+            let other = self.other_data();
+            writeln!(self.w, "\n],\"otherData\":{other}}}")?;
+        }
         self.w.flush()
     }
 }
@@ -381,7 +433,7 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
 
     fn push(&mut self, ev: &Event) -> io::Result<()> {
         let t = ev.thread();
-        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) || !self.filter.admit(ev) {
             return Ok(());
         }
         if let Event::Counters(c) = ev {
@@ -434,10 +486,12 @@ pub fn write_chrome<W: Write, R: Resolve>(
         names: HashMap::new(),
         stats: ChromeStats::default(),
         buf: String::new(),
+        filter: WindowFilter::new(opts.window),
     };
     w.header()?;
     let failed = feed(&mut w, events)?;
     w.finish()?;
+    w.stats.left_out = w.filter.left_out.clone();
     failed.map_or(Ok(w.stats), Err)
 }
 
@@ -452,5 +506,92 @@ mod tests {
         assert_eq!(us(1_234_567), "1234.567");
         assert_eq!(us(5_000), "5.000");
         assert_eq!(us(u64::MAX), "18446744073709551.615");
+    }
+}
+
+#[cfg(all(test, feature = "json"))]
+mod window_tests {
+    use super::*;
+    use crate::consume::ok_events;
+    use crate::resolve::HexResolve;
+    use crate::test_traces::{call, meta};
+    use fgtrace_trace::CallCounters;
+    use serde_json::Value;
+
+    fn export(opts: &ChromeOptions, events: Vec<Event>) -> (ChromeStats, String) {
+        let m = meta(&["run", "query"], &[(900, "main"), (902, "worker")]);
+        let mut out = Vec::new();
+        let stats = write_chrome(&m, ok_events(events), HexResolve, opts, &mut out).unwrap();
+        (stats, String::from_utf8(out).unwrap())
+    }
+
+    fn events() -> Vec<Event> {
+        vec![
+            call(0, 0, 0, 0, 50_000), // around the window
+            Event::Counters(CallCounters {
+                thread: 0,
+                values: vec![7],
+            }),
+            call(0, 1, 1, 1_000, 2_000), // before it
+            Event::Counters(CallCounters {
+                thread: 0,
+                values: vec![8],
+            }),
+            call(0, 1, 1, 10_000, 20_000), // inside
+            call(0, 1, 2, 10_000, 100),    // inside, too short
+            call(1, 1, 0, 39_000, 30_000), // overlaps the end
+            call(1, 1, 0, 40_000, 30_000), // starts at the end
+        ]
+    }
+
+    #[test]
+    fn a_window_writes_what_it_keeps_and_counts_the_rest_in_other_data() {
+        let opts = ChromeOptions {
+            window: Window {
+                from_ns: Some(5_000),
+                to_ns: Some(40_000),
+                min_dur_ns: 1_000,
+            },
+            ..ChromeOptions::default()
+        };
+        let (stats, text) = export(&opts, events());
+        assert_eq!(stats.calls, 3);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let calls: Vec<(&str, &Value)> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["ts"].as_str().unwrap_or(""), &e["args"]))
+            .collect();
+        assert_eq!(calls.len(), 3, "{text}");
+        // The kept call's counters stay with it; the left-out call's go with it.
+        let first = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["ph"] == "X" && e["name"] == "run")
+            .unwrap();
+        assert_eq!(first["args"]["counter0"], 7);
+        assert!(!text.contains("\"counter0\":8"), "{text}");
+        let left = &v["otherData"]["left_out"];
+        assert_eq!(left["calls"], 3);
+        assert_eq!(left["text"], "3 calls left out");
+        assert_eq!(v["otherData"]["window"]["from_ns"], 5_000);
+        assert_eq!(v["otherData"]["window"]["to_ns"], 40_000);
+        assert_eq!(v["otherData"]["window"]["min_duration_ns"], 1_000);
+        assert_eq!(v["otherData"]["program"], "app");
+    }
+
+    #[test]
+    fn without_a_window_the_file_has_no_window_and_other_data_comes_first() {
+        let (stats, text) = export(&ChromeOptions::default(), events());
+        assert_eq!(stats.calls, 6);
+        assert!(
+            text.starts_with("{\"displayTimeUnit\":\"ns\",\"otherData\":{"),
+            "{text}"
+        );
+        assert!(text.ends_with("\n]}\n"));
+        assert!(!text.contains("left_out"));
     }
 }

@@ -23,6 +23,11 @@
 //!   thread's track too. A thread without off-CPU time in a trace that
 //!   recorded it gets an instant marker `off-CPU unavailable` saying why.
 //!
+//! - a time window and a minimum duration (`window`, see
+//!   [`window`](super::window)): only what it keeps goes in, and the
+//!   profile's `meta.product` (the name the profiler shows at the top) says
+//!   what the window was and what it left out.
+//!
 //! The crate builds the whole profile in memory before writing it (the
 //! format's tables are columnar), so this view costs memory per call,
 //! unlike the streaming Chrome and Perfetto exports.
@@ -32,6 +37,7 @@ use super::offcpu::{off_cpu_slices, OffSlice};
 use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
+use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
     Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
 };
@@ -55,6 +61,8 @@ pub struct FirefoxOptions {
     pub gzip: bool,
     /// Off-CPU stretches as markers (where the trace has them).
     pub off_cpu: bool,
+    /// Only what this time window and minimum duration keep (default: everything).
+    pub window: Window,
 }
 
 impl Default for FirefoxOptions {
@@ -63,6 +71,7 @@ impl Default for FirefoxOptions {
             threads: Vec::new(),
             gzip: true,
             off_cpu: true,
+            window: Window::default(),
         }
     }
 }
@@ -80,6 +89,8 @@ pub struct FirefoxStats {
     pub losses: u64,
     /// Off-CPU markers.
     pub off_cpu: u64,
+    /// What the window left out.
+    pub left_out: LeftOut,
 }
 
 /// A marker type's `name` and `category`: its fields of those names.
@@ -250,6 +261,7 @@ struct Builder<'a, R: Resolve> {
     lost_cat: CategoryHandle,
     last_sample: Vec<u64>,
     stats: FirefoxStats,
+    filter: WindowFilter,
 }
 
 impl<R: Resolve> Builder<'_, R> {
@@ -402,6 +414,9 @@ impl<R: Resolve> Builder<'_, R> {
         let mask = self.mask.clone();
         let mut why = HashMap::new();
         for s in off_cpu_slices(self.meta, &mask, self.filtered) {
+            if !self.filter.admit_off_cpu(s.start_ns, s.end_ns) {
+                continue;
+            }
             let OffSlice { thread, kind, .. } = s;
             let h = self.thread(thread);
             let name = self.profile.intern_string(kind.name());
@@ -479,7 +494,7 @@ impl<R: Resolve> Consume for Builder<'_, R> {
 
     fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
         let t = ev.thread();
-        if !shown(&self.mask, self.filtered, t) {
+        if !shown(&self.mask, self.filtered, t) || !self.filter.admit(ev) {
             return Ok(());
         }
         match ev {
@@ -555,6 +570,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         lost_cat,
         last_sample: Vec::new(),
         stats: FirefoxStats::default(),
+        filter: WindowFilter::new(opts.window),
     };
     // Every thread of the trace, even one with nothing left after filtering.
     for t in 0..meta.threads.len() as u32 {
@@ -566,8 +582,20 @@ pub fn write_firefox<W: Write, R: Resolve>(
         b.off_cpu(cat);
     }
     let Ok(failed) = feed(&mut b, events);
-    let stats = b.stats;
-    let profile = b.profile;
+    let mut stats = b.stats;
+    let mut profile = b.profile;
+    stats.left_out = b.filter.left_out.clone();
+    let window = b.filter.window();
+    if !window.is_all() {
+        // The format's `meta` has no free-form fields this crate writes; the
+        // product name is the one the profiler shows, at the top.
+        profile.set_product(&format!(
+            "fgtrace: {} (window: {}; {})",
+            meta.program,
+            window.describe(),
+            stats.left_out.describe()
+        ));
+    }
     let mut w = io::BufWriter::with_capacity(1 << 16, out);
     if opts.gzip {
         // serde_json writes in small pieces; deflate wants large ones.
@@ -595,5 +623,44 @@ mod tests {
         assert_eq!(interval(Some("cpu-clock@999Hz")).nanos(), 1_001_001);
         assert_eq!(interval(None).nanos(), 1_000_000);
         assert_eq!(interval(Some("weird")).nanos(), 1_000_000);
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::consume::ok_events;
+    use crate::resolve::HexResolve;
+    use crate::test_traces::{call, meta};
+
+    #[test]
+    fn a_window_keeps_its_calls_and_the_product_name_says_what_it_left_out() {
+        let m = meta(&["run"], &[(900, "main")]);
+        let events = vec![
+            call(0, 0, 0, 0, 100),     // before
+            call(0, 0, 0, 1_000, 100), // inside
+            call(0, 0, 0, 1_500, 10),  // inside, too short
+            call(0, 0, 0, 3_000, 100), // after
+        ];
+        let opts = FirefoxOptions {
+            gzip: false,
+            window: Window {
+                from_ns: Some(500),
+                to_ns: Some(2_000),
+                min_dur_ns: 50,
+            },
+            ..FirefoxOptions::default()
+        };
+        let mut out = Vec::new();
+        let stats = write_firefox(&m, ok_events(events), HexResolve, &opts, &mut out).unwrap();
+        assert_eq!(stats.calls, 1);
+        assert_eq!(stats.left_out.calls, 3);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["meta"]["product"],
+            "fgtrace: app (window: from 0.000000500s, to 0.000002000s, at least 0.050us; 3 calls left out)"
+        );
+        let markers = &v["threads"][0]["markers"];
+        assert_eq!(markers["length"], 1, "{markers}");
     }
 }

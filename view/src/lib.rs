@@ -46,6 +46,7 @@ pub mod sampled;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
 pub mod threads;
+pub mod window;
 
 // The unit tests build small traces with the integration tests' helpers.
 #[cfg(test)]

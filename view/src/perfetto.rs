@@ -22,6 +22,11 @@
 //!   thread's track, with a `blocked` or `preempted` slice per stretch the
 //!   thread was switched out (they may start in one call and end in another,
 //!   so they get their own track).
+//! - a time window and a minimum duration (`window`, see
+//!   [`window`](super::window)): only what it keeps is written, and a track
+//!   `fgtrace window` under the process holds one instant event at the
+//!   window's start, named after the window and what it left out, with the
+//!   counts as debug annotations (the UI shows them when it is selected).
 //!
 //! One packet sequence (`trusted_packet_sequence_id` 1) whose first packet
 //! clears the incremental state; interned data is written the first time a
@@ -40,6 +45,7 @@ use super::offcpu::{off_cpu_slices, off_cpu_threads};
 use crate::consume::{feed, Consume};
 use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
+use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
     Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
 };
@@ -262,6 +268,8 @@ pub struct PerfettoOptions {
     pub futures: bool,
     /// An off-CPU track under each thread (when the trace has off-CPU time).
     pub off_cpu: bool,
+    /// Only what this time window and minimum duration keep (default: everything).
+    pub window: Window,
 }
 
 impl Default for PerfettoOptions {
@@ -271,6 +279,7 @@ impl Default for PerfettoOptions {
             samples: true,
             futures: true,
             off_cpu: true,
+            window: Window::default(),
         }
     }
 }
@@ -291,6 +300,8 @@ pub struct PerfettoStats {
     pub off_cpu: u64,
     pub packets: u64,
     pub bytes: u64,
+    /// What the window left out.
+    pub left_out: LeftOut,
 }
 
 const SEQ: u32 = 1;
@@ -308,6 +319,9 @@ fn counter_uuid(t: u32, k: usize) -> u64 {
 fn off_cpu_uuid(t: u32) -> u64 {
     0x3_0000_0000 + t as u64
 }
+
+/// The track that describes the window.
+const WINDOW_UUID: u64 = 0x4_0000_0000;
 
 fn future_uuid(n: u64) -> u64 {
     0x1_0000_0000_0000 + n
@@ -356,6 +370,7 @@ struct Writer<'a, W: Write, R: Resolve> {
     mapping_written: bool,
     stats: PerfettoStats,
     buf: Vec<u8>,
+    filter: WindowFilter,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
@@ -420,6 +435,9 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             })?;
         }
         for s in off_cpu_slices(meta, &mask, filtered) {
+            if !self.filter.admit_off_cpu(s.start_ns, s.end_ns) {
+                continue;
+            }
             for (ts, ty) in [(s.start_ns, TYPE_SLICE_BEGIN), (s.end_ns, TYPE_SLICE_END)] {
                 let begin = ty == TYPE_SLICE_BEGIN;
                 self.packet(TracePacket {
@@ -834,7 +852,57 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             self.flush_call(t, None)?;
             self.close(t, 0, u64::MAX)?;
         }
+        if !self.filter.window().is_all() {
+            self.window_track()?;
+        }
         self.w.flush()
+    }
+
+    /// The window and what it left out: an instant at the window's start on
+    /// a track of its own, where the UI lists it with the threads.
+    fn window_track(&mut self) -> io::Result<()> {
+        let w = *self.filter.window();
+        let l = self.filter.left_out.clone();
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(WINDOW_UUID),
+                parent_uuid: Some(PROCESS_UUID),
+                name: Some("fgtrace window".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?;
+        let text = |name: &str, v: String| DebugAnnotation {
+            name: Some(name.into()),
+            string_value: Some(v),
+            ..Default::default()
+        };
+        let mut ann = Vec::new();
+        if let Some(f) = w.from_ns {
+            ann.push(ann_u("from_ns", f));
+        }
+        if let Some(t) = w.to_ns {
+            ann.push(ann_u("to_ns", t));
+        }
+        ann.push(ann_u("min_duration_ns", w.min_dur_ns));
+        ann.push(ann_u("left_out_calls", l.calls));
+        ann.push(ann_u("left_out_futures", l.futures));
+        ann.push(ann_u("left_out_samples", l.samples));
+        ann.push(ann_u("left_out_losses", l.losses));
+        ann.push(ann_u("left_out_off_cpu", l.off_cpu));
+        ann.push(text("window", w.describe()));
+        self.packet(TracePacket {
+            timestamp: Some(w.from_ns.unwrap_or(0)),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_INSTANT),
+                track_uuid: Some(WINDOW_UUID),
+                name: Some(format!("window: {}; {}", w.describe(), l.describe())),
+                categories: vec!["window".into()],
+                debug_annotations: ann,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
     }
 }
 
@@ -843,7 +911,7 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
 
     fn push(&mut self, ev: &Event) -> io::Result<()> {
         let t = ev.thread();
-        if !shown(&self.mask, !self.opts.threads.is_empty(), t) {
+        if !shown(&self.mask, !self.opts.threads.is_empty(), t) || !self.filter.admit(ev) {
             return Ok(());
         }
         if let Event::Counters(c) = ev {
@@ -894,10 +962,12 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         mapping_written: false,
         stats: PerfettoStats::default(),
         buf: Vec::new(),
+        filter: WindowFilter::new(opts.window),
     };
     w.header()?;
     let failed = feed(&mut w, events)?;
     w.finish()?;
+    w.stats.left_out = w.filter.left_out.clone();
     failed.map_or(Ok(w.stats), Err)
 }
 

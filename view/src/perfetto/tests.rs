@@ -173,3 +173,84 @@ fn a_damaged_stream_still_gives_a_complete_trace_then_the_error() {
         ]
     );
 }
+
+#[test]
+fn a_window_keeps_the_calls_it_overlaps_and_a_track_says_what_it_left_out() {
+    let events = vec![
+        call(0, 0, 0, 0, 10_000, 0),    // around the window: kept
+        call(0, 0, 1, 100, 200, 0),     // before it
+        call(0, 0, 1, 2_000, 500, 0),   // inside
+        call(0, 0, 2, 2_100, 5, 0),     // inside, but shorter than the minimum
+        call(0, 0, 1, 8_000, 1_000, 0), // after it
+        call(1, 0, 0, 2_900, 400, 0),   // overlaps its end
+    ];
+    let opts = PerfettoOptions {
+        window: Window {
+            from_ns: Some(1_000),
+            to_ns: Some(3_000),
+            min_dur_ns: 10,
+        },
+        ..PerfettoOptions::default()
+    };
+    let mut out = Vec::new();
+    let stats = write_perfetto(&meta(), ok_events(events), HexResolve, &opts, &mut out).unwrap();
+    assert_eq!(stats.calls, 3);
+    assert_eq!(stats.left_out.calls, 3);
+    let ps = packets(&out);
+    let begins: Vec<(u64, u64)> = ps
+        .iter()
+        .filter_map(|p| {
+            let e = p.track_event.as_ref()?;
+            (e.r#type == Some(TYPE_SLICE_BEGIN))
+                .then(|| (p.timestamp.unwrap(), e.track_uuid.unwrap()))
+        })
+        .collect();
+    assert_eq!(
+        begins,
+        [
+            (0, thread_uuid(0)),
+            (2_000, thread_uuid(0)),
+            (2_900, thread_uuid(1))
+        ]
+    );
+    let track = ps
+        .iter()
+        .filter_map(|p| p.track_descriptor.as_ref())
+        .find(|d| d.uuid == Some(WINDOW_UUID))
+        .expect("a window track");
+    assert_eq!(track.name.as_deref(), Some("fgtrace window"));
+    let instant = ps
+        .iter()
+        .filter_map(|p| Some((p.timestamp, p.track_event.as_ref()?)))
+        .find(|(_, e)| e.track_uuid == Some(WINDOW_UUID))
+        .expect("the window's instant");
+    assert_eq!(instant.0, Some(1_000));
+    assert_eq!(
+        instant.1.name.as_deref(),
+        Some("window: from 0.000001000s, to 0.000003000s, at least 0.010us; 3 calls left out")
+    );
+    let left = instant
+        .1
+        .debug_annotations
+        .iter()
+        .find(|a| a.name.as_deref() == Some("left_out_calls"))
+        .unwrap();
+    assert_eq!(left.uint_value, Some(3));
+
+    // Without a window: no window track, nothing counted.
+    let mut all = Vec::new();
+    let events = vec![call(0, 0, 0, 0, 10, 0)];
+    let stats = write_perfetto(
+        &meta(),
+        ok_events(events),
+        HexResolve,
+        &PerfettoOptions::default(),
+        &mut all,
+    )
+    .unwrap();
+    assert_eq!(stats.left_out, LeftOut::default());
+    assert!(packets(&all).iter().all(|p| p
+        .track_descriptor
+        .as_ref()
+        .is_none_or(|d| d.uuid != Some(WINDOW_UUID))));
+}
