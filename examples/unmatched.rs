@@ -1,4 +1,4 @@
-//! Why samples go under `[unmatched]` in a combined flamegraph.
+//! Why samples go under `[unknown below <fn>]` in a combined flamegraph.
 //!
 //! `cargo run --release --example unmatched -- TRACE.fgt [--names-only | --compare]`
 //!

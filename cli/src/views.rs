@@ -11,7 +11,8 @@ use fgtrace_view::diff::{
 use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
-use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions};
+use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions, FoldedSummary};
+use fgtrace_view::join::missing_debug_lines_note;
 use fgtrace_view::offcpu::{
     self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
     OffCpuFoldedOptions,
@@ -252,6 +253,24 @@ fn write_err(path: Option<&Path>, e: io::Error) -> Option<String> {
     }
 }
 
+/// Once per combined view: samples were not joined and the program's file
+/// has no line tables, which is what the join needed; names the fix.
+fn note_missing_debug_lines(sym: &mut Symbolizer, meta: &TraceMeta, s: &FoldedSummary) {
+    if s.unmatched == 0 {
+        return;
+    }
+    let Some(path) = sym.program_file(&meta.program).map(str::to_owned) else {
+        return;
+    };
+    // `None`: the file cannot be read, which `warn_symbols` reports.
+    let Some(has_lines) = sym.debug_lines(&path) else {
+        return;
+    };
+    if let Some(note) = missing_debug_lines_note(&path, has_lines, s.unmatched, s.samples) {
+        eprintln!("fgtrace: {note}");
+    }
+}
+
 fn warn_symbols(sym: &Symbolizer) {
     for w in sym.warnings() {
         eprintln!("fgtrace: warning: {w}");
@@ -365,6 +384,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
                 let mut b = FoldedBuilder::combined(&meta, &fopts, &mut sym);
                 read = b.extend(events);
                 folded = b.finish();
+                note_missing_debug_lines(&mut sym, &meta, folded.summary());
             }
         }
         warn_symbols(&sym);

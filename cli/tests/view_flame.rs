@@ -260,7 +260,7 @@ fn shares_are_exact_integers_with_awkward_ratios() {
     m.sites = vec![site("work")];
     let mut b = TraceBuilder::new(m);
     b.push(call(0, 0, 0, 0, 1_000_001));
-    b.push(sample(0, 10, 1, None, &[RUN, START])); // not `work`: unmatched
+    b.push(sample(0, 10, 1, None, &[RUN, START])); // no `work` frame: not joined
     b.push(sample(0, 20, 1, Some(1), &[HELPER, RUN]));
     b.push(sample(0, 30, 1, Some(0), &[PARSE]));
     let t = b.finish();
@@ -278,11 +278,66 @@ fn shares_are_exact_integers_with_awkward_ratios() {
     // Remainder ns go to the earliest entries: the call's own share first.
     assert_eq!(got.get("app::work"), Some(&333_334));
     assert_eq!(
-        got.get("app::work;[unmatched];std::rt::lang_start;app::run"),
+        got.get("app::work;[unknown below app::work];app::run"),
         Some(&333_334)
     );
     assert_eq!(got.get("app::work;app::helper"), Some(&333_333));
     assert_eq!(got.values().sum::<u64>(), 1_000_001);
+}
+
+#[test]
+fn a_sample_that_cannot_be_joined_goes_under_its_innermost_open_call() {
+    // outer [0, 1 ms) { inner [100 us, 900 us) }, and samples inside inner
+    // whose stacks hold neither function (no symbols for them, a frame the
+    // walk skipped): where they ran below the open calls is unknown.
+    let mut m = meta();
+    m.sites = vec![site("outer"), site("inner")];
+    let mut b = TraceBuilder::new(m);
+    b.push(call(0, 0, 0, 0, 1_000_000));
+    b.push(call(0, 1, 1, 100_000, 800_000));
+    b.push(sample(0, 200_000, 2, None, &[HELPER, RUN, START]));
+    b.push(sample(0, 300_000, 2, None, &[HELPER_INLINED, RUN, START]));
+    // After both calls returned: no open call, so its own stack from the root.
+    b.push(sample(0, 1_500_000, 0, None, &[PARSE, RUN, START]));
+    let t = b.finish();
+    let opts = FoldedOptions::default();
+    let mut fb = FoldedBuilder::combined(t.meta(), &opts, resolver());
+    fb.extend(ok_events(t.events())).unwrap();
+    let f = fb.finish();
+    let lines: BTreeMap<String, u64> = f.lines().into_iter().collect();
+    // The open calls, the marker naming the innermost one, the leaf function
+    // (the innermost name of the first frame: the inlined one).
+    assert_eq!(
+        lines.get("app::outer;app::inner;[unknown below app::inner];app::helper"),
+        Some(&400_000)
+    );
+    assert_eq!(
+        lines.get("app::outer;app::inner;[unknown below app::inner];app::helper_inner"),
+        Some(&400_000)
+    );
+    // No second copy of those stacks from the root; the untraced sample keeps
+    // its own.
+    let from_root: Vec<&String> = lines
+        .keys()
+        .filter(|k| k.starts_with("std::rt::lang_start"))
+        .collect();
+    assert_eq!(
+        from_root,
+        ["std::rt::lang_start;app::run;app::parse"],
+        "{lines:?}"
+    );
+    assert!(
+        !lines.keys().any(|k| k.contains("[unmatched]")),
+        "{lines:?}"
+    );
+    let s = f.summary();
+    assert_eq!((s.samples, s.unmatched, s.untraced), (3, 2, 1));
+    assert!(
+        f.subtitle()
+            .contains("2 samples placed under their innermost call without a join"),
+        "{}",
+        f.subtitle()
+    );
 }
 
 #[test]
@@ -318,9 +373,9 @@ fn shadow_depth_wins_over_timestamps_and_mismatches_are_counted() {
     fb.extend(ok_events(t.events())).unwrap();
     let f = fb.finish();
     assert!(f.stats(&["app::run", "app::helper"]).is_none());
-    // The first one's stack has no parse frame: it hangs under parse, unmatched.
+    // The first one's stack has no parse frame: it hangs under parse, not joined.
     assert_eq!(
-        f.stats(&["app::run", "app::parse", "[unmatched]"])
+        f.stats(&["app::run", "app::parse", "[unknown below app::parse]"])
             .unwrap()
             .samples,
         1
@@ -734,4 +789,105 @@ fn cli_flame_folded_svg_and_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: the argument"));
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// A combined view of a program whose file has no line tables (a stripped
+/// system binary stands in for it), with samples the join cannot place:
+/// `fgtrace flame` says once, on stderr, which profile setting would let
+/// them join; with every sample joined, or in a view without a join, it
+/// says nothing.
+#[test]
+fn cli_flame_names_the_profile_setting_when_line_tables_are_missing() {
+    use fgtrace_trace::Mapping;
+    use fgtrace_view::symbolize::Symbolizer;
+    const BIN: &str = "/bin/true";
+    let mapping = Mapping {
+        start: 0x10_0000,
+        end: 0x20_0000,
+        offset: 0,
+        path: BIN.into(),
+        build_id: None,
+    };
+    if !std::path::Path::new(BIN).is_file()
+        || Symbolizer::new(std::slice::from_ref(&mapping)).debug_lines(BIN) != Some(false)
+    {
+        // Every Debian system has it without line tables; CI must not skip.
+        assert!(
+            std::env::var_os("FGTRACE_REQUIRE_TOOLS").is_none(),
+            "{BIN} is missing or has line tables: the test needs a binary without them"
+        );
+        eprintln!("SKIPPED cli_flame_names_the_profile_setting_when_line_tables_are_missing: {BIN} is missing or has line tables");
+        return;
+    }
+    let trace = |joined: bool| {
+        let mut m = meta();
+        m.program = "true".into();
+        m.sites = vec![site("outer"), site("inner")];
+        m.mappings = vec![mapping.clone()];
+        let mut b = TraceBuilder::new(m);
+        b.push(call(0, 0, 0, 0, 1_000_000));
+        b.push(call(0, 1, 1, 100_000, 800_000));
+        for i in 0..3 {
+            // Recorded cuts are trusted: with one the sample joins below `inner`.
+            let cut = joined.then_some(1);
+            b.push(sample(
+                0,
+                200_000 + i * 1_000,
+                2,
+                cut,
+                &[0x10_1000, 0x10_1100],
+            ));
+        }
+        b.finish()
+    };
+    let dir = tempdir("flame-no-lines");
+    let path = dir.join("t.fgt");
+    trace(false).save(&path).unwrap();
+    let p = path.to_str().unwrap();
+    let note = format!(
+        "fgtrace: {BIN}: no debug line info, so inlined frames cannot be matched to traced \
+         calls; 3 of 3 samples were placed under their innermost call. Build with \
+         `[profile.release] debug = \"line-tables-only\"` (or `debug = true`) to join them."
+    );
+    for args in [&[p, "--folded"][..], &[p][..]] {
+        let out = fgtrace(&[&["flame"][..], args].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.lines().filter(|l| *l == note).count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.matches("no debug line info").count(), 1, "{stderr}");
+    }
+    let out = fgtrace(&["flame", p, "--folded"]);
+    let folded = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        folded.lines().all(
+            |l| l.starts_with("app::outer;app::inner;[unknown below app::inner];")
+                || l.starts_with("app::outer ")
+        ),
+        "{folded}"
+    );
+    // No join, no note.
+    let out = fgtrace(&["flame", p, "--sampled", "--folded"]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("no debug line info"));
+    // Every sample joined: nothing to explain.
+    trace(true).save(&path).unwrap();
+    let out = fgtrace(&["flame", p, "--folded"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("no debug line info"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

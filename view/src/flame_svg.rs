@@ -3,7 +3,7 @@
 //!
 //! - frames are coloured by where they came from: traced calls in blues,
 //!   sampled frames in warm colours, threads grey, fgtrace's markers
-//!   (`[unmatched]`) purple, through inferno's `PaletteMap`;
+//!   (`[unknown below <fn>]`) purple, through inferno's `PaletteMap`;
 //! - each frame's tooltip (its SVG `<title>`) keeps inferno's text and adds
 //!   the exact numbers of that frame: calls, total and self time, samples;
 //!   for the chart, the call's start time and source location.

@@ -44,7 +44,7 @@ pub enum Origin {
     Traced,
     /// A frame of a sample.
     Sampled,
-    /// A marker fgtrace inserted (`[unmatched]`, `[unknown]`).
+    /// A marker fgtrace inserted (`[unknown below <fn>]`, `[unknown]`).
     Marker,
 }
 
@@ -90,7 +90,9 @@ pub struct FoldedSummary {
     pub records_lost: u64,
     /// `meta.sampling`.
     pub sampling: Option<String>,
-    /// Combined: samples whose traced frame was not found in their stack.
+    /// Combined: samples whose traced frame was not found in their stack
+    /// (or fitted more than one way): placed under their innermost open call
+    /// as `[unknown below <fn>];<leaf>`, without a join.
     pub unmatched: u64,
     /// Combined: samples taken while no traced call was open.
     pub untraced: u64,
@@ -111,7 +113,6 @@ enum Mode {
 
 /// The parent of a root node.
 pub(crate) const NONE: u32 = u32::MAX;
-const UNMATCHED: &str = "[unmatched]";
 const UNKNOWN: &str = "[unknown]";
 
 #[derive(Clone, Debug)]
@@ -358,7 +359,7 @@ impl Folded {
         found
     }
 
-    /// One line saying what the counts are and what was lost or unmatched.
+    /// One line saying what the counts are and what was lost or not joined.
     pub fn subtitle(&self) -> String {
         let s = &self.summary;
         let mut parts = Vec::new();
@@ -381,7 +382,12 @@ impl Folded {
                     how(format!("{} lost", s.samples_lost))
                 ));
                 if s.unmatched > 0 {
-                    parts.push(format!("{} unmatched", s.unmatched));
+                    parts.push(format!(
+                        "{} sample{} placed under {} innermost call without a join",
+                        s.unmatched,
+                        if s.unmatched == 1 { "" } else { "s" },
+                        if s.unmatched == 1 { "its" } else { "their" }
+                    ));
                 }
                 if s.depth_mismatches > 0 {
                     parts.push(format!("{} shadow-depth mismatches", s.depth_mismatches));
@@ -740,10 +746,17 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
                 self.attach(open.node, below.collect::<Vec<_>>(), open.node);
             }
             None => {
+                // The call's frame is not in the stack (or fits more than one
+                // way), so which frames ran below it is unknown. The sample
+                // still ran inside every open call: it goes under the
+                // innermost one as `[unknown below <fn>]` with only its leaf
+                // function, rather than a second copy of its stack from the
+                // root that would misstate the frames between them.
                 self.summary.unmatched += 1;
-                let marker = self.tree.intern(UNMATCHED);
+                let marker = format!("[unknown below {}]", self.tree.name(open.node));
+                let marker = self.tree.intern(&marker);
                 let path: Vec<(u32, Origin)> = std::iter::once((marker, Origin::Marker))
-                    .chain(names.iter().rev().map(|&n| (n, Origin::Sampled)))
+                    .chain(names.first().map(|&n| (n, Origin::Sampled)))
                     .collect();
                 self.attach(open.node, path, open.node);
             }

@@ -14,9 +14,11 @@
 //! uses the index the sampler found by comparing stack addresses
 //! ([`Sample::cut`]), falling back to [`NameCut`], which matches the traced
 //! site's name against the resolved names. A sample whose traced frame is not
-//! found goes under the traced call as `[unmatched];<all frames>`. Samples
-//! taken outside any traced call keep their whole stack and weigh one sampling
-//! period each (from `meta.sampling`, e.g. `cpu-clock@999Hz`).
+//! found goes under the traced call as `[unknown below <fn>];<leaf frame>`:
+//! it ran inside the open calls, but which frames lie between them and its
+//! leaf is not known. Samples taken outside any traced call keep their whole
+//! stack and weigh one sampling period each (from `meta.sampling`, e.g.
+//! `cpu-clock@999Hz`).
 
 use crate::resolve::FrameInfo;
 use fgtrace_trace::{Sample, SiteInfo};
@@ -41,7 +43,7 @@ pub struct SampleStack<'s> {
 pub trait Cut {
     /// Index into `stack.names` of the frame of `site` (the innermost traced
     /// call open at the sample); the names before it ran below that call.
-    /// `None`: not found (the sample goes under `[unmatched]`).
+    /// `None`: not found (the sample goes under `[unknown below <fn>]`).
     fn cut(&mut self, site: &SiteInfo, stack: &SampleStack<'_>) -> Option<usize>;
 }
 
@@ -293,7 +295,7 @@ fn chain_site_matches(site: &SiteInfo, resolved: &str) -> bool {
 /// frames the walk skipped, from [`SampleStack::info`]): the cut for samples
 /// that carry none (kernel call chains from a perf ring). A stack that does
 /// not match, or matches more than one way, is not guessed: the sample goes
-/// under `[unmatched]` and is counted.
+/// under `[unknown below <fn>]` and is counted.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ChainCut;
 
@@ -490,9 +492,50 @@ fn strip_hash(name: &str) -> &str {
     name
 }
 
+/// The line to show once per combined view when samples were not joined and
+/// the traced program's file (`binary`) has no DWARF line tables: without
+/// them a sampled address has no inlined frames, so a traced function the
+/// compiler inlined has no frame to join a sample to, and the profile setting
+/// that keeps line tables in a release build is the fix. `None` when there is
+/// nothing to say: line tables are there (the join failed for another
+/// reason), or every sample was joined.
+pub fn missing_debug_lines_note(
+    binary: &str,
+    has_debug_lines: bool,
+    unjoined: u64,
+    total: u64,
+) -> Option<String> {
+    if has_debug_lines || unjoined == 0 {
+        return None;
+    }
+    Some(format!(
+        "{binary}: no debug line info, so inlined frames cannot be matched to traced calls; \
+         {unjoined} of {total} sample{} {} placed under their innermost call. Build with \
+         `[profile.release] debug = \"line-tables-only\"` (or `debug = true`) to join them.",
+        if total == 1 { "" } else { "s" },
+        if unjoined == 1 { "was" } else { "were" },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_missing_debug_lines_note_only_when_it_explains_something() {
+        assert_eq!(missing_debug_lines_note("/bin/app", true, 5, 10), None);
+        assert_eq!(missing_debug_lines_note("/bin/app", false, 0, 10), None);
+        assert_eq!(
+            missing_debug_lines_note("/bin/app", false, 3, 10).as_deref(),
+            Some(
+                "/bin/app: no debug line info, so inlined frames cannot be matched to traced \
+                 calls; 3 of 10 samples were placed under their innermost call. Build with \
+                 `[profile.release] debug = \"line-tables-only\"` (or `debug = true`) to join them."
+            )
+        );
+        let one = missing_debug_lines_note("app", false, 1, 1).unwrap();
+        assert!(one.contains("; 1 of 1 sample was placed"), "{one}");
+    }
 
     fn site(module: &str, name: &str, is_async: bool) -> SiteInfo {
         SiteInfo {

@@ -190,8 +190,21 @@ impl Symbolizer {
         };
         let path = m.path.clone();
         let build_id = m.build_id.clone();
-        if !self.files.contains_key(&path) {
-            let bin = match Binary::open(&path, build_id.as_deref(), &self.debug_dirs) {
+        self.open_file(&path, build_id.as_deref());
+        let frames = match &self.files[&path] {
+            Some(bin) => bin.vaddr(off).map(|va| bin.lookup(va)).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if frames.is_empty() {
+            return self.unknown(Some((&path, off)), addr);
+        }
+        frames
+    }
+
+    /// Opens `path` once (a file that cannot be used is warned about once).
+    fn open_file(&mut self, path: &str, build_id: Option<&str>) {
+        if !self.files.contains_key(path) {
+            let bin = match Binary::open(path, build_id, &self.debug_dirs) {
                 Ok(b) => {
                     if let Some(why) = &b.dwarf_refused {
                         self.warnings.push(format!(
@@ -206,16 +219,32 @@ impl Symbolizer {
                     None
                 }
             };
-            self.files.insert(path.clone(), bin);
+            self.files.insert(path.to_string(), bin);
         }
-        let frames = match &self.files[&path] {
-            Some(bin) => bin.vaddr(off).map(|va| bin.lookup(va)).unwrap_or_default(),
-            None => Vec::new(),
-        };
-        if frames.is_empty() {
-            return self.unknown(Some((&path, off)), addr);
-        }
-        frames
+    }
+
+    /// The traced program's own file among the mappings: the one named like
+    /// `program` (`argv[0]`), else the lowest-addressed file that is not a
+    /// shared library (`.so` in its name) or a pseudo-mapping (`[vdso]`).
+    pub fn program_file(&self, program: &str) -> Option<&str> {
+        let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+        let files = || self.maps.iter().filter(|m| !m.path.starts_with('['));
+        let want = base(program);
+        files()
+            .find(|m| !want.is_empty() && base(&m.path) == want)
+            .or_else(|| files().find(|m| !base(&m.path).contains(".so")))
+            .map(|m| m.path.as_str())
+    }
+
+    /// Whether the mapped file `path` has DWARF line tables this symbolizer
+    /// reads (its own or a separate debug file's): without them a sampled
+    /// address has no inlined frames, so a traced function inlined into its
+    /// caller has no frame of its own to join a sample to. `None`: `path` is
+    /// not a mapping, or the file cannot be used (it is warned about).
+    pub fn debug_lines(&mut self, path: &str) -> Option<bool> {
+        let build_id = self.maps.iter().find(|m| m.path == path)?.build_id.clone();
+        self.open_file(path, build_id.as_deref());
+        self.files[path].as_ref().map(|b| b.debug_lines)
     }
 }
 
@@ -304,6 +333,9 @@ struct Binary {
     dwarf_refused: Option<String>,
     /// Its call-frame information, where the frame-pointer walk needs it.
     cfi: Option<Cfi>,
+    /// Its DWARF (in the file or a separate debug file) is read and has line
+    /// tables: what inlined frames and source lines come from.
+    debug_lines: bool,
 }
 
 /// A file's `.eh_frame` (and `.eh_frame_hdr`, its sorted index), x86-64 only:
@@ -448,6 +480,11 @@ impl Binary {
                     None
                 }
             });
+        // A separate debug file found by build id is a distribution's full
+        // debug info; the file's own DWARF counts only with its line tables
+        // (`.debug_info` alone can be the standard library's, without them).
+        let debug_lines =
+            dwarf.is_some() && (!has_dwarf || obj.section_by_name(".debug_line").is_some());
         let symbols = FuncSymbols::from_table(entries.iter().map(|(a, s, n)| (*a, *s, n.as_str())));
         let cfi = Cfi::read(&obj, file_len);
         Ok(Binary {
@@ -456,6 +493,7 @@ impl Binary {
             dwarf,
             dwarf_refused,
             cfi,
+            debug_lines,
         })
     }
 
@@ -737,6 +775,34 @@ mod tests {
             checked > 0,
             "no line-0 rows after a real line in this binary ({zero_rows} line-0 rows in all)"
         );
+    }
+
+    #[test]
+    fn debug_lines_of_a_mapped_file_and_which_file_is_the_program() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap();
+        let mut s = Symbolizer::new(&[
+            map(0x1000, 0x2000, "[vdso]"),
+            map(0x3000, 0x4000, "/nonexistent/libc.so.6"),
+            map(0x5000, 0x6000, exe),
+            map(0x7000, 0x8000, "/nonexistent/app"),
+        ]);
+        // Tests build with debug info.
+        assert_eq!(s.debug_lines(exe), Some(true));
+        assert_eq!(s.debug_lines("/nonexistent/libc.so.6"), None);
+        assert_eq!(s.debug_lines("/not/mapped"), None);
+        assert_eq!(s.program_file("./app"), Some("/nonexistent/app"));
+        assert_eq!(s.program_file("other"), Some(exe));
+        // A stripped system binary, unless its debug file is installed.
+        if Path::new("/bin/true").is_file() {
+            let mut s = Symbolizer::new(&[map(0x1000, 0x2000, "/bin/true")])
+                .debug_dirs(vec![PathBuf::from("/nonexistent")]);
+            let elf = std::fs::read("/bin/true").unwrap();
+            let obj = object::File::parse(&elf[..]).unwrap();
+            if obj.section_by_name(".debug_line").is_none() {
+                assert_eq!(s.debug_lines("/bin/true"), Some(false));
+            }
+        }
     }
 
     #[test]
