@@ -6,7 +6,7 @@
 //! The protocol is the variable alone, so it works without the command too
 //! (`FGTRACE_RECORD=traces cargo test`):
 //!
-//! * **When.** A constructor in `.init_array` reads `FGTRACE_RECORD` before
+//! * **When.** The runtime's constructor (`startup.rs`) reads `FGTRACE_RECORD` before
 //!   `main`. If it names a directory, a session starts at once with the
 //!   settings of the other `FGTRACE_*` variables (`FGTRACE_SAMPLE`,
 //!   `FGTRACE_FILTER`, `FGTRACE_MODE=flight:N`, ...; see [`crate::config`]),
@@ -279,7 +279,7 @@ fn watch(read_fd: libc::c_int) {
 
 /// Reads `FGTRACE_RECORD` and starts the recording if asked. Problems are
 /// one line on stderr, and the program runs on.
-fn init_from_env() {
+pub(crate) fn init_from_env() {
     let Some(dir) = std::env::var_os(ENV).and_then(|v| parse_env(&v.to_string_lossy())) else {
         return;
     };
@@ -306,19 +306,6 @@ fn init_from_env() {
         say(&format!("not recording: {e}"));
     }
 }
-
-/// The constructor behind `FGTRACE_RECORD`: the dynamic loader runs it
-/// before `main`.
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static INIT_FROM_ENV: extern "C" fn() = {
-    extern "C" fn init() {
-        // A panic must not unwind out of a constructor.
-        let _ = std::panic::catch_unwind(init_from_env);
-    }
-    init
-};
 
 #[cfg(test)]
 mod tests {

@@ -35,6 +35,7 @@ pub mod pmu;
 mod process;
 mod recorder;
 pub mod sampler;
+mod startup;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod thread;

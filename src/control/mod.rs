@@ -253,7 +253,7 @@ pub fn parse_env(v: &str, mode_env: Option<&str>) -> Result<Option<Option<Settin
 
 /// Reads `FGTRACE_CONTROL` and opens the endpoint if asked. Runs at process
 /// start; problems are one line on stderr, and the program runs on.
-fn init_from_env() {
+pub(crate) fn init_from_env() {
     let Some(v) = std::env::var_os(ENV) else {
         return;
     };
@@ -277,21 +277,6 @@ fn recording_whole_program() -> bool {
     std::env::var_os(crate::launch::ENV)
         .is_some_and(|v| crate::launch::parse_env(&v.to_string_lossy()).is_some())
 }
-
-/// The constructor behind `FGTRACE_CONTROL`: the dynamic loader runs it
-/// before `main`. It only reads the variable and, if asked, binds the socket
-/// and spawns the serving thread (`std::thread::current` is never called
-/// here, so the main thread's handle is still std's own).
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static INIT_FROM_ENV: extern "C" fn() = {
-    extern "C" fn init() {
-        // A panic must not unwind out of a constructor.
-        let _ = std::panic::catch_unwind(init_from_env);
-    }
-    init
-};
 
 #[cfg(test)]
 mod tests {
