@@ -411,6 +411,19 @@ fn enter_on(site: &'static Site, c: u32, flags: u32) -> Guard {
 /// busy or exiting thread, or a first call.
 #[inline(never)]
 fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) -> Guard {
+    let gen = control::generation(c);
+    // First, a session with auto-exclude and no counter, the most frequent
+    // case here (every call of such a session comes this way): the site's id
+    // and decision read as the inlined path reads them, then its entry in the
+    // thread's table. Busy, dead and capturing threads never have this
+    // generation.
+    if c & SESSION_ON != 0 && st.gen == gen | GEN_AUTO && flags & F_POLL == 0 {
+        if let Some(id) = site.known_id() {
+            if site.decision_word() == gen << 3 | Decision::Record as u32 {
+                return enter_auto_known(st, id, flags);
+            }
+        }
+    }
     if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
         return Guard::OFF;
     }
@@ -420,7 +433,6 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
     if c & SESSION_ON == 0 {
         return Guard::OFF;
     }
-    let gen = control::generation(c);
     if st.gen == gen | GEN_COUNTED {
         return enter_counted(st, site, gen, flags);
     }
@@ -509,6 +521,24 @@ fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
         }
     }
     enter_auto_record(st, site, gen, flags)
+}
+
+/// [`enter_auto`] from [`enter_other`]'s first check, for a plain call of a recorded
+/// site in a session with auto-exclude and no counter: the site's id and
+/// decision are known, so this is only the thread's table entry: counted,
+/// or pushed as the fast path pushes.
+#[inline(always)]
+fn enter_auto_known(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
+    debug_assert!(id < MAX_SITES && !st.count_only.is_null());
+    // SAFETY: as in `enter_auto`.
+    let e = unsafe { &*st.count_only.add(id as usize) };
+    if e.load(Relaxed) & COUNT_ONLY != 0 {
+        if st.hide == 0 && (!st.has_graph || st.graph != 0) && st.depth < st.max_depth {
+            count_one(e);
+        }
+        return Guard::OFF;
+    }
+    push(st, id, Decision::Record as u32, flags)
 }
 
 /// [`enter_auto`]'s recorded calls (and a site's first call or decision).
