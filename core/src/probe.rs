@@ -389,28 +389,80 @@ pub fn enter(site: &'static Site) -> Guard {
     if c & ON_MASK == 0 {
         return Guard::OFF;
     }
-    enter_on(site, c, 0)
+    enter_out(site, c, stack_pointer(), caller_state())
+}
+
+/// This thread's state, read in the traced fn itself where that is cheap
+/// (std: a thread-local), null where [`enter_out`] asks the platform.
+///
+/// Not in `enter_out`: a thread-local of another crate is reached through
+/// `__tls_get_addr`, a call the linker later rewrites into one load from
+/// `%fs`, but a call when the compiler allocates registers, so `enter_out`
+/// saved and restored six registers around it on every call. The traced
+/// fn makes calls anyway.
+#[inline(always)]
+fn caller_state() -> *mut ThreadState {
+    #[cfg(any(feature = "std", test))]
+    {
+        STATE.with(|c| c.get())
+    }
+    #[cfg(not(any(feature = "std", test)))]
+    {
+        ptr::null_mut()
+    }
+}
+
+/// [`enter`] past its first check, out of line: the probe a traced fn
+/// carries inline is only the load and test of the control word, a stack
+/// pointer read and this call, small enough that the compiler still
+/// inlines small traced fns (getters) into their callers as it inlines them
+/// untraced. Inlined whole (the push and the clock read in every traced
+/// fn), it made a whole traced crate several times slower even when not
+/// recording. `sp` is the traced fn's own stack pointer, read inline.
+#[inline(never)]
+fn enter_out(site: &'static Site, c: u32, sp: usize, st: *mut ThreadState) -> Guard {
+    #[cfg(not(any(feature = "std", test)))]
+    let st = {
+        let _ = st;
+        // SAFETY: the platform's promise (see `platform`).
+        unsafe { platform::__fgtrace_state() }
+    };
+    // SAFETY: as in `with_state`: this thread's own state, alive while the
+    // thread is.
+    let st = unsafe { &mut *st };
+    enter_on_state(site, c, 0, sp, st)
 }
 
 #[inline(always)]
-fn enter_on(site: &'static Site, c: u32, flags: u32) -> Guard {
+fn enter_on(site: &'static Site, c: u32, flags: u32, sp: usize) -> Guard {
+    with_state(|st| enter_on_state(site, c, flags, sp, st))
+}
+
+/// The recording fast path: a session's steady state pushes; anything else
+/// goes to [`enter_other`].
+#[inline(always)]
+fn enter_on_state(
+    site: &'static Site,
+    c: u32,
+    flags: u32,
+    sp: usize,
+    st: &mut ThreadState,
+) -> Guard {
     let dw = site.decision_word();
     let id = site.known_id();
     let gen = control::generation(c);
-    with_state(|st| {
-        if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
-            if let Some(id) = id {
-                return push(st, id, dw & 7, flags);
-            }
+    if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
+        if let Some(id) = id {
+            return push(st, id, dw & 7, flags, sp);
         }
-        enter_other(st, site, c, flags)
-    })
+    }
+    enter_other(site, c, sp, st, flags)
 }
 
 /// Everything but a recording session's steady state: a capturing thread, a
 /// busy or exiting thread, or a first call.
 #[inline(never)]
-fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) -> Guard {
+fn enter_other(site: &'static Site, c: u32, sp: usize, st: &mut ThreadState, flags: u32) -> Guard {
     let gen = control::generation(c);
     // First, a session with auto-exclude and no counter, the most frequent
     // case here (every call of such a session comes this way): the site's id
@@ -420,7 +472,7 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
     if c & SESSION_ON != 0 && st.gen == gen | GEN_AUTO && flags & F_POLL == 0 {
         if let Some(id) = site.known_id() {
             if site.decision_word() == gen << 3 | Decision::Record as u32 {
-                return enter_auto_known(st, id, flags);
+                return enter_auto_known(st, id, flags, sp);
             }
         }
     }
@@ -428,37 +480,43 @@ fn enter_other(st: &mut ThreadState, site: &'static Site, c: u32, flags: u32) ->
         return Guard::OFF;
     }
     if st.capture {
-        return enter_capture(st, site, flags);
+        return enter_capture(st, site, flags, sp);
     }
     if c & SESSION_ON == 0 {
         return Guard::OFF;
     }
     if st.gen == gen | GEN_COUNTED {
-        return enter_counted(st, site, gen, flags);
+        return enter_counted(st, site, gen, flags, sp);
     }
     // `gen | GEN_AUTO`, with or without `GEN_COUNTED`.
     if (st.gen ^ gen) | GEN_COUNTED == GEN_TAGS {
-        return enter_auto(st, site, gen, flags);
+        return enter_auto(st, site, gen, flags, sp);
     }
-    enter_slow(st, site, gen, flags)
+    enter_slow(st, site, gen, flags, sp)
 }
 
 /// A capturing thread's call. Out of line, so that [`enter_other`] stays a
 /// dispatcher without a frame of its own.
 #[inline(never)]
-fn enter_capture(st: &mut ThreadState, site: &'static Site, flags: u32) -> Guard {
+fn enter_capture(st: &mut ThreadState, site: &'static Site, flags: u32, sp: usize) -> Guard {
     let id = capture_site_id(site, false);
     if id >= MAX_SITES {
         return Guard::OFF;
     }
-    capture_push(st, id, flags)
+    capture_push(st, id, flags, sp)
 }
 
 /// A call in a session with a per-call counter: the counter is read before
 /// `push` (whose clock read comes last), and the guard marked counted, so
 /// its exit reads the counter again and records the delta.
 #[inline(never)]
-fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+fn enter_counted(
+    st: &mut ThreadState,
+    site: &'static Site,
+    gen: u32,
+    flags: u32,
+    sp: usize,
+) -> Guard {
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
@@ -466,19 +524,19 @@ fn enter_counted(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32
     let Some(d) = decision(st, site, gen) else {
         return Guard::OFF;
     };
-    push_counted(st, id, d, flags)
+    push_counted(st, id, d, flags, sp)
 }
 
 /// [`enter_counted`] once the site's id and decision are known.
 #[inline(always)]
-fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard {
+fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32, sp: usize) -> Guard {
     // SAFETY: the runtime keeps the counter alive while it is set.
     let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
-        return push(st, id, d as u32, flags);
+        return push(st, id, d as u32, flags, sp);
     };
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
-    let mut g = push(st, id, d as u32, flags);
+    let mut g = push(st, id, d as u32, flags, sp);
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
@@ -501,7 +559,7 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard
 /// the site's id and cached decision are read as the inlined fast path
 /// reads them; anything else goes on to [`enter_auto_record`].
 #[inline(never)]
-fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32, sp: usize) -> Guard {
     let dw = site.decision_word();
     if let Some(id) = site.known_id() {
         if dw == gen << 3 | Decision::Record as u32 && flags & F_POLL == 0 {
@@ -520,7 +578,7 @@ fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
             }
         }
     }
-    enter_auto_record(st, site, gen, flags)
+    enter_auto_record(st, site, gen, flags, sp)
 }
 
 /// [`enter_auto`] from [`enter_other`]'s first check, for a plain call of a recorded
@@ -528,7 +586,7 @@ fn enter_auto(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -
 /// decision are known, so this is only the thread's table entry: counted,
 /// or pushed as the fast path pushes.
 #[inline(always)]
-fn enter_auto_known(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
+fn enter_auto_known(st: &mut ThreadState, id: u32, flags: u32, sp: usize) -> Guard {
     debug_assert!(id < MAX_SITES && !st.count_only.is_null());
     // SAFETY: as in `enter_auto`.
     let e = unsafe { &*st.count_only.add(id as usize) };
@@ -538,12 +596,18 @@ fn enter_auto_known(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
         }
         return Guard::OFF;
     }
-    push(st, id, Decision::Record as u32, flags)
+    push(st, id, Decision::Record as u32, flags, sp)
 }
 
 /// [`enter_auto`]'s recorded calls (and a site's first call or decision).
 #[inline(never)]
-fn enter_auto_record(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+fn enter_auto_record(
+    st: &mut ThreadState,
+    site: &'static Site,
+    gen: u32,
+    flags: u32,
+    sp: usize,
+) -> Guard {
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
@@ -564,9 +628,9 @@ fn enter_auto_record(st: &mut ThreadState, site: &'static Site, gen: u32, flags:
         }
     }
     if st.gen & GEN_COUNTED != 0 {
-        return push_counted(st, id, d, flags);
+        return push_counted(st, id, d, flags, sp);
     }
-    push(st, id, d as u32, flags)
+    push(st, id, d as u32, flags, sp)
 }
 
 /// One more call of a count-only site. Only the owning thread writes the
@@ -588,7 +652,7 @@ fn count_one(e: &CountWord) {
 }
 
 #[inline(always)]
-fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32) -> Guard {
+fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize) -> Guard {
     if st.hide != 0 {
         return Guard::OFF;
     }
@@ -607,7 +671,13 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32) -> Guard {
         return Guard::OFF;
     }
     if d >= st.stack_cap {
-        overrun(st);
+        // Counted here, not by a call: a call that returns here would make
+        // every fn that inlines `push` save callee-saved registers on its
+        // recording path.
+        // SAFETY: set with the buffer by the layer above, alive while it is.
+        if let Some(o) = unsafe { st.overruns.as_ref() } {
+            o.fetch_add(1, Relaxed);
+        }
         return Guard::OFF;
     }
     if flags & F_HIDE != 0 {
@@ -626,7 +696,7 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32) -> Guard {
     let f = unsafe { &mut *st.frames.add(d as usize) };
     f.site = id;
     f.tag = serial << 8 | flags;
-    f.sp = stack_pointer();
+    f.sp = sp;
     // The sampler's signal handler may read this frame: keep the compiler
     // from sinking the stores below.
     compiler_fence(Release);
@@ -677,15 +747,6 @@ fn stack_pointer() -> usize {
     sp
 }
 
-#[cold]
-#[inline(never)]
-fn overrun(st: &mut ThreadState) {
-    // SAFETY: set with the buffer by the layer above, alive while it is.
-    if let Some(o) = unsafe { st.overruns.as_ref() } {
-        o.fetch_add(1, Relaxed);
-    }
-}
-
 /// Runs a hook with the thread marked busy, then restores `gen` (or sets
 /// what the hook's result says).
 #[inline(always)]
@@ -701,22 +762,22 @@ fn busy<R>(st: &mut ThreadState, f: impl FnOnce(&mut ThreadState) -> R) -> R {
 /// the site's decision, then push.
 #[cold]
 #[inline(never)]
-fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32) -> Guard {
+fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32, sp: usize) -> Guard {
     if st.gen != gen && !join(st, gen) {
         return Guard::OFF;
     }
     if st.gen == gen | GEN_COUNTED {
-        return enter_counted(st, site, gen, flags);
+        return enter_counted(st, site, gen, flags, sp);
     }
     if st.gen & GEN_AUTO != 0 {
-        return enter_auto(st, site, gen, flags);
+        return enter_auto(st, site, gen, flags, sp);
     }
     let id = site.id();
     if id >= MAX_SITES {
         return Guard::OFF;
     }
     match decision(st, site, gen) {
-        Some(d) => push(st, id, d as u32, flags),
+        Some(d) => push(st, id, d as u32, flags, sp),
         None => Guard::OFF,
     }
 }
@@ -1068,14 +1129,14 @@ fn capture_register(site: &'static Site) -> u32 {
 /// A capture's entry: with counters, the counter is read before `push` (whose
 /// clock read comes last), so neither measurement sees the other's probe.
 #[inline(always)]
-fn capture_push(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
+fn capture_push(st: &mut ThreadState, id: u32, flags: u32, sp: usize) -> Guard {
     // SAFETY: the counter outlives the capture that set it.
     let Some(ctr) = (unsafe { st.counter.as_ref() }) else {
-        return push(st, id, Decision::Record as u32, flags);
+        return push(st, id, Decision::Record as u32, flags, sp);
     };
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
-    let mut g = push(st, id, Decision::Record as u32, flags);
+    let mut g = push(st, id, Decision::Record as u32, flags, sp);
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };

@@ -3,8 +3,8 @@
 //! completion (or drop), on whichever thread finishes it.
 
 use super::{
-    capture_site_id, decision, enter_on, join, with_state, write, Guard, F_POLL, GEN_BUSY,
-    GEN_DEAD, GEN_TAGS,
+    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard, F_POLL,
+    GEN_BUSY, GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -99,7 +99,7 @@ impl<F: Future> Future for TracedFuture<F> {
         let guard = if c & ON_MASK == 0 {
             Guard::OFF
         } else {
-            enter_on(this.site, c, F_POLL)
+            enter_on(this.site, c, F_POLL, stack_pointer())
         };
         this.polls += 1;
         // SAFETY: see above.
