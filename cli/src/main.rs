@@ -339,7 +339,7 @@ fn info(
     mut out: impl Write,
 ) -> Result<(), TraceError> {
     writeln!(out, "file:      {}", path.display())?;
-    writeln!(out, "program:   {} (pid {})", m.program, m.pid)?;
+    writeln!(out, "program:   {}", m.program_and_pid())?;
     writeln!(
         out,
         "clock:     {} at {:.4} GHz",

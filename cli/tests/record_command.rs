@@ -255,6 +255,10 @@ fn each_process_gets_its_own_trace_and_report_merges_them() {
     };
     assert_eq!(row("round"), Some(500), "{text}");
     assert_eq!(row("leaf"), Some(1500), "{text}");
+    // Its title names both processes, each with its pid, and no pid of its own.
+    let title = text.lines().next().unwrap_or("");
+    assert!(title.starts_with("# fgtrace report: 2 traces: "), "{title}");
+    assert!(!title.contains("(pid"), "{title}");
     // And one flamegraph.
     let flame = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args(["flame", "--folded"])

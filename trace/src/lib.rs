@@ -197,6 +197,17 @@ pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
 
 /// Totals saturate: the counts come from a file and may be anything.
 impl TraceMeta {
+    /// The program and its pid as the views title a trace: `prog (pid 42)`,
+    /// or the program alone for a merged trace (pid 0: several processes,
+    /// each named with its pid in `program`).
+    pub fn program_and_pid(&self) -> String {
+        if self.pid == 0 {
+            self.program.clone()
+        } else {
+            format!("{} (pid {})", self.program, self.pid)
+        }
+    }
+
     pub fn total_calls(&self) -> u64 {
         self.threads
             .iter()

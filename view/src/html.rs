@@ -371,10 +371,7 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
     let lost = saturating_sum(report.losses.iter().map(|l| l.lost));
     let overruns = saturating_sum(report.losses.iter().map(|l| l.overruns));
     let mut rows: Vec<(&str, String)> = vec![
-        (
-            "Program",
-            format!("{} (pid {})", escape(&meta.program), meta.pid),
-        ),
+        ("Program", escape(&meta.program_and_pid())),
         ("Duration", human_duration(meta.duration_ns).to_string()),
         (
             "Threads",

@@ -388,7 +388,7 @@ fn encode(b: ProfileBuilder<'_>, sym: &mut Symbolizer) -> (Vec<u8>, PprofSummary
     out.0.extend_from_slice(&loc_msgs.0);
     out.0.extend_from_slice(&fn_msgs.0);
 
-    let comment = strings.id(&format!("fgtrace: {} (pid {})", meta.program, meta.pid));
+    let comment = strings.id(&format!("fgtrace: {}", meta.program_and_pid()));
     out.uint(field::TIME_NANOS, meta.clock.start_unix_ns);
     out.uint(field::DURATION_NANOS, meta.duration_ns);
     let period_t = value_t.unwrap_or(samples_t);

@@ -819,7 +819,12 @@ impl Report {
     }
 
     fn table(&self, out: &mut String) {
-        let _ = writeln!(out, "# fgtrace report: {} (pid {})", self.program, self.pid);
+        // A merged report (pid 0) names each process's pid in `program`.
+        if self.pid == 0 {
+            let _ = writeln!(out, "# fgtrace report: {}", self.program);
+        } else {
+            let _ = writeln!(out, "# fgtrace report: {} (pid {})", self.program, self.pid);
+        }
         let _ = writeln!(
             out,
             "# {} calls on {} thread{}, session {}",
