@@ -240,158 +240,260 @@ pub fn build_thread(
     overwritten: u64,
     layout: CounterLayout,
 ) -> (Vec<super::format::Chunk>, u64) {
-    let mut samples = samples.into_iter().peekable();
-    // Samples go into the pre-order call stream by time: before the first
-    // call that starts after them. `open` holds the (depth, end) of the
-    // calls emitted so far that may still be open (the ancestors of the
-    // next call): a sample the sampler could not give a shadow depth (kernel
-    // call chains) gets the number of traced calls open at its
-    // time, as the views count them (the innermost open call's depth + 1).
-    let mut emit_samples_before = |enc: &mut ChunkEncoder, open: &[(u32, u64)], until: u64| {
-        while let Some(s) = samples.next_if(|s| s.0 < until) {
+    let mut b = ThreadBuilder::new(t, samples, overwritten, layout);
+    b.push(recs);
+    b.finish()
+}
+
+/// One thread's records, in exit order as the probes wrote them, rebuilt
+/// into the pre-order call stream views read, as they come: records are
+/// [`push`](Self::push)ed a batch at a time (a raw chunk's), and every
+/// finished top-level call tree is written out and dropped. Memory holds
+/// the records of the tree still open (a thread whose whole run is one
+/// traced call keeps them all), the encoded chunks, and the futures.
+///
+/// A record's subtree is found in exit order: it adopts the finished
+/// subtrees on the stack that are deeper and started no earlier (the time
+/// check keeps orphans of a lost parent from being adopted by a later
+/// sibling of that parent). A depth-0 entry is never adopted, so once one is
+/// on the stack, the stack up to it is final: those roots are walked in
+/// pre-order (roots left to right, children left to right), with the
+/// samples put before the first call that starts after them, exactly as a
+/// walk of the whole thread at its end would.
+pub struct ThreadBuilder {
+    t: u32,
+    samples: std::iter::Peekable<std::vec::IntoIter<RawSample>>,
+    overwritten: u64,
+    layout: CounterLayout,
+    /// Records since the last flush; `buf[k]` is record `base + k`.
+    buf: Vec<Rec>,
+    base: usize,
+    /// Tree records (not futures, not extension records) by index, their
+    /// subtree sizes, and the stack of subtrees not yet adopted (indices
+    /// into `tree`): all since the last flush.
+    tree: Vec<usize>,
+    size: Vec<u32>,
+    stack: Vec<u32>,
+    /// Whole-future records: (start, record), emitted at the end by start.
+    futures: Vec<Rec>,
+    figures: alloc_figures::Attach,
+    /// The (depth, end) of the calls emitted so far that may still be open.
+    open: Vec<(u32, u64)>,
+    enc: ChunkEncoder,
+    calls: u64,
+    /// The first record's start (the overwritten marker's time).
+    first_start: Option<u64>,
+    started: bool,
+}
+
+impl ThreadBuilder {
+    pub fn new(t: u32, samples: Vec<RawSample>, overwritten: u64, layout: CounterLayout) -> Self {
+        ThreadBuilder {
+            t,
+            samples: samples.into_iter().peekable(),
+            overwritten,
+            layout,
+            buf: Vec::new(),
+            base: 0,
+            tree: Vec::new(),
+            size: Vec::new(),
+            stack: Vec::new(),
+            futures: Vec::new(),
+            figures: alloc_figures::Attach::default(),
+            open: Vec::new(),
+            enc: ChunkEncoder::new(t),
+            calls: 0,
+            first_start: None,
+            started: false,
+        }
+    }
+
+    /// The next records of the thread, in the order they were written.
+    pub fn push(&mut self, recs: &[Rec]) {
+        for r in recs {
+            self.first_start.get_or_insert(r.start_ns);
+            let i = self.base + self.buf.len();
+            // Extension records belong to the call before them: a finished
+            // tree is written out only when the next record that is not one
+            // arrives, so its last call has its figures by then.
+            if self.figures.take(i, r) {
+                self.buf.push(*r);
+                continue;
+            }
+            if self
+                .stack
+                .last()
+                .is_some_and(|&top| self.rec(self.tree[top as usize]).depth == 0)
+            {
+                self.flush();
+            }
+            let i = self.base + self.buf.len();
+            self.buf.push(*r);
+            if r.kind as u64 == kind::FUTURE {
+                self.futures.push(*r);
+                continue;
+            }
+            let k = self.tree.len();
+            self.tree.push(i);
+            let mut sz = 1u32;
+            while let Some(&top) = self.stack.last() {
+                let tr = self.rec(self.tree[top as usize]);
+                if tr.depth > r.depth && tr.start_ns >= r.start_ns {
+                    sz += self.size[top as usize];
+                    self.stack.pop();
+                } else {
+                    break;
+                }
+            }
+            self.size.push(sz);
+            self.stack.push(k as u32);
+        }
+    }
+
+    fn rec(&self, i: usize) -> &Rec {
+        &self.buf[i - self.base]
+    }
+
+    /// Records held (those of the call trees not yet written out).
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The overwritten calls' marker, before anything else of the thread.
+    fn start(&mut self) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        if self.overwritten > 0 {
+            self.enc.push(&Event::Lost(Lost {
+                thread: self.t,
+                depth: 0,
+                at_ns: self.first_start.unwrap_or(0),
+                count: self.overwritten,
+                kind: LossKind::Overwritten,
+            }));
+        }
+    }
+
+    /// Samples before `until`, each with the traced calls open at its time
+    /// where the sampler could not count them (kernel call chains: the
+    /// innermost open call's depth + 1).
+    fn samples_before(&mut self, until: u64) {
+        while let Some(s) = self.samples.next_if(|s| s.0 < until) {
             let shadow_depth = if s.1 == crate::SHADOW_DEPTH_FROM_TRACE {
-                open.iter()
+                self.open
+                    .iter()
                     .rev()
                     .find(|o| o.1 > s.0)
                     .map_or(0, |o| o.0.saturating_add(1))
             } else {
                 s.1
             };
-            enc.push(&Event::Sample(super::Sample {
-                thread: t,
+            self.enc.push(&Event::Sample(super::Sample {
+                thread: self.t,
                 ts_ns: s.0.min(recorded::MAX_NS),
                 shadow_depth,
                 cut: s.2,
                 frames: s.3,
             }));
         }
-    };
-    let mut open: Vec<(u32, u64)> = Vec::new();
-    // Separate whole-future records from the call tree.
-    let n = recs.len();
-    let mut tree: Vec<u32> = Vec::with_capacity(n);
-    let mut futures = Vec::new();
-    // Allocation figures and counter deltas: extension records after a call's.
-    let mut figures = alloc_figures::Attach::default();
-    for (i, r) in recs.iter().enumerate() {
-        if figures.take(i, r) {
-            continue;
-        }
-        if r.kind as u64 == kind::FUTURE {
-            futures.push(i as u32);
-        } else {
-            tree.push(i as u32);
-        }
     }
-    // Subtree sizes in exit order: a record adopts the finished subtrees
-    // above it on the stack that are deeper and started no earlier (the
-    // time check keeps orphans of a lost parent from being adopted by a
-    // later sibling of that parent).
-    let m = tree.len();
-    let mut size = vec![1u32; m];
-    let mut stack: Vec<u32> = Vec::new();
-    for k in 0..m {
-        let r = &recs[tree[k] as usize];
-        let mut sz = 1u32;
-        while let Some(&top) = stack.last() {
-            let tr = &recs[tree[top as usize] as usize];
-            if tr.depth > r.depth && tr.start_ns >= r.start_ns {
-                sz += size[top as usize];
-                stack.pop();
-            } else {
-                break;
-            }
-        }
-        size[k] = sz;
-        stack.push(k as u32);
-    }
-    let mut enc = ChunkEncoder::new(t);
-    let mut calls = 0u64;
-    if overwritten > 0 {
-        let at = recs.first().map(|r| r.start_ns).unwrap_or(0);
-        enc.push(&Event::Lost(Lost {
-            thread: t,
-            depth: 0,
-            at_ns: at,
-            count: overwritten,
-            kind: LossKind::Overwritten,
-        }));
-    }
-    // Pre-order walk: roots left to right, children left to right.
-    let mut work: Vec<u32> = Vec::new();
-    for &root in stack.iter() {
-        work.push(root);
-        while let Some(k) = work.pop() {
-            let r = &recs[tree[k as usize] as usize];
-            emit_samples_before(&mut enc, &open, r.start_ns);
-            while open.last().is_some_and(|o| o.0 >= r.depth) {
-                open.pop();
-            }
-            if r.kind as u64 != kind::LOST {
-                open.push((r.depth, r.end_ns));
-            }
-            match r.kind as u64 {
-                kind::LOST => enc.push(&Event::Lost(Lost {
-                    thread: t,
-                    depth: r.depth,
-                    at_ns: r.start_ns,
-                    count: r.count,
-                    kind: LossKind::Dropped,
-                })),
-                rk => {
-                    calls += 1;
-                    let mut fl = 0;
-                    if r.unwound {
-                        fl |= flags::UNWOUND;
-                    }
-                    if rk == kind::POLL {
-                        fl |= flags::POLL;
-                    }
-                    if size[k as usize] > 1 {
-                        fl |= flags::HAS_CHILDREN;
-                    }
-                    enc.push(&Event::Call(Call {
+
+    /// Walks every root on the stack in pre-order and drops what it held.
+    fn flush(&mut self) {
+        self.start();
+        let t = self.t;
+        let stack = std::mem::take(&mut self.stack);
+        let mut work: Vec<u32> = Vec::new();
+        for &root in &stack {
+            work.push(root);
+            while let Some(k) = work.pop() {
+                let i = self.tree[k as usize];
+                let r = *self.rec(i);
+                self.samples_before(r.start_ns);
+                while self.open.last().is_some_and(|o| o.0 >= r.depth) {
+                    self.open.pop();
+                }
+                if r.kind as u64 != kind::LOST {
+                    self.open.push((r.depth, r.end_ns));
+                }
+                match r.kind as u64 {
+                    kind::LOST => self.enc.push(&Event::Lost(Lost {
                         thread: t,
-                        site: r.site,
                         depth: r.depth,
-                        start_ns: r.start_ns,
-                        dur_ns: r.end_ns - r.start_ns,
-                        flags: fl,
-                    }));
-                    if let Some(e) = figures.event(t, tree[k as usize] as usize, layout) {
-                        enc.push(&e);
+                        at_ns: r.start_ns,
+                        count: r.count,
+                        kind: LossKind::Dropped,
+                    })),
+                    rk => {
+                        self.calls += 1;
+                        let mut fl = 0;
+                        if r.unwound {
+                            fl |= flags::UNWOUND;
+                        }
+                        if rk == kind::POLL {
+                            fl |= flags::POLL;
+                        }
+                        if self.size[k as usize] > 1 {
+                            fl |= flags::HAS_CHILDREN;
+                        }
+                        self.enc.push(&Event::Call(Call {
+                            thread: t,
+                            site: r.site,
+                            depth: r.depth,
+                            start_ns: r.start_ns,
+                            dur_ns: r.end_ns - r.start_ns,
+                            flags: fl,
+                        }));
+                        if let Some(e) = self.figures.event(t, i, self.layout) {
+                            self.enc.push(&e);
+                        }
                     }
                 }
-            }
-            let sz = size[k as usize];
-            if sz > 1 {
-                let lo = k + 1 - sz;
-                let mut c = k - 1;
-                loop {
-                    work.push(c);
-                    let csz = size[c as usize];
-                    if c < lo + csz {
-                        break;
+                let sz = self.size[k as usize];
+                if sz > 1 {
+                    let lo = k + 1 - sz;
+                    let mut c = k - 1;
+                    loop {
+                        work.push(c);
+                        let csz = self.size[c as usize];
+                        if c < lo + csz {
+                            break;
+                        }
+                        c -= csz;
                     }
-                    c -= csz;
                 }
             }
         }
+        self.base += self.buf.len();
+        self.buf.clear();
+        self.tree.clear();
+        self.size.clear();
+        self.stack = stack;
+        self.stack.clear();
     }
-    emit_samples_before(&mut enc, &open, u64::MAX);
-    futures.sort_by_key(|&i| recs[i as usize].start_ns);
-    for &i in &futures {
-        let r = &recs[i as usize];
-        enc.push(&Event::Future(FutureSpan {
-            thread: t,
-            site: r.site,
-            start_ns: r.start_ns,
-            dur_ns: r.end_ns - r.start_ns,
-            polls: r.depth,
-            cancelled: r.unwound,
-        }));
+
+    /// Writes what is left: the last trees, the samples after them, the
+    /// futures by start. Returns the thread's chunks and its calls.
+    pub fn finish(mut self) -> (Vec<super::format::Chunk>, u64) {
+        self.flush();
+        self.samples_before(u64::MAX);
+        let t = self.t;
+        let mut futures = std::mem::take(&mut self.futures);
+        futures.sort_by_key(|r| r.start_ns);
+        for r in &futures {
+            self.enc.push(&Event::Future(FutureSpan {
+                thread: t,
+                site: r.site,
+                start_ns: r.start_ns,
+                dur_ns: r.end_ns - r.start_ns,
+                polls: r.depth,
+                cancelled: r.unwound,
+            }));
+        }
+        (self.enc.finish(), self.calls)
     }
-    (enc.finish(), calls)
 }
 
 /// Where a trace's calls are until something reads them.
@@ -430,20 +532,30 @@ pub struct RecordedThread {
 }
 
 impl Recorded {
-    /// Rebuilds every thread in pre-order (one thread's records in memory
-    /// at a time) and interleaves the threads' chunks by time.
+    /// Rebuilds every thread in pre-order ([`ThreadBuilder`]: a raw chunk's
+    /// records and the open call tree in memory at a time) and interleaves
+    /// the threads' chunks by time. Threads are rebuilt on up to
+    /// [`crate::parallel::threads`] cores at once.
     pub fn build(&self, n_sites: usize, counters: &[String]) -> Result<Vec<Chunk>, TraceError> {
         let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
+        let indexed: Vec<(u32, &RecordedThread)> = (0u32..).zip(&self.threads).collect();
+        let built: Vec<Result<Vec<Chunk>, TraceError>> =
+            crate::parallel::map(&indexed, |&(t, th)| {
+                let mut b = ThreadBuilder::new(t, th.samples.clone(), th.overwritten, layout);
+                let mut recs = Vec::new();
+                for c in &th.raw {
+                    recs.clear();
+                    decode(c, n_sites, scale, &mut recs)?;
+                    b.push(&recs);
+                }
+                Ok(b.finish().0)
+            });
+        // In thread order, the first error in thread order: what the
+        // threads one after the other give.
         let mut out = Vec::new();
-        let mut recs = Vec::new();
-        for (t, th) in self.threads.iter().enumerate() {
-            recs.clear();
-            for c in &th.raw {
-                decode(c, n_sites, scale, &mut recs)?;
-            }
-            let (c, _) = build_thread(t as u32, &recs, th.samples.clone(), th.overwritten, layout);
-            out.extend(c);
+        for c in built {
+            out.extend(c?);
         }
         Ok(interleave(out))
     }
@@ -524,14 +636,17 @@ mod alloc_figures {
         /// The counters event of the call recorded at `i`: `None` when the
         /// trace has no allocation figures and the call no counter delta
         /// (a call open before its thread joined a counted session).
-        pub fn event(&self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
-            let ctr = self.counters.get(&i);
+        ///
+        /// Called once per call, when it is written out: its figures go.
+        pub fn event(&mut self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
+            let ctr = self.counters.remove(&i);
+            let ctr = ctr.as_ref();
             if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {
                 return None;
             }
             let mut values = Vec::with_capacity(5 + layout.n_counters);
             if layout.with_allocs {
-                let a = self.allocs.get(&i).copied().unwrap_or_default();
+                let a = self.allocs.remove(&i).unwrap_or_default();
                 values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
             }
             for k in 0..layout.n_counters {
@@ -585,6 +700,41 @@ mod tests {
 
     fn rec(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
         RawCall::pack(1_000_000 + start, depth, dur, site, false, kind::CALL)
+    }
+
+    /// A thread of many top-level calls, pushed a record at a time: only the
+    /// open tree is held, and the output is that of the whole thread pushed
+    /// at once.
+    #[test]
+    fn finished_top_level_trees_are_written_out_as_they_close() {
+        let scale = TickScale::new(1.0);
+        let mut raw = Vec::new();
+        // 1000 times: top(0) { mid(1) { leaf(2), leaf(2) } }, in exit order.
+        for k in 0..1000u64 {
+            let t = k * 100;
+            raw.push(rec(t + 2, 2, 3, 2));
+            raw.push(rec(t + 6, 2, 3, 2));
+            raw.push(rec(t + 1, 1, 10, 1));
+            raw.push(rec(t, 0, 20, 0));
+        }
+        let mut enc = RawEncoder::default();
+        let mut sites = SiteMap::default();
+        let chunk = enc.encode(0, &raw, 1_000_000, &mut sites, &|_| None);
+        let mut recs = Vec::new();
+        decode(&chunk, sites.sites.len(), scale, &mut recs).expect("decodes");
+        let layout = CounterLayout::of(&[]);
+        let mut one = ThreadBuilder::new(0, Vec::new(), 0, layout);
+        let mut most = 0;
+        for r in &recs {
+            one.push(std::slice::from_ref(r));
+            most = most.max(one.held());
+        }
+        assert!(most <= 5, "held up to {most} records");
+        let (a, calls) = one.finish();
+        let (b, _) = build_thread(0, &recs, Vec::new(), 0, layout);
+        assert_eq!(calls, 4000);
+        let payloads = |c: &[Chunk]| c.iter().map(|c| c.payload.clone()).collect::<Vec<_>>();
+        assert_eq!(payloads(&a), payloads(&b));
     }
 
     /// Exit order in, pre-order out, with a lost parent whose children must

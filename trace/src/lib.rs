@@ -24,6 +24,7 @@ pub mod format;
 pub mod json;
 pub mod maps;
 pub mod merge;
+pub mod parallel;
 #[doc(hidden)]
 pub mod recorded;
 
