@@ -110,7 +110,11 @@ impl Sample {
 struct Hart {
     st: UnsafeCell<ThreadState>,
     frames: UnsafeCell<[Frame; STACK_DEPTH]>,
-    buf: UnsafeCell<[RawCall; BUF_CALLS]>,
+    /// Two record buffers: the probe writes one while the other is sent
+    /// (the flight recorder's ring is the first).
+    bufs: UnsafeCell<[[RawCall; BUF_CALLS]; 2]>,
+    /// A buffer is being sent from this hart (the other one records).
+    sending: AtomicBool,
     published: AtomicUsize,
     overruns: AtomicUsize,
     nested_dropped: AtomicUsize,
@@ -132,7 +136,8 @@ impl Hart {
         Hart {
             st: UnsafeCell::new(ThreadState::EMPTY),
             frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
-            buf: UnsafeCell::new([RawCall(0, 0); BUF_CALLS]),
+            bufs: UnsafeCell::new([[RawCall(0, 0); BUF_CALLS]; 2]),
+            sending: AtomicBool::new(false),
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             nested_dropped: AtomicUsize::new(0),
@@ -205,23 +210,49 @@ static OUT: OutCell = OutCell(UnsafeCell::new(Out {
     scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
     payload: [0; MAX_PAYLOAD],
 }));
-static OUT_LOCK: AtomicBool = AtomicBool::new(false);
+/// The output's owner: 0 when free, else the owning hart's index + 1.
+static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// A site's first call could not announce it (the output was busy on its
+/// hart): the whole site table goes out at the next flush.
+static SITES_PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Runs `f` on the output with interrupts masked and the output locked.
-fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> R {
+/// Locks the output for this hart, with interrupts masked while it spins;
+/// `None` if this hart holds it already (an interrupt handler that
+/// interrupted this hart's own output: waiting would never end).
+fn lock_out() -> Option<()> {
+    let me = hart_id() + 1;
     let saved = __fgtrace_irq_save();
-    while OUT_LOCK
-        .compare_exchange_weak(false, true, Acquire, Relaxed)
-        .is_err()
-    {
+    let mut got = Some(());
+    while let Err(owner) = OUT_OWNER.compare_exchange_weak(0, me, Acquire, Relaxed) {
+        if owner == me {
+            got = None;
+            break;
+        }
         core::hint::spin_loop();
     }
-    // SAFETY: locked, interrupts masked.
-    let r = f(unsafe { &mut *OUT.0.get() });
-    OUT_LOCK.store(false, Release);
+    __fgtrace_irq_restore(saved);
+    got
+}
+
+/// Runs `f` on the output with interrupts masked and the output locked;
+/// `None` if this hart's own output was interrupted (see [`lock_out`]).
+fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
+    let saved = __fgtrace_irq_save();
+    let r = with_out_open(f);
     __fgtrace_irq_restore(saved);
     r
+}
+
+/// As [`with_out`], with interrupts left as they are: an interrupt handler
+/// may run (and record) meanwhile, but cannot use the output.
+fn with_out_open<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
+    lock_out()?;
+    // SAFETY: locked by this hart; an interrupt handler on this hart finds
+    // it locked and stays out.
+    let r = f(unsafe { &mut *OUT.0.get() });
+    OUT_OWNER.store(0, Release);
+    Some(r)
 }
 
 impl Out {
@@ -433,7 +464,8 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     st.frames = h.frames.get() as *mut Frame;
     st.stack_cap = STACK_DEPTH as u32;
     st.depth = st.depth.min(st.stack_cap);
-    st.buf = h.buf.get() as *mut RawCall;
+    st.buf = h.bufs.get() as *mut RawCall;
+    h.sending.store(false, Relaxed);
     st.count = 0;
     h.published.store(0, Relaxed);
     if flight {
@@ -453,23 +485,79 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
 }
 
 fn decide(site: &'static Site, _gen: u32) -> Option<Decision> {
-    // A site's first call in this session: the host learns its name now.
-    with_out(|o| o.site(site));
+    // A site's first call in this session: the host learns its name now (or
+    // at the next flush, if this call interrupted the hart's own output).
+    if with_out(|o| o.site(site)).is_none() {
+        SITES_PENDING.store(true, Relaxed);
+    }
     Some(Decision::Record)
 }
 
-/// A full stream buffer: out as frames, and recording goes on from the start.
+/// A full stream buffer: sent while recording goes on in the other one
+/// (the core calls this with interrupts as they were, see [`drain`]).
 fn handoff(st: &mut ThreadState) {
     let id = hart_id();
+    if drain(st, id) {
+        flush_samples(id);
+    }
+}
+
+/// Sends the running hart's stream records. With interrupts masked, the
+/// full buffer is swapped for the hart's other one; then it is sent with
+/// interrupts as they were, so a traced interrupt handler that runs during
+/// the (slow) output records into the other buffer. If that one fills up
+/// meanwhile, it is sent next; a handler's records beyond it (the core
+/// finds the buffer full while this one is being sent) are counted as
+/// dropped. An interrupt handler whose call fills the buffer while this
+/// hart is already sending leaves it to the sender. Returns whether this
+/// call sent (it is not such a nested call).
+fn drain(st: &mut ThreadState, id: usize) -> bool {
     let h = &HARTS[id];
-    let n = st.count;
-    // SAFETY: this hart's buffer; `n` records were written.
-    let recs = unsafe { core::slice::from_raw_parts(st.buf, n) };
-    let first = h.written.fetch_add(n as u64, Relaxed);
-    with_out(|o| o.calls(id as u8, first, recs));
-    st.count = 0;
-    h.published.store(0, Relaxed);
-    flush_samples(id);
+    let mut once = true;
+    loop {
+        let saved = __fgtrace_irq_save();
+        // SAFETY (volatile): an interrupt handler on this hart moves
+        // `count` and `buf` between our instructions; masked now.
+        let (n, buf) = unsafe {
+            (
+                core::ptr::read_volatile(&st.count),
+                core::ptr::read_volatile(&st.buf),
+            )
+        };
+        let nested = h.sending.load(Relaxed);
+        let more = if once { n > 0 } else { n >= st.limit };
+        if nested || !more || buf.is_null() || st.limit == usize::MAX {
+            __fgtrace_irq_restore(saved);
+            return !nested;
+        }
+        once = false;
+        let bufs = h.bufs.get() as *mut RawCall;
+        // SAFETY: the hart's two buffers, BUF_CALLS records apart.
+        let other = if buf == bufs {
+            unsafe { bufs.add(BUF_CALLS) }
+        } else {
+            bufs
+        };
+        // SAFETY: as above; masked.
+        unsafe {
+            core::ptr::write_volatile(&mut st.buf, other);
+            core::ptr::write_volatile(&mut st.count, 0);
+        }
+        h.published.store(0, Relaxed);
+        h.sending.store(true, Relaxed);
+        let first = h.written.fetch_add(n as u64, Relaxed);
+        __fgtrace_irq_restore(saved);
+        // SAFETY: the buffer just swapped out; `n` records were written and
+        // nothing writes it until the next swap, which waits for `sending`.
+        let recs = unsafe { core::slice::from_raw_parts(buf, n) };
+        if with_out_open(|o| o.calls(id as u8, first, recs)).is_none() {
+            h.dropped.fetch_add(n as u64, Relaxed);
+        }
+        h.sending.store(false, Release);
+        if SITES_PENDING.swap(false, Relaxed) {
+            with_out(|o| o.meta());
+        }
+    }
 }
 
 fn release(_: &mut ThreadState) {}
@@ -554,23 +642,10 @@ pub fn stop() {
     });
 }
 
-/// The running hart's unsent stream records.
+/// The running hart's unsent stream records (see [`drain`]).
 fn flush_calls(id: usize) {
-    let saved = __fgtrace_irq_save();
-    // SAFETY: this hart's state, interrupts masked.
-    unsafe {
-        probe::with_thread_state(|st| {
-            if !st.buf.is_null() && st.count > 0 && st.limit != usize::MAX {
-                let n = st.count;
-                let recs = core::slice::from_raw_parts(st.buf, n);
-                let first = HARTS[id].written.fetch_add(n as u64, Relaxed);
-                with_out(|o| o.calls(id as u8, first, recs));
-                st.count = 0;
-                HARTS[id].published.store(0, Relaxed);
-            }
-        })
-    }
-    __fgtrace_irq_restore(saved);
+    // SAFETY: this hart's state; `drain` masks interrupts while it changes it.
+    unsafe { probe::with_thread_state(|st| drain(st, id)) };
 }
 
 /// Sends the flight recorder's ring (the last [`BUF_CALLS`] calls, oldest

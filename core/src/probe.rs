@@ -658,12 +658,24 @@ fn overrun(st: &mut ThreadState) {
 
 /// Runs a hook with the thread marked busy, then restores `gen` (or sets
 /// what the hook's result says).
+///
+/// On boards the hook also runs with interrupts masked: a traced call in an
+/// interrupt handler would otherwise meet the busy state and go unrecorded;
+/// masked, the interrupt waits until the hook is done and records as usual.
 #[inline(always)]
 fn busy<R>(st: &mut ThreadState, f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
     let gen = st.gen;
     st.gen = GEN_BUSY;
     let r = f(st);
     st.gen = gen;
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
     r
 }
 
@@ -995,10 +1007,18 @@ fn write_dropped(st: &mut ThreadState) {
 }
 
 /// A full buffer: [`Hooks::handoff`] swaps in the next one.
+///
+/// On boards the hook runs with the thread not busy and interrupts as they
+/// were: it swaps in a second buffer with interrupts masked, then sends the
+/// full one while a traced interrupt handler records into the new one (the
+/// sink's own calls, if it is traced, are recorded too).
 #[cold]
 #[inline(never)]
 fn handoff(st: &mut ThreadState) {
     match hooks() {
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        Some(h) => (h.handoff)(st),
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
         Some(h) => busy(st, |st| (h.handoff)(st)),
         None => st.buf = ptr::null_mut(),
     }

@@ -193,6 +193,10 @@ extern "C" fn rust_trap(mepc: usize, ra: usize, s0: usize, sp: usize, mcause: us
     if interrupt && mcause & 0xff == 7 {
         // SAFETY: the trapped registers of this hart.
         unsafe { board::sample(mepc, ra, s0, sp) };
+        // Traced code in the interrupt handler: recorded wherever the
+        // interrupt lands (in a probe, in a buffer's handoff), part of the
+        // ground truth like every other call.
+        black_box(irq_tick(black_box(mepc as u32)));
         let every = board::sample_interval();
         if every == 0 {
             timer_interrupts(false);
@@ -249,6 +253,8 @@ truth!(
     T_FIB = "fib",
     T_SPLIT = "split_work",
     T_COST = "probe_cost_leaf",
+    T_IRQ = "irq_tick",
+    T_IRQ_LEAF = "irq_leaf",
 );
 
 fn count(t: &Truth) {
@@ -425,6 +431,20 @@ fn run_round(round: u32, split_iters: u32) -> u64 {
     acc = acc.wrapping_add(c[N - 1][N - 1] as u64);
     acc = acc.wrapping_add(fib(10));
     acc ^ split_work(split_iters) as u64
+}
+
+/// What the timer interrupt runs besides the sampler: a traced call with a
+/// traced callee.
+#[fgtrace::traced]
+fn irq_tick(seed: u32) -> u32 {
+    count(&T_IRQ);
+    irq_leaf(seed) ^ irq_leaf(seed.rotate_left(7))
+}
+
+#[fgtrace::traced]
+fn irq_leaf(x: u32) -> u32 {
+    count(&T_IRQ_LEAF);
+    x.wrapping_mul(0x9e37_79b9) >> 3
 }
 
 #[fgtrace::traced]
