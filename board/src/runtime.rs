@@ -280,11 +280,13 @@ impl Out {
 
     fn meta(&mut self) {
         let s = &SESSION;
-        let (tps, start, name) = (
+        let (tps, start, name, clock) = (
             s.ticks_per_sec.load(Relaxed),
             s.start_ticks.load(Relaxed),
             // SAFETY: written once in `init`, before any output.
             unsafe { *NAME.0.get() },
+            // SAFETY: as above.
+            unsafe { *CLOCK_NAME.0.get() },
         );
         let mode = s.mode.load(Relaxed);
         let gen = s.gen.load(Relaxed);
@@ -297,6 +299,7 @@ impl Out {
                 .u64(start)
                 .u32(gen)
                 .u32(hz)
+                .str(clock)
                 .bytes(name.as_bytes());
         });
         for site in site::sites() {
@@ -362,6 +365,7 @@ struct NameCell(UnsafeCell<&'static str>);
 // SAFETY: written once in `init`.
 unsafe impl Sync for NameCell {}
 static NAME: NameCell = NameCell(UnsafeCell::new(""));
+static CLOCK_NAME: NameCell = NameCell(UnsafeCell::new(""));
 
 /// Sends console text as a [`TEXT`] frame (the host prints it).
 pub fn text(s: &str) {
@@ -422,12 +426,61 @@ static SESSION: Session = Session {
     text_hi: AtomicUsize::new(0),
 };
 
+/// The clock the probe reads and its rate. Which counter it is is chosen
+/// when the firmware is built (the probe reads it inline, a few
+/// instructions): `rdtime` by default on RISC-V, `mcycle` with this crate's
+/// `mcycle` feature (machine mode; every cycle, so calls of a few
+/// instructions get a duration; under qemu `-icount shift=0`, one tick per
+/// instruction at 1 GHz). Only the matching constructor exists, so the rate
+/// always describes the counter the probe reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    name: &'static str,
+    ticks_per_sec: u64,
+}
+
+impl Clock {
+    /// `rdtime`, counting `hz` a second (10 MHz on qemu `virt`).
+    #[cfg(not(feature = "mcycle"))]
+    pub const fn rdtime(hz: u64) -> Clock {
+        Clock {
+            name: "rdtime",
+            ticks_per_sec: hz,
+        }
+    }
+
+    /// `mcycle`, counting `hz` cycles a second.
+    #[cfg(feature = "mcycle")]
+    pub const fn mcycle(hz: u64) -> Clock {
+        Clock {
+            name: "mcycle",
+            ticks_per_sec: hz,
+        }
+    }
+
+    /// Ticks per second.
+    pub const fn ticks_per_sec(&self) -> u64 {
+        self.ticks_per_sec
+    }
+
+    /// The counter's name, sent in [`META`] (the trace's clock source).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Reads the probe's clock.
+#[inline(always)]
+pub fn now() -> u64 {
+    clock::ticks()
+}
+
 /// What the runtime needs to know about the board.
 pub struct Board {
     /// Where the stream goes.
     pub sink: &'static mut dyn Sink,
-    /// `rdtime` ticks per second (10 MHz on qemu `virt`).
-    pub ticks_per_sec: u64,
+    /// The clock the probe reads, with its rate.
+    pub clock: Clock,
     /// Firmware name, sent in [`META`].
     pub name: &'static str,
     /// The stack the sampler may read: `[lo, hi)`.
@@ -442,7 +495,9 @@ pub fn init(b: Board) {
     // SAFETY: before any output reads it.
     unsafe { *NAME.0.get() = b.name };
     let s = &SESSION;
-    s.ticks_per_sec.store(b.ticks_per_sec, Relaxed);
+    s.ticks_per_sec.store(b.clock.ticks_per_sec, Relaxed);
+    // SAFETY: before any output reads it.
+    unsafe { *CLOCK_NAME.0.get() = b.clock.name };
     s.stack_lo.store(b.stack.0, Relaxed);
     s.stack_hi.store(b.stack.1, Relaxed);
     s.text_lo.store(b.text.0, Relaxed);
@@ -497,7 +552,7 @@ fn decide(site: &'static Site, _gen: u32) -> Option<Decision> {
 /// (the core calls this with interrupts as they were, see [`drain`]).
 fn handoff(st: &mut ThreadState) {
     let id = hart_id();
-    if drain(st, id) {
+    if drain(st, id, true) {
         flush_samples(id);
     }
 }
@@ -511,9 +566,11 @@ fn handoff(st: &mut ThreadState) {
 /// dropped. An interrupt handler whose call fills the buffer while this
 /// hart is already sending leaves it to the sender. Returns whether this
 /// call sent (it is not such a nested call).
-fn drain(st: &mut ThreadState, id: usize) -> bool {
+/// `full`: only a full buffer (a handoff; the buffer may have been handed
+/// over already by an interrupt handler), else any records (a flush).
+fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
     let h = &HARTS[id];
-    let mut once = true;
+    let mut once = !full;
     loop {
         let saved = __fgtrace_irq_save();
         // SAFETY (volatile): an interrupt handler on this hart moves
@@ -608,12 +665,10 @@ pub fn expired() -> bool {
     dl != 0 && clock::ticks() >= dl
 }
 
-/// Ticks between two samples at the session's rate (0: not sampling).
-pub fn sample_interval() -> u64 {
-    match SESSION.sample_hz.load(Relaxed) {
-        0 => 0,
-        hz => SESSION.ticks_per_sec.load(Relaxed) / hz as u64,
-    }
+/// The session's sampling rate in Hz (0: not sampling): the firmware sets
+/// its timer from it.
+pub fn sample_hz() -> u32 {
+    SESSION.sample_hz.load(Relaxed)
 }
 
 /// Ends the session: what the running hart still holds goes out (a stream
@@ -645,7 +700,7 @@ pub fn stop() {
 /// The running hart's unsent stream records (see [`drain`]).
 fn flush_calls(id: usize) {
     // SAFETY: this hart's state; `drain` masks interrupts while it changes it.
-    unsafe { probe::with_thread_state(|st| drain(st, id)) };
+    unsafe { probe::with_thread_state(|st| drain(st, id, false)) };
 }
 
 /// Sends the flight recorder's ring (the last [`BUF_CALLS`] calls, oldest

@@ -105,6 +105,31 @@ fn check(target: &str) {
     assert_eq!(calls, run.truth, "{target}: calls per function");
     assert_eq!(meta.total_lost(), 0, "{target}: losses");
 
+    // The clock is `mcycle`, one tick per instruction under `-icount
+    // shift=0` at 1 GHz: every call has a duration (the shortest, a leaf of
+    // a few instructions, over 10 ns), and the probe-cost leaf's calls all
+    // show the same one, the size of its body.
+    assert_eq!(meta.clock.source, "mcycle", "{target}: the board's clock");
+    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: mcycle at 1 GHz");
+    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
+        panic!(
+            "{target}: {} shows no duration: {c:?}",
+            meta.site_name(c.site)
+        );
+    }
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in t.calls() {
+        if meta.site_name(c.site) == "probe_cost_leaf" {
+            *leaf.entry(c.dur_ns).or_default() += 1;
+        }
+    }
+    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
+    let all: u64 = leaf.values().sum();
+    assert!(
+        (5..=40).contains(&usual) && n * 100 >= all * 99,
+        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
+    );
+
     // Nesting: every call's recorded parent is the function that calls it.
     let parents: HashMap<&str, &[&str]> = HashMap::from([
         ("run_round", &[][..]),
@@ -147,7 +172,7 @@ fn check(target: &str) {
                 let p = open.last().unwrap();
                 assert!(
                     want == ["*"] || (c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns()),
-                    "{target}: {name} inside its parent's time"
+                    "{target}: {name} inside its parent's time: {c:?} in {p:?}"
                 );
             }
         }

@@ -754,17 +754,43 @@ fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decis
 #[inline(never)]
 fn exit(slot: u32, serial: u32) {
     let end = ticks();
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    with_state(|st| exit_in(st, slot, serial, end));
+    // On boards the pop and the record are one step for an interrupt
+    // handler on this hart: one that ran between them would record its
+    // calls at the popped frame's depth before that frame's own record, and
+    // its records, in exit order, would no longer nest. Interrupts are
+    // masked from the pop to the record's end (a few instructions); a full
+    // buffer is handed over after, with interrupts as they were. A handler
+    // that runs after the record filled the buffer, before its handoff,
+    // finds it full here and hands it over itself, before its own record.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
-        if st.depth == slot {
-            // SAFETY: slot <= depth <= stack_cap.
-            let f = unsafe { *st.frames.add(slot as usize - 1) };
-            if f.tag >> 8 == serial {
-                st.depth = slot - 1;
-                return finish(st, f, slot - 1, end);
-            }
+        if st.count >= st.limit && !st.buf.is_null() {
+            handoff(st);
         }
-        exit_other(st, slot, serial, end)
+        // SAFETY: the platform's functions, paired below.
+        let saved = unsafe { platform::__fgtrace_irq_save() };
+        exit_in(st, slot, serial, end);
+        // SAFETY: as above.
+        unsafe { platform::__fgtrace_irq_restore(saved) };
+        if st.count >= st.limit && !st.buf.is_null() {
+            handoff(st);
+        }
     })
+}
+
+#[inline(always)]
+fn exit_in(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    if st.depth == slot {
+        // SAFETY: slot <= depth <= stack_cap.
+        let f = unsafe { *st.frames.add(slot as usize - 1) };
+        if f.tag >> 8 == serial {
+            st.depth = slot - 1;
+            return finish(st, f, slot - 1, end);
+        }
+    }
+    exit_other(st, slot, serial, end)
 }
 
 /// Everything but the matching top frame: a counted capture call, leaked
@@ -951,19 +977,11 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     if st.buf.is_null() {
         return;
     }
-    // On boards, an interrupt handler's traced call waits until the record is
-    // written (a few instructions).
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    // SAFETY: the platform's functions, paired below.
-    let saved = unsafe { platform::__fgtrace_irq_save() };
+    // On boards, `exit` masks interrupts around this (and hands a full
+    // buffer over itself, after unmasking).
     // SAFETY (volatile): plain fields of this thread's state, read and
     // written as the instructions a signal handler may interrupt.
     if unsafe { ptr::read_volatile(&st.writing) } {
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-        // SAFETY: as above.
-        unsafe {
-            platform::__fgtrace_irq_restore(saved)
-        };
         return write_dropped(st);
     }
     unsafe { ptr::write_volatile(&mut st.writing, true) };
@@ -972,11 +990,6 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     if i >= st.limit {
         // A full buffer whose handoff has not run yet: this interrupted it.
         unsafe { ptr::write_volatile(&mut st.writing, false) };
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-        // SAFETY: as above.
-        unsafe {
-            platform::__fgtrace_irq_restore(saved)
-        };
         return write_dropped(st);
     }
     // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
@@ -986,11 +999,7 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     unsafe { (*st.published).store(i + 1, Release) };
     compiler_fence(SeqCst);
     unsafe { ptr::write_volatile(&mut st.writing, false) };
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    // SAFETY: as above.
-    unsafe {
-        platform::__fgtrace_irq_restore(saved)
-    };
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     if i + 1 >= st.limit {
         handoff(st);
     }

@@ -78,6 +78,8 @@ struct Session {
     ticks_per_sec: u64,
     start_ticks: u64,
     sample_hz: u32,
+    /// The counter the board's probe reads (`rdtime`, `mcycle`, `tsc`).
+    clock: String,
     name: String,
     harts: BTreeMap<u8, Hart>,
     ended: bool,
@@ -174,7 +176,7 @@ impl BoardSession {
         let base = MetaBase {
             program: s.name,
             pid: 0,
-            clock_source: "rdtime".into(),
+            clock_source: s.clock.clone(),
             cal: Calibration {
                 origin: ClockPoint {
                     ticks: s.start_ticks,
@@ -308,7 +310,7 @@ impl Decoder {
         match kind {
             wire::META => {
                 let version = r.u8()?;
-                if version != wire::VERSION {
+                if version == 0 || version > wire::VERSION {
                     return None;
                 }
                 let mode = r.u8()?;
@@ -317,6 +319,12 @@ impl Decoder {
                 let start_ticks = r.u64()?;
                 let gen = r.u32()?;
                 let sample_hz = r.u32()?;
+                // Version 1 had no clock name: it was always `rdtime`.
+                let clock = if version >= 2 {
+                    r.str()?.to_owned()
+                } else {
+                    "rdtime".to_owned()
+                };
                 let name = String::from_utf8_lossy(r.bytes(r.remaining())?).into_owned();
                 let same = self.current.as_ref().is_some_and(|s| s.gen == gen);
                 let repeat_of_done = self.done.last().is_some_and(|s| s.gen == gen && s.ended);
@@ -331,6 +339,7 @@ impl Decoder {
                         ticks_per_sec,
                         start_ticks,
                         sample_hz,
+                        clock,
                         name,
                         harts: BTreeMap::new(),
                         ended: false,
@@ -496,6 +505,7 @@ mod tests {
                 .u64(1000)
                 .u32(1)
                 .u32(0)
+                .str("mcycle")
                 .bytes(b"demo");
         });
         for (id, name) in [(0u32, "parent"), (1, "child")] {
@@ -568,6 +578,7 @@ mod tests {
             );
             assert_eq!(t.meta().threads[0].lost, 0);
             assert_eq!(t.meta().threads[0].samples, 1);
+            assert_eq!(t.meta().clock.source, "mcycle", "the board's clock");
             let first = t.calls().next().unwrap();
             assert_eq!((first.start_ns, first.dur_ns), (0, 4000), "10 MHz ticks");
         }

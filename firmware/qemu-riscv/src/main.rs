@@ -21,7 +21,12 @@ use fgtrace::runtime::{self as board, Board, Sink, Source};
 const UART: usize = 0x1000_0000;
 const CLINT_MTIMECMP: usize = 0x200_4000;
 const TEST_DEVICE: usize = 0x10_0000;
-const TICKS_PER_SEC: u64 = 10_000_000;
+/// `mtime` (`rdtime`) ticks per second on qemu `virt`: the timer's clock.
+const MTIME_HZ: u64 = 10_000_000;
+/// `mcycle` per second: the probe's clock. Under qemu `-icount shift=0`
+/// (run.sh) one instruction is one virtual nanosecond and `mcycle` counts
+/// instructions, so 1 GHz; on a real board, its core clock.
+const MCYCLE_HZ: u64 = 1_000_000_000;
 
 struct Uart;
 
@@ -56,8 +61,36 @@ fn exit(code: u32) -> ! {
     }
 }
 
+/// The CLINT's `mtime`, which the timer compares with (the probe reads
+/// `mcycle`).
 fn mtime() -> u64 {
-    fgtrace::core::clock::ticks()
+    #[cfg(target_arch = "riscv64")]
+    {
+        let t: u64;
+        // SAFETY: reads the time CSR.
+        unsafe { core::arch::asm!("rdtime {}", out(reg) t) };
+        t
+    }
+    #[cfg(target_arch = "riscv32")]
+    loop {
+        let (hi, lo, hi2): (u32, u32, u32);
+        // SAFETY: reads the time CSR halves.
+        unsafe {
+            core::arch::asm!("rdtimeh {0}", "rdtime {1}", "rdtimeh {2}",
+                out(reg) hi, out(reg) lo, out(reg) hi2)
+        };
+        if hi == hi2 {
+            break (hi as u64) << 32 | lo as u64;
+        }
+    }
+}
+
+/// `mtime` ticks between two samples at the session's rate (0: none).
+fn sample_every() -> u64 {
+    match board::sample_hz() {
+        0 => 0,
+        hz => MTIME_HZ / hz as u64,
+    }
 }
 
 fn set_timer(at: u64) {
@@ -197,7 +230,7 @@ extern "C" fn rust_trap(mepc: usize, ra: usize, s0: usize, sp: usize, mcause: us
         // interrupt lands (in a probe, in a buffer's handoff), part of the
         // ground truth like every other call.
         black_box(irq_tick(black_box(mepc as u32)));
-        let every = board::sample_interval();
+        let every = sample_every();
         if every == 0 {
             timer_interrupts(false);
         } else {
@@ -498,7 +531,7 @@ extern "C" fn firmware_main() -> ! {
     board::init(Board {
         // SAFETY: the only reference to the UART sink, handed over once.
         sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },
-        ticks_per_sec: TICKS_PER_SEC,
+        clock: board::Clock::mcycle(MCYCLE_HZ),
         name: env!("CARGO_PKG_NAME"),
         stack,
         text,
@@ -509,12 +542,12 @@ extern "C" fn firmware_main() -> ! {
     let waited = mtime();
     while !board::recording() {
         board::poll(&mut rx);
-        if mtime() - waited > 2 * TICKS_PER_SEC {
+        if mtime() - waited > 2 * MTIME_HZ {
             board::text("no command: recording with sampling at 1000 Hz");
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
     }
-    let every = board::sample_interval();
+    let every = sample_every();
     if every > 0 {
         set_timer(mtime() + every);
         timer_interrupts(true);
