@@ -1,21 +1,25 @@
-//! The recording runtime on a RISC-V board (machine mode, no OS).
+//! The recording runtime on a board without an OS: RISC-V machine mode
+//! (feature `riscv`) or x86_64 in ring 0 on one CPU (feature `x86_64`).
 //!
 //! * **State per hart.** Each hart has a static slot: the core's
-//!   `ThreadState`, a shadow stack, a record buffer and a sample ring. The
-//!   core finds the running hart's slot through `__fgtrace_state` (by
-//!   `mhartid`), and masks interrupts only while it writes a record
-//!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler cannot
-//!   corrupt the interrupted code's records.
-//! * **Stream mode**: a full buffer becomes a [`CALLS`] frame on the sink;
-//!   what the sink refuses is counted. **Flight recorder**: the buffer is a
+//!   `ThreadState`, a shadow stack, two record buffers and a sample ring.
+//!   The core finds the running hart's slot through `__fgtrace_state` (by
+//!   `mhartid`; on x86_64 the one CPU's), and masks interrupts only from a
+//!   call's pop to the end of its record and while a hook runs
+//!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler neither
+//!   corrupts the interrupted code's records nor meets a busy probe.
+//! * **Stream mode**: a full buffer becomes [`CALLS`] frames on the sink,
+//!   sent with interrupts as they were while the probe records into the
+//!   hart's other buffer (a traced interrupt handler is recorded wherever it
+//!   lands); what the sink refuses, or what no buffer can take, is counted. **Flight recorder**: the buffer is a
 //!   ring of the last [`BUF_CALLS`] calls, sent on [`dump`] (a host command,
 //!   or the panic handler).
 //! * The site table and the clock ([`META`], [`SITE`]) go out when a session
 //!   starts, are repeated every [`REPEAT_EVERY`] frames, and again at stop, so
 //!   a host that attaches late can still decode.
 //! * **Sampler**: the firmware's timer interrupt calls [`sample`] with the
-//!   trapped `pc`, `ra`, `s0` and `sp`; it walks the frame pointers with the
-//!   core's RISC-V unwinder, records where the innermost traced frame sits
+//!   trapped `pc`, `ra`, `s0` and `sp` (x86_64: `rip`, `rbp`, `rsp`); it
+//!   walks the frame pointers with the core's unwinder, records where the innermost traced frame sits
 //!   (the cut), and queues the stack; queued stacks go out as [`SAMPLES`]
 //!   frames from the interrupted code's side, never from the interrupt.
 //! * **Host commands** over the same link ([`poll`]): `record <ms> <hz>`,
@@ -154,11 +158,20 @@ impl Hart {
 static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
 
 /// The running hart's index.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+#[inline(always)]
 pub fn hart_id() -> usize {
     let id: usize;
     // SAFETY: reads a CSR, machine mode.
     unsafe { core::arch::asm!("csrr {}, mhartid", out(reg) id, options(nomem, nostack)) };
     id.min(MAX_HARTS - 1)
+}
+
+/// The running CPU's index: x86_64 boards run on one CPU.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn hart_id() -> usize {
+    0
 }
 
 fn hart() -> &'static Hart {
@@ -172,6 +185,7 @@ pub fn __fgtrace_state() -> *mut ThreadState {
 }
 
 /// Masks machine interrupts; returns the old `mstatus`.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_save() -> usize {
     let old: usize;
@@ -181,11 +195,32 @@ pub fn __fgtrace_irq_save() -> usize {
 }
 
 /// Restores what [`__fgtrace_irq_save`] returned.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
     if old & 8 != 0 {
         // SAFETY: sets mstatus.MIE back, machine mode.
         unsafe { core::arch::asm!("csrsi mstatus, 8", options(nostack)) };
+    }
+}
+
+/// Masks interrupts (`cli`); returns the old `rflags`.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub fn __fgtrace_irq_save() -> usize {
+    let old: usize;
+    // SAFETY: reads rflags and clears IF, ring 0.
+    unsafe { core::arch::asm!("pushfq", "pop {}", "cli", out(reg) old) };
+    old
+}
+
+/// Restores what [`__fgtrace_irq_save`] returned (`sti` if IF was set).
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub fn __fgtrace_irq_restore(old: usize) {
+    if old & 0x200 != 0 {
+        // SAFETY: sets IF back, ring 0.
+        unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
     }
 }
 
@@ -441,7 +476,7 @@ pub struct Clock {
 
 impl Clock {
     /// `rdtime`, counting `hz` a second (10 MHz on qemu `virt`).
-    #[cfg(not(feature = "mcycle"))]
+    #[cfg(all(not(feature = "mcycle"), not(target_arch = "x86_64")))]
     pub const fn rdtime(hz: u64) -> Clock {
         Clock {
             name: "rdtime",
@@ -449,8 +484,18 @@ impl Clock {
         }
     }
 
+    /// The TSC, counting `hz` a second (qemu `-icount shift=0`: 1 GHz, one
+    /// tick per instruction).
+    #[cfg(target_arch = "x86_64")]
+    pub const fn tsc(hz: u64) -> Clock {
+        Clock {
+            name: "tsc",
+            ticks_per_sec: hz,
+        }
+    }
+
     /// `mcycle`, counting `hz` cycles a second.
-    #[cfg(feature = "mcycle")]
+    #[cfg(all(feature = "mcycle", not(target_arch = "x86_64")))]
     pub const fn mcycle(hz: u64) -> Clock {
         Clock {
             name: "mcycle",
@@ -751,7 +796,33 @@ pub fn on_panic() {
 /// # Safety
 /// Called from the hart's timer interrupt handler with the trapped `pc`
 /// (`mepc`), `ra`, `s0` (frame pointer) and `sp`.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
+    sample_regs(unwind::Regs {
+        pc: pc as u64,
+        fp: fp as u64,
+        sp: sp as u64,
+        lr: Some(ra as u64),
+    })
+}
+
+/// The timer interrupt's sample: walks the frame pointers from the trapped
+/// registers and queues the stack for the next flush.
+///
+/// # Safety
+/// Called from the CPU's timer interrupt handler with the interrupted
+/// `rip`, `rbp` (frame pointer) and `rsp`, from the interrupt frame.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn sample(rip: usize, rbp: usize, rsp: usize) {
+    sample_regs(unwind::Regs {
+        pc: rip as u64,
+        fp: rbp as u64,
+        sp: rsp as u64,
+        lr: None,
+    })
+}
+
+unsafe fn sample_regs(regs: unwind::Regs) {
     if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
         return;
     }
@@ -771,16 +842,8 @@ pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
         s.text_lo.load(Relaxed) as u64,
         s.text_hi.load(Relaxed) as u64,
     );
-    let arch = if cfg!(target_arch = "riscv64") {
-        unwind::Arch::Riscv64
-    } else {
-        unwind::Arch::Riscv32
-    };
-    let regs = unwind::Regs {
-        pc: pc as u64,
-        fp: fp as u64,
-        sp: sp as u64,
-        lr: Some(ra as u64),
+    let Some(arch) = unwind::Arch::host() else {
+        return;
     };
     let mem = unwind::RawMemory::new(bounds);
     let (depth, split_sp) = probe::shadow_top();

@@ -4,7 +4,7 @@
 # `fgtrace board`, and prints the firmware's console, its ground truth
 # (`truth NAME CALLS`, one line per traced function) among it, on stdout.
 #
-#   firmware/qemu-riscv/run.sh riscv64gc run.fgt [RATE_HZ]
+#   boards/qemu-riscv/run.sh riscv64gc run.fgt [RATE_HZ]
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
 # (see README, "Boards"). The fgtrace command comes from this repository.
