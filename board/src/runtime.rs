@@ -28,7 +28,7 @@
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
-use fgtrace_core::probe::{self, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::{self, Counter, Frame, Hooks, ThreadState};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
 use fgtrace_core::{clock, control, unwind};
@@ -335,7 +335,11 @@ impl Out {
                 .u32(gen)
                 .u32(hz)
                 .str(clock)
-                .bytes(name.as_bytes());
+                .u8(counter_names().len() as u8);
+            for c in counter_names() {
+                w.str(c);
+            }
+            w.bytes(name.as_bytes());
         });
         for site in site::sites() {
             self.site(site);
@@ -442,6 +446,8 @@ struct Session {
     /// 0: no deadline.
     deadline: AtomicU64,
     sample_hz: AtomicU32,
+    /// Calls record their retired instructions (`minstret` deltas).
+    instructions: AtomicBool,
     stack_lo: AtomicUsize,
     stack_hi: AtomicUsize,
     text_lo: AtomicUsize,
@@ -455,6 +461,7 @@ static SESSION: Session = Session {
     start_ticks: AtomicU64::new(0),
     deadline: AtomicU64::new(0),
     sample_hz: AtomicU32::new(0),
+    instructions: AtomicBool::new(false),
     stack_lo: AtomicUsize::new(0),
     stack_hi: AtomicUsize::new(0),
     text_lo: AtomicUsize::new(0),
@@ -532,6 +539,13 @@ pub struct Board {
     pub stack: (usize, usize),
     /// The code: return addresses outside `[lo, hi)` end a sampled stack.
     pub text: (usize, usize),
+    /// Each call also records the instructions it retired (`minstret` at
+    /// entry and exit; RISC-V machine mode), named `instructions` in the
+    /// stream: `fgtrace report` then shows instructions per function,
+    /// inclusive and self, and with a cycle clock (`mcycle`) their IPC. The
+    /// probe takes its counted path then (about twice the instructions).
+    /// Ignored where there is no such counter (x86_64 boards).
+    pub count_instructions: bool,
 }
 
 /// Sets the runtime up (once, before recording).
@@ -541,6 +555,8 @@ pub fn init(b: Board) {
     unsafe { *NAME.0.get() = b.name };
     let s = &SESSION;
     s.ticks_per_sec.store(b.clock.ticks_per_sec, Relaxed);
+    s.instructions
+        .store(b.count_instructions && INSTRUCTIONS.is_some(), Relaxed);
     // SAFETY: before any output reads it.
     unsafe { *CLOCK_NAME.0.get() = b.clock.name };
     s.stack_lo.store(b.stack.0, Relaxed);
@@ -558,8 +574,68 @@ static HOOKS: Hooks = Hooks {
     uncounted,
 };
 
+/// The instruction counter calls read when [`Board::count_instructions`]
+/// is set (the core's counted path: read before the entry's clock read and
+/// after the exit's, the delta recorded after the call's record).
+struct CounterCell(Counter);
+// SAFETY: no pointers in it are used (`page` is null); read-only.
+unsafe impl Sync for CounterCell {}
+
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(Counter {
+    read: read_minstret,
+    page: core::ptr::null(),
+    fd: -1,
+    uncounted: run_uncounted,
+}));
+#[cfg(target_arch = "x86_64")]
+static INSTRUCTIONS: Option<CounterCell> = None;
+
+#[cfg(target_arch = "riscv64")]
+unsafe fn read_minstret(_: &Counter) -> u64 {
+    let v: u64;
+    // SAFETY: reads a counter CSR, machine mode.
+    unsafe { core::arch::asm!("csrr {}, minstret", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+#[cfg(target_arch = "riscv32")]
+unsafe fn read_minstret(_: &Counter) -> u64 {
+    loop {
+        let (hi, lo, hi2): (u32, u32, u32);
+        // SAFETY: reads counter CSRs, machine mode.
+        unsafe {
+            core::arch::asm!(
+                "csrr {0}, minstreth", "csrr {1}, minstret", "csrr {2}, minstreth",
+                out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
+            )
+        };
+        if hi == hi2 {
+            return (hi as u64) << 32 | lo as u64;
+        }
+    }
+}
+
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+unsafe fn run_uncounted(_: &Counter, f: &mut dyn FnMut()) {
+    f()
+}
+
+/// The per-call counters' names, as the stream and the trace call them.
+fn counter_names() -> &'static [&'static str] {
+    if SESSION.instructions.load(Relaxed) {
+        &["instructions"]
+    } else {
+        &[]
+    }
+}
+
 fn join(st: &mut ThreadState, _gen: u32) -> bool {
     let h = hart();
+    st.counter = match (&INSTRUCTIONS, SESSION.instructions.load(Relaxed)) {
+        (Some(c), true) => &c.0,
+        _ => core::ptr::null(),
+    };
     let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
     st.frames = h.frames.get() as *mut Frame;
     st.stack_cap = STACK_DEPTH as u32;

@@ -47,6 +47,11 @@ struct Run {
 }
 
 fn run(target: &str) -> Option<Run> {
+    run_with(target, false)
+}
+
+/// `instructions`: the firmware built with its per-call instruction counter.
+fn run_with(target: &str, instructions: bool) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
@@ -65,6 +70,7 @@ fn run(target: &str) -> Option<Run> {
     };
     let r = cmd
         .arg(&out)
+        .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -257,6 +263,68 @@ fn riscv32imac_firmware_matches_its_ground_truth() {
 #[test]
 fn x86_64_firmware_matches_its_ground_truth() {
     check("x86_64");
+}
+
+/// `Board::count_instructions`: every call carries its `minstret` delta,
+/// named in the stream; the trace has the counter per call, inclusive
+/// figures cover the callees', and `report` shows instructions per function.
+#[test]
+fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
+    let Some(run) = run_with("riscv64gc", true) else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    assert_eq!(meta.counters, ["instructions"]);
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    let mut last: Option<Call> = None;
+    let (mut with, mut without) = (0u64, 0u64);
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut fib_ok = 0u64;
+    for e in t.events() {
+        match e {
+            Event::Call(c) => {
+                if last.take().is_some() {
+                    without += 1;
+                }
+                *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
+                last = Some(c);
+            }
+            Event::Counters(k) => {
+                let c = last.take().expect("counters follow their call");
+                with += 1;
+                let instr = k.values[0];
+                match meta.site_name(c.site) {
+                    "probe_cost_leaf" => *leaf.entry(instr).or_default() += 1,
+                    // fib(n > 1) runs two traced callees: more than a leaf's.
+                    "fib" if c.has_children() && instr > 2 * 20 => fib_ok += 1,
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    without += last.is_some() as u64;
+    assert_eq!(calls, run.truth, "calls per function, counted too");
+    assert_eq!(meta.total_lost(), 0);
+    assert_eq!(
+        without, 0,
+        "{with} calls with their counter, {without} without"
+    );
+    // The leaf's calls all retire the same instructions (its body and the
+    // probe's own between the two counter reads).
+    assert_eq!(leaf.len(), 1, "probe_cost_leaf instructions: {leaf:?}");
+    assert!(fib_ok > 1000, "{fib_ok} fib calls count their callees");
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .arg(&run.path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("Instr") && report.contains("Self instr"),
+        "{report}"
+    );
 }
 
 /// A capture of a real stream with bytes flipped, dropped and inserted:

@@ -80,6 +80,8 @@ struct Session {
     sample_hz: u32,
     /// The counter the board's probe reads (`rdtime`, `mcycle`, `tsc`).
     clock: String,
+    /// The per-call counters the records carry (`instructions`).
+    counters: Vec<String>,
     name: String,
     harts: BTreeMap<u8, Hart>,
     ended: bool,
@@ -192,7 +194,7 @@ impl BoardSession {
                 RecordMode::Stream
             },
             filters: String::new(),
-            counters: Vec::new(),
+            counters: s.counters,
         };
         let sites = self.sites;
         let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());
@@ -320,10 +322,16 @@ impl Decoder {
                 let gen = r.u32()?;
                 let sample_hz = r.u32()?;
                 // Version 1 had no clock name: it was always `rdtime`.
-                let clock = if version >= 2 {
-                    r.str()?.to_owned()
+                let (clock, counters) = if version >= 2 {
+                    let clock = r.str()?.to_owned();
+                    let n = r.u8()?;
+                    let mut counters = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        counters.push(r.str()?.to_owned());
+                    }
+                    (clock, counters)
                 } else {
-                    "rdtime".to_owned()
+                    ("rdtime".to_owned(), Vec::new())
                 };
                 let name = String::from_utf8_lossy(r.bytes(r.remaining())?).into_owned();
                 let same = self.current.as_ref().is_some_and(|s| s.gen == gen);
@@ -340,6 +348,7 @@ impl Decoder {
                         start_ticks,
                         sample_hz,
                         clock,
+                        counters,
                         name,
                         harts: BTreeMap::new(),
                         ended: false,
@@ -506,6 +515,7 @@ mod tests {
                 .u32(1)
                 .u32(0)
                 .str("mcycle")
+                .u8(0)
                 .bytes(b"demo");
         });
         for (id, name) in [(0u32, "parent"), (1, "child")] {

@@ -299,6 +299,9 @@ extern "C" fn firmware_main() -> ! {
         name: env!("CARGO_PKG_NAME"),
         stack,
         text,
+        // Built with the `instructions` feature (run.sh with
+        // COUNT_INSTRUCTIONS=1): every call records its minstret delta.
+        count_instructions: cfg!(feature = "instructions"),
     });
     demo(&mut Uart, sampling_timer, || mtime() * 1000 / MTIME_HZ);
     exit(0);

@@ -334,6 +334,8 @@ extern "C" fn firmware_main() -> ! {
         name: env!("CARGO_PKG_NAME"),
         stack,
         text,
+        // No instruction counter without a PMU.
+        count_instructions: false,
     });
     demo(&mut Com1, sampling_timer, || rdtsc() / (TSC_HZ / 1000));
     exit(0);
