@@ -325,6 +325,26 @@ fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
         report.contains("Instr") && report.contains("Self instr"),
         "{report}"
     );
+    // The clock is `mcycle`: IPC per function, inclusive and self. Under
+    // `-icount` every instruction is a cycle, so a function of many
+    // instructions shows 1.00 (the counters are read next to the clock).
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("IPC  Self IPC  Function")),
+        "{report}"
+    );
+    let row = report
+        .lines()
+        .find(|l| l.ends_with(" split_work"))
+        .expect(&report);
+    // The last columns: IPC, Self IPC, the function.
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ipc: f64 = cells[cells.len() - 3].parse().unwrap();
+    assert!(
+        (0.95..=1.05).contains(&ipc),
+        "split_work IPC {ipc}:\n{report}"
+    );
 }
 
 /// A capture of a real stream with bytes flipped, dropped and inserted:

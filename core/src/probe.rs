@@ -472,8 +472,15 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard
         return push(st, id, d as u32, flags);
     };
     // SAFETY: the counter's own contract.
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     let v = unsafe { (ctr.read)(ctr) };
     let mut g = push(st, id, d as u32, flags);
+    // On boards the counter is read right after the entry's clock read, as
+    // `exit` reads it right after the exit's: the two counters then cover
+    // the same stretch of the call, and instructions over cycles is its IPC.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the counter's own contract.
+    let v = unsafe { (ctr.read)(ctr) };
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
@@ -773,12 +780,22 @@ fn exit(slot: u32, serial: u32) {
     // finds it full here and hands it over itself, before its own record.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
+        // A counted call: the counter right after the clock (see `push_counted`).
+        let counted = if slot & COUNTED != 0 {
+            // SAFETY: as in `capture_push`.
+            Some(unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) }))
+        } else {
+            None
+        };
         if st.count >= st.limit && !st.buf.is_null() {
             handoff(st);
         }
         // SAFETY: the platform's functions, paired below.
         let saved = unsafe { platform::__fgtrace_irq_save() };
-        exit_in(st, slot, serial, end);
+        match counted {
+            Some(read) => exit_counted_read(st, slot & !COUNTED, serial, end, read),
+            None => exit_in(st, slot, serial, end),
+        }
         // SAFETY: as above.
         unsafe { platform::__fgtrace_irq_restore(saved) };
         if st.count >= st.limit && !st.buf.is_null() {
@@ -1096,6 +1113,12 @@ fn capture_push(st: &mut ThreadState, id: u32, flags: u32) -> Guard {
 fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     // SAFETY: as in `capture_push`.
     let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    exit_counted_read(st, slot, serial, end, read)
+}
+
+/// [`exit_counted`] once the counter is read (`None`: the thread has none).
+#[inline(always)]
+fn exit_counted_read(st: &mut ThreadState, slot: u32, serial: u32, end: u64, read: Option<u64>) {
     let now = read.unwrap_or(0);
     let Some(f) = pop_to(st, slot, serial) else {
         return;
