@@ -780,28 +780,82 @@ fn exit(slot: u32, serial: u32) {
     // finds it full here and hands it over itself, before its own record.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
-        // A counted call: the counter right after the clock (see `push_counted`).
-        let counted = if slot & COUNTED != 0 {
-            // SAFETY: as in `capture_push`.
-            Some(unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) }))
-        } else {
-            None
-        };
-        if st.count >= st.limit && !st.buf.is_null() {
-            handoff(st);
-        }
-        // SAFETY: the platform's functions, paired below.
-        let saved = unsafe { platform::__fgtrace_irq_save() };
-        match counted {
-            Some(read) => exit_counted_read(st, slot & !COUNTED, serial, end, read),
-            None => exit_in(st, slot, serial, end),
-        }
-        // SAFETY: as above.
-        unsafe { platform::__fgtrace_irq_restore(saved) };
-        if st.count >= st.limit && !st.buf.is_null() {
-            handoff(st);
+        if slot & COUNTED != 0 || !exit_fast(st, slot, serial, end) {
+            exit_board(st, slot, serial, end)
         }
     })
+}
+
+/// A board's exit other than [`exit_fast`]'s (out of line, so that the
+/// common exit saves few registers).
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(never)]
+fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    // A counted call: the counter right after the clock (see `push_counted`).
+    let counted = if slot & COUNTED != 0 {
+        // SAFETY: as in `capture_push`.
+        Some(unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) }))
+    } else {
+        None
+    };
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    match counted {
+        Some(read) => exit_counted_read(st, slot & !COUNTED, serial, end, read),
+        None => exit_in(st, slot, serial, end),
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+}
+
+/// A board's common exit, all of it with interrupts masked: the top frame is
+/// this guard's, without flags, long enough, and the buffer has room. Pops
+/// it and writes its record (no `writing` mark: nothing interrupts a masked
+/// write). Returns `false`, having changed nothing, for anything else.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(always)]
+fn exit_fast(st: &mut ThreadState, slot: u32, serial: u32, end: u64) -> bool {
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let (i, buf) = (st.count, st.buf);
+    if st.depth == slot && i < st.limit && !buf.is_null() {
+        // SAFETY: slot <= depth <= stack_cap.
+        let f = unsafe { &*st.frames.add(slot as usize - 1) };
+        let dur = end.wrapping_sub(f.start);
+        if f.tag == serial << 8 && dur >= st.threshold {
+            let depth = slot - 1;
+            st.depth = depth;
+            // SAFETY: i & mask < capacity, as in `write`.
+            unsafe {
+                buf.add(i & st.mask).write(RawCall::pack(
+                    f.start,
+                    depth,
+                    dur,
+                    f.site,
+                    false,
+                    kind::CALL,
+                ))
+            };
+            st.count = i + 1;
+            // SAFETY: `published` is alive while `buf` is set.
+            unsafe { (*st.published).store(i + 1, Release) };
+            // SAFETY: as above.
+            unsafe { platform::__fgtrace_irq_restore(saved) };
+            if i + 1 >= st.limit {
+                handoff(st);
+            }
+            return true;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    false
 }
 
 #[inline(always)]
