@@ -36,8 +36,17 @@ struct Uart;
 impl Sink for Uart {
     fn write(&mut self, bytes: &[u8]) -> usize {
         for &b in bytes {
-            // SAFETY: the 16550's transmit register; qemu takes every byte.
-            unsafe { core::ptr::write_volatile(UART as *mut u8, b) };
+            // Waits until the transmit register is empty (LSR.THRE): a byte
+            // written before is lost, and qemu keeps it full while the host
+            // reads the serial output more slowly than the firmware writes
+            // (the FIFO stays off: qemu paces a FIFO at the baud rate).
+            // SAFETY: the 16550's line status and transmit registers.
+            unsafe {
+                while core::ptr::read_volatile((UART + 5) as *const u8) & 0x20 == 0 {
+                    core::hint::spin_loop();
+                }
+                core::ptr::write_volatile(UART as *mut u8, b);
+            }
         }
         bytes.len()
     }

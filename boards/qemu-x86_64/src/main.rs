@@ -48,7 +48,13 @@ struct Com1;
 impl Sink for Com1 {
     fn write(&mut self, bytes: &[u8]) -> usize {
         for &b in bytes {
-            // qemu's 16550 takes every byte at once: no waiting on LSR.THRE.
+            // Waits until the transmit register is empty (LSR.THRE): a byte
+            // written before is lost, and qemu keeps it full while the host
+            // reads the serial output more slowly than the firmware writes
+            // (the FIFO stays off: qemu paces a FIFO at the baud rate).
+            while inb(COM1 + 5) & 0x20 == 0 {
+                core::hint::spin_loop();
+            }
             outb(COM1, b);
         }
         bytes.len()
