@@ -780,24 +780,37 @@ fn exit(slot: u32, serial: u32) {
     // finds it full here and hands it over itself, before its own record.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
-        if slot & COUNTED != 0 || !exit_fast(st, slot, serial, end) {
-            exit_board(st, slot, serial, end)
+        if slot & COUNTED != 0 {
+            exit_board_counted(st, slot, serial, end)
+        } else if !exit_fast(st, slot, serial, end) {
+            exit_board(st, slot, serial, end, None)
         }
     })
+}
+
+/// A board's counted call: the counter first, right after the clock (see
+/// `push_counted`), then the rest.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(never)]
+fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    // SAFETY: as in `capture_push`.
+    let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    exit_board(st, slot, serial, end, Some(read))
 }
 
 /// A board's exit other than [`exit_fast`]'s (out of line, so that the
 /// common exit saves few registers).
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
-    // A counted call: the counter right after the clock (see `push_counted`).
-    let counted = if slot & COUNTED != 0 {
-        // SAFETY: as in `capture_push`.
-        Some(unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) }))
-    } else {
-        None
-    };
+/// `counted`: a counted call's counter reading (`Some(None)`: the thread
+/// has no counter any more).
+fn exit_board(
+    st: &mut ThreadState,
+    slot: u32,
+    serial: u32,
+    end: u64,
+    counted: Option<Option<u64>>,
+) {
     if st.count >= st.limit && !st.buf.is_null() {
         handoff(st);
     }
