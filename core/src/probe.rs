@@ -30,6 +30,14 @@
 //! carries a serial, and a guard pops only the frame with its own serial, so
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
+//!
+//! Boards (`irq-mask`, no `std`) differ in three places: hooks that run busy
+//! run with interrupts masked, so an interrupt handler's traced call never
+//! meets a busy probe; the exit pops and writes its record with interrupts
+//! masked (the common case in one stretch, `exit_fast`), so an interrupt's
+//! records nest in exit order; and a full buffer is handed over not busy,
+//! before and after, so the board sends it while recording goes on in a
+//! second buffer.
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -236,7 +244,8 @@ impl ThreadState {
 /// What the core asks of the layer above (the `fgtrace` runtime, a board's
 /// firmware support). Every hook runs on a cold path with the thread marked
 /// busy, so it may allocate, lock and call traced code: nothing it does is
-/// recorded.
+/// recorded (on boards, with interrupts masked too; except `handoff` there,
+/// see below).
 pub struct Hooks {
     /// The thread's first traced call in session generation `gen` (or after
     /// its state was reset): set up `st` (shadow stack, buffer, limits) and
@@ -248,7 +257,9 @@ pub struct Hooks {
     pub decide: fn(site: &'static Site, gen: u32) -> Option<Decision>,
     /// `st.count` reached `st.limit`: hand the buffer over and set `buf`,
     /// `count` (and `side`) anew. Leaving `buf` null stops recording on
-    /// this thread.
+    /// this thread. With `irq-mask` (boards) it runs not busy, with
+    /// interrupts as they were, and may be entered again by an interrupt
+    /// handler on the same hart (see `handoff`).
     pub handoff: fn(st: &mut ThreadState),
     /// The thread exits (or is detached): release what `join` set up.
     pub release: fn(st: &mut ThreadState),
