@@ -553,6 +553,85 @@ mod tests {
         out
     }
 
+    /// META version 1 (no clock name, no counters) reads as `rdtime`;
+    /// version 2 names the clock and the per-call counters, whose extension
+    /// records come out as each call's counters.
+    #[test]
+    fn the_clock_and_counters_come_from_meta() {
+        let frames = |meta: &dyn Fn(&mut Writer<'_>), calls: &[RawCall]| {
+            let mut out = Vec::new();
+            let mut seq = 0u16;
+            let mut frame = |kind: u8, fill: &dyn Fn(&mut Writer<'_>)| {
+                let mut p = [0u8; MAX_PAYLOAD];
+                let mut w = Writer::new(&mut p);
+                fill(&mut w);
+                let len = w.len;
+                let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+                let n = encode(&mut f, seq, kind, 0, &p[..len]);
+                seq += 1;
+                out.extend_from_slice(&f[..n]);
+            };
+            frame(wire::META, meta);
+            frame(wire::SITE, &|w| {
+                w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
+            });
+            frame(wire::CALLS, &|w| {
+                w.u64(0);
+                for r in calls {
+                    w.u64(r.0).u64(r.1);
+                }
+            });
+            frame(wire::END, &|w| {
+                w.u32(1);
+            });
+            out
+        };
+        let head = |w: &mut Writer<'_>, version: u8| {
+            w.u8(version)
+                .u8(wire::MODE_STREAM)
+                .u8(1)
+                .u64(1_000_000_000)
+                .u64(1000)
+                .u32(1)
+                .u32(0);
+        };
+        let call = RawCall::pack(1010, 0, 40, 0, false, 0);
+        let v1 = frames(
+            &|w| {
+                head(w, 1);
+                w.bytes(b"demo");
+            },
+            &[call],
+        );
+        let (sessions, _, _) = decode(&v1, 5);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().clock.source, "rdtime");
+        assert!(t.meta().counters.is_empty());
+        assert_eq!(t.calls().count(), 1);
+
+        let counter = RawCall::ext(fgtrace_core::record::ext::COUNTER, 33, 0);
+        let v2 = frames(
+            &|w| {
+                head(w, 2);
+                w.str("mcycle").u8(1).str("instructions").bytes(b"demo");
+            },
+            &[call, counter],
+        );
+        let (sessions, _, _) = decode(&v2, 5);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().clock.source, "mcycle");
+        assert_eq!(t.meta().counters, ["instructions"]);
+        let counters: Vec<Vec<u64>> = t
+            .events()
+            .filter_map(|e| match e {
+                fgtrace_trace::Event::Counters(c) => Some(c.values),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(counters, [vec![33]], "the call's instructions");
+        assert_eq!(t.calls().count(), 1);
+    }
+
     fn decode(bytes: &[u8], step: usize) -> (Vec<BoardSession>, DecodeStats, Vec<Output>) {
         let mut d = Decoder::new();
         let mut outs = Vec::new();
