@@ -31,7 +31,8 @@
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
 //!
-//! Boards (`irq-mask`, no `std`) differ in three places: hooks that run busy
+//! Boards (`irq-mask`, no `std`) differ in four places: the common entry
+//! pushes a plain frame (`enter_board`); hooks that run busy
 //! run with interrupts masked, so an interrupt handler's traced call never
 //! meets a busy probe; the exit pops and writes its record with interrupts
 //! masked (the common case in one stretch, `exit_fast`), so an interrupt's
@@ -400,7 +401,54 @@ pub fn enter(site: &'static Site) -> Guard {
     if c & ON_MASK == 0 {
         return Guard::OFF;
     }
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    return enter_board(site, c);
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     enter_on(site, c, 0)
+}
+
+/// A board's entry: the steady state of a board session (a recorded site, no
+/// hidden subtree, no graph functions, room on the shadow stack) pushes a
+/// plain frame with none of `push`'s decisions; anything else takes the
+/// general path.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(always)]
+fn enter_board(site: &'static Site, c: u32) -> Guard {
+    let dw = site.decision_word();
+    let id = site.known_id();
+    let gen = control::generation(c);
+    // SAFETY: the platform's promise (see `platform`).
+    let st = unsafe { &mut *platform::__fgtrace_state() };
+    if c & SESSION_ON != 0
+        && st.gen == gen
+        && dw == gen << 3 | Decision::Record as u32
+        && st.hide == 0
+        && !st.has_graph
+    {
+        if let Some(id) = id {
+            let d = st.depth;
+            if d < st.stack_cap && d < st.max_depth {
+                let serial = st.serial.wrapping_add(1) & SERIAL_MASK;
+                st.serial = serial;
+                // Reserved before it is filled, as in `push`.
+                st.depth = d + 1;
+                compiler_fence(SeqCst);
+                // SAFETY: d < stack_cap.
+                let f = unsafe { &mut *st.frames.add(d as usize) };
+                f.site = id;
+                f.tag = serial << 8;
+                f.sp = stack_pointer();
+                compiler_fence(Release);
+                f.start = ticks();
+                return Guard {
+                    slot: d + 1,
+                    serial,
+                    _not_send: PhantomData,
+                };
+            }
+        }
+    }
+    enter_other(st, site, c, 0)
 }
 
 #[inline(always)]
