@@ -119,6 +119,8 @@ struct Hart {
     bufs: UnsafeCell<[[RawCall; BUF_CALLS]; 2]>,
     /// A buffer is being sent from this hart (the other one records).
     sending: AtomicBool,
+    /// Further counters' readings at entry, per shadow-stack slot.
+    more: UnsafeCell<[[u64; MORE_COUNTERS]; STACK_DEPTH]>,
     published: AtomicUsize,
     overruns: AtomicUsize,
     nested_dropped: AtomicUsize,
@@ -142,6 +144,7 @@ impl Hart {
             frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
             bufs: UnsafeCell::new([[RawCall(0, 0); BUF_CALLS]; 2]),
             sending: AtomicBool::new(false),
+            more: UnsafeCell::new([[0; MORE_COUNTERS]; STACK_DEPTH]),
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             nested_dropped: AtomicUsize::new(0),
@@ -544,9 +547,18 @@ pub struct Board {
     /// stream: `fgtrace report` then shows instructions per function,
     /// inclusive and self, and with a cycle clock (`mcycle`) their IPC. The
     /// probe takes its counted path then (about twice the instructions).
-    /// Ignored where there is no such counter (x86_64 boards).
+    /// Ignored where there is no such counter (x86_64 boards). With a clock
+    /// other than `mcycle`, each call records its `mcycle` delta too, named
+    /// `cycles` (IPC then comes from it).
     pub count_instructions: bool,
+    /// `mhpmcounter`s the firmware has programmed, `(index 3..=31, name)`:
+    /// with `count_instructions`, each call records their deltas too, named
+    /// as given (at most [`MORE_COUNTERS`] further counters in all).
+    pub hpm_counters: &'static [(u8, &'static str)],
 }
+
+/// Most further counters per call, `cycles` included.
+pub const MORE_COUNTERS: usize = probe::platform::MORE_COUNTERS;
 
 /// Sets the runtime up (once, before recording).
 pub fn init(b: Board) {
@@ -555,8 +567,35 @@ pub fn init(b: Board) {
     unsafe { *NAME.0.get() = b.name };
     let s = &SESSION;
     s.ticks_per_sec.store(b.clock.ticks_per_sec, Relaxed);
-    s.instructions
-        .store(b.count_instructions && INSTRUCTIONS.is_some(), Relaxed);
+    let counting = b.count_instructions && INSTRUCTIONS.is_some();
+    s.instructions.store(counting, Relaxed);
+    // SAFETY: before any probe or output reads them.
+    unsafe {
+        let names = &mut *COUNTER_NAMES.0.get();
+        let which = &mut *MORE.0.get();
+        names.1 = 0;
+        which.1 = 0;
+        if counting {
+            names.0[0] = "instructions";
+            names.1 = 1;
+            let mut add = |name: &'static str, csr: Csr| {
+                if which.1 < MORE_COUNTERS {
+                    which.0[which.1] = csr;
+                    which.1 += 1;
+                    names.0[names.1] = name;
+                    names.1 += 1;
+                }
+            };
+            if b.clock.name != "mcycle" {
+                add("cycles", Csr::Mcycle);
+            }
+            for &(i, name) in b.hpm_counters {
+                if (3..=31).contains(&i) {
+                    add(name, Csr::Hpm(i));
+                }
+            }
+        }
+    }
     // SAFETY: before any output reads it.
     unsafe { *CLOCK_NAME.0.get() = b.clock.name };
     s.stack_lo.store(b.stack.0, Relaxed);
@@ -621,13 +660,108 @@ unsafe fn run_uncounted(_: &Counter, f: &mut dyn FnMut()) {
     f()
 }
 
+/// A further per-call counter.
+#[derive(Clone, Copy)]
+// x86_64 boards have none: nothing reads the index there.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+enum Csr {
+    Mcycle,
+    /// `mhpmcounter<n>`, 3..=31.
+    Hpm(u8),
+}
+
+struct NamesCell(UnsafeCell<([&'static str; 1 + MORE_COUNTERS], usize)>);
+// SAFETY: written once in `init`, before any reader.
+unsafe impl Sync for NamesCell {}
+static COUNTER_NAMES: NamesCell = NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
+
+struct MoreCell(UnsafeCell<([Csr; MORE_COUNTERS], usize)>);
+// SAFETY: written once in `init`, before any probe reads it.
+unsafe impl Sync for MoreCell {}
+static MORE: MoreCell = MoreCell(UnsafeCell::new(([Csr::Mcycle; MORE_COUNTERS], 0)));
+
 /// The per-call counters' names, as the stream and the trace call them.
 fn counter_names() -> &'static [&'static str] {
-    if SESSION.instructions.load(Relaxed) {
-        &["instructions"]
-    } else {
-        &[]
+    // SAFETY: written once in `init`.
+    let (names, n) = unsafe { &*COUNTER_NAMES.0.get() };
+    &names[..*n]
+}
+
+/// Reads a further counter.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+fn read_csr(c: Csr) -> u64 {
+    macro_rules! csr64 {
+        ($lo:expr, $hi:expr) => {{
+            #[cfg(target_arch = "riscv64")]
+            {
+                let _ = $hi;
+                let v: u64;
+                // SAFETY: reads a counter CSR, machine mode.
+                unsafe { core::arch::asm!(concat!("csrr {}, ", $lo), out(reg) v, options(nomem, nostack)) };
+                v
+            }
+            #[cfg(target_arch = "riscv32")]
+            loop {
+                let (hi, lo, hi2): (u32, u32, u32);
+                // SAFETY: reads counter CSRs, machine mode.
+                unsafe {
+                    core::arch::asm!(
+                        concat!("csrr {0}, ", $hi), concat!("csrr {1}, ", $lo), concat!("csrr {2}, ", $hi),
+                        out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
+                    )
+                };
+                if hi == hi2 {
+                    break (hi as u64) << 32 | lo as u64;
+                }
+            }
+        }};
     }
+    macro_rules! hpm {
+        ($i:expr, $($n:literal),*) => {
+            match $i {
+                $($n => csr64!(concat!("mhpmcounter", $n), concat!("mhpmcounter", $n, "h")),)*
+                _ => 0,
+            }
+        };
+    }
+    match c {
+        Csr::Mcycle => csr64!("mcycle", "mcycleh"),
+        Csr::Hpm(i) => hpm!(
+            i, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+            26, 27, 28, 29, 30, 31
+        ),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn read_csr(_: Csr) -> u64 {
+    0
+}
+
+/// The core's call for a counted call's further counters (see
+/// `probe::platform`): at entry their readings are kept per shadow-stack
+/// slot, at exit their deltas since go out.
+#[no_mangle]
+pub fn __fgtrace_more_counters(slot: u32, exit: bool, out: &mut [u64; MORE_COUNTERS]) -> usize {
+    // SAFETY: written once in `init`.
+    let (which, n) = unsafe { &*MORE.0.get() };
+    let h = hart();
+    let i = slot as usize;
+    if *n == 0 || i == 0 || i > STACK_DEPTH {
+        return 0;
+    }
+    // SAFETY: this hart's table; an interrupt handler's calls use deeper
+    // slots, and this slot is this call's until it pops.
+    let kept = unsafe { &mut (*h.more.get())[i - 1] };
+    for k in 0..*n {
+        let v = read_csr(which[k]);
+        if exit {
+            out[k] = v.wrapping_sub(kept[k]);
+        } else {
+            kept[k] = v;
+        }
+    }
+    *n
 }
 
 fn join(st: &mut ThreadState, _gen: u32) -> bool {
@@ -703,7 +837,13 @@ fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
             )
         };
         let nested = h.sending.load(Relaxed);
-        let more = if once { n > 0 } else { n >= st.limit };
+        // "Full": too full for a counted call's records (the call and its
+        // counters), which the core hands over before writing them.
+        let more = if once {
+            n > 0
+        } else {
+            n + MORE_COUNTERS + 2 > st.limit
+        };
         if nested || !more || buf.is_null() || st.limit == usize::MAX {
             __fgtrace_irq_restore(saved);
             return !nested;

@@ -260,7 +260,10 @@ pub struct Hooks {
     /// `count` (and `side`) anew. Leaving `buf` null stops recording on
     /// this thread. With `irq-mask` (boards) it runs not busy, with
     /// interrupts as they were, and may be entered again by an interrupt
-    /// handler on the same hart (see `handoff`).
+    /// handler on the same hart (see `handoff`); it also runs when a
+    /// counted call's records (the call, its counters) would not all fit
+    /// in the rest of the buffer: a board hands over a buffer with fewer
+    /// than `platform::MORE_COUNTERS + 2` free records left.
     pub handoff: fn(st: &mut ThreadState),
     /// The thread exits (or is detached): release what `join` set up.
     pub release: fn(st: &mut ThreadState),
@@ -308,7 +311,20 @@ pub mod platform {
         /// Restores what [`__fgtrace_irq_save`] returned.
         #[cfg(feature = "irq-mask")]
         pub fn __fgtrace_irq_restore(saved: usize);
+        /// A counted call's further counters (after the thread's
+        /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
+        /// platform reads and keeps them for shadow-stack slot `slot`; at
+        /// exit it puts their deltas since into `out` and returns how many.
+        #[cfg(feature = "irq-mask")]
+        pub fn __fgtrace_more_counters(
+            slot: u32,
+            exit: bool,
+            out: &mut [u64; MORE_COUNTERS],
+        ) -> usize;
     }
+
+    /// Most further counters per call on a board.
+    pub const MORE_COUNTERS: usize = 7;
 }
 
 #[inline(always)]
@@ -540,6 +556,12 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    if g.slot != 0 {
+        let mut none = [0; platform::MORE_COUNTERS];
+        // SAFETY: the platform's function; the slot was just pushed.
+        unsafe { platform::__fgtrace_more_counters(g.slot, false, &mut none) };
+    }
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
@@ -842,7 +864,7 @@ fn exit(slot: u32, serial: u32) {
         if slot & COUNTED != 0 {
             exit_board_counted(st, slot, serial, end)
         } else if !exit_fast(st, slot, serial, end) {
-            exit_board(st, slot, serial, end, None)
+            exit_board(st, slot, serial, end)
         }
     })
 }
@@ -854,31 +876,45 @@ fn exit(slot: u32, serial: u32) {
 fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     // SAFETY: as in `capture_push`.
     let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
-    exit_board(st, slot, serial, end, Some(read))
+    let mut more = [0; platform::MORE_COUNTERS];
+    // SAFETY: the platform's function, for the slot this guard pushed.
+    let n = unsafe { platform::__fgtrace_more_counters(slot & !COUNTED, true, &mut more) };
+    let n = n.min(platform::MORE_COUNTERS);
+    // Room for the call's record and all its counters in this buffer, so
+    // they arrive together (the board hands over a buffer this close to
+    // full, see `Hooks::handoff`).
+    if st.count + 2 + n > st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let count = st.count;
+    exit_counted_read(st, slot & !COUNTED, serial, end, read);
+    if read.is_some() && st.count != count {
+        // The call's record and its first counter were written: the further
+        // counters follow them, numbered after it.
+        for (k, &d) in more[..n].iter().enumerate() {
+            write(st, RawCall::ext(ext::COUNTER, d, k as u64 + 1));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
 }
 
 /// A board's exit other than [`exit_fast`]'s (out of line, so that the
 /// common exit saves few registers).
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-/// `counted`: a counted call's counter reading (`Some(None)`: the thread
-/// has no counter any more).
-fn exit_board(
-    st: &mut ThreadState,
-    slot: u32,
-    serial: u32,
-    end: u64,
-    counted: Option<Option<u64>>,
-) {
+fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     if st.count >= st.limit && !st.buf.is_null() {
         handoff(st);
     }
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
-    match counted {
-        Some(read) => exit_counted_read(st, slot & !COUNTED, serial, end, read),
-        None => exit_in(st, slot, serial, end),
-    }
+    exit_in(st, slot, serial, end);
     // SAFETY: as above.
     unsafe { platform::__fgtrace_irq_restore(saved) };
     if st.count >= st.limit && !st.buf.is_null() {

@@ -301,6 +301,14 @@ extern "C" fn firmware_main() -> ! {
             (&_stext as *const u8 as usize, &_etext as *const u8 as usize),
         )
     };
+    if cfg!(feature = "instructions") {
+        // mhpmcounter3 counts retired instructions (qemu's event 2), from 0.
+        // SAFETY: machine-mode counter CSRs.
+        unsafe {
+            core::arch::asm!("csrw mhpmevent3, {}", in(reg) 2usize);
+            core::arch::asm!("csrw mhpmcounter3, zero");
+        }
+    }
     board::init(Board {
         // SAFETY: the only reference to the UART sink, handed over once.
         sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },
@@ -309,8 +317,10 @@ extern "C" fn firmware_main() -> ! {
         stack,
         text,
         // Built with the `instructions` feature (run.sh with
-        // COUNT_INSTRUCTIONS=1): every call records its minstret delta.
+        // COUNT_INSTRUCTIONS=1): every call records its minstret delta, and
+        // that of mhpmcounter3, programmed above to count instructions too.
         count_instructions: cfg!(feature = "instructions"),
+        hpm_counters: &[(3, "hpm3_instructions")],
     });
     demo(&mut Uart, sampling_timer, || mtime() * 1000 / MTIME_HZ);
     exit(0);

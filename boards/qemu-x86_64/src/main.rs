@@ -342,6 +342,7 @@ extern "C" fn firmware_main() -> ! {
         text,
         // No instruction counter without a PMU.
         count_instructions: false,
+        hpm_counters: &[],
     });
     demo(&mut Com1, sampling_timer, || rdtsc() / (TSC_HZ / 1000));
     exit(0);
