@@ -31,14 +31,15 @@
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
 //!
-//! Boards (`irq-mask`, no `std`) differ in four places: the common entry
+//! Boards (`irq-mask`, no `std`) differ in five places: the common entry
 //! pushes a plain frame (`enter_board`); hooks that run busy
 //! run with interrupts masked, so an interrupt handler's traced call never
 //! meets a busy probe; the exit pops and writes its record with interrupts
 //! masked (the common case in one stretch, `exit_fast`), so an interrupt's
-//! records nest in exit order; and a full buffer is handed over not busy,
+//! records nest in exit order; a full buffer is handed over not busy,
 //! before and after, so the board sends it while recording goes on in a
-//! second buffer.
+//! second buffer; and a counted call reads its counter right after the
+//! clock and asks the platform for its further counters.
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
