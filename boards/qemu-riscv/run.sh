@@ -8,7 +8,8 @@
 #
 # With COUNT_INSTRUCTIONS=1 the firmware is built with its `instructions`
 # feature (each call records its minstret delta; `fgtrace report` shows
-# instructions and IPC per function), in a target directory of its own.
+# instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
+# probe's clock instead of `mcycle`; each variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
 # (see README, "Boards"). The fgtrace command comes from this repository.
@@ -31,8 +32,11 @@ for tool in /usr/bin/rustc /usr/bin/cargo ld.lld "$qemu"; do
   }
 done
 features=() tdir="$here/target"
+if [ "${CLOCK:-mcycle}" = rdtime ]; then
+  features+=(--no-default-features) tdir="$tdir/rdtime"
+fi
 if [ "${COUNT_INSTRUCTIONS:-0}" = 1 ]; then
-  features=(--features instructions) tdir="$here/target/instructions"
+  features+=(--features instructions) tdir="$tdir/instructions"
 fi
 # Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
 (cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \

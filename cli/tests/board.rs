@@ -47,18 +47,19 @@ struct Run {
 }
 
 fn run(target: &str) -> Option<Run> {
-    run_with(target, false)
+    run_with(target, false, "mcycle")
 }
 
-/// `instructions`: the firmware built with its per-call instruction counter.
-fn run_with(target: &str, instructions: bool) -> Option<Run> {
+/// `instructions`: the firmware built with its per-call counters; `clock`:
+/// the probe's clock on RISC-V (`mcycle` or `rdtime`).
+fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
     // Tests run at once: each run writes its own file.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{k}"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{clock}-{k}"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.fgt");
     let mut cmd = if target == "x86_64" {
@@ -71,6 +72,7 @@ fn run_with(target: &str, instructions: bool) -> Option<Run> {
     let r = cmd
         .arg(&out)
         .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
+        .env("CLOCK", clock)
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -270,7 +272,7 @@ fn x86_64_firmware_matches_its_ground_truth() {
 /// figures cover the callees', and `report` shows instructions per function.
 #[test]
 fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
-    let Some(run) = run_with("riscv64gc", true) else {
+    let Some(run) = run_with("riscv64gc", true, "mcycle") else {
         return;
     };
     let t = &run.trace;
@@ -297,16 +299,14 @@ fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
                 with += 1;
                 let instr = k.values[0];
                 // The two counters count the same thing, read a few
-                // instructions apart, where no interrupt ran (qemu's
-                // mhpmcounter3 leaves out the trap handler's instructions):
-                // the probe-cost leaf runs with the timer off.
+                // instructions apart (with interrupts masked: an interrupt's
+                // work is in both or in neither).
                 let hpm = k.values[1];
-                if meta.site_name(c.site) == "probe_cost_leaf" {
-                    assert!(
-                        instr.abs_diff(hpm) <= 64 && hpm > 0,
-                        "probe_cost_leaf: instructions {instr}, hpm3 {hpm}"
-                    );
-                }
+                assert!(
+                    instr.abs_diff(hpm) <= 64 && hpm > 0,
+                    "{}: instructions {instr}, hpm3 {hpm}",
+                    meta.site_name(c.site)
+                );
                 match meta.site_name(c.site) {
                     "probe_cost_leaf" => *leaf.entry(instr).or_default() += 1,
                     // fib(n > 1) runs two traced callees: more than a leaf's.
@@ -354,6 +354,73 @@ fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
     // The last columns: IPC, Self IPC, hpm3_instructions, the function.
     let cells: Vec<&str> = row.split_whitespace().collect();
     let ipc: f64 = cells[cells.len() - 4].parse().unwrap();
+    assert!(
+        (0.95..=1.05).contains(&ipc),
+        "split_work IPC {ipc}:\n{report}"
+    );
+}
+
+/// The same with `rdtime` as the clock: each call records its `mcycle`
+/// delta too, as `cycles`, and IPC comes from it.
+#[test]
+fn riscv64gc_with_the_rdtime_clock_records_cycles_per_call() {
+    let Some(run) = run_with("riscv64gc", true, "rdtime") else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    assert_eq!(meta.clock.source, "rdtime");
+    assert_eq!(meta.clock.ticks_per_ns, 0.01, "rdtime at 10 MHz");
+    assert_eq!(
+        meta.counters,
+        ["instructions", "cycles", "hpm3_instructions"]
+    );
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for c in t.calls() {
+        *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
+    }
+    assert_eq!(calls, run.truth);
+    assert_eq!(meta.total_lost(), 0);
+    // Under -icount, mcycle counts instructions: cycles and instructions of
+    // every call are close (read a few instructions apart).
+    let mut last: Option<Call> = None;
+    let mut checked = 0;
+    for e in t.events() {
+        match e {
+            Event::Call(c) => last = Some(c),
+            Event::Counters(k) => {
+                let c = last.take().expect("counters follow their call");
+                let (instr, cycles) = (k.values[0], k.values[1]);
+                assert!(
+                    instr.abs_diff(cycles) <= 64,
+                    "{}: instructions {instr}, cycles {cycles}",
+                    meta.site_name(c.site)
+                );
+                checked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(checked, t.calls().count());
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .arg(&run.path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("IPC  Self IPC    cycles  hpm3_instructions  Function")),
+        "{report}"
+    );
+    let row = report
+        .lines()
+        .find(|l| l.ends_with(" split_work"))
+        .expect(&report);
+    // The last columns: IPC, Self IPC, cycles, hpm3_instructions, the function.
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ipc: f64 = cells[cells.len() - 5].parse().unwrap();
     assert!(
         (0.95..=1.05).contains(&ipc),
         "split_work IPC {ipc}:\n{report}"

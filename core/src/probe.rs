@@ -554,6 +554,11 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard
     // On boards the counter is read right after the entry's clock read, as
     // `exit` reads it right after the exit's: the two counters then cover
     // the same stretch of the call, and instructions over cycles is its IPC.
+    // All of a call's counters are read with interrupts masked, so that an
+    // interrupt handler's work falls in all of them or in none.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
@@ -563,6 +568,11 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32) -> Guard
         // SAFETY: the platform's function; the slot was just pushed.
         unsafe { platform::__fgtrace_more_counters(g.slot, false, &mut none) };
     }
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
@@ -875,11 +885,16 @@ fn exit(slot: u32, serial: u32) {
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
 fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    // All counters with interrupts masked (see `push_counted`).
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
     // SAFETY: as in `capture_push`.
     let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
     let mut more = [0; platform::MORE_COUNTERS];
     // SAFETY: the platform's function, for the slot this guard pushed.
     let n = unsafe { platform::__fgtrace_more_counters(slot & !COUNTED, true, &mut more) };
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
     let n = n.min(platform::MORE_COUNTERS);
     // Room for the call's record and all its counters in this buffer, so
     // they arrive together (the board hands over a buffer this close to

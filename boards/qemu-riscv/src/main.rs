@@ -29,6 +29,7 @@ const MTIME_HZ: u64 = 10_000_000;
 /// `mcycle` per second: the probe's clock. Under qemu `-icount shift=0`
 /// (run.sh) one instruction is one virtual nanosecond and `mcycle` counts
 /// instructions, so 1 GHz; on a real board, its core clock.
+#[cfg(feature = "mcycle")]
 const MCYCLE_HZ: u64 = 1_000_000_000;
 
 struct Uart;
@@ -312,7 +313,11 @@ extern "C" fn firmware_main() -> ! {
     board::init(Board {
         // SAFETY: the only reference to the UART sink, handed over once.
         sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },
+        #[cfg(feature = "mcycle")]
         clock: board::Clock::mcycle(MCYCLE_HZ),
+        // Built without the `mcycle` feature (run.sh with CLOCK=rdtime).
+        #[cfg(not(feature = "mcycle"))]
+        clock: board::Clock::rdtime(MTIME_HZ),
         name: env!("CARGO_PKG_NAME"),
         stack,
         text,
