@@ -473,21 +473,14 @@ fn enter_on(site: &'static Site, c: u32, flags: u32) -> Guard {
     let dw = site.decision_word();
     let id = site.known_id();
     let gen = control::generation(c);
-    // On boards inlined by force: left to itself, a board build (no
-    // thread-local) kept this closure out of line, every captured value
-    // spilled to the stack and passed by reference (hosts inline it, and
-    // forcing it there costs an instruction).
-    with_state(
-        #[cfg_attr(not(any(feature = "std", test)), inline(always))]
-        |st| {
-            if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
-                if let Some(id) = id {
-                    return push(st, id, dw & 7, flags);
-                }
+    with_state(|st| {
+        if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
+            if let Some(id) = id {
+                return push(st, id, dw & 7, flags);
             }
-            enter_other(st, site, c, flags)
-        },
-    )
+        }
+        enter_other(st, site, c, flags)
+    })
 }
 
 /// Everything but a recording session's steady state: a capturing thread, a
