@@ -6,15 +6,19 @@
 //! * [`wire`]: the framed format, shared by the target's encoder and the
 //!   host's decoder: a sync word, a sequence number, a length and a CRC per
 //!   frame, so a host that attaches late or loses bytes resynchronises.
-//! * [`runtime`] (feature `riscv`): the recording runtime for RISC-V machine
-//!   mode: per-hart state and buffers, the core's hooks, stream and flight
-//!   recorder modes, the timer-interrupt sampler, host commands.
+//! * [`runtime`] (feature `riscv`: RISC-V machine mode; feature `x86_64`:
+//!   x86_64 bare metal, ring 0, one CPU): the recording runtime: per-hart
+//!   state and double buffers, the core's hooks, stream and flight recorder
+//!   modes, the timer-interrupt sampler, host commands.
 #![no_std]
 #![warn(missing_docs)]
 
-#[cfg(all(
-    feature = "riscv",
-    any(target_arch = "riscv32", target_arch = "riscv64")
+#[cfg(any(
+    all(
+        feature = "riscv",
+        any(target_arch = "riscv32", target_arch = "riscv64")
+    ),
+    all(feature = "x86_64", target_arch = "x86_64", target_os = "none")
 ))]
 pub mod runtime;
 pub mod wire;

@@ -1,21 +1,25 @@
-//! The recording runtime on a RISC-V board (machine mode, no OS).
+//! The recording runtime on a board without an OS: RISC-V machine mode
+//! (feature `riscv`) or x86_64 in ring 0 on one CPU (feature `x86_64`).
 //!
 //! * **State per hart.** Each hart has a static slot: the core's
-//!   `ThreadState`, a shadow stack, a record buffer and a sample ring. The
-//!   core finds the running hart's slot through `__fgtrace_state` (by
-//!   `mhartid`), and masks interrupts only while it writes a record
-//!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler cannot
-//!   corrupt the interrupted code's records.
-//! * **Stream mode**: a full buffer becomes a [`CALLS`] frame on the sink;
-//!   what the sink refuses is counted. **Flight recorder**: the buffer is a
+//!   `ThreadState`, a shadow stack, two record buffers and a sample ring.
+//!   The core finds the running hart's slot through `__fgtrace_state` (by
+//!   `mhartid`; on x86_64 the one CPU's), and masks interrupts only from a
+//!   call's pop to the end of its record and while a hook runs
+//!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler neither
+//!   corrupts the interrupted code's records nor meets a busy probe.
+//! * **Stream mode**: a full buffer becomes [`CALLS`] frames on the sink,
+//!   sent with interrupts as they were while the probe records into the
+//!   hart's other buffer (a traced interrupt handler is recorded wherever it
+//!   lands); what the sink refuses, or what no buffer can take, is counted. **Flight recorder**: the buffer is a
 //!   ring of the last [`BUF_CALLS`] calls, sent on [`dump`] (a host command,
 //!   or the panic handler).
 //! * The site table and the clock ([`META`], [`SITE`]) go out when a session
 //!   starts, are repeated every [`REPEAT_EVERY`] frames, and again at stop, so
 //!   a host that attaches late can still decode.
 //! * **Sampler**: the firmware's timer interrupt calls [`sample`] with the
-//!   trapped `pc`, `ra`, `s0` and `sp`; it walks the frame pointers with the
-//!   core's RISC-V unwinder, records where the innermost traced frame sits
+//!   trapped `pc`, `ra`, `s0` and `sp` (x86_64: `rip`, `rbp`, `rsp`); it
+//!   walks the frame pointers with the core's unwinder, records where the innermost traced frame sits
 //!   (the cut), and queues the stack; queued stacks go out as [`SAMPLES`]
 //!   frames from the interrupted code's side, never from the interrupt.
 //! * **Host commands** over the same link ([`poll`]): `record <ms> <hz>`,
@@ -24,7 +28,7 @@
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
-use fgtrace_core::probe::{self, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::{self, Counter, Frame, Hooks, ThreadState};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
 use fgtrace_core::{clock, control, unwind};
@@ -110,7 +114,13 @@ impl Sample {
 struct Hart {
     st: UnsafeCell<ThreadState>,
     frames: UnsafeCell<[Frame; STACK_DEPTH]>,
-    buf: UnsafeCell<[RawCall; BUF_CALLS]>,
+    /// Two record buffers: the probe writes one while the other is sent
+    /// (the flight recorder's ring is the first).
+    bufs: UnsafeCell<[[RawCall; BUF_CALLS]; 2]>,
+    /// A buffer is being sent from this hart (the other one records).
+    sending: AtomicBool,
+    /// Further counters' readings at entry, per shadow-stack slot.
+    more: UnsafeCell<[[u64; MORE_COUNTERS]; STACK_DEPTH]>,
     published: AtomicUsize,
     overruns: AtomicUsize,
     nested_dropped: AtomicUsize,
@@ -132,7 +142,9 @@ impl Hart {
         Hart {
             st: UnsafeCell::new(ThreadState::EMPTY),
             frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
-            buf: UnsafeCell::new([RawCall(0, 0); BUF_CALLS]),
+            bufs: UnsafeCell::new([[RawCall(0, 0); BUF_CALLS]; 2]),
+            sending: AtomicBool::new(false),
+            more: UnsafeCell::new([[0; MORE_COUNTERS]; STACK_DEPTH]),
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             nested_dropped: AtomicUsize::new(0),
@@ -149,11 +161,20 @@ impl Hart {
 static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
 
 /// The running hart's index.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+#[inline(always)]
 pub fn hart_id() -> usize {
     let id: usize;
     // SAFETY: reads a CSR, machine mode.
     unsafe { core::arch::asm!("csrr {}, mhartid", out(reg) id, options(nomem, nostack)) };
     id.min(MAX_HARTS - 1)
+}
+
+/// The running CPU's index: x86_64 boards run on one CPU.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn hart_id() -> usize {
+    0
 }
 
 fn hart() -> &'static Hart {
@@ -167,6 +188,7 @@ pub fn __fgtrace_state() -> *mut ThreadState {
 }
 
 /// Masks machine interrupts; returns the old `mstatus`.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_save() -> usize {
     let old: usize;
@@ -176,11 +198,32 @@ pub fn __fgtrace_irq_save() -> usize {
 }
 
 /// Restores what [`__fgtrace_irq_save`] returned.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
     if old & 8 != 0 {
         // SAFETY: sets mstatus.MIE back, machine mode.
         unsafe { core::arch::asm!("csrsi mstatus, 8", options(nostack)) };
+    }
+}
+
+/// Masks interrupts (`cli`); returns the old `rflags`.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub fn __fgtrace_irq_save() -> usize {
+    let old: usize;
+    // SAFETY: reads rflags and clears IF, ring 0.
+    unsafe { core::arch::asm!("pushfq", "pop {}", "cli", out(reg) old) };
+    old
+}
+
+/// Restores what [`__fgtrace_irq_save`] returned (`sti` if IF was set).
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub fn __fgtrace_irq_restore(old: usize) {
+    if old & 0x200 != 0 {
+        // SAFETY: sets IF back, ring 0.
+        unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
     }
 }
 
@@ -205,23 +248,49 @@ static OUT: OutCell = OutCell(UnsafeCell::new(Out {
     scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
     payload: [0; MAX_PAYLOAD],
 }));
-static OUT_LOCK: AtomicBool = AtomicBool::new(false);
+/// The output's owner: 0 when free, else the owning hart's index + 1.
+static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// A site's first call could not announce it (the output was busy on its
+/// hart): the whole site table goes out at the next flush.
+static SITES_PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Runs `f` on the output with interrupts masked and the output locked.
-fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> R {
+/// Locks the output for this hart, with interrupts masked while it spins;
+/// `None` if this hart holds it already (an interrupt handler that
+/// interrupted this hart's own output: waiting would never end).
+fn lock_out() -> Option<()> {
+    let me = hart_id() + 1;
     let saved = __fgtrace_irq_save();
-    while OUT_LOCK
-        .compare_exchange_weak(false, true, Acquire, Relaxed)
-        .is_err()
-    {
+    let mut got = Some(());
+    while let Err(owner) = OUT_OWNER.compare_exchange_weak(0, me, Acquire, Relaxed) {
+        if owner == me {
+            got = None;
+            break;
+        }
         core::hint::spin_loop();
     }
-    // SAFETY: locked, interrupts masked.
-    let r = f(unsafe { &mut *OUT.0.get() });
-    OUT_LOCK.store(false, Release);
+    __fgtrace_irq_restore(saved);
+    got
+}
+
+/// Runs `f` on the output with interrupts masked and the output locked;
+/// `None` if this hart's own output was interrupted (see [`lock_out`]).
+fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
+    let saved = __fgtrace_irq_save();
+    let r = with_out_open(f);
     __fgtrace_irq_restore(saved);
     r
+}
+
+/// As [`with_out`], with interrupts left as they are: an interrupt handler
+/// may run (and record) meanwhile, but cannot use the output.
+fn with_out_open<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
+    lock_out()?;
+    // SAFETY: locked by this hart; an interrupt handler on this hart finds
+    // it locked and stays out.
+    let r = f(unsafe { &mut *OUT.0.get() });
+    OUT_OWNER.store(0, Release);
+    Some(r)
 }
 
 impl Out {
@@ -249,11 +318,13 @@ impl Out {
 
     fn meta(&mut self) {
         let s = &SESSION;
-        let (tps, start, name) = (
+        let (tps, start, name, clock) = (
             s.ticks_per_sec.load(Relaxed),
             s.start_ticks.load(Relaxed),
             // SAFETY: written once in `init`, before any output.
             unsafe { *NAME.0.get() },
+            // SAFETY: as above.
+            unsafe { *CLOCK_NAME.0.get() },
         );
         let mode = s.mode.load(Relaxed);
         let gen = s.gen.load(Relaxed);
@@ -266,7 +337,12 @@ impl Out {
                 .u64(start)
                 .u32(gen)
                 .u32(hz)
-                .bytes(name.as_bytes());
+                .str(clock)
+                .u8(counter_names().len() as u8);
+            for c in counter_names() {
+                w.str(c);
+            }
+            w.bytes(name.as_bytes());
         });
         for site in site::sites() {
             self.site(site);
@@ -331,6 +407,7 @@ struct NameCell(UnsafeCell<&'static str>);
 // SAFETY: written once in `init`.
 unsafe impl Sync for NameCell {}
 static NAME: NameCell = NameCell(UnsafeCell::new(""));
+static CLOCK_NAME: NameCell = NameCell(UnsafeCell::new(""));
 
 /// Sends console text as a [`TEXT`] frame (the host prints it).
 pub fn text(s: &str) {
@@ -372,6 +449,8 @@ struct Session {
     /// 0: no deadline.
     deadline: AtomicU64,
     sample_hz: AtomicU32,
+    /// Calls record their retired instructions (`minstret` deltas).
+    instructions: AtomicBool,
     stack_lo: AtomicUsize,
     stack_hi: AtomicUsize,
     text_lo: AtomicUsize,
@@ -385,25 +464,101 @@ static SESSION: Session = Session {
     start_ticks: AtomicU64::new(0),
     deadline: AtomicU64::new(0),
     sample_hz: AtomicU32::new(0),
+    instructions: AtomicBool::new(false),
     stack_lo: AtomicUsize::new(0),
     stack_hi: AtomicUsize::new(0),
     text_lo: AtomicUsize::new(0),
     text_hi: AtomicUsize::new(0),
 };
 
+/// The clock the probe reads and its rate. Which counter it is is chosen
+/// when the firmware is built (the probe reads it inline, a few
+/// instructions): `rdtime` by default on RISC-V, `mcycle` with this crate's
+/// `mcycle` feature (machine mode; every cycle, so calls of a few
+/// instructions get a duration; under qemu `-icount shift=0`, one tick per
+/// instruction at 1 GHz). Only the matching constructor exists, so the rate
+/// always describes the counter the probe reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    name: &'static str,
+    ticks_per_sec: u64,
+}
+
+impl Clock {
+    /// `rdtime`, counting `hz` a second (10 MHz on qemu `virt`).
+    #[cfg(all(not(feature = "mcycle"), not(target_arch = "x86_64")))]
+    pub const fn rdtime(hz: u64) -> Clock {
+        Clock {
+            name: "rdtime",
+            ticks_per_sec: hz,
+        }
+    }
+
+    /// The TSC, counting `hz` a second (qemu `-icount shift=0`: 1 GHz, one
+    /// tick per instruction).
+    #[cfg(target_arch = "x86_64")]
+    pub const fn tsc(hz: u64) -> Clock {
+        Clock {
+            name: "tsc",
+            ticks_per_sec: hz,
+        }
+    }
+
+    /// `mcycle`, counting `hz` cycles a second.
+    #[cfg(all(feature = "mcycle", not(target_arch = "x86_64")))]
+    pub const fn mcycle(hz: u64) -> Clock {
+        Clock {
+            name: "mcycle",
+            ticks_per_sec: hz,
+        }
+    }
+
+    /// Ticks per second.
+    pub const fn ticks_per_sec(&self) -> u64 {
+        self.ticks_per_sec
+    }
+
+    /// The counter's name, sent in [`META`] (the trace's clock source).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Reads the probe's clock.
+#[inline(always)]
+pub fn now() -> u64 {
+    clock::ticks()
+}
+
 /// What the runtime needs to know about the board.
 pub struct Board {
     /// Where the stream goes.
     pub sink: &'static mut dyn Sink,
-    /// `rdtime` ticks per second (10 MHz on qemu `virt`).
-    pub ticks_per_sec: u64,
+    /// The clock the probe reads, with its rate.
+    pub clock: Clock,
     /// Firmware name, sent in [`META`].
     pub name: &'static str,
     /// The stack the sampler may read: `[lo, hi)`.
     pub stack: (usize, usize),
     /// The code: return addresses outside `[lo, hi)` end a sampled stack.
     pub text: (usize, usize),
+    /// Each call also records the instructions it retired (`minstret` at
+    /// entry and exit; RISC-V machine mode), named `instructions` in the
+    /// stream: `fgtrace report` then shows instructions per function,
+    /// inclusive and self, and with a cycle clock (`mcycle`) their IPC. The
+    /// probe takes its counted path then (about twice the instructions).
+    /// Ignored where there is no such counter (x86_64 boards). With a clock
+    /// other than `mcycle`, each call records its `mcycle` delta too, named
+    /// `cycles` (IPC then comes from it).
+    pub count_instructions: bool,
+    /// `mhpmcounter`s the firmware has programmed, `(index 3..=31, name)`:
+    /// with `count_instructions`, each call records their deltas too, named
+    /// as given (at most [`MORE_COUNTERS`] further counters in all).
+    pub hpm_counters: &'static [(u8, &'static str)],
 }
+
+/// Most further counters per call, `cycles` included.
+pub const MORE_COUNTERS: usize = probe::platform::MORE_COUNTERS;
 
 /// Sets the runtime up (once, before recording).
 pub fn init(b: Board) {
@@ -411,7 +566,38 @@ pub fn init(b: Board) {
     // SAFETY: before any output reads it.
     unsafe { *NAME.0.get() = b.name };
     let s = &SESSION;
-    s.ticks_per_sec.store(b.ticks_per_sec, Relaxed);
+    s.ticks_per_sec.store(b.clock.ticks_per_sec, Relaxed);
+    let counting = b.count_instructions && INSTRUCTIONS.is_some();
+    s.instructions.store(counting, Relaxed);
+    // SAFETY: before any probe or output reads them.
+    unsafe {
+        let names = &mut *COUNTER_NAMES.0.get();
+        let which = &mut *MORE.0.get();
+        names.1 = 0;
+        which.1 = 0;
+        if counting {
+            names.0[0] = "instructions";
+            names.1 = 1;
+            let mut add = |name: &'static str, csr: Csr| {
+                if which.1 < MORE_COUNTERS {
+                    which.0[which.1] = csr;
+                    which.1 += 1;
+                    names.0[names.1] = name;
+                    names.1 += 1;
+                }
+            };
+            if b.clock.name != "mcycle" {
+                add("cycles", Csr::Mcycle);
+            }
+            for &(i, name) in b.hpm_counters {
+                if (3..=31).contains(&i) {
+                    add(name, Csr::Hpm(i));
+                }
+            }
+        }
+    }
+    // SAFETY: before any output reads it.
+    unsafe { *CLOCK_NAME.0.get() = b.clock.name };
     s.stack_lo.store(b.stack.0, Relaxed);
     s.stack_hi.store(b.stack.1, Relaxed);
     s.text_lo.store(b.text.0, Relaxed);
@@ -427,13 +613,169 @@ static HOOKS: Hooks = Hooks {
     uncounted,
 };
 
+/// The instruction counter calls read when [`Board::count_instructions`]
+/// is set (the core's counted path: read before the entry's clock read and
+/// after the exit's, the delta recorded after the call's record).
+struct CounterCell(Counter);
+// SAFETY: no pointers in it are used (`page` is null); read-only.
+unsafe impl Sync for CounterCell {}
+
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(Counter {
+    read: read_minstret,
+    page: core::ptr::null(),
+    fd: -1,
+    uncounted: run_uncounted,
+}));
+#[cfg(target_arch = "x86_64")]
+static INSTRUCTIONS: Option<CounterCell> = None;
+
+#[cfg(target_arch = "riscv64")]
+unsafe fn read_minstret(_: &Counter) -> u64 {
+    let v: u64;
+    // SAFETY: reads a counter CSR, machine mode.
+    unsafe { core::arch::asm!("csrr {}, minstret", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+#[cfg(target_arch = "riscv32")]
+unsafe fn read_minstret(_: &Counter) -> u64 {
+    loop {
+        let (hi, lo, hi2): (u32, u32, u32);
+        // SAFETY: reads counter CSRs, machine mode.
+        unsafe {
+            core::arch::asm!(
+                "csrr {0}, minstreth", "csrr {1}, minstret", "csrr {2}, minstreth",
+                out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
+            )
+        };
+        if hi == hi2 {
+            return (hi as u64) << 32 | lo as u64;
+        }
+    }
+}
+
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+unsafe fn run_uncounted(_: &Counter, f: &mut dyn FnMut()) {
+    f()
+}
+
+/// A further per-call counter.
+#[derive(Clone, Copy)]
+// x86_64 boards have none: nothing reads the index there.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+enum Csr {
+    Mcycle,
+    /// `mhpmcounter<n>`, 3..=31.
+    Hpm(u8),
+}
+
+struct NamesCell(UnsafeCell<([&'static str; 1 + MORE_COUNTERS], usize)>);
+// SAFETY: written once in `init`, before any reader.
+unsafe impl Sync for NamesCell {}
+static COUNTER_NAMES: NamesCell = NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
+
+struct MoreCell(UnsafeCell<([Csr; MORE_COUNTERS], usize)>);
+// SAFETY: written once in `init`, before any probe reads it.
+unsafe impl Sync for MoreCell {}
+static MORE: MoreCell = MoreCell(UnsafeCell::new(([Csr::Mcycle; MORE_COUNTERS], 0)));
+
+/// The per-call counters' names, as the stream and the trace call them.
+fn counter_names() -> &'static [&'static str] {
+    // SAFETY: written once in `init`.
+    let (names, n) = unsafe { &*COUNTER_NAMES.0.get() };
+    &names[..*n]
+}
+
+/// Reads a further counter.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+fn read_csr(c: Csr) -> u64 {
+    macro_rules! csr64 {
+        ($lo:expr, $hi:expr) => {{
+            #[cfg(target_arch = "riscv64")]
+            {
+                let _ = $hi;
+                let v: u64;
+                // SAFETY: reads a counter CSR, machine mode.
+                unsafe { core::arch::asm!(concat!("csrr {}, ", $lo), out(reg) v, options(nomem, nostack)) };
+                v
+            }
+            #[cfg(target_arch = "riscv32")]
+            loop {
+                let (hi, lo, hi2): (u32, u32, u32);
+                // SAFETY: reads counter CSRs, machine mode.
+                unsafe {
+                    core::arch::asm!(
+                        concat!("csrr {0}, ", $hi), concat!("csrr {1}, ", $lo), concat!("csrr {2}, ", $hi),
+                        out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
+                    )
+                };
+                if hi == hi2 {
+                    break (hi as u64) << 32 | lo as u64;
+                }
+            }
+        }};
+    }
+    macro_rules! hpm {
+        ($i:expr, $($n:literal),*) => {
+            match $i {
+                $($n => csr64!(concat!("mhpmcounter", $n), concat!("mhpmcounter", $n, "h")),)*
+                _ => 0,
+            }
+        };
+    }
+    match c {
+        Csr::Mcycle => csr64!("mcycle", "mcycleh"),
+        Csr::Hpm(i) => hpm!(
+            i, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+            26, 27, 28, 29, 30, 31
+        ),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn read_csr(_: Csr) -> u64 {
+    0
+}
+
+/// The core's call for a counted call's further counters (see
+/// `probe::platform`): at entry their readings are kept per shadow-stack
+/// slot, at exit their deltas since go out.
+#[no_mangle]
+pub fn __fgtrace_more_counters(slot: u32, exit: bool, out: &mut [u64; MORE_COUNTERS]) -> usize {
+    // SAFETY: written once in `init`.
+    let (which, n) = unsafe { &*MORE.0.get() };
+    let h = hart();
+    let i = slot as usize;
+    if *n == 0 || i == 0 || i > STACK_DEPTH {
+        return 0;
+    }
+    // SAFETY: this hart's table; an interrupt handler's calls use deeper
+    // slots, and this slot is this call's until it pops.
+    let kept = unsafe { &mut (*h.more.get())[i - 1] };
+    for k in 0..*n {
+        let v = read_csr(which[k]);
+        if exit {
+            out[k] = v.wrapping_sub(kept[k]);
+        } else {
+            kept[k] = v;
+        }
+    }
+    *n
+}
+
 fn join(st: &mut ThreadState, _gen: u32) -> bool {
     let h = hart();
+    st.counter = match (&INSTRUCTIONS, SESSION.instructions.load(Relaxed)) {
+        (Some(c), true) => &c.0,
+        _ => core::ptr::null(),
+    };
     let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
     st.frames = h.frames.get() as *mut Frame;
     st.stack_cap = STACK_DEPTH as u32;
     st.depth = st.depth.min(st.stack_cap);
-    st.buf = h.buf.get() as *mut RawCall;
+    st.buf = h.bufs.get() as *mut RawCall;
+    h.sending.store(false, Relaxed);
     st.count = 0;
     h.published.store(0, Relaxed);
     if flight {
@@ -453,23 +795,87 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
 }
 
 fn decide(site: &'static Site, _gen: u32) -> Option<Decision> {
-    // A site's first call in this session: the host learns its name now.
-    with_out(|o| o.site(site));
+    // A site's first call in this session: the host learns its name now (or
+    // at the next flush, if this call interrupted the hart's own output).
+    if with_out(|o| o.site(site)).is_none() {
+        SITES_PENDING.store(true, Relaxed);
+    }
     Some(Decision::Record)
 }
 
-/// A full stream buffer: out as frames, and recording goes on from the start.
+/// A full stream buffer: sent while recording goes on in the other one
+/// (the core calls this with interrupts as they were, see [`drain`]).
 fn handoff(st: &mut ThreadState) {
     let id = hart_id();
+    if drain(st, id, true) {
+        flush_samples(id);
+    }
+}
+
+/// Sends the running hart's stream records. With interrupts masked, the
+/// full buffer is swapped for the hart's other one; then it is sent with
+/// interrupts as they were, so a traced interrupt handler that runs during
+/// the (slow) output records into the other buffer. If that one fills up
+/// meanwhile, it is sent next; a handler's records beyond it (the core
+/// finds the buffer full while this one is being sent) are counted as
+/// dropped. An interrupt handler whose call fills the buffer while this
+/// hart is already sending leaves it to the sender. Returns whether this
+/// call sent (it is not such a nested call).
+/// `full`: only a full buffer (a handoff; the buffer may have been handed
+/// over already by an interrupt handler), else any records (a flush).
+fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
     let h = &HARTS[id];
-    let n = st.count;
-    // SAFETY: this hart's buffer; `n` records were written.
-    let recs = unsafe { core::slice::from_raw_parts(st.buf, n) };
-    let first = h.written.fetch_add(n as u64, Relaxed);
-    with_out(|o| o.calls(id as u8, first, recs));
-    st.count = 0;
-    h.published.store(0, Relaxed);
-    flush_samples(id);
+    let mut once = !full;
+    loop {
+        let saved = __fgtrace_irq_save();
+        // SAFETY (volatile): an interrupt handler on this hart moves
+        // `count` and `buf` between our instructions; masked now.
+        let (n, buf) = unsafe {
+            (
+                core::ptr::read_volatile(&st.count),
+                core::ptr::read_volatile(&st.buf),
+            )
+        };
+        let nested = h.sending.load(Relaxed);
+        // "Full": too full for a counted call's records (the call and its
+        // counters), which the core hands over before writing them.
+        let more = if once {
+            n > 0
+        } else {
+            n + MORE_COUNTERS + 2 > st.limit
+        };
+        if nested || !more || buf.is_null() || st.limit == usize::MAX {
+            __fgtrace_irq_restore(saved);
+            return !nested;
+        }
+        once = false;
+        let bufs = h.bufs.get() as *mut RawCall;
+        // SAFETY: the hart's two buffers, BUF_CALLS records apart.
+        let other = if buf == bufs {
+            unsafe { bufs.add(BUF_CALLS) }
+        } else {
+            bufs
+        };
+        // SAFETY: as above; masked.
+        unsafe {
+            core::ptr::write_volatile(&mut st.buf, other);
+            core::ptr::write_volatile(&mut st.count, 0);
+        }
+        h.published.store(0, Relaxed);
+        h.sending.store(true, Relaxed);
+        let first = h.written.fetch_add(n as u64, Relaxed);
+        __fgtrace_irq_restore(saved);
+        // SAFETY: the buffer just swapped out; `n` records were written and
+        // nothing writes it until the next swap, which waits for `sending`.
+        let recs = unsafe { core::slice::from_raw_parts(buf, n) };
+        if with_out_open(|o| o.calls(id as u8, first, recs)).is_none() {
+            h.dropped.fetch_add(n as u64, Relaxed);
+        }
+        h.sending.store(false, Release);
+        if SITES_PENDING.swap(false, Relaxed) {
+            with_out(|o| o.meta());
+        }
+    }
 }
 
 fn release(_: &mut ThreadState) {}
@@ -520,12 +926,10 @@ pub fn expired() -> bool {
     dl != 0 && clock::ticks() >= dl
 }
 
-/// Ticks between two samples at the session's rate (0: not sampling).
-pub fn sample_interval() -> u64 {
-    match SESSION.sample_hz.load(Relaxed) {
-        0 => 0,
-        hz => SESSION.ticks_per_sec.load(Relaxed) / hz as u64,
-    }
+/// The session's sampling rate in Hz (0: not sampling): the firmware sets
+/// its timer from it.
+pub fn sample_hz() -> u32 {
+    SESSION.sample_hz.load(Relaxed)
 }
 
 /// Ends the session: what the running hart still holds goes out (a stream
@@ -554,23 +958,10 @@ pub fn stop() {
     });
 }
 
-/// The running hart's unsent stream records.
+/// The running hart's unsent stream records (see [`drain`]).
 fn flush_calls(id: usize) {
-    let saved = __fgtrace_irq_save();
-    // SAFETY: this hart's state, interrupts masked.
-    unsafe {
-        probe::with_thread_state(|st| {
-            if !st.buf.is_null() && st.count > 0 && st.limit != usize::MAX {
-                let n = st.count;
-                let recs = core::slice::from_raw_parts(st.buf, n);
-                let first = HARTS[id].written.fetch_add(n as u64, Relaxed);
-                with_out(|o| o.calls(id as u8, first, recs));
-                st.count = 0;
-                HARTS[id].published.store(0, Relaxed);
-            }
-        })
-    }
-    __fgtrace_irq_restore(saved);
+    // SAFETY: this hart's state; `drain` masks interrupts while it changes it.
+    unsafe { probe::with_thread_state(|st| drain(st, id, false)) };
 }
 
 /// Sends the flight recorder's ring (the last [`BUF_CALLS`] calls, oldest
@@ -621,7 +1012,33 @@ pub fn on_panic() {
 /// # Safety
 /// Called from the hart's timer interrupt handler with the trapped `pc`
 /// (`mepc`), `ra`, `s0` (frame pointer) and `sp`.
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
+    sample_regs(unwind::Regs {
+        pc: pc as u64,
+        fp: fp as u64,
+        sp: sp as u64,
+        lr: Some(ra as u64),
+    })
+}
+
+/// The timer interrupt's sample: walks the frame pointers from the trapped
+/// registers and queues the stack for the next flush.
+///
+/// # Safety
+/// Called from the CPU's timer interrupt handler with the interrupted
+/// `rip`, `rbp` (frame pointer) and `rsp`, from the interrupt frame.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn sample(rip: usize, rbp: usize, rsp: usize) {
+    sample_regs(unwind::Regs {
+        pc: rip as u64,
+        fp: rbp as u64,
+        sp: rsp as u64,
+        lr: None,
+    })
+}
+
+unsafe fn sample_regs(regs: unwind::Regs) {
     if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
         return;
     }
@@ -641,16 +1058,8 @@ pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
         s.text_lo.load(Relaxed) as u64,
         s.text_hi.load(Relaxed) as u64,
     );
-    let arch = if cfg!(target_arch = "riscv64") {
-        unwind::Arch::Riscv64
-    } else {
-        unwind::Arch::Riscv32
-    };
-    let regs = unwind::Regs {
-        pc: pc as u64,
-        fp: fp as u64,
-        sp: sp as u64,
-        lr: Some(ra as u64),
+    let Some(arch) = unwind::Arch::host() else {
+        return;
     };
     let mem = unwind::RawMemory::new(bounds);
     let (depth, split_sp) = probe::shadow_top();

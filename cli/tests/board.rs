@@ -1,5 +1,7 @@
-//! fgtrace on bare-metal RISC-V: `firmware/qemu-riscv/run.sh` builds the example
-//! firmware, runs it under qemu and decodes its stream with this `fgtrace`;
+//! fgtrace on bare metal: `boards/qemu-riscv/run.sh` (RISC-V, 32 and 64 bits)
+//! and `boards/qemu-x86_64/run.sh` build the example firmware (one workload,
+//! `boards/common/workload.rs`), run it under qemu and decode its stream with
+//! this `fgtrace`;
 //! the trace must match the firmware's own ground truth exactly (calls per
 //! function, nesting), lose nothing, and its samples must recover the known
 //! 3:1 split under the traced `split_work`.
@@ -20,12 +22,12 @@ fn root() -> PathBuf {
 /// The tools run.sh needs, or a visible skip.
 fn tools_present(target: &str) -> bool {
     let test = format!("board::{target}");
-    let qemu = if target.starts_with("riscv32") {
-        "qemu-system-riscv32"
-    } else {
-        "qemu-system-riscv64"
+    let (qemu, package) = match target {
+        "x86_64" => ("qemu-system-x86_64", "qemu-system-x86"),
+        t if t.starts_with("riscv32") => ("qemu-system-riscv32", "qemu-system-misc"),
+        _ => ("qemu-system-riscv64", "qemu-system-misc"),
     };
-    tools::tool(qemu, &["--version"], "qemu-system-misc", &test).is_some()
+    tools::tool(qemu, &["--version"], package, &test).is_some()
         && tools::tool("ld.lld", &["--version"], "lld", &test).is_some()
         && tools::tool("/usr/bin/rustc", &["--version"], "rustc-web", &test).is_some()
         && tools::tool(
@@ -45,17 +47,32 @@ struct Run {
 }
 
 fn run(target: &str) -> Option<Run> {
+    run_with(target, false, "mcycle")
+}
+
+/// `instructions`: the firmware built with its per-call counters; `clock`:
+/// the probe's clock on RISC-V (`mcycle` or `rdtime`).
+fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
     // Tests run at once: each run writes its own file.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{k}"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("board-{target}-{clock}-{k}"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.fgt");
-    let r = Command::new(root().join("firmware/qemu-riscv/run.sh"))
-        .args([target, out.to_str().unwrap()])
+    let mut cmd = if target == "x86_64" {
+        Command::new(root().join("boards/qemu-x86_64/run.sh"))
+    } else {
+        let mut c = Command::new(root().join("boards/qemu-riscv/run.sh"));
+        c.arg(target);
+        c
+    };
+    let r = cmd
+        .arg(&out)
+        .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
+        .env("CLOCK", clock)
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -97,8 +114,39 @@ fn check(target: &str) {
     for c in t.calls() {
         *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
     }
+    assert!(
+        run.truth.get("irq_tick").is_some_and(|&n| n >= 100),
+        "{target}: the timer interrupt ran traced code: {:?}",
+        run.truth
+    );
     assert_eq!(calls, run.truth, "{target}: calls per function");
     assert_eq!(meta.total_lost(), 0, "{target}: losses");
+
+    // The clock is `mcycle` (x86_64: the TSC), one tick per instruction
+    // under `-icount shift=0` at 1 GHz: every call has a duration (the
+    // shortest, a leaf of a few instructions, over 10 ns), and the
+    // probe-cost leaf's calls all show the same one, the size of its body.
+    let clock = if target == "x86_64" { "tsc" } else { "mcycle" };
+    assert_eq!(meta.clock.source, clock, "{target}: the board's clock");
+    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: {clock} at 1 GHz");
+    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
+        panic!(
+            "{target}: {} shows no duration: {c:?}",
+            meta.site_name(c.site)
+        );
+    }
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in t.calls() {
+        if meta.site_name(c.site) == "probe_cost_leaf" {
+            *leaf.entry(c.dur_ns).or_default() += 1;
+        }
+    }
+    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
+    let all: u64 = leaf.values().sum();
+    assert!(
+        (5..=40).contains(&usual) && n * 100 >= all * 99,
+        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
+    );
 
     // Nesting: every call's recorded parent is the function that calls it.
     let parents: HashMap<&str, &[&str]> = HashMap::from([
@@ -114,6 +162,9 @@ fn check(target: &str) {
         ("dot", &["mat_mul"][..]),
         ("fib", &["run_round", "fib"][..]),
         ("split_work", &["run_round"][..]),
+        // The timer interrupt's calls: under whatever call it interrupted.
+        ("irq_tick", &["*"][..]),
+        ("irq_leaf", &["irq_tick"][..]),
     ]);
     let mut open: Vec<Call> = Vec::new();
     for c in t.calls() {
@@ -125,13 +176,22 @@ fn check(target: &str) {
         let want = parents[name];
         match parent {
             None => assert!(
-                want.is_empty() && c.depth == 0,
+                (want.is_empty() || want == ["*"]) && c.depth == 0,
                 "{target}: {name} at the root"
             ),
             Some(p) => {
-                assert!(want.contains(&p), "{target}: {name} under {p}");
+                assert!(
+                    want.contains(&p) || want == ["*"],
+                    "{target}: {name} under {p}"
+                );
+                // An interrupt may land in the interrupted call's probe,
+                // before its entry's clock read or after its exit's: only
+                // the calls made in order nest in time.
                 let p = open.last().unwrap();
-                assert!(c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns());
+                assert!(
+                    want == ["*"] || (c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns()),
+                    "{target}: {name} inside its parent's time: {c:?} in {p:?}"
+                );
             }
         }
         open.push(c);
@@ -202,6 +262,171 @@ fn riscv32imac_firmware_matches_its_ground_truth() {
     check("riscv32imac");
 }
 
+#[test]
+fn x86_64_firmware_matches_its_ground_truth() {
+    check("x86_64");
+}
+
+/// `Board::count_instructions`: every call carries its `minstret` delta,
+/// named in the stream; the trace has the counter per call, inclusive
+/// figures cover the callees', and `report` shows instructions per function.
+#[test]
+fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
+    let Some(run) = run_with("riscv64gc", true, "mcycle") else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    // minstret, and mhpmcounter3, which the firmware programs to count
+    // instructions too (the clock is mcycle: no `cycles` counter).
+    assert_eq!(meta.counters, ["instructions", "hpm3_instructions"]);
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    let mut last: Option<Call> = None;
+    let (mut with, mut without) = (0u64, 0u64);
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut fib_ok = 0u64;
+    for e in t.events() {
+        match e {
+            Event::Call(c) => {
+                if last.take().is_some() {
+                    without += 1;
+                }
+                *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
+                last = Some(c);
+            }
+            Event::Counters(k) => {
+                let c = last.take().expect("counters follow their call");
+                with += 1;
+                let instr = k.values[0];
+                // The two counters count the same thing, read a few
+                // instructions apart (with interrupts masked: an interrupt's
+                // work is in both or in neither).
+                let hpm = k.values[1];
+                assert!(
+                    instr.abs_diff(hpm) <= 64 && hpm > 0,
+                    "{}: instructions {instr}, hpm3 {hpm}",
+                    meta.site_name(c.site)
+                );
+                match meta.site_name(c.site) {
+                    "probe_cost_leaf" => *leaf.entry(instr).or_default() += 1,
+                    // fib(n > 1) runs two traced callees: more than a leaf's.
+                    "fib" if c.has_children() && instr > 2 * 20 => fib_ok += 1,
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    without += last.is_some() as u64;
+    assert_eq!(calls, run.truth, "calls per function, counted too");
+    assert_eq!(meta.total_lost(), 0);
+    assert_eq!(
+        without, 0,
+        "{with} calls with their counter, {without} without"
+    );
+    // The leaf's calls all retire the same instructions (its body and the
+    // probe's own between the two counter reads).
+    assert_eq!(leaf.len(), 1, "probe_cost_leaf instructions: {leaf:?}");
+    assert!(fib_ok > 1000, "{fib_ok} fib calls count their callees");
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .arg(&run.path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("Instr") && report.contains("Self instr"),
+        "{report}"
+    );
+    // The clock is `mcycle`: IPC per function, inclusive and self. Under
+    // `-icount` every instruction is a cycle, so a function of many
+    // instructions shows 1.00 (the counters are read next to the clock).
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("IPC  Self IPC  hpm3_instructions  Function")),
+        "{report}"
+    );
+    let row = report
+        .lines()
+        .find(|l| l.ends_with(" split_work"))
+        .expect(&report);
+    // The last columns: IPC, Self IPC, hpm3_instructions, the function.
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ipc: f64 = cells[cells.len() - 4].parse().unwrap();
+    assert!(
+        (0.95..=1.05).contains(&ipc),
+        "split_work IPC {ipc}:\n{report}"
+    );
+}
+
+/// The same with `rdtime` as the clock: each call records its `mcycle`
+/// delta too, as `cycles`, and IPC comes from it.
+#[test]
+fn riscv64gc_with_the_rdtime_clock_records_cycles_per_call() {
+    let Some(run) = run_with("riscv64gc", true, "rdtime") else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    assert_eq!(meta.clock.source, "rdtime");
+    assert_eq!(meta.clock.ticks_per_ns, 0.01, "rdtime at 10 MHz");
+    assert_eq!(
+        meta.counters,
+        ["instructions", "cycles", "hpm3_instructions"]
+    );
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for c in t.calls() {
+        *calls.entry(meta.site_name(c.site).to_string()).or_default() += 1;
+    }
+    assert_eq!(calls, run.truth);
+    assert_eq!(meta.total_lost(), 0);
+    // Under -icount, mcycle counts instructions: cycles and instructions of
+    // every call are close (read a few instructions apart).
+    let mut last: Option<Call> = None;
+    let mut checked = 0;
+    for e in t.events() {
+        match e {
+            Event::Call(c) => last = Some(c),
+            Event::Counters(k) => {
+                let c = last.take().expect("counters follow their call");
+                let (instr, cycles) = (k.values[0], k.values[1]);
+                assert!(
+                    instr.abs_diff(cycles) <= 64,
+                    "{}: instructions {instr}, cycles {cycles}",
+                    meta.site_name(c.site)
+                );
+                checked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(checked, t.calls().count());
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .arg(&run.path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("IPC  Self IPC    cycles  hpm3_instructions  Function")),
+        "{report}"
+    );
+    let row = report
+        .lines()
+        .find(|l| l.ends_with(" split_work"))
+        .expect(&report);
+    // The last columns: IPC, Self IPC, cycles, hpm3_instructions, the function.
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let ipc: f64 = cells[cells.len() - 5].parse().unwrap();
+    assert!(
+        (0.95..=1.05).contains(&ipc),
+        "split_work IPC {ipc}:\n{report}"
+    );
+}
+
 /// A capture of a real stream with bytes flipped, dropped and inserted:
 /// decodes with the damage counted, never a panic, and every call that
 /// arrives intact is kept.
@@ -211,7 +436,7 @@ fn a_damaged_board_stream_decodes_with_its_losses_counted() {
     drop(run);
     // Record the raw stream once more, as bytes, straight from qemu.
     let fw = root()
-        .join("firmware/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let mut qemu = Command::new("qemu-system-riscv64")
         .args([
             "-machine", "virt", "-bios", "none", "-display", "none", "-monitor", "none",
@@ -270,9 +495,15 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
     let Some(stream) = run("riscv64gc") else {
         return;
     };
-    let total: u64 = stream.truth.values().sum();
+    // `flight 0` samples nothing, so no timer interrupt runs its traced calls.
+    let total: u64 = stream
+        .truth
+        .iter()
+        .filter(|(name, _)| !name.starts_with("irq_"))
+        .map(|(_, n)| n)
+        .sum();
     let fw = root()
-        .join("firmware/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
+        .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-flight.fgt");
     let r = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args([

@@ -30,6 +30,16 @@
 //! carries a serial, and a guard pops only the frame with its own serial, so
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
+//!
+//! Boards (`irq-mask`, no `std`) differ in five places: the common entry
+//! pushes a plain frame (`enter_board`); hooks that run busy
+//! run with interrupts masked, so an interrupt handler's traced call never
+//! meets a busy probe; the exit pops and writes its record with interrupts
+//! masked (the common case in one stretch, `exit_fast`), so an interrupt's
+//! records nest in exit order; a full buffer is handed over not busy,
+//! before and after, so the board sends it while recording goes on in a
+//! second buffer; and a counted call reads its counter right after the
+//! clock and asks the platform for its further counters.
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -236,7 +246,8 @@ impl ThreadState {
 /// What the core asks of the layer above (the `fgtrace` runtime, a board's
 /// firmware support). Every hook runs on a cold path with the thread marked
 /// busy, so it may allocate, lock and call traced code: nothing it does is
-/// recorded.
+/// recorded (on boards, with interrupts masked too; except `handoff` there,
+/// see below).
 pub struct Hooks {
     /// The thread's first traced call in session generation `gen` (or after
     /// its state was reset): set up `st` (shadow stack, buffer, limits) and
@@ -248,7 +259,12 @@ pub struct Hooks {
     pub decide: fn(site: &'static Site, gen: u32) -> Option<Decision>,
     /// `st.count` reached `st.limit`: hand the buffer over and set `buf`,
     /// `count` (and `side`) anew. Leaving `buf` null stops recording on
-    /// this thread.
+    /// this thread. With `irq-mask` (boards) it runs not busy, with
+    /// interrupts as they were, and may be entered again by an interrupt
+    /// handler on the same hart (see `handoff`); it also runs when a
+    /// counted call's records (the call, its counters) would not all fit
+    /// in the rest of the buffer: a board hands over a buffer with fewer
+    /// than `platform::MORE_COUNTERS + 2` free records left.
     pub handoff: fn(st: &mut ThreadState),
     /// The thread exits (or is detached): release what `join` set up.
     pub release: fn(st: &mut ThreadState),
@@ -296,7 +312,20 @@ pub mod platform {
         /// Restores what [`__fgtrace_irq_save`] returned.
         #[cfg(feature = "irq-mask")]
         pub fn __fgtrace_irq_restore(saved: usize);
+        /// A counted call's further counters (after the thread's
+        /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
+        /// platform reads and keeps them for shadow-stack slot `slot`; at
+        /// exit it puts their deltas since into `out` and returns how many.
+        #[cfg(feature = "irq-mask")]
+        pub fn __fgtrace_more_counters(
+            slot: u32,
+            exit: bool,
+            out: &mut [u64; MORE_COUNTERS],
+        ) -> usize;
     }
+
+    /// Most further counters per call on a board.
+    pub const MORE_COUNTERS: usize = 7;
 }
 
 #[inline(always)]
@@ -389,6 +418,9 @@ pub fn enter(site: &'static Site) -> Guard {
     if c & ON_MASK == 0 {
         return Guard::OFF;
     }
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    return enter_board(site, c);
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     enter_out(site, c, stack_pointer(), caller_state())
 }
 
@@ -400,6 +432,7 @@ pub fn enter(site: &'static Site) -> Guard {
 /// `%fs`, but a call when the compiler allocates registers, so `enter_out`
 /// saved and restored six registers around it on every call. The traced
 /// fn makes calls anyway.
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 #[inline(always)]
 fn caller_state() -> *mut ThreadState {
     #[cfg(any(feature = "std", test))]
@@ -419,6 +452,7 @@ fn caller_state() -> *mut ThreadState {
 /// untraced. Inlined whole (the push and the clock read in every traced
 /// fn), it made a whole traced crate several times slower even when not
 /// recording. `sp` is the traced fn's own stack pointer, read inline.
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 #[inline(never)]
 fn enter_out(site: &'static Site, c: u32, sp: usize, st: *mut ThreadState) -> Guard {
     #[cfg(not(any(feature = "std", test)))]
@@ -431,6 +465,50 @@ fn enter_out(site: &'static Site, c: u32, sp: usize, st: *mut ThreadState) -> Gu
     // thread is.
     let st = unsafe { &mut *st };
     enter_on_state(site, c, 0, sp, st)
+}
+
+/// A board's entry: the steady state of a board session (a recorded site, no
+/// hidden subtree, no graph functions, room on the shadow stack) pushes a
+/// plain frame with none of `push`'s decisions; anything else takes the
+/// general path.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(always)]
+fn enter_board(site: &'static Site, c: u32) -> Guard {
+    let dw = site.decision_word();
+    let id = site.known_id();
+    let gen = control::generation(c);
+    // SAFETY: the platform's promise (see `platform`).
+    let st = unsafe { &mut *platform::__fgtrace_state() };
+    if c & SESSION_ON != 0
+        && st.gen == gen
+        && dw == gen << 3 | Decision::Record as u32
+        && st.hide == 0
+        && !st.has_graph
+    {
+        if let Some(id) = id {
+            let d = st.depth;
+            if d < st.stack_cap && d < st.max_depth {
+                let serial = st.serial.wrapping_add(1) & SERIAL_MASK;
+                st.serial = serial;
+                // Reserved before it is filled, as in `push`.
+                st.depth = d + 1;
+                compiler_fence(SeqCst);
+                // SAFETY: d < stack_cap.
+                let f = unsafe { &mut *st.frames.add(d as usize) };
+                f.site = id;
+                f.tag = serial << 8;
+                f.sp = stack_pointer();
+                compiler_fence(Release);
+                f.start = ticks();
+                return Guard {
+                    slot: d + 1,
+                    serial,
+                    _not_send: PhantomData,
+                };
+            }
+        }
+    }
+    enter_other(site, c, stack_pointer(), st, 0)
 }
 
 #[inline(always)]
@@ -535,8 +613,31 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32, sp: usiz
         return push(st, id, d as u32, flags, sp);
     };
     // SAFETY: the counter's own contract.
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     let v = unsafe { (ctr.read)(ctr) };
     let mut g = push(st, id, d as u32, flags, sp);
+    // On boards the counter is read right after the entry's clock read, as
+    // `exit` reads it right after the exit's: the two counters then cover
+    // the same stretch of the call, and instructions over cycles is its IPC.
+    // All of a call's counters are read with interrupts masked, so that an
+    // interrupt handler's work falls in all of them or in none.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the counter's own contract.
+    let v = unsafe { (ctr.read)(ctr) };
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    if g.slot != 0 {
+        let mut none = [0; platform::MORE_COUNTERS];
+        // SAFETY: the platform's function; the slot was just pushed.
+        unsafe { platform::__fgtrace_more_counters(g.slot, false, &mut none) };
+    }
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
     if g.slot != 0 {
         // SAFETY: `push` just filled this slot.
         unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
@@ -749,12 +850,24 @@ fn stack_pointer() -> usize {
 
 /// Runs a hook with the thread marked busy, then restores `gen` (or sets
 /// what the hook's result says).
+///
+/// On boards the hook also runs with interrupts masked: a traced call in an
+/// interrupt handler would otherwise meet the busy state and go unrecorded;
+/// masked, the interrupt waits until the hook is done and records as usual.
 #[inline(always)]
 fn busy<R>(st: &mut ThreadState, f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
     let gen = st.gen;
     st.gen = GEN_BUSY;
     let r = f(st);
     st.gen = gen;
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
     r
 }
 
@@ -833,17 +946,139 @@ fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decis
 #[inline(never)]
 fn exit(slot: u32, serial: u32) {
     let end = ticks();
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    with_state(|st| exit_in(st, slot, serial, end));
+    // On boards the pop and the record are one step for an interrupt
+    // handler on this hart: one that ran between them would record its
+    // calls at the popped frame's depth before that frame's own record, and
+    // its records, in exit order, would no longer nest. Interrupts are
+    // masked from the pop to the record's end (a few instructions); a full
+    // buffer is handed over after, with interrupts as they were. A handler
+    // that runs after the record filled the buffer, before its handoff,
+    // finds it full here and hands it over itself, before its own record.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
-        if st.depth == slot {
-            // SAFETY: slot <= depth <= stack_cap.
-            let f = unsafe { *st.frames.add(slot as usize - 1) };
-            if f.tag >> 8 == serial {
-                st.depth = slot - 1;
-                return finish(st, f, slot - 1, end);
-            }
+        if slot & COUNTED != 0 {
+            exit_board_counted(st, slot, serial, end)
+        } else if !exit_fast(st, slot, serial, end) {
+            exit_board(st, slot, serial, end)
         }
-        exit_other(st, slot, serial, end)
     })
+}
+
+/// A board's counted call: the counter first, right after the clock (see
+/// `push_counted`), then the rest.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(never)]
+fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    // All counters with interrupts masked (see `push_counted`).
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    // SAFETY: as in `capture_push`.
+    let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    let mut more = [0; platform::MORE_COUNTERS];
+    // SAFETY: the platform's function, for the slot this guard pushed.
+    let n = unsafe { platform::__fgtrace_more_counters(slot & !COUNTED, true, &mut more) };
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    let n = n.min(platform::MORE_COUNTERS);
+    // Room for the call's record and all its counters in this buffer, so
+    // they arrive together (the board hands over a buffer this close to
+    // full, see `Hooks::handoff`).
+    if st.count + 2 + n > st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let count = st.count;
+    exit_counted_read(st, slot & !COUNTED, serial, end, read);
+    if read.is_some() && st.count != count {
+        // The call's record and its first counter were written: the further
+        // counters follow them, numbered after it.
+        for (k, &d) in more[..n].iter().enumerate() {
+            write(st, RawCall::ext(ext::COUNTER, d, k as u64 + 1));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+}
+
+/// A board's exit other than [`exit_fast`]'s (out of line, so that the
+/// common exit saves few registers).
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(never)]
+fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    exit_in(st, slot, serial, end);
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    if st.count >= st.limit && !st.buf.is_null() {
+        handoff(st);
+    }
+}
+
+/// A board's common exit, all of it with interrupts masked: the top frame is
+/// this guard's, without flags, long enough, and the buffer has room. Pops
+/// it and writes its record (no `writing` mark: nothing interrupts a masked
+/// write). Returns `false`, having changed nothing, for anything else.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+#[inline(always)]
+fn exit_fast(st: &mut ThreadState, slot: u32, serial: u32, end: u64) -> bool {
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let (i, buf) = (st.count, st.buf);
+    if st.depth == slot && i < st.limit && !buf.is_null() {
+        // SAFETY: slot <= depth <= stack_cap.
+        let f = unsafe { &*st.frames.add(slot as usize - 1) };
+        let dur = end.wrapping_sub(f.start);
+        if f.tag == serial << 8 && dur >= st.threshold {
+            let depth = slot - 1;
+            st.depth = depth;
+            // SAFETY: i & mask < capacity, as in `write`.
+            unsafe {
+                buf.add(i & st.mask).write(RawCall::pack(
+                    f.start,
+                    depth,
+                    dur,
+                    f.site,
+                    false,
+                    kind::CALL,
+                ))
+            };
+            st.count = i + 1;
+            // SAFETY: `published` is alive while `buf` is set.
+            unsafe { (*st.published).store(i + 1, Release) };
+            // SAFETY: as above.
+            unsafe { platform::__fgtrace_irq_restore(saved) };
+            if i + 1 >= st.limit {
+                handoff(st);
+            }
+            return true;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    false
+}
+
+#[inline(always)]
+fn exit_in(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+    if st.depth == slot {
+        // SAFETY: slot <= depth <= stack_cap.
+        let f = unsafe { *st.frames.add(slot as usize - 1) };
+        if f.tag >> 8 == serial {
+            st.depth = slot - 1;
+            return finish(st, f, slot - 1, end);
+        }
+    }
+    exit_other(st, slot, serial, end)
 }
 
 /// Everything but the matching top frame: a counted capture call, leaked
@@ -1030,19 +1265,11 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     if st.buf.is_null() {
         return;
     }
-    // On boards, an interrupt handler's traced call waits until the record is
-    // written (a few instructions).
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    // SAFETY: the platform's functions, paired below.
-    let saved = unsafe { platform::__fgtrace_irq_save() };
+    // On boards, `exit` masks interrupts around this (and hands a full
+    // buffer over itself, after unmasking).
     // SAFETY (volatile): plain fields of this thread's state, read and
     // written as the instructions a signal handler may interrupt.
     if unsafe { ptr::read_volatile(&st.writing) } {
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-        // SAFETY: as above.
-        unsafe {
-            platform::__fgtrace_irq_restore(saved)
-        };
         return write_dropped(st);
     }
     unsafe { ptr::write_volatile(&mut st.writing, true) };
@@ -1051,11 +1278,6 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     if i >= st.limit {
         // A full buffer whose handoff has not run yet: this interrupted it.
         unsafe { ptr::write_volatile(&mut st.writing, false) };
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-        // SAFETY: as above.
-        unsafe {
-            platform::__fgtrace_irq_restore(saved)
-        };
         return write_dropped(st);
     }
     // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
@@ -1065,11 +1287,7 @@ fn write(st: &mut ThreadState, rec: RawCall) {
     unsafe { (*st.published).store(i + 1, Release) };
     compiler_fence(SeqCst);
     unsafe { ptr::write_volatile(&mut st.writing, false) };
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    // SAFETY: as above.
-    unsafe {
-        platform::__fgtrace_irq_restore(saved)
-    };
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     if i + 1 >= st.limit {
         handoff(st);
     }
@@ -1086,10 +1304,18 @@ fn write_dropped(st: &mut ThreadState) {
 }
 
 /// A full buffer: [`Hooks::handoff`] swaps in the next one.
+///
+/// On boards the hook runs with the thread not busy and interrupts as they
+/// were: it swaps in a second buffer with interrupts masked, then sends the
+/// full one while a traced interrupt handler records into the new one (the
+/// sink's own calls, if it is traced, are recorded too).
 #[cold]
 #[inline(never)]
 fn handoff(st: &mut ThreadState) {
     match hooks() {
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        Some(h) => (h.handoff)(st),
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
         Some(h) => busy(st, |st| (h.handoff)(st)),
         None => st.buf = ptr::null_mut(),
     }
@@ -1151,6 +1377,12 @@ fn capture_push(st: &mut ThreadState, id: u32, flags: u32, sp: usize) -> Guard {
 fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     // SAFETY: as in `capture_push`.
     let read = unsafe { st.counter.as_ref() }.map(|c| unsafe { (c.read)(c) });
+    exit_counted_read(st, slot, serial, end, read)
+}
+
+/// [`exit_counted`] once the counter is read (`None`: the thread has none).
+#[inline(always)]
+fn exit_counted_read(st: &mut ThreadState, slot: u32, serial: u32, end: u64, read: Option<u64>) {
     let now = read.unwrap_or(0);
     let Some(f) = pop_to(st, slot, serial) else {
         return;

@@ -78,6 +78,10 @@ struct Session {
     ticks_per_sec: u64,
     start_ticks: u64,
     sample_hz: u32,
+    /// The counter the board's probe reads (`rdtime`, `mcycle`, `tsc`).
+    clock: String,
+    /// The per-call counters the records carry (`instructions`).
+    counters: Vec<String>,
     name: String,
     harts: BTreeMap<u8, Hart>,
     ended: bool,
@@ -174,7 +178,7 @@ impl BoardSession {
         let base = MetaBase {
             program: s.name,
             pid: 0,
-            clock_source: "rdtime".into(),
+            clock_source: s.clock.clone(),
             cal: Calibration {
                 origin: ClockPoint {
                     ticks: s.start_ticks,
@@ -190,7 +194,7 @@ impl BoardSession {
                 RecordMode::Stream
             },
             filters: String::new(),
-            counters: Vec::new(),
+            counters: s.counters,
         };
         let sites = self.sites;
         let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());
@@ -308,7 +312,7 @@ impl Decoder {
         match kind {
             wire::META => {
                 let version = r.u8()?;
-                if version != wire::VERSION {
+                if version == 0 || version > wire::VERSION {
                     return None;
                 }
                 let mode = r.u8()?;
@@ -317,6 +321,18 @@ impl Decoder {
                 let start_ticks = r.u64()?;
                 let gen = r.u32()?;
                 let sample_hz = r.u32()?;
+                // Version 1 had no clock name: it was always `rdtime`.
+                let (clock, counters) = if version >= 2 {
+                    let clock = r.str()?.to_owned();
+                    let n = r.u8()?;
+                    let mut counters = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        counters.push(r.str()?.to_owned());
+                    }
+                    (clock, counters)
+                } else {
+                    ("rdtime".to_owned(), Vec::new())
+                };
                 let name = String::from_utf8_lossy(r.bytes(r.remaining())?).into_owned();
                 let same = self.current.as_ref().is_some_and(|s| s.gen == gen);
                 let repeat_of_done = self.done.last().is_some_and(|s| s.gen == gen && s.ended);
@@ -331,6 +347,8 @@ impl Decoder {
                         ticks_per_sec,
                         start_ticks,
                         sample_hz,
+                        clock,
+                        counters,
                         name,
                         harts: BTreeMap::new(),
                         ended: false,
@@ -496,6 +514,8 @@ mod tests {
                 .u64(1000)
                 .u32(1)
                 .u32(0)
+                .str("mcycle")
+                .u8(0)
                 .bytes(b"demo");
         });
         for (id, name) in [(0u32, "parent"), (1, "child")] {
@@ -533,6 +553,85 @@ mod tests {
         out
     }
 
+    /// META version 1 (no clock name, no counters) reads as `rdtime`;
+    /// version 2 names the clock and the per-call counters, whose extension
+    /// records come out as each call's counters.
+    #[test]
+    fn the_clock_and_counters_come_from_meta() {
+        let frames = |meta: &dyn Fn(&mut Writer<'_>), calls: &[RawCall]| {
+            let mut out = Vec::new();
+            let mut seq = 0u16;
+            let mut frame = |kind: u8, fill: &dyn Fn(&mut Writer<'_>)| {
+                let mut p = [0u8; MAX_PAYLOAD];
+                let mut w = Writer::new(&mut p);
+                fill(&mut w);
+                let len = w.len;
+                let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+                let n = encode(&mut f, seq, kind, 0, &p[..len]);
+                seq += 1;
+                out.extend_from_slice(&f[..n]);
+            };
+            frame(wire::META, meta);
+            frame(wire::SITE, &|w| {
+                w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
+            });
+            frame(wire::CALLS, &|w| {
+                w.u64(0);
+                for r in calls {
+                    w.u64(r.0).u64(r.1);
+                }
+            });
+            frame(wire::END, &|w| {
+                w.u32(1);
+            });
+            out
+        };
+        let head = |w: &mut Writer<'_>, version: u8| {
+            w.u8(version)
+                .u8(wire::MODE_STREAM)
+                .u8(1)
+                .u64(1_000_000_000)
+                .u64(1000)
+                .u32(1)
+                .u32(0);
+        };
+        let call = RawCall::pack(1010, 0, 40, 0, false, 0);
+        let v1 = frames(
+            &|w| {
+                head(w, 1);
+                w.bytes(b"demo");
+            },
+            &[call],
+        );
+        let (sessions, _, _) = decode(&v1, 5);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().clock.source, "rdtime");
+        assert!(t.meta().counters.is_empty());
+        assert_eq!(t.calls().count(), 1);
+
+        let counter = RawCall::ext(fgtrace_core::record::ext::COUNTER, 33, 0);
+        let v2 = frames(
+            &|w| {
+                head(w, 2);
+                w.str("mcycle").u8(1).str("instructions").bytes(b"demo");
+            },
+            &[call, counter],
+        );
+        let (sessions, _, _) = decode(&v2, 5);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().clock.source, "mcycle");
+        assert_eq!(t.meta().counters, ["instructions"]);
+        let counters: Vec<Vec<u64>> = t
+            .events()
+            .filter_map(|e| match e {
+                fgtrace_trace::Event::Counters(c) => Some(c.values),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(counters, [vec![33]], "the call's instructions");
+        assert_eq!(t.calls().count(), 1);
+    }
+
     fn decode(bytes: &[u8], step: usize) -> (Vec<BoardSession>, DecodeStats, Vec<Output>) {
         let mut d = Decoder::new();
         let mut outs = Vec::new();
@@ -568,6 +667,7 @@ mod tests {
             );
             assert_eq!(t.meta().threads[0].lost, 0);
             assert_eq!(t.meta().threads[0].samples, 1);
+            assert_eq!(t.meta().clock.source, "mcycle", "the board's clock");
             let first = t.calls().next().unwrap();
             assert_eq!((first.start_ns, first.dur_ns), (0, 4000), "10 MHz ticks");
         }

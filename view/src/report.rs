@@ -189,6 +189,10 @@ pub struct Report {
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
     pub counter_names: Vec<String>,
+    /// The trace's clock counts cycles (a board's `mcycle`): its ticks per
+    /// nanosecond, so a duration is a cycle count and, with `instructions`,
+    /// the table shows IPC (a trace with a `cycles` counter shows it too).
+    pub cycles_per_ns: Option<f64>,
     /// Whether the rows have off-CPU time: `Ok(())`, or why not
     /// (`None`: the trace was recorded without it).
     pub off_cpu: Option<Result<(), String>>,
@@ -604,6 +608,7 @@ impl<'a> ReportBuilder<'a> {
             functions,
             futures,
             counter_names: meta.counters.clone(),
+            cycles_per_ns: (meta.clock.source == "mcycle").then_some(meta.clock.ticks_per_ns),
             off_cpu,
         }
     }
@@ -760,26 +765,46 @@ fn write_table(
     }
 }
 
+/// What a counter column of the table shows.
+#[derive(Clone, Copy)]
+enum Col {
+    /// The counter at this index.
+    Counter(usize),
+    /// Instructions (index) per cycle: the `cycles` counter's index, or
+    /// `None` for the duration in cycles (a cycle clock).
+    Ipc(usize, Option<usize>),
+}
+
 impl Report {
     /// The counter columns of the table: (title, counter index, self figure).
     /// Allocations show inclusive and self counts and bytes; frees are left
     /// to the JSON output.
-    fn counter_columns(&self) -> Vec<(String, usize, bool)> {
+    fn counter_columns(&self) -> Vec<(String, Col, bool)> {
         let mut cols = Vec::new();
+        let cycles = self.counter_names.iter().position(|n| n == "cycles");
         for (i, n) in self.counter_names.iter().enumerate() {
             match n.as_str() {
                 "allocs" => {
-                    cols.push(("Allocs".to_string(), i, false));
-                    cols.push(("Self allocs".to_string(), i, true));
+                    cols.push(("Allocs".to_string(), Col::Counter(i), false));
+                    cols.push(("Self allocs".to_string(), Col::Counter(i), true));
                 }
-                "alloc_bytes" => cols.push(("Alloc bytes".to_string(), i, false)),
-                "reallocs" => cols.push(("Reallocs".to_string(), i, false)),
+                "alloc_bytes" => cols.push(("Alloc bytes".to_string(), Col::Counter(i), false)),
+                "reallocs" => cols.push(("Reallocs".to_string(), Col::Counter(i), false)),
                 "frees" | "freed_bytes" => {}
                 "instructions" => {
-                    cols.push(("Instr".to_string(), i, false));
-                    cols.push(("Self instr".to_string(), i, true));
+                    cols.push(("Instr".to_string(), Col::Counter(i), false));
+                    cols.push(("Self instr".to_string(), Col::Counter(i), true));
+                    let ipc = match (cycles, self.cycles_per_ns) {
+                        (Some(c), _) => Some(Col::Ipc(i, Some(c))),
+                        (None, Some(_)) => Some(Col::Ipc(i, None)),
+                        (None, None) => None,
+                    };
+                    if let Some(ipc) = ipc {
+                        cols.push(("IPC".to_string(), ipc, false));
+                        cols.push(("Self IPC".to_string(), ipc, true));
+                    }
                 }
-                other => cols.push((other.to_string(), i, false)),
+                other => cols.push((other.to_string(), Col::Counter(i), false)),
             }
         }
         cols
@@ -894,9 +919,26 @@ impl Report {
                     uftrace_time(f.p99_ns),
                     variance_text(f.variance_ns2),
                 ];
-                for (_, i, own) in &ccols {
+                for (_, col, own) in &ccols {
                     let v = if *own { &f.self_counters } else { &f.counters };
-                    cells.push(v.get(*i).copied().unwrap_or(0).to_string());
+                    let get = |i: usize| v.get(i).copied().unwrap_or(0);
+                    cells.push(match *col {
+                        Col::Counter(i) => get(i).to_string(),
+                        Col::Ipc(instr, cycles) => {
+                            let cycles = match cycles {
+                                Some(c) => get(c) as f64,
+                                None => {
+                                    let ns = if *own { f.self_ns } else { f.total_ns };
+                                    ns as f64 * self.cycles_per_ns.unwrap_or(0.0)
+                                }
+                            };
+                            if cycles > 0.0 {
+                                format!("{:.2}", get(instr) as f64 / cycles)
+                            } else {
+                                "-".to_string()
+                            }
+                        }
+                    });
                 }
                 if has_off {
                     // A function that also ran on a thread without off-CPU

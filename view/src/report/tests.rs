@@ -439,3 +439,49 @@ fn count_only_calls_join_their_function_and_are_marked_in_every_style() {
     assert_eq!((len.calls, len.count_only, len.avg_ns), (50, 50, 0));
     assert_eq!(r.functions.len(), 1);
 }
+
+/// A trace whose clock counts cycles (a board's `mcycle`) and whose calls
+/// carry `instructions`: the table shows IPC, inclusive and self.
+#[test]
+fn instructions_over_a_cycle_clock_show_ipc_inclusive_and_self() {
+    let mut m = meta(&["parent", "child"]);
+    m.counters = vec!["instructions".into()];
+    m.clock.source = "mcycle".into();
+    m.clock.ticks_per_ns = 2.0;
+    let counters = |v: u64| {
+        Event::Counters(fgtrace_trace::CallCounters {
+            thread: 0,
+            values: vec![v],
+        })
+    };
+    // parent: 100 ns = 200 cycles, 300 instructions (250 its own, over its
+    // own 50 ns = 100 cycles); child: 50 ns = 100 cycles, 50 instructions.
+    let evs = [
+        call(0, 0, 0, 0, 100),
+        counters(300),
+        call(0, 1, 1, 10, 50),
+        counters(50),
+    ];
+    let r = build(&m, &ReportOptions::default(), &evs);
+    assert_eq!(r.cycles_per_ns, Some(2.0));
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.ends_with(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(out.contains("Self IPC"), "{out}");
+    assert!(line("parent").contains("300 250 1.50 2.50"), "{out}");
+    assert!(line("child").contains("50 50 0.50 0.50"), "{out}");
+    // Not a cycle clock and no `cycles` counter: no IPC.
+    m.clock.source = "rdtime".into();
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    assert!(!String::from_utf8(out).unwrap().contains("IPC"));
+}

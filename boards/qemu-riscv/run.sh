@@ -4,7 +4,12 @@
 # `fgtrace board`, and prints the firmware's console, its ground truth
 # (`truth NAME CALLS`, one line per traced function) among it, on stdout.
 #
-#   firmware/qemu-riscv/run.sh riscv64gc run.fgt [RATE_HZ]
+#   boards/qemu-riscv/run.sh riscv64gc run.fgt [RATE_HZ]
+#
+# With COUNT_INSTRUCTIONS=1 the firmware is built with its `instructions`
+# feature (each call records its minstret delta; `fgtrace report` shows
+# instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
+# probe's clock instead of `mcycle`; each variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
 # (see README, "Boards"). The fgtrace command comes from this repository.
@@ -26,10 +31,18 @@ for tool in /usr/bin/rustc /usr/bin/cargo ld.lld "$qemu"; do
     exit 3
   }
 done
+features=() tdir="$here/target"
+if [ "${CLOCK:-mcycle}" = rdtime ]; then
+  features+=(--no-default-features) tdir="$tdir/rdtime"
+fi
+if [ "${COUNT_INSTRUCTIONS:-0}" = 1 ]; then
+  features+=(--features instructions) tdir="$tdir/instructions"
+fi
 # Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
 (cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \
-  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple") >&2
-fw="$here/target/$triple/release/fgtrace-board-demo"
+  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple" \
+  --target-dir "$tdir" ${features[@]+"${features[@]}"}) >&2
+fw="$tdir/$triple/release/fgtrace-board-demo"
 # The host side: the workspace's own fgtrace command.
 fgtrace=${FGTRACE_BIN:-}
 if [ -z "$fgtrace" ]; then

@@ -1,0 +1,310 @@
+// The example boards' workload, the same on every board (included by each
+// board's main.rs with `include!`, so its functions are the crate's own:
+// `fgtrace_board_demo::split_work` on every board). The board supplies
+// `instret()`, its instruction counter, and `board`, the runtime.
+//
+// Ordinary `#[fgtrace::traced]` code: a recursive-descent parser and
+// evaluator, a CRC, integer matrix math, recursion, a 3:1 split of untraced
+// work under one traced call for the sampler, and what the timer interrupt
+// runs. Every traced function also counts its own calls in a plain static,
+// independently of fgtrace: the ground truth, printed as `truth NAME CALLS`.
+
+/// Ground truth: each traced function counts its own calls here.
+struct Truth {
+    name: &'static str,
+    calls: AtomicU32,
+}
+
+macro_rules! truth {
+    ($($id:ident = $name:literal),* $(,)?) => {
+        $(static $id: Truth = Truth { name: $name, calls: AtomicU32::new(0) };)*
+        static ALL: &[&Truth] = &[$(&$id),*];
+    };
+}
+
+truth!(
+    T_RUN = "run_round",
+    T_EXPR = "parse_expr",
+    T_TERM = "parse_term",
+    T_FACTOR = "parse_factor",
+    T_EVAL = "evaluate",
+    T_CRC = "crc32",
+    T_CRC_BYTE = "crc32_byte",
+    T_MATMUL = "mat_mul",
+    T_DOT = "dot",
+    T_FIB = "fib",
+    T_SPLIT = "split_work",
+    T_COST = "probe_cost_leaf",
+    T_IRQ = "irq_tick",
+    T_IRQ_LEAF = "irq_leaf",
+);
+
+fn count(t: &Truth) {
+    t.calls.fetch_add(1, Relaxed);
+}
+
+/// A recursive-descent parser over `+ - * / ( )` and integers, evaluating as
+/// it goes (no allocation).
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+}
+
+#[fgtrace::traced]
+fn parse_expr(p: &mut Parser<'_>) -> i64 {
+    count(&T_EXPR);
+    let mut v = parse_term(p);
+    while let Some(op @ (b'+' | b'-')) = p.peek() {
+        p.i += 1;
+        let r = parse_term(p);
+        v = if op == b'+' { v.wrapping_add(r) } else { v.wrapping_sub(r) };
+    }
+    v
+}
+
+#[fgtrace::traced]
+fn parse_term(p: &mut Parser<'_>) -> i64 {
+    count(&T_TERM);
+    let mut v = parse_factor(p);
+    while let Some(op @ (b'*' | b'/')) = p.peek() {
+        p.i += 1;
+        let r = parse_factor(p);
+        v = if op == b'*' {
+            v.wrapping_mul(r)
+        } else if r != 0 {
+            v / r
+        } else {
+            0
+        };
+    }
+    v
+}
+
+#[fgtrace::traced]
+fn parse_factor(p: &mut Parser<'_>) -> i64 {
+    count(&T_FACTOR);
+    if p.peek() == Some(b'(') {
+        p.i += 1;
+        let v = parse_expr(p);
+        p.i += 1; // ')'
+        return v;
+    }
+    let mut v = 0i64;
+    while let Some(d @ b'0'..=b'9') = p.peek() {
+        v = v * 10 + (d - b'0') as i64;
+        p.i += 1;
+    }
+    v
+}
+
+#[fgtrace::traced]
+fn evaluate(src: &str) -> i64 {
+    count(&T_EVAL);
+    parse_expr(&mut Parser {
+        s: src.as_bytes(),
+        i: 0,
+    })
+}
+
+#[fgtrace::traced]
+fn crc32_byte(crc: u32, b: u8) -> u32 {
+    count(&T_CRC_BYTE);
+    let mut c = crc ^ b as u32;
+    for _ in 0..8 {
+        c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+    }
+    c
+}
+
+#[fgtrace::traced]
+fn crc32(data: &[u8]) -> u32 {
+    count(&T_CRC);
+    !data.iter().fold(!0u32, |c, &b| crc32_byte(c, b))
+}
+
+const N: usize = 6;
+
+#[fgtrace::traced]
+fn dot(a: &[[i32; N]; N], b: &[[i32; N]; N], i: usize, j: usize) -> i32 {
+    count(&T_DOT);
+    (0..N).map(|k| a[i][k].wrapping_mul(b[k][j])).fold(0, i32::wrapping_add)
+}
+
+#[fgtrace::traced]
+fn mat_mul(a: &[[i32; N]; N], b: &[[i32; N]; N]) -> [[i32; N]; N] {
+    count(&T_MATMUL);
+    let mut c = [[0; N]; N];
+    for (i, row) in c.iter_mut().enumerate() {
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = dot(a, b, i, j);
+        }
+    }
+    c
+}
+
+#[fgtrace::traced]
+fn fib(n: u32) -> u64 {
+    count(&T_FIB);
+    if n < 2 {
+        n as u64
+    } else {
+        fib(n - 1) + fib(n - 2)
+    }
+}
+
+/// Untraced work the sampler finds under `split_work`: 3 parts here ...
+#[inline(never)]
+fn heavy_three(iters: u32) -> u32 {
+    let mut x = 1u32;
+    for _ in 0..3 * iters {
+        x = black_box(x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223));
+    }
+    x
+}
+
+/// ... and 1 part here.
+#[inline(never)]
+fn light_one(iters: u32) -> u32 {
+    let mut x = 7u32;
+    for _ in 0..iters {
+        x = black_box(x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223));
+    }
+    x
+}
+
+#[fgtrace::traced]
+fn split_work(iters: u32) -> u32 {
+    count(&T_SPLIT);
+    heavy_three(iters) ^ light_one(iters)
+}
+
+const EXPRESSIONS: &[&str] = &[
+    "1+2*3",
+    "(4+5)*(6-2)/3",
+    "((1+2)*(3+4))-5*6+7",
+    "100/(7-2)+3*(2+(8/4))",
+];
+
+#[fgtrace::traced]
+fn run_round(round: u32, split_iters: u32) -> u64 {
+    count(&T_RUN);
+    let mut acc = 0u64;
+    for e in EXPRESSIONS {
+        acc = acc.wrapping_add(evaluate(e) as u64);
+    }
+    let mut data = [0u8; 64];
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = (i as u32 * 31 + round) as u8;
+    }
+    acc ^= crc32(&data) as u64;
+    let mut a = [[0i32; N]; N];
+    for (i, row) in a.iter_mut().enumerate() {
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = (i * N + j) as i32 + round as i32;
+        }
+    }
+    let c = mat_mul(&a, &a);
+    acc = acc.wrapping_add(c[N - 1][N - 1] as u64);
+    acc = acc.wrapping_add(fib(10));
+    acc ^ split_work(split_iters) as u64
+}
+
+/// What the timer interrupt runs besides the sampler: a traced call with a
+/// traced callee.
+#[fgtrace::traced]
+fn irq_tick(seed: u32) -> u32 {
+    count(&T_IRQ);
+    irq_leaf(seed) ^ irq_leaf(seed.rotate_left(7))
+}
+
+#[fgtrace::traced]
+fn irq_leaf(x: u32) -> u32 {
+    count(&T_IRQ_LEAF);
+    x.wrapping_mul(0x9e37_79b9) >> 3
+}
+
+#[fgtrace::traced]
+fn probe_cost_leaf(x: u32) -> u32 {
+    black_box(x) + 1
+}
+
+#[inline(never)]
+fn plain_leaf(x: u32) -> u32 {
+    black_box(x) + 1
+}
+
+const ROUNDS: u32 = 24;
+const SPLIT_ITERS: u32 = 60_000;
+/// Fewer than a stream buffer holds: no handoff inside the loop.
+const COST_PROBE_CALLS: u32 = 200;
+const COST_STREAM_CALLS: u32 = 1024;
+
+/// Instructions per call, counted with `minstret` around a loop (exact
+/// under `qemu -icount`): a traced leaf while recording with no buffer
+/// handoff inside the loop (the probe alone), the same including the
+/// stream's framing and UART output (amortised over 1024 calls), and the
+/// untraced leaf.
+fn probe_cost() -> (u64, u64, u64) {
+    let per_call = |f: fn(u32) -> u32, n: u32| {
+        let a = instret();
+        for i in 0..n {
+            black_box(f(black_box(i)));
+        }
+        (instret() - a) / n as u64
+    };
+    board::flush();
+    let probe = per_call(probe_cost_leaf, COST_PROBE_CALLS);
+    let streamed = per_call(probe_cost_leaf, COST_STREAM_CALLS);
+    let plain = per_call(plain_leaf, COST_STREAM_CALLS);
+    (probe, streamed, plain)
+}
+
+
+/// What every example board runs once its runtime is set up: waits for the
+/// host's command (2 s, then records with sampling at 1 kHz), runs the
+/// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
+/// it), measures the probe, stops the session and prints the ground truth.
+/// `ms()`: milliseconds on any clock of the board.
+fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
+    board::text("fgtrace board demo: send `record <ms> <hz>` or `flight <hz>`");
+    let waited = ms();
+    while !board::recording() {
+        board::poll(rx);
+        if ms() - waited > 2000 {
+            board::text("no command: recording with sampling at 1000 Hz");
+            board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
+        }
+    }
+    timer(true);
+    let mut acc = 0u64;
+    let mut rounds = 0;
+    while rounds < ROUNDS && board::recording() && !board::expired() {
+        acc = acc.wrapping_add(run_round(rounds, SPLIT_ITERS));
+        rounds += 1;
+        board::flush();
+        board::poll(rx);
+    }
+    timer(false);
+    let recorded = board::recording();
+    let (probe, streamed, plain) = probe_cost();
+    if recorded {
+        T_COST
+            .calls
+            .fetch_add(COST_PROBE_CALLS + COST_STREAM_CALLS, Relaxed);
+        board::stop();
+    }
+    let (off, _, _) = probe_cost();
+    board::textf(format_args!("done: {rounds} rounds, result {acc:#x}"));
+    board::textf(format_args!(
+        "probe-cost instructions per call: recording {probe}, recording and streaming {streamed}, off {off}, untraced {plain}"
+    ));
+    for t in ALL {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
+}

@@ -1,0 +1,332 @@
+//! fgtrace on bare-metal RISC-V (qemu `virt`, machine mode, no OS).
+//!
+//! The workload (`../common/workload.rs`, the same on every example board)
+//! is ordinary `#[fgtrace::traced]` code: a recursive-descent parser and
+//! evaluator, a CRC, integer matrix math, recursion, a 3:1 split of untraced
+//! work under one traced call for the sampler, and traced calls from the
+//! timer interrupt. Every traced function also counts its own calls in a
+//! plain static, independently of fgtrace: the ground truth, printed as
+//! `truth NAME CALLS` at the end.
+//!
+//! Board support, all in this file: the UART at 0x1000_0000 is the sink and
+//! the command source, the CLINT timer interrupt drives the sampler, the
+//! SiFive test device at 0x10_0000 ends the run; the probe's clock is
+//! `mcycle` (the timer's is `mtime`).
+#![no_std]
+#![no_main]
+
+use core::hint::black_box;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use fgtrace::runtime::{self as board, Board, Sink, Source};
+
+// ------------------------------------------------------------ board support
+
+const UART: usize = 0x1000_0000;
+const CLINT_MTIMECMP: usize = 0x200_4000;
+const TEST_DEVICE: usize = 0x10_0000;
+/// `mtime` (`rdtime`) ticks per second on qemu `virt`: the timer's clock.
+const MTIME_HZ: u64 = 10_000_000;
+/// `mcycle` per second: the probe's clock. Under qemu `-icount shift=0`
+/// (run.sh) one instruction is one virtual nanosecond and `mcycle` counts
+/// instructions, so 1 GHz; on a real board, its core clock.
+#[cfg(feature = "mcycle")]
+const MCYCLE_HZ: u64 = 1_000_000_000;
+
+struct Uart;
+
+impl Sink for Uart {
+    fn write(&mut self, bytes: &[u8]) -> usize {
+        for &b in bytes {
+            // Waits until the transmit register is empty (LSR.THRE): a byte
+            // written before is lost, and qemu keeps it full while the host
+            // reads the serial output more slowly than the firmware writes
+            // (the FIFO stays off: qemu paces a FIFO at the baud rate).
+            // SAFETY: the 16550's line status and transmit registers.
+            unsafe {
+                while core::ptr::read_volatile((UART + 5) as *const u8) & 0x20 == 0 {
+                    core::hint::spin_loop();
+                }
+                core::ptr::write_volatile(UART as *mut u8, b);
+            }
+        }
+        bytes.len()
+    }
+}
+
+impl Source for Uart {
+    fn read(&mut self) -> Option<u8> {
+        // SAFETY: the 16550's line status and receive registers.
+        unsafe {
+            let lsr = core::ptr::read_volatile((UART + 5) as *const u8);
+            (lsr & 1 != 0).then(|| core::ptr::read_volatile(UART as *const u8))
+        }
+    }
+}
+
+static mut UART_SINK: Uart = Uart;
+
+fn exit(code: u32) -> ! {
+    let v = if code == 0 {
+        0x5555
+    } else {
+        (code << 16) | 0x3333
+    };
+    // SAFETY: the SiFive test device: qemu exits.
+    unsafe { core::ptr::write_volatile(TEST_DEVICE as *mut u32, v) };
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// The CLINT's `mtime`, which the timer compares with (the probe reads
+/// `mcycle`).
+fn mtime() -> u64 {
+    #[cfg(target_arch = "riscv64")]
+    {
+        let t: u64;
+        // SAFETY: reads the time CSR.
+        unsafe { core::arch::asm!("rdtime {}", out(reg) t) };
+        t
+    }
+    #[cfg(target_arch = "riscv32")]
+    loop {
+        let (hi, lo, hi2): (u32, u32, u32);
+        // SAFETY: reads the time CSR halves.
+        unsafe {
+            core::arch::asm!("rdtimeh {0}", "rdtime {1}", "rdtimeh {2}",
+                out(reg) hi, out(reg) lo, out(reg) hi2)
+        };
+        if hi == hi2 {
+            break (hi as u64) << 32 | lo as u64;
+        }
+    }
+}
+
+/// `mtime` ticks between two samples at the session's rate (0: none).
+fn sample_every() -> u64 {
+    match board::sample_hz() {
+        0 => 0,
+        hz => MTIME_HZ / hz as u64,
+    }
+}
+
+/// The sampler's timer at the session's rate, on or off.
+fn sampling_timer(on: bool) {
+    let every = sample_every();
+    if on && every > 0 {
+        set_timer(mtime() + every);
+        timer_interrupts(true);
+    } else {
+        timer_interrupts(false);
+    }
+}
+
+fn set_timer(at: u64) {
+    // SAFETY: hart 0's mtimecmp; the high word first so no early match fires.
+    unsafe {
+        let p = CLINT_MTIMECMP as *mut u32;
+        core::ptr::write_volatile(p.add(1), u32::MAX);
+        core::ptr::write_volatile(p, at as u32);
+        core::ptr::write_volatile(p.add(1), (at >> 32) as u32);
+    }
+}
+
+fn timer_interrupts(on: bool) {
+    // SAFETY: machine-mode CSRs: mie.MTIE and mstatus.MIE.
+    unsafe {
+        if on {
+            core::arch::asm!("csrs mie, {}", in(reg) 1usize << 7);
+            core::arch::asm!("csrsi mstatus, 8");
+        } else {
+            core::arch::asm!("csrc mie, {}", in(reg) 1usize << 7);
+        }
+    }
+}
+
+fn instret() -> u64 {
+    #[cfg(target_arch = "riscv64")]
+    {
+        let v: u64;
+        // SAFETY: reads a counter CSR.
+        unsafe { core::arch::asm!("csrr {}, minstret", out(reg) v) };
+        v
+    }
+    #[cfg(target_arch = "riscv32")]
+    loop {
+        let (hi, lo, hi2): (u32, u32, u32);
+        // SAFETY: reads counter CSRs.
+        unsafe {
+            core::arch::asm!("csrr {0}, minstreth", "csrr {1}, minstret", "csrr {2}, minstreth",
+                out(reg) hi, out(reg) lo, out(reg) hi2)
+        };
+        if hi == hi2 {
+            break (hi as u64) << 32 | lo as u64;
+        }
+    }
+}
+
+#[cfg(target_arch = "riscv64")]
+macro_rules! rv {
+    () => {
+        ".equ REGBYTES, 8\n.macro STORE a, b\n sd \\a, \\b\n.endm\n.macro LOAD a, b\n ld \\a, \\b\n.endm\n"
+    };
+}
+#[cfg(target_arch = "riscv32")]
+macro_rules! rv {
+    () => {
+        ".equ REGBYTES, 4\n.macro STORE a, b\n sw \\a, \\b\n.endm\n.macro LOAD a, b\n lw \\a, \\b\n.endm\n"
+    };
+}
+
+core::arch::global_asm!(
+    rv!(),
+    r#"
+    .section .text.start
+    .global _start
+_start:
+    .option push
+    .option norelax
+    la gp, __global_pointer$
+    .option pop
+    la sp, _stack_hi
+    la t0, _sbss
+    la t1, _ebss
+1:  bgeu t0, t1, 2f
+    sb zero, 0(t0)
+    addi t0, t0, 1
+    j 1b
+2:  la t0, trap_entry
+    csrw mtvec, t0
+    li s0, 0
+    call firmware_main
+3:  j 3b
+
+    .section .text
+    .align 4
+trap_entry:
+    addi sp, sp, -16*REGBYTES
+    STORE ra, 0*REGBYTES(sp)
+    STORE t0, 1*REGBYTES(sp)
+    STORE t1, 2*REGBYTES(sp)
+    STORE t2, 3*REGBYTES(sp)
+    STORE t3, 4*REGBYTES(sp)
+    STORE t4, 5*REGBYTES(sp)
+    STORE t5, 6*REGBYTES(sp)
+    STORE t6, 7*REGBYTES(sp)
+    STORE a0, 8*REGBYTES(sp)
+    STORE a1, 9*REGBYTES(sp)
+    STORE a2, 10*REGBYTES(sp)
+    STORE a3, 11*REGBYTES(sp)
+    STORE a4, 12*REGBYTES(sp)
+    STORE a5, 13*REGBYTES(sp)
+    STORE a6, 14*REGBYTES(sp)
+    STORE a7, 15*REGBYTES(sp)
+    csrr a0, mepc
+    mv a1, ra
+    mv a2, s0
+    addi a3, sp, 16*REGBYTES
+    csrr a4, mcause
+    call rust_trap
+    LOAD ra, 0*REGBYTES(sp)
+    LOAD t0, 1*REGBYTES(sp)
+    LOAD t1, 2*REGBYTES(sp)
+    LOAD t2, 3*REGBYTES(sp)
+    LOAD t3, 4*REGBYTES(sp)
+    LOAD t4, 5*REGBYTES(sp)
+    LOAD t5, 6*REGBYTES(sp)
+    LOAD t6, 7*REGBYTES(sp)
+    LOAD a0, 8*REGBYTES(sp)
+    LOAD a1, 9*REGBYTES(sp)
+    LOAD a2, 10*REGBYTES(sp)
+    LOAD a3, 11*REGBYTES(sp)
+    LOAD a4, 12*REGBYTES(sp)
+    LOAD a5, 13*REGBYTES(sp)
+    LOAD a6, 14*REGBYTES(sp)
+    LOAD a7, 15*REGBYTES(sp)
+    addi sp, sp, 16*REGBYTES
+    mret
+"#
+);
+
+#[no_mangle]
+extern "C" fn rust_trap(mepc: usize, ra: usize, s0: usize, sp: usize, mcause: usize) {
+    let interrupt = mcause >> (usize::BITS - 1) != 0;
+    if interrupt && mcause & 0xff == 7 {
+        // SAFETY: the trapped registers of this hart.
+        unsafe { board::sample(mepc, ra, s0, sp) };
+        // Traced code in the interrupt handler: recorded wherever the
+        // interrupt lands (in a probe, in a buffer's handoff), part of the
+        // ground truth like every other call.
+        black_box(irq_tick(black_box(mepc as u32)));
+        let every = sample_every();
+        if every == 0 {
+            timer_interrupts(false);
+        } else {
+            set_timer(mtime() + every);
+        }
+        return;
+    }
+    board::textf(format_args!(
+        "unexpected trap: mcause {mcause:#x} mepc {mepc:#x}"
+    ));
+    exit(3);
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    board::on_panic();
+    board::textf(format_args!("firmware panic: {info}"));
+    exit(2);
+}
+
+extern "C" {
+    static _stack_lo: u8;
+    static _stack_hi: u8;
+    static _stext: u8;
+    static _etext: u8;
+}
+
+// ---------------------------------------------------------------- workload
+
+include!("../../common/workload.rs");
+
+#[no_mangle]
+extern "C" fn firmware_main() -> ! {
+    // SAFETY: linker symbols: only their addresses are used.
+    let (stack, text) = unsafe {
+        (
+            (
+                &_stack_lo as *const u8 as usize,
+                &_stack_hi as *const u8 as usize,
+            ),
+            (&_stext as *const u8 as usize, &_etext as *const u8 as usize),
+        )
+    };
+    if cfg!(feature = "instructions") {
+        // mhpmcounter3 counts retired instructions (qemu's event 2), from 0.
+        // SAFETY: machine-mode counter CSRs.
+        unsafe {
+            core::arch::asm!("csrw mhpmevent3, {}", in(reg) 2usize);
+            core::arch::asm!("csrw mhpmcounter3, zero");
+        }
+    }
+    board::init(Board {
+        // SAFETY: the only reference to the UART sink, handed over once.
+        sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },
+        #[cfg(feature = "mcycle")]
+        clock: board::Clock::mcycle(MCYCLE_HZ),
+        // Built without the `mcycle` feature (run.sh with CLOCK=rdtime).
+        #[cfg(not(feature = "mcycle"))]
+        clock: board::Clock::rdtime(MTIME_HZ),
+        name: env!("CARGO_PKG_NAME"),
+        stack,
+        text,
+        // Built with the `instructions` feature (run.sh with
+        // COUNT_INSTRUCTIONS=1): every call records its minstret delta, and
+        // that of mhpmcounter3, programmed above to count instructions too.
+        count_instructions: cfg!(feature = "instructions"),
+        hpm_counters: &[(3, "hpm3_instructions")],
+    });
+    demo(&mut Uart, sampling_timer, || mtime() * 1000 / MTIME_HZ);
+    exit(0);
+}
