@@ -154,6 +154,7 @@ fn site_info(s: &Site) -> SiteInfo {
         file: s.file.to_string(),
         line: s.line,
         is_async: s.is_async,
+        values: s.values.iter().map(|v| v.to_string()).collect(),
     }
 }
 
@@ -361,6 +362,9 @@ pub fn build_thread(
                     if let Some(e) = figures.event(t, tree[k as usize] as usize, layout) {
                         enc.push(&e);
                     }
+                    if let Some(e) = figures.values_event(t, tree[k as usize] as usize) {
+                        enc.push(&e);
+                    }
                 }
             }
             let sz = size[k as usize];
@@ -390,6 +394,9 @@ pub fn build_thread(
             polls: r.depth,
             cancelled: r.unwound,
         }));
+        if let Some(e) = figures.values_event(t, i as usize) {
+            enc.push(&e);
+        }
     }
     (enc.finish(), calls)
 }
@@ -469,7 +476,7 @@ mod alloc_figures {
             || inputs.iter().any(|t| {
                 t.records
                     .iter()
-                    .any(|r| r.is_ext() && r.ext_sub() != ext::COUNTER)
+                    .any(|r| r.is_ext() && r.ext_sub() <= ext::REALLOCS)
             })
     }
 
@@ -479,7 +486,10 @@ mod alloc_figures {
         allocs: HashMap<usize, AllocCounts>,
         /// Counter deltas by record, by counter index.
         counters: HashMap<usize, Vec<Option<u64>>>,
+        /// Values by record (a call's, a poll's or a whole future's).
+        values: HashMap<usize, Vec<crate::Value>>,
         last_call: Option<usize>,
+        last_with_values: Option<usize>,
     }
 
     impl Attach {
@@ -493,7 +503,25 @@ mod alloc_figures {
                     kind::CALL | kind::POLL => Some(i),
                     _ => None,
                 };
+                self.last_with_values = match r.kind as u64 {
+                    kind::CALL | kind::POLL | kind::FUTURE => Some(i),
+                    _ => None,
+                };
                 return false;
+            }
+            if r.site as u64 == ext::VALUE {
+                if let Some(c) = self.last_with_values {
+                    let slot = r.b & 7;
+                    let tag = (r.b >> 3) & 0xff;
+                    if slot < fgtrace_core::values::MAX_VALUES as u64 {
+                        self.values.entry(c).or_default().push(crate::Value {
+                            slot: slot as u8,
+                            tag: tag as u8,
+                            bits: r.count,
+                        });
+                    }
+                }
+                return true;
             }
             let Some(c) = self.last_call else {
                 return true;
@@ -519,6 +547,15 @@ mod alloc_figures {
                 _ => {}
             }
             true
+        }
+
+        /// The values event of the call (or future) recorded at `i`, if it has values.
+        pub fn values_event(&self, thread: u32, i: usize) -> Option<Event> {
+            let v = self.values.get(&i)?;
+            Some(Event::Values(crate::CallValues {
+                thread,
+                values: v.clone(),
+            }))
         }
 
         /// The counters event of the call recorded at `i`: `None` when the

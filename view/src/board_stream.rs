@@ -359,6 +359,7 @@ impl Decoder {
                         file,
                         line,
                         is_async,
+                        values: Vec::new(),
                     },
                 );
             }

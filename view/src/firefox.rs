@@ -519,7 +519,7 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             Event::Future(f) => self.future(f),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
-            Event::Counters(_) => {}
+            Event::Counters(_) | Event::Values(_) => {}
         }
         Ok(())
     }

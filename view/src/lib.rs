@@ -29,6 +29,7 @@ pub mod flame_svg;
 pub mod folded;
 pub mod format;
 pub mod graph;
+pub mod growth;
 #[cfg(feature = "html")]
 pub mod html;
 pub mod join;
