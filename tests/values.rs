@@ -180,3 +180,143 @@ fn growth_on_allocation_counts_says_why_when_not_counted() {
         .unwrap_err();
     assert!(err.contains("fgtrace::alloc::Counting"), "{err}");
 }
+
+/// A parser whose work is linear in its input: `parse_line(len=..) = Ok(..)`.
+#[traced(values(len = input.len()), ret)]
+fn parse_record(input: &[u8]) -> Result<u64, BadLine> {
+    if input.is_empty() {
+        return Err(BadLine);
+    }
+    let mut sum = 0u64;
+    for _ in 0..64 {
+        for &b in input {
+            sum = black_box(sum.wrapping_add(b as u64));
+        }
+    }
+    Ok(sum % 100)
+}
+
+#[traced]
+fn parse_all(inputs: &[Vec<u8>]) -> usize {
+    inputs.iter().filter(|i| parse_record(i).is_ok()).count()
+}
+
+fn ten_sizes() -> Vec<Vec<u8>> {
+    (1..=10).map(|k| vec![b'a'; k * 100]).collect()
+}
+
+fn parser_trace() -> fgtrace::Trace {
+    let inputs = ten_sizes();
+    let cap = capture(|| {
+        for _ in 0..3 {
+            parse_all(&inputs);
+        }
+    });
+    cap.trace().clone()
+}
+
+#[test]
+fn graph_prints_values_and_return_values() {
+    use fgtrace::view::{GraphOptions, TraceViews};
+    let t = parser_trace();
+    let mut out = Vec::new();
+    t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    for k in 1..=10 {
+        let want = format!("parse_record(len={}) = Ok(", k * 100);
+        assert!(text.contains(&want), "no `{want}` in\n{text}");
+    }
+    assert!(text.contains("parse_all() {"), "{text}");
+    // The same after a round trip through the file format.
+    let path = std::env::temp_dir().join(format!("fgtrace-values-{}.fgt", std::process::id()));
+    t.save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(back.meta.sites, t.meta.sites);
+    let mut out2 = Vec::new();
+    back.write_graph(&GraphOptions::default(), &mut out2)
+        .unwrap();
+    assert_eq!(String::from_utf8(out2).unwrap(), text);
+}
+
+#[test]
+fn perfetto_chrome_and_html_carry_the_values() {
+    use fgtrace::view::{HexResolve, TraceViews};
+    let t = parser_trace();
+    let events = || t.events().map(Ok);
+    let mut pf = Vec::new();
+    fgtrace::view::perfetto::write_perfetto(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    // Debug annotations named `len` and `ret`, the ret as text.
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(has(&pf, b"\x52\x03len"), "no `len` annotation name");
+    assert!(has(&pf, b"\x52\x03ret"), "no `ret` annotation name");
+    assert!(has(&pf, b"Ok("), "no `Ok(..)` return value");
+    let mut chrome = Vec::new();
+    fgtrace::view::chrome::write_chrome(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut chrome,
+    )
+    .unwrap();
+    let chrome = String::from_utf8(chrome).unwrap();
+    for k in 1..=10 {
+        assert!(chrome.contains(&format!("\"len\":{}", k * 100)), "{chrome}");
+    }
+    assert!(chrome.contains("\"ret\":\"Ok("), "{chrome}");
+    let mut html = Vec::new();
+    t.write_html(HexResolve, &Default::default(), &mut html)
+        .unwrap();
+    let html = String::from_utf8(html).unwrap();
+    assert!(
+        html.contains("parse_record(len=1000, ret=Ok("),
+        "slowest call without its values"
+    );
+}
+
+fn growth_of(f: fn(u64) -> u64, name: &str) -> fgtrace::view::growth::Fit {
+    use fgtrace::view::plot::{growth, DurationsBuilder, PlotOptions};
+    let t = sizes(f).trace().clone();
+    let opts = PlotOptions {
+        function: name.into(),
+        ..Default::default()
+    };
+    let mut b = DurationsBuilder::new(t.meta(), &opts).unwrap();
+    b.extend(t.events().map(Ok)).unwrap();
+    let d = b.finish().unwrap();
+    let points = growth::growth_points(&d, t.meta(), "len").unwrap();
+    assert_eq!(points.len(), 30);
+    let fit = growth::growth_fit(&points).unwrap();
+    let svg = growth::growth_svg(&d, "len", &points, Some(&fit), &opts).unwrap();
+    assert!(svg.contains("duration ~ len^"), "{svg}");
+    let mut text = Vec::new();
+    growth::write_growth(&d, t.meta(), "len", &points, Some(&fit), 3, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains(&format!("duration ~ len^{:.2}", fit.exponent)),
+        "{text}"
+    );
+    let err = growth::growth_points(&d, t.meta(), "size").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no value named `size` (it records `len`)"),
+        "{err}"
+    );
+    fit
+}
+
+#[test]
+fn plot_fits_the_exponent_of_a_linear_and_a_quadratic_function() {
+    let lin = growth_of(linear, "linear");
+    assert!((lin.exponent - 1.0).abs() < 0.1, "linear: {lin:?}");
+    let quad = growth_of(quadratic, "quadratic");
+    assert!((quad.exponent - 2.0).abs() < 0.1, "quadratic: {quad:?}");
+}

@@ -386,6 +386,22 @@ fn info(
         }
     }
     writeln!(out, "functions: {}", m.sites.len())?;
+    // Functions whose calls record values (`#[traced(values(..))]`, `ret`).
+    let with_values: Vec<String> = m
+        .sites
+        .iter()
+        .filter(|s| !s.values.is_empty())
+        .map(|s| format!("{}({})", s.name, s.values.join(", ")))
+        .collect();
+    if !with_values.is_empty() {
+        writeln!(
+            out,
+            "values:    {} function{} record values: {}",
+            with_values.len(),
+            if with_values.len() == 1 { "" } else { "s" },
+            with_values.join(", ")
+        )?;
+    }
     writeln!(
         out,
         "calls:     {} ({} lost, {} overruns)",

@@ -39,7 +39,7 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
+    Call, CallValues, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
 };
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
@@ -131,6 +131,8 @@ struct CallMarker {
     depth: f64,
     dur_us: f64,
     tid: f64,
+    /// Its recorded values, `len=83, ret=Ok(3)` (empty without).
+    values: StringHandle,
 }
 
 impl StaticSchemaMarker for CallMarker {
@@ -167,6 +169,12 @@ impl StaticSchemaMarker for CallMarker {
         },
         DUR_FIELD,
         TID_FIELD,
+        StaticSchemaMarkerField {
+            key: "values",
+            label: "Values",
+            format: MarkerFieldFormat::String,
+            flags: MarkerFieldFlags::SEARCHABLE,
+        },
     ];
 
     name_and_category!();
@@ -174,6 +182,7 @@ impl StaticSchemaMarker for CallMarker {
         match field_index {
             0 => self.kind,
             1 => self.module,
+            6 => self.values,
             _ => self.file,
         }
     }
@@ -262,6 +271,8 @@ struct Builder<'a, R: Resolve> {
     last_sample: Vec<u64>,
     stats: FirefoxStats,
     filter: WindowFilter,
+    /// The last call, held until its values (which follow it) are seen.
+    pending: Option<(Call, &'static str)>,
 }
 
 impl<R: Resolve> Builder<'_, R> {
@@ -313,7 +324,24 @@ impl<R: Resolve> Builder<'_, R> {
             depth: c.depth as f64,
             dur_us: c.dur_ns as f64 / 1000.0,
             tid: tid as f64,
+            values: self.profile.intern_string(""),
         }
+    }
+
+    /// Adds the marker of the call held until its values could follow.
+    fn flush_call(&mut self, values: Option<&CallValues>) {
+        let Some((c, kind)) = self.pending.take() else {
+            return;
+        };
+        let h = self.thread(c.thread);
+        let mut m = self.call_marker(&c, kind);
+        if let (Some(v), Some(site)) = (values, self.meta.sites.get(c.site as usize)) {
+            let text: Vec<String> = v.named(site).map(|(n, v)| format!("{n}={v}")).collect();
+            m.values = self.profile.intern_string(&text.join(", "));
+        }
+        self.profile
+            .add_marker(h, MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())), m);
+        self.stats.calls += 1;
     }
 
     fn future(&mut self, f: &FutureSpan) {
@@ -483,6 +511,7 @@ impl<R: Resolve> Builder<'_, R> {
                 depth: l.depth as f64,
                 dur_us: 0.0,
                 tid: tid as f64,
+                values: empty,
             },
         );
         self.stats.losses += 1;
@@ -498,8 +527,15 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             return Ok(());
         }
         match ev {
+            Event::Values(v) if self.pending.is_some_and(|p| p.0.thread == v.thread) => {
+                self.flush_call(Some(v));
+                return Ok(());
+            }
+            Event::Counters(_) => return Ok(()),
+            _ => self.flush_call(None),
+        }
+        match ev {
             Event::Call(c) => {
-                let h = self.thread(t);
                 let kind = if c.is_poll() {
                     self.lanes.poll(c);
                     "poll"
@@ -508,13 +544,7 @@ impl<R: Resolve> Consume for Builder<'_, R> {
                 } else {
                     "call"
                 };
-                let m = self.call_marker(c, kind);
-                self.profile.add_marker(
-                    h,
-                    MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())),
-                    m,
-                );
-                self.stats.calls += 1;
+                self.pending = Some((*c, kind));
             }
             Event::Future(f) => self.future(f),
             Event::Sample(s) => self.sample(s),
@@ -571,6 +601,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         last_sample: Vec::new(),
         stats: FirefoxStats::default(),
         filter: WindowFilter::new(opts.window),
+        pending: None,
     };
     // Every thread of the trace, even one with nothing left after filtering.
     for t in 0..meta.threads.len() as u32 {
@@ -582,6 +613,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         b.off_cpu(cat);
     }
     let Ok(failed) = feed(&mut b, events);
+    b.flush_call(None);
     let mut stats = b.stats;
     let mut profile = b.profile;
     stats.left_out = b.filter.left_out.clone();

@@ -47,7 +47,8 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, TraceError,
+    TraceMeta,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -158,6 +159,8 @@ pub mod proto {
         pub bool_value: Option<bool>,
         #[prost(uint64, optional, tag = "3")]
         pub uint_value: Option<u64>,
+        #[prost(int64, optional, tag = "4")]
+        pub int_value: Option<i64>,
         #[prost(string, optional, tag = "6")]
         pub string_value: Option<String>,
         #[prost(string, optional, tag = "10")]
@@ -335,6 +338,22 @@ fn ann_u(name: &str, v: u64) -> DebugAnnotation {
     }
 }
 
+/// A recorded value: integers and `bool`s typed, the rest (`'x'`, `Ok(3)`) as strings.
+fn ann_value(name: &str, v: &fgtrace_trace::Value) -> DebugAnnotation {
+    use fgtrace_core::values::tag;
+    let mut a = DebugAnnotation {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    match (v.tag & tag::VARIANT, v.tag & tag::TYPE) {
+        (0, tag::BOOL) => a.bool_value = Some(v.bits != 0),
+        (0, tag::SIGNED) => a.int_value = Some(v.bits as i64),
+        (0, tag::UNSIGNED) => a.uint_value = Some(v.bits),
+        _ => a.string_value = Some(v.to_string()),
+    }
+    a
+}
+
 fn ann_b(name: &str, v: bool) -> DebugAnnotation {
     DebugAnnotation {
         name: Some(name.into()),
@@ -348,8 +367,8 @@ struct ThreadState {
     described: bool,
     /// Open slices: (depth, end_ns).
     open: Vec<(u32, u64)>,
-    /// The last call, waiting for its counters.
-    pending: Option<(Call, u64)>,
+    /// The last call, waiting for its counters and values.
+    pending: Option<(Call, u64, Option<CallCounters>)>,
     counters_described: Vec<bool>,
 }
 
@@ -556,14 +575,15 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         Ok(())
     }
 
-    fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
-        let Some((c, flow)) = self
+    fn flush_call(&mut self, t: u32, values: Option<&CallValues>) -> io::Result<()> {
+        let Some((c, flow, counters)) = self
             .threads
             .get_mut(t as usize)
             .and_then(|s| s.pending.take())
         else {
             return Ok(());
         };
+        let counters = counters.as_ref();
         self.thread(t)?;
         self.close(t, c.depth, c.start_ns)?;
         // A child never outlives its parent on the track.
@@ -587,6 +607,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                     .cloned()
                     .unwrap_or_else(|| format!("counter{i}"));
                 ann.push(ann_u(&key, v));
+            }
+        }
+        if let (Some(vs), Some(site)) = (values, m.sites.get(c.site as usize)) {
+            // Under their own names (`len`, `ret`), as the JSON export has them.
+            for (name, v) in vs.named(site) {
+                ann.push(ann_value(name, &v));
             }
         }
         let interned = self.intern_site(c.site);
@@ -914,8 +940,20 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
         if !shown(&self.mask, !self.opts.threads.is_empty(), t) || !self.filter.admit(ev) {
             return Ok(());
         }
-        if let Event::Counters(c) = ev {
-            return self.flush_call(t, Some(c));
+        match ev {
+            Event::Counters(c) => {
+                // Held with its call: values may follow.
+                if let Some(p) = self
+                    .threads
+                    .get_mut(t as usize)
+                    .and_then(|s| s.pending.as_mut())
+                {
+                    p.2 = Some(c.clone());
+                }
+                return Ok(());
+            }
+            Event::Values(v) => return self.flush_call(t, Some(v)),
+            _ => {}
         }
         self.flush_call(t, None)?;
         match ev {
@@ -925,7 +963,7 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 } else {
                     0
                 };
-                self.state(t).pending = Some((*c, flow));
+                self.state(t).pending = Some((*c, flow, None));
                 Ok(())
             }
             Event::Future(f) if self.opts.futures => self.future(f),
