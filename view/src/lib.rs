@@ -16,6 +16,7 @@
 pub mod board_stream;
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
+pub mod by_value;
 pub mod chart;
 pub mod chrome;
 pub mod consume;
