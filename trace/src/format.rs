@@ -576,6 +576,80 @@ mod tests {
     }
 
     #[test]
+    fn values_round_trip_and_older_metadata_reads_without_them() {
+        use crate::{CallValues, SiteInfo, Value};
+        use fgtrace_core::values::tag;
+        let mut t = sample_trace();
+        t.meta.sites = vec![SiteInfo {
+            name: "parse".into(),
+            module_path: "m".into(),
+            file: "f.rs".into(),
+            line: 1,
+            is_async: false,
+            values: vec!["len".into(), "ret".into()],
+        }];
+        let values = CallValues {
+            thread: 0,
+            values: vec![
+                Value {
+                    slot: 0,
+                    tag: tag::UNSIGNED,
+                    bits: 83,
+                },
+                Value {
+                    slot: 1,
+                    tag: tag::OK | tag::SIGNED,
+                    bits: -2i64 as u64,
+                },
+            ],
+        };
+        let call = Event::Call(Call {
+            thread: 0,
+            site: 0,
+            depth: 0,
+            start_ns: 5,
+            dur_ns: 10,
+            flags: 0,
+        });
+        let mut enc = ChunkEncoder::new(0);
+        enc.push(&call);
+        enc.push(&Event::Values(values.clone()));
+        let t = Trace::from_chunks(t.meta.clone(), enc.finish());
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta().sites, t.meta().sites);
+        let evs: Vec<Event> = back.events().collect();
+        assert_eq!(evs, vec![call, Event::Values(values.clone())]);
+        assert_eq!(
+            values.split_display(&t.meta().sites[0]),
+            ("len=83".to_string(), Some("Ok(-2)".to_string()))
+        );
+        // A site as files written before values existed spell it: no list.
+        let old = r#"{"name":"f","module_path":"m","file":"f.rs","line":3,"is_async":false}"#;
+        let site: SiteInfo = serde_json::from_str(old).unwrap();
+        assert!(site.values.is_empty());
+        // And a site without values writes no list, as older files had it.
+        let mut plain = site.clone();
+        plain.values.clear();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("values"));
+    }
+
+    #[test]
+    fn a_value_in_a_slot_no_call_has_is_an_error() {
+        let c = Chunk {
+            thread: 0,
+            count: 1,
+            first_ns: 0,
+            // ext, values, n = 1, slot 9, tag 1, bits 0
+            payload: vec![3, 2, 1, 9, 1, 0],
+            offset: 100,
+        };
+        let e = c.decode().unwrap_err().to_string();
+        assert!(e.contains("value slot 9"), "{e}");
+    }
+
+    #[test]
     fn truncation_and_corruption_report_offsets_and_keep_earlier_chunks() {
         let t = sample_trace();
         let mut bytes = Vec::new();
