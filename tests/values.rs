@@ -320,3 +320,24 @@ fn plot_fits_the_exponent_of_a_linear_and_a_quadratic_function() {
     let quad = growth_of(quadratic, "quadratic");
     assert!((quad.exponent - 2.0).abs() < 0.1, "quadratic: {quad:?}");
 }
+
+#[test]
+#[fgtrace::testing::budget(linear(growth = "len: linear", calls = 30))]
+fn budget_accepts_a_growth_class() {
+    for _ in 0..3 {
+        for len in (1..=10).map(|k| k * 40) {
+            black_box(linear(black_box(len)));
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "`quadratic` grows faster than Power(1.0) in `len`")]
+#[fgtrace::testing::budget(quadratic(growth = "len: linear"))]
+fn budget_fails_a_quadratic_function_held_to_linear() {
+    for _ in 0..3 {
+        for len in (1..=10).map(|k| k * 40) {
+            black_box(quadratic(black_box(len)));
+        }
+    }
+}
