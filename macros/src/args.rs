@@ -66,12 +66,17 @@ impl Options {
                 return Err(meta.error("duplicate #[traced] option `values`"));
             }
             self.values_span = Some(meta.path.span());
-            meta.parse_nested_meta(|m| self.parse_value(m))?;
-            if self.values.is_empty() && self.ret.is_none() {
-                return Err(meta.error(
-                    "`values(..)` names at least one value, e.g. `values(len = input.len())`",
-                ));
+            let empty = "`values(..)` names at least one value, e.g. `values(len = input.len())`";
+            if !meta.input.peek(syn::token::Paren) {
+                return Err(meta.error(empty));
             }
+            let content;
+            syn::parenthesized!(content in meta.input);
+            if content.is_empty() {
+                return Err(meta.error(empty));
+            }
+            let tokens: TokenStream = content.parse()?;
+            syn::meta::parser(|m| self.parse_value(m)).parse2(tokens)?;
             return Ok(());
         }
         let (key, slot) = if meta.path.is_ident("name") {

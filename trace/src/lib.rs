@@ -432,12 +432,12 @@ pub struct CallValues {
 }
 
 impl CallValues {
-    /// `name=value` pairs, with the names of `site`.
+    /// `name=value` pairs, with the names of `site`. A value whose slot the
+    /// site does not name (a board's site table carries no names) is left out.
     pub fn named<'a>(&'a self, site: &'a SiteInfo) -> impl Iterator<Item = (&'a str, Value)> + 'a {
-        self.values.iter().map(move |v| {
-            let name = site.values.get(v.slot as usize).map_or("?", |s| s.as_str());
-            (name, *v)
-        })
+        self.values
+            .iter()
+            .filter_map(move |v| Some((site.values.get(v.slot as usize)?.as_str(), *v)))
     }
 
     /// `len=83, depth=2` and, apart, the return value (`Ok`), as `graph` prints them.
