@@ -341,3 +341,45 @@ fn budget_fails_a_quadratic_function_held_to_linear() {
         }
     }
 }
+
+#[test]
+fn growth_on_instruction_counts_is_exact_where_counted_and_says_why_where_not() {
+    let uncounted = sizes(linear);
+    let err = uncounted
+        .assert_growth_of("linear", "len", Growth::Linear, Measure::Instructions, 0.05)
+        .unwrap_err();
+    assert!(err.contains("counters were not requested"), "{err}");
+    let counted = fgtrace::testing::capture_counted(|| {
+        for len in (1..=10).map(|k| k * 40) {
+            black_box(quadratic(black_box(len)));
+        }
+    });
+    match counted.counters() {
+        fgtrace::testing::CounterStatus::Instructions => {
+            let fit = counted
+                .assert_growth_of(
+                    "quadratic",
+                    "len",
+                    Growth::Quadratic,
+                    Measure::Instructions,
+                    0.05,
+                )
+                .unwrap();
+            assert!((fit.exponent - 2.0).abs() < 0.05, "{fit:?}");
+        }
+        fgtrace::testing::CounterStatus::Unavailable(why) => {
+            // No PMU here: the assertion gives the machine's reason instead of passing.
+            let err = counted
+                .assert_growth_of(
+                    "quadratic",
+                    "len",
+                    Growth::Quadratic,
+                    Measure::Instructions,
+                    0.05,
+                )
+                .unwrap_err();
+            assert!(err.contains(why.as_str()), "{err}");
+        }
+        other => panic!("capture_counted gave {other:?}"),
+    }
+}
