@@ -130,6 +130,35 @@ fn async_fns_record_values_at_first_poll_and_ret_at_completion() {
         value_strings(&cap, "parse_async"),
         ["len=2 ret=Some(42)", "len=1 ret=None"]
     );
+    // The exports put them on the whole future.
+    let t = cap.trace();
+    let mut chrome = Vec::new();
+    fgtrace::view::chrome::write_chrome(
+        t.meta(),
+        t.events().map(Ok),
+        fgtrace::view::HexResolve,
+        &Default::default(),
+        &mut chrome,
+    )
+    .unwrap();
+    let chrome = String::from_utf8(chrome).unwrap();
+    assert!(
+        chrome.contains("\"cancelled\":false,\"len\":2,\"ret\":\"Some(42)\""),
+        "{chrome}"
+    );
+    let mut pf = Vec::new();
+    fgtrace::view::perfetto::write_perfetto(
+        t.meta(),
+        t.events().map(Ok),
+        fgtrace::view::HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    assert!(
+        pf.windows(8).any(|w| w == b"Some(42)"),
+        "no future value in Perfetto"
+    );
 }
 
 /// Ten sizes, each a few times (the fit takes the fastest call of each size).

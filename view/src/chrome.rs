@@ -130,6 +130,8 @@ struct Writer<'a, W: Write, R: Resolve> {
     pid: u32,
     /// Per thread: the last call (and its poll id), waiting for its counters.
     pending: Vec<Option<(Call, u64, Option<CallCounters>)>>,
+    /// The last future, until its values could follow.
+    pending_future: Option<FutureSpan>,
     polls: PollMatcher,
     /// Per site: end time of each async lane's last future.
     lanes: HashMap<u32, Vec<u64>>,
@@ -343,7 +345,15 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.event()
     }
 
-    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+    /// Writes the future held until its values (which follow it) were seen.
+    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        match self.pending_future.take() {
+            Some(f) => self.future(&f, values),
+            None => Ok(()),
+        }
+    }
+
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
         let lanes = self.lanes.entry(f.site).or_default();
         let end = f.start_ns.saturating_add(f.dur_ns);
         let lane = match lanes.iter().position(|&e| e <= f.start_ns) {
@@ -359,8 +369,19 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         let name = js(self.meta.site_name(f.site));
         let id = js(&format!("future-{}-{lane}", f.site));
         let tid = self.tid(f.thread);
+        let mut vals = String::new();
+        if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
+            for (n, v) in vs.named(site) {
+                let key = if matches!(n, "polls" | "cancelled") {
+                    format!("value.{n}")
+                } else {
+                    n.to_string()
+                };
+                vals.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
+            }
+        }
         self.buf = format!(
-            "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name},\"args\":{{\"polls\":{},\"cancelled\":{}}}}}",
+            "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name},\"args\":{{\"polls\":{},\"cancelled\":{}{vals}}}}}",
             us(f.start_ns),
             self.pid,
             f.polls,
@@ -447,6 +468,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn finish(&mut self) -> io::Result<()> {
+        self.flush_future(None)?;
         for t in 0..self.pending.len() {
             self.flush_call(t as u32, None)?;
         }
@@ -476,9 +498,13 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 }
                 return Ok(());
             }
+            Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
+                return self.flush_future(Some(v));
+            }
             Event::Values(v) => return self.flush_call(t, Some(v)),
             _ => {}
         }
+        self.flush_future(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -494,7 +520,11 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 self.pending[i] = Some((*c, id, None));
                 Ok(())
             }
-            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Future(f) if self.opts.futures => {
+                // Held: its values (an async fn's) may follow.
+                self.pending_future = Some(*f);
+                Ok(())
+            }
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),
@@ -521,6 +551,7 @@ pub fn write_chrome<W: Write, R: Resolve>(
         first: true,
         pid: meta.pid,
         pending: Vec::new(),
+        pending_future: None,
         polls: PollMatcher::new(),
         lanes: HashMap::new(),
         names: HashMap::new(),

@@ -390,9 +390,19 @@ struct Writer<'a, W: Write, R: Resolve> {
     stats: PerfettoStats,
     buf: Vec<u8>,
     filter: WindowFilter,
+    /// The last future, until its values (an async fn's) could follow.
+    pending_future: Option<FutureSpan>,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
+    /// Writes the future held until its values were seen.
+    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        match self.pending_future.take() {
+            Some(f) => self.future(&f, values),
+            None => Ok(()),
+        }
+    }
+
     fn tid(&self, t: u32) -> u32 {
         self.meta.threads.get(t as usize).map_or(t, |i| i.tid)
     }
@@ -680,7 +690,11 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
-    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
+        let mut vals = Vec::new();
+        if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
+            vals.extend(vs.named(site).map(|(n, v)| ann_value(n, &v)));
+        }
         self.stats.futures += 1;
         let n = self.stats.futures;
         let uuid = future_uuid(n);
@@ -705,11 +719,14 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 name_iid: Some(f.site as u64 + 1),
                 source_location_iid: Some(f.site as u64 + 1),
                 categories: vec!["future".into()],
-                debug_annotations: vec![
+                debug_annotations: [
                     ann_u("polls", f.polls as u64),
                     ann_b("cancelled", f.cancelled),
                     ann_u("completed_on_tid", self.tid(f.thread) as u64),
-                ],
+                ]
+                .into_iter()
+                .chain(vals)
+                .collect(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -874,6 +891,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn finish(&mut self) -> io::Result<()> {
+        self.flush_future(None)?;
         for t in 0..self.threads.len() as u32 {
             self.flush_call(t, None)?;
             self.close(t, 0, u64::MAX)?;
@@ -952,9 +970,13 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 }
                 return Ok(());
             }
+            Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
+                return self.flush_future(Some(v));
+            }
             Event::Values(v) => return self.flush_call(t, Some(v)),
             _ => {}
         }
+        self.flush_future(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -966,7 +988,10 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 self.state(t).pending = Some((*c, flow, None));
                 Ok(())
             }
-            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Future(f) if self.opts.futures => {
+                self.pending_future = Some(*f);
+                Ok(())
+            }
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),
@@ -1001,6 +1026,7 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         stats: PerfettoStats::default(),
         buf: Vec::new(),
         filter: WindowFilter::new(opts.window),
+        pending_future: None,
     };
     w.header()?;
     let failed = feed(&mut w, events)?;
