@@ -412,3 +412,28 @@ fn growth_on_instruction_counts_is_exact_where_counted_and_says_why_where_not() 
         other => panic!("capture_counted gave {other:?}"),
     }
 }
+
+pub struct Buf {
+    bytes: Vec<u8>,
+}
+
+impl Buf {
+    /// `ret` on a method that returns a borrow of `self` (the body runs in a
+    /// closure to see the result: it must be free to return `self`'s data).
+    #[traced(ret)]
+    fn first_mut(&mut self) -> Option<&mut u8> {
+        self.bytes.first_mut()
+    }
+}
+
+#[test]
+fn ret_works_on_methods_returning_borrows_of_self() {
+    let mut b = Buf { bytes: vec![7] };
+    let cap = capture(|| {
+        if let Some(x) = b.first_mut() {
+            *x += 1;
+        }
+    });
+    assert_eq!(b.bytes, [8]);
+    assert_eq!(value_strings(&cap, "first_mut"), ["ret=Some"]);
+}

@@ -195,6 +195,14 @@ pub fn shape<T: Ret + ?Sized>(v: &T) -> Shape<'_, T::Ok, T::Err> {
     v.shape()
 }
 
+/// Runs `f`: how a `ret` fn runs its body. Taking `FnOnce` makes the closure
+/// one, so the body may return borrows of what it captured (`&mut self`'s
+/// data), as the fn itself could.
+#[inline(always)]
+pub fn call_once<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
 /// Inner values of a `Result`/`Option`: `(&&Inner(x)).inner()` is the value
 /// of `x` when its type is a [`Value`] type ([`InnerValue`]), and
 /// [`RawValue::ABSENT`] for any other type ([`InnerOther`]), chosen by

@@ -350,7 +350,7 @@ fn instrument(
 /// ```text
 /// let mut __fgtrace_guard = ::fgtrace::__private::enter_values(<site>, [value(&(expr)), ..]);
 /// // with `ret`, the body runs in a closure so that its result can be seen:
-/// let __fgtrace_ret: <output> = (move || <body>)();
+/// let __fgtrace_ret: <output> = ::fgtrace::__private::call_once(move || <body>);
 /// __fgtrace_guard.set_ret(<ret value of &__fgtrace_ret>);
 /// __fgtrace_ret
 /// ```
@@ -475,8 +475,7 @@ fn instrument_values(
             let ret = ret_of(&r, &ty);
             block.stmts = parse_quote! {
                 let mut #guard = #krate::__private::enter_values(#site, [#(#values),*]);
-                #[allow(clippy::redundant_closure_call)]
-                let #r: #ty = (move || #body)();
+                let #r: #ty = #krate::__private::call_once(move || #body);
                 #guard.set_ret({ let #r = &#r; #ret });
                 #r
             };
