@@ -319,10 +319,83 @@ pub fn write_by_value(
 
 #[cfg(test)]
 mod tests {
-    use super::bucket;
+    use super::*;
+    use crate::consume::ok_events;
+    use crate::test_traces::{call, meta};
+    use fgtrace_core::values::tag;
+    use fgtrace_trace::CallValues;
+
+    /// `n` calls of `parse` (site 0, records `len`), call `i` with len `lens(i)`
+    /// and duration `10 * (i + 1)`, and one of `other` (site 1, no values).
+    fn table(lens: impl Fn(u64) -> u64, n: u64, opts: &ByValueOptions) -> Result<String, String> {
+        let mut m = meta(&["parse", "other"], &[(900, "main")]);
+        m.sites[0].values = vec!["len".into()];
+        let mut events = Vec::new();
+        for i in 0..n {
+            events.push(call(0, 0, 0, i * 1000, 10 * (i + 1)));
+            events.push(Event::Values(CallValues {
+                thread: 0,
+                values: vec![Value {
+                    slot: 0,
+                    tag: tag::UNSIGNED,
+                    bits: lens(i),
+                }],
+            }));
+        }
+        events.push(call(0, 1, 0, n * 1000, 5));
+        let mut out = Vec::new();
+        write_by_value(&m, ok_events(events), opts, &mut out).map_err(|e| e.to_string())?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    fn opts(value: &str) -> ByValueOptions {
+        ByValueOptions {
+            value: value.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_row_per_value_then_power_of_two_buckets_when_there_are_many() {
+        let few = table(|i| i % 3, 9, &opts("len")).unwrap();
+        assert!(few.contains("parse by len: 9 calls\n"), "{few}");
+        let row = few
+            .lines()
+            .find(|l| l.trim_start().starts_with("2 "))
+            .unwrap();
+        // Calls 2, 5, 8: 30 + 60 + 90 ns.
+        assert!(row.contains(" 3 ") && row.contains("0.180 us"), "{few}");
+        let many = table(|i| i, 100, &opts("len")).unwrap();
+        assert!(
+            many.contains("100 distinct values in power-of-two buckets"),
+            "{many}"
+        );
+        let b = many
+            .lines()
+            .find(|l| l.trim_start().starts_with("64..128"))
+            .unwrap();
+        assert!(b.contains(" 36 "), "64..99 is 36 calls: {many}");
+        assert!(
+            many.lines().any(|l| l.trim_start().starts_with("0 ")),
+            "{many}"
+        );
+    }
+
+    #[test]
+    fn a_value_no_function_records_is_an_error_naming_what_is_recorded() {
+        let e = table(|i| i, 3, &opts("size")).unwrap_err();
+        assert!(
+            e.contains("no function records a value named `size`; recorded: parse(len)"),
+            "{e}"
+        );
+        let mut o = opts("len");
+        o.function = Some("other".into());
+        assert!(table(|i| i, 3, &o).is_err());
+    }
 
     #[test]
     fn buckets_are_powers_of_two() {
+        use super::bucket;
         assert_eq!(bucket(0), (0, 1));
         assert_eq!(bucket(1), (1, 2));
         assert_eq!(bucket(83), (64, 128));
