@@ -79,8 +79,11 @@ pub mod probe {
 /// What `#[traced]` expands to. Not a public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use fgtrace_core::probe::{enter, Guard, TracedFuture};
+    pub use fgtrace_core::probe::{enter, enter_values, Guard, TracedFuture, ValuesFuture};
     pub use fgtrace_core::site::Site;
+    pub use fgtrace_core::values::{
+        call_once, shape, tag, value, Inner, InnerOther, InnerValue, RawValue, Shape,
+    };
 
     /// Sessions whose state is still allocated, and shadow stacks alive in
     /// the process (for tests of the stop protocol).

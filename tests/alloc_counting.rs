@@ -418,3 +418,56 @@ fn a_trace_written_while_recording_keeps_the_figures() {
     }
     std::fs::remove_file(&path).ok();
 }
+
+/// One allocation per element: allocations grow linearly in `len`.
+#[traced(values(len = n))]
+fn boxes(n: usize) -> usize {
+    (0..n).map(|i| *black_box(Box::new(i))).sum()
+}
+
+/// One allocation per pair: quadratic in `len`.
+#[traced(values(len = n))]
+fn pair_boxes(n: usize) -> usize {
+    (0..n * n).map(|i| *black_box(Box::new(i))).sum()
+}
+
+#[test]
+fn growth_of_allocation_counts_is_exact() {
+    use fgtrace::testing::{Growth, Measure};
+    let cap = testing::capture(|| {
+        for len in (1..=10).map(|k| k * 10) {
+            boxes(len);
+            pair_boxes(len);
+        }
+    });
+    let calls = cap.values("boxes");
+    assert_eq!(calls.len(), 10);
+    assert_eq!(calls[2].get("len").unwrap().integer(), Some(30));
+    assert_eq!(calls[2].allocations, Some(30));
+    let lin = cap
+        .assert_growth_of("boxes", "len", Growth::Linear, Measure::Allocations, 0.01)
+        .unwrap();
+    assert!((lin.exponent - 1.0).abs() < 1e-9, "{lin:?}");
+    let quad = cap
+        .assert_growth_of(
+            "pair_boxes",
+            "len",
+            Growth::Quadratic,
+            Measure::Allocations,
+            0.01,
+        )
+        .unwrap();
+    assert!((quad.exponent - 2.0).abs() < 1e-9, "{quad:?}");
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_growth_of(
+            "pair_boxes",
+            "len",
+            Growth::Linear,
+            Measure::Allocations,
+            0.25,
+        )
+    }));
+    let msg = failed.expect_err("quadratic allocations passed as linear");
+    let msg = msg.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("allocations ~ len^2.00"), "{msg}");
+}

@@ -15,6 +15,7 @@ fn hostile() -> fgtrace::Trace {
         file: "f.rs".into(),
         line: 1,
         is_async: false,
+        values: Vec::new(),
     });
     for tid in [1, 2] {
         meta.threads.push(ThreadInfo {

@@ -67,6 +67,7 @@ fn many_calls_render_in_bounded_memory() {
                 file: String::new(),
                 line: 0,
                 is_async: false,
+                values: Vec::new(),
             })
             .collect(),
         threads: vec![

@@ -209,6 +209,13 @@ struct ReportArgs {
     /// Output: table, ftrace (as --ftrace) or json (every field, durations in ns).
     #[arg(long, default_value = "table")]
     format: String,
+    /// Group one function's calls by a value it records (`#[traced(values(len = ..))]`,
+    /// or `ret`): a row per distinct value, or per power-of-two bucket when there are many.
+    #[arg(long = "by", value_name = "VALUE")]
+    by: Option<String>,
+    /// With --by: the function (display name or full path), when several record the value.
+    #[arg(long = "function", short = 'f', requires = "by")]
+    function: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<u64, String> {
@@ -265,6 +272,25 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
             let sort_by: Column = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
             let input = inputs::open(&a.files)?;
             let meta = input.meta;
+            if let Some(value) = &a.by {
+                let opts = view::by_value::ByValueOptions {
+                    value: value.clone(),
+                    function: a.function.clone(),
+                    threads: threads(&a.threads),
+                    max_rows: 0,
+                };
+                return view::by_value::write_by_value(&meta, input.events, &opts, out).map_err(
+                    |e| match e {
+                        view::by_value::ByValueError::Trace(e) => io_err(&input.label, e),
+                        view::by_value::ByValueError::Io(e)
+                            if e.kind() == io::ErrorKind::BrokenPipe =>
+                        {
+                            None
+                        }
+                        e => Some(format!("{}: {e}", input.label.display())),
+                    },
+                );
+            }
             let opts = ReportOptions {
                 sort_by,
                 reverse: a.reverse,
@@ -386,6 +412,22 @@ fn info(
         }
     }
     writeln!(out, "functions: {}", m.sites.len())?;
+    // Functions whose calls record values (`#[traced(values(..))]`, `ret`).
+    let with_values: Vec<String> = m
+        .sites
+        .iter()
+        .filter(|s| !s.values.is_empty())
+        .map(|s| format!("{}({})", s.name, s.values.join(", ")))
+        .collect();
+    if !with_values.is_empty() {
+        writeln!(
+            out,
+            "values:    {} function{} record values: {}",
+            with_values.len(),
+            if with_values.len() == 1 { "" } else { "s" },
+            with_values.join(", ")
+        )?;
+    }
     writeln!(
         out,
         "calls:     {} ({} lost, {} overruns)",

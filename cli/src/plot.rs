@@ -2,7 +2,9 @@
 //! calls with their call paths on stdout.
 
 use super::{io_err, open, threads};
-use fgtrace_view::plot::{durations_svg, write_slowest, DurationsBuilder, PlotError, PlotOptions};
+use fgtrace_view::plot::{
+    durations_svg, growth, write_slowest, DurationsBuilder, PlotError, PlotOptions,
+};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
@@ -31,6 +33,11 @@ pub struct PlotArgs {
     /// Title of the SVG.
     #[arg(long)]
     title: Option<String>,
+    /// Plot duration against this recorded value (`#[traced(values(len = ..))]`)
+    /// on log-log axes, with a power-law fit: prints `duration ~ len^1.02 (r² 0.99)`
+    /// and the calls furthest above the fit.
+    #[arg(long = "x", value_name = "VALUE")]
+    x: Option<String>,
 }
 
 pub fn run(a: &PlotArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
@@ -57,10 +64,20 @@ pub fn run(a: &PlotArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
             })
         }
     };
-    let svg = durations_svg(&d, &meta, &opts).map_err(fail)?;
-    std::fs::write(&a.output, svg)
-        .map_err(|e| Some(format!("cannot write {}: {e}", a.output.display())))?;
-    match write_slowest(&d, &meta, &mut stdout) {
+    let printed = if let Some(x) = &a.x {
+        let points = growth::growth_points(&d, &meta, x).map_err(fail)?;
+        let fit = growth::growth_fit(&points);
+        let svg = growth::growth_svg(&d, x, &points, fit.as_ref(), &opts).map_err(fail)?;
+        std::fs::write(&a.output, svg)
+            .map_err(|e| Some(format!("cannot write {}: {e}", a.output.display())))?;
+        growth::write_growth(&d, &meta, x, &points, fit.as_ref(), a.top, &mut stdout)
+    } else {
+        let svg = durations_svg(&d, &meta, &opts).map_err(fail)?;
+        std::fs::write(&a.output, svg)
+            .map_err(|e| Some(format!("cannot write {}: {e}", a.output.display())))?;
+        write_slowest(&d, &meta, &mut stdout)
+    };
+    match printed {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Err(None),
         Err(e) => return Err(Some(format!("cannot write the output: {e}"))),
         Ok(()) => {}

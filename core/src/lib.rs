@@ -14,6 +14,8 @@
 //!   installs, on cold paths only.
 //! * [`record`]: the fixed-size 16-byte call record.
 //! * [`unwind`]: frame-pointer unwinders, pure functions over memory reads.
+//! * [`values`]: the values `#[traced(values(..))]` records beside a call
+//!   (the types it accepts and their encoding); their guard is in [`probe`].
 //!
 //! `no_std`, no dependencies. The `std` feature keeps the per-thread state
 //! in a `thread_local!`; without it the platform supplies it per hart. The
@@ -29,3 +31,4 @@ pub mod probe;
 pub mod record;
 pub mod site;
 pub mod unwind;
+pub mod values;

@@ -51,9 +51,11 @@ use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 
 mod future;
 mod inspect;
+mod values;
 
 pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
+pub use values::{enter_values, ValuesFuture, ValuesGuard};
 
 /// Frame flag: one poll of an async fn.
 const F_POLL: u32 = 1;

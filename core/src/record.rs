@@ -28,6 +28,11 @@ pub mod ext {
     /// a = the call's delta of a per-call counter (entry to exit, callees
     /// included), b = the counter's index in the session's list.
     pub const COUNTER: u64 = 3;
+    /// a = the bits of one value `#[traced(values(..))]` recorded for the
+    /// call, b = its slot (low 3 bits: an index into the site's value
+    /// names) | its tag (the next 8 bits, see [`crate::values::tag`]).
+    /// Written only for calls whose site has values.
+    pub const VALUE: u64 = 4;
 }
 
 /// Allocation figures of one call, callees included (see [`crate::alloc`]).

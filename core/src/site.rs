@@ -63,6 +63,9 @@ pub struct Site {
     decision: AtomicU32,
     /// The next site in the registry.
     next: AtomicPtr<Site>,
+    /// Names of the values `#[traced(values(..))]` records for each call
+    /// (`ret` last when it records the return value); empty for most sites.
+    pub values: &'static [&'static str],
 }
 
 /// Sites registered so far: the head of the list and the next id.
@@ -87,7 +90,24 @@ impl Site {
             id: AtomicU32::new(0),
             decision: AtomicU32::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
+            values: &[],
         }
+    }
+
+    /// A site whose calls record values named `values` (what
+    /// `#[traced(values(..))]` puts in a `static`): at most
+    /// [`crate::values::MAX_VALUES`] names.
+    pub const fn with_values(
+        name: &'static str,
+        module_path: &'static str,
+        file: &'static str,
+        line: u32,
+        is_async: bool,
+        values: &'static [&'static str],
+    ) -> Site {
+        let mut s = Site::new(name, module_path, file, line, is_async);
+        s.values = values;
+        s
     }
 
     /// The process-wide id of this site, assigned on first use. `MAX_SITES`

@@ -1,8 +1,9 @@
 //! The options of `#[traced(...)]` and `#[notrace(...)]`.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
+use syn::spanned::Spanned;
 use syn::{parse_quote, Attribute, Expr, ExprLit, ExprPath, Lit, LitStr, Meta, Path};
 
 /// Options of one `#[traced(...)]`, each remembered with its span so misuse
@@ -16,7 +17,16 @@ pub(crate) struct Options {
     /// `crate = path`: where fgtrace is, for a renamed dependency or a facade
     /// crate that re-exports it. `None` is `::fgtrace`.
     pub krate: Option<Path>,
+    /// `values(name = expr, arg, ..)`: values recorded with each call.
+    pub values: Vec<(syn::Ident, Expr)>,
+    /// `ret` (at the top level or inside `values(..)`): records the return value.
+    pub ret: Option<Span>,
+    /// Where `values(..)` was written, for errors about the whole list.
+    pub values_span: Option<Span>,
 }
+
+/// Most expressions `values(..)` may name (`ret` aside).
+pub(crate) const MAX_NAMED_VALUES: usize = 4;
 
 impl Options {
     /// Parses the tokens inside `#[traced(...)]`.
@@ -48,6 +58,27 @@ impl Options {
         if meta.path.is_ident("crate") {
             return parse_crate(&meta, &mut self.krate, "traced");
         }
+        if meta.path.is_ident("ret") {
+            return self.parse_ret(&meta);
+        }
+        if meta.path.is_ident("values") {
+            if self.values_span.is_some() {
+                return Err(meta.error("duplicate #[traced] option `values`"));
+            }
+            self.values_span = Some(meta.path.span());
+            let empty = "`values(..)` names at least one value, e.g. `values(len = input.len())`";
+            if !meta.input.peek(syn::token::Paren) {
+                return Err(meta.error(empty));
+            }
+            let content;
+            syn::parenthesized!(content in meta.input);
+            if content.is_empty() {
+                return Err(meta.error(empty));
+            }
+            let tokens: TokenStream = content.parse()?;
+            syn::meta::parser(|m| self.parse_value(m)).parse2(tokens)?;
+            return Ok(());
+        }
         let (key, slot) = if meta.path.is_ident("name") {
             ("name", &mut self.name)
         } else if meta.path.is_ident("prefix") {
@@ -57,7 +88,7 @@ impl Options {
             let what = path.map_or(String::new(), |p| format!(" `{p}`"));
             return Err(meta.error(format!(
                 "unknown #[traced] option{what}: \
-                 expected `name = \"...\"`, `prefix = \"...\"` or `crate = path`"
+                 expected `name = \"...\"`, `prefix = \"...\"`, `values(..)`, `ret` or `crate = path`"
             )));
         };
         if slot.is_some() {
@@ -76,6 +107,53 @@ impl Options {
                 format!("`{key}` expects a non-empty string literal, e.g. `{key} = \"parse\"`"),
             )),
         }
+    }
+}
+
+impl Options {
+    fn parse_ret(&mut self, meta: &ParseNestedMeta) -> syn::Result<()> {
+        if self.ret.is_some() {
+            return Err(meta.error("duplicate #[traced] option `ret`"));
+        }
+        if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
+            return Err(meta.error("`ret` takes nothing: `#[traced(ret)]`"));
+        }
+        self.ret = Some(meta.path.span());
+        Ok(())
+    }
+
+    /// One item of `values(..)`: `name = expr`, a bare argument name, or `ret`.
+    fn parse_value(&mut self, meta: ParseNestedMeta) -> syn::Result<()> {
+        if meta.path.is_ident("ret") {
+            return self.parse_ret(&meta);
+        }
+        let Some(name) = meta.path.get_ident().cloned() else {
+            return Err(meta.error(
+                "a value is `name = expression` or an argument's name, e.g. \
+                 `values(len = input.len(), depth)`",
+            ));
+        };
+        if self.values.iter().any(|(n, _)| *n == name) {
+            return Err(meta.error(format!("duplicate value `{name}`")));
+        }
+        if self.values.len() == MAX_NAMED_VALUES {
+            return Err(meta.error(format!(
+                "at most {MAX_NAMED_VALUES} values per fn (and `ret`): each one is recorded \
+                 with every call"
+            )));
+        }
+        let expr = if meta.input.peek(syn::Token![=]) {
+            meta.value()?.parse::<Expr>()?
+        } else {
+            parse_quote!(#name)
+        };
+        self.values.push((name, expr));
+        Ok(())
+    }
+
+    /// Whether calls record any value.
+    pub(crate) fn has_values(&self) -> bool {
+        !self.values.is_empty() || self.ret.is_some()
     }
 }
 

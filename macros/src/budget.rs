@@ -303,6 +303,20 @@ impl Spec {
                 let d = dur(v)?;
                 quote!(Blocked(#d))
             }
+            "growth" | "alloc_growth" | "instructions_growth" => {
+                let (value, k) = parse_growth(&v.string(&key)?)
+                    .map_err(|e| syn::Error::new(v.span(), format!("`{key}`: {e}")))?;
+                // 0 duration, 1 allocations, 2 instructions.
+                let measure: u8 = match key.as_str() {
+                    "growth" => 0,
+                    "alloc_growth" => 1,
+                    _ => {
+                        self.counted = true;
+                        2
+                    }
+                };
+                quote!(Growth(#value, #k, #measure))
+            }
             "inside" => {
                 let g = v.name(&key)?;
                 quote!(Inside(#g))
@@ -325,12 +339,37 @@ impl Spec {
                     format!(
                         "unknown limit `{other}`: limits are `calls`, `max_calls`, `max`, `total`, `self_total`, \
                          `p50`/`p99`/.., `instructions`, `instructions_total`, `allocs`, `allocs_total`, `alloc_bytes`, \
-                         `off_cpu`, `blocked`, `inside`, `not_inside`"
+                         `off_cpu`, `blocked`, `inside`, `not_inside`, `growth`, `alloc_growth`, \
+                         `instructions_growth`"
                     ),
                 ))
             }
         })
     }
+}
+
+/// `"len: linear"` (or `constant`, `quadratic`, an exponent such as `1.5`)
+/// to the value's name and the class's exponent.
+fn parse_growth(s: &str) -> Result<(String, f64), String> {
+    let expects = "expects \"VALUE: CLASS\", e.g. \"len: linear\" \
+                   (classes: constant, linear, quadratic, or an exponent such as 1.5)";
+    let Some((value, class)) = s.split_once(':') else {
+        return Err(expects.into());
+    };
+    let (value, class) = (value.trim(), class.trim());
+    if value.is_empty() {
+        return Err(expects.into());
+    }
+    let k = match class {
+        "constant" => 0.0,
+        "linear" => 1.0,
+        "quadratic" => 2.0,
+        other => match other.parse::<f64>() {
+            Ok(k) if k.is_finite() && k >= 0.0 => k,
+            _ => return Err(expects.into()),
+        },
+    };
+    Ok((value.to_string(), k))
 }
 
 /// `"200us"`, `"1.5 ms"`, `"2s"`, `"750ns"` (also `µs`) to nanoseconds.
@@ -511,6 +550,12 @@ mod tests {
             (quote!(parse()), "no limits for `parse`"),
             (quote!(speed = 1), "unknown option `speed`"),
             (quote!(runs = 3), "needs at least one"),
+            (
+                quote!(parse(growth = "linear")),
+                "expects \\\"VALUE: CLASS\\\"",
+            ),
+            (quote!(parse(growth = "len: cubic")), "`growth`: expects"),
+            (quote!(parse(growth = 2)), "`growth` takes a string"),
         ] {
             let out = budget(
                 attr,

@@ -101,6 +101,13 @@ fn expand_item(opts: &Options, tokens: TokenStream) -> syn::Result<TokenStream> 
                      or `#[traced(name = \"...\")]` on the method",
                 ));
             }
+            if let Some(span) = opts.values_span.or(opts.ret) {
+                return Err(syn::Error::new(
+                    span,
+                    "`values(..)` and `ret` name one fn's arguments and result: \
+                     put them on the method, `#[traced(values(..))]`",
+                ));
+            }
             instrument_impl(opts, &mut imp)?;
             Ok(imp.into_token_stream())
         }
@@ -126,7 +133,7 @@ fn instrument_lone_fn(opts: &Options, sig: &Signature, block: &mut Block) -> syn
         Some(name) => name.clone(),
         None => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
     };
-    instrument(sig, block, &name, &opts.crate_path())
+    instrument(sig, block, &name, &opts.crate_path(), opts)
 }
 
 /// Instruments every fn of an impl block, honouring per-method attributes.
@@ -178,11 +185,11 @@ fn instrument_method(prefix: &str, krate: &Path, f: &mut ImplItemFn) -> syn::Res
     };
     reject_prefix(&opts)?;
     let krate = opts.krate.as_ref().unwrap_or(krate);
-    let name = opts.name.unwrap_or_else(|| {
+    let name = opts.name.clone().unwrap_or_else(|| {
         let method = f.sig.ident.unraw();
         LitStr::new(&format!("{prefix}::{method}"), f.sig.ident.span())
     });
-    instrument(&f.sig, &mut f.block, &name, krate)
+    instrument(&f.sig, &mut f.block, &name, krate, &opts)
 }
 
 fn reject_prefix(opts: &Options) -> syn::Result<()> {
@@ -269,9 +276,18 @@ fn item_head(item: &Item) -> TokenStream {
 }
 
 /// Adds the probe to one fn body; `krate` is where fgtrace is (`::fgtrace`).
-fn instrument(sig: &Signature, block: &mut Block, name: &LitStr, krate: &Path) -> syn::Result<()> {
+fn instrument(
+    sig: &Signature,
+    block: &mut Block,
+    name: &LitStr,
+    krate: &Path,
+    opts: &Options,
+) -> syn::Result<()> {
     if let Some(kw) = &sig.constness {
         return Err(syn::Error::new(kw.span, CONST_FN));
+    }
+    if opts.has_values() {
+        return instrument_values(sig, block, name, krate, opts);
     }
     let is_async = sig.asyncness.is_some();
     // `line!()` and `file!()` report where their call is when its span is
@@ -325,6 +341,149 @@ fn instrument(sig: &Signature, block: &mut Block, name: &LitStr, krate: &Path) -
     Ok(())
 }
 
+/// [`instrument`] for a fn whose calls record values (`values(..)`, `ret`).
+///
+/// The values are evaluated before entry (each at its expression's span, so
+/// a type that cannot be recorded is reported there) and ride in the guard.
+/// A sync fn:
+///
+/// ```text
+/// let mut __fgtrace_guard = ::fgtrace::__private::enter_values(<site>, [value(&(expr)), ..]);
+/// // with `ret`, the body runs in a closure so that its result can be seen:
+/// let __fgtrace_ret: <output> = ::fgtrace::__private::call_once(move || <body>);
+/// __fgtrace_guard.set_ret(<ret value of &__fgtrace_ret>);
+/// __fgtrace_ret
+/// ```
+///
+/// An `async fn`: `ValuesFuture::new(<site>, [..], async move { .. })`, with
+/// `.with_ret(|r| ..)` for `ret`; the values are evaluated at the first poll
+/// (where the async fn's body starts), the return value at completion.
+fn instrument_values(
+    sig: &Signature,
+    block: &mut Block,
+    name: &LitStr,
+    krate: &Path,
+    opts: &Options,
+) -> syn::Result<()> {
+    let is_async = sig.asyncness.is_some();
+    let here = sig.ident.span();
+    let core = Ident::new("__fgtrace_core", Span::call_site());
+    let core_here = Ident::new("__fgtrace_core", here);
+    let line = quote_spanned!(here=> #core_here::line!());
+    let file = quote_spanned!(here=> #core_here::file!());
+    let mut names: Vec<String> = opts
+        .values
+        .iter()
+        .map(|(n, _)| n.unraw().to_string())
+        .collect();
+    let ret_ty = match opts.ret {
+        None => None,
+        Some(span) => {
+            names.push("ret".into());
+            match &sig.output {
+                ReturnType::Default => {
+                    return Err(syn::Error::new(
+                        span,
+                        "`ret` records the return value, and this fn returns `()`",
+                    ))
+                }
+                ReturnType::Type(_, ty) => {
+                    let mut probe = FindUnnameable(false);
+                    probe.visit_type_mut(&mut (**ty).clone());
+                    if probe.0 {
+                        return Err(syn::Error::new_spanned(
+                            ty,
+                            "`ret` cannot record an `impl Trait` (or `!`) return value: \
+                             record a named type",
+                        ));
+                    }
+                    Some((**ty).clone())
+                }
+            }
+        }
+    };
+    let site = quote! {{
+        extern crate core as #core;
+        static __FGTRACE_SITE: #krate::__private::Site = #krate::__private::Site::with_values(
+            #name, ::core::module_path!(), #file, #line, #is_async, &[#(#names),*],
+        );
+        &__FGTRACE_SITE
+    }};
+    let mut values: Vec<TokenStream> = opts
+        .values
+        .iter()
+        .map(|(_, e)| quote_spanned!(e.span()=> #krate::__private::value(&(#e))))
+        .collect();
+    if ret_ty.is_some() {
+        values.push(quote!(#krate::__private::RawValue::ABSENT));
+    }
+    let ret_of = |r: &Ident, ty: &Type| -> TokenStream {
+        let shape = quote_spanned!(ty.span()=> #krate::__private::shape::<#ty>(#r));
+        quote! {{
+            #[allow(unused_imports)]
+            use #krate::__private::{InnerOther as _, InnerValue as _};
+            use #krate::__private::{tag as __fgtrace_tag, Inner as __FgtraceInner, Shape as __FgtraceShape};
+            match #shape {
+                __FgtraceShape::Plain(v) => v,
+                __FgtraceShape::Ok(o) => (&&__FgtraceInner(o)).inner().in_variant(__fgtrace_tag::OK),
+                __FgtraceShape::Err(e) => (&&__FgtraceInner(e)).inner().in_variant(__fgtrace_tag::ERR),
+                __FgtraceShape::Some(o) => (&&__FgtraceInner(o)).inner().in_variant(__fgtrace_tag::SOME),
+                __FgtraceShape::None => #krate::__private::RawValue::ABSENT.in_variant(__fgtrace_tag::NONE),
+            }
+        }}
+    };
+    let r = Ident::new("__fgtrace_ret", Span::mixed_site());
+    if is_async {
+        let mut inner = Block {
+            brace_token: block.brace_token,
+            stmts: std::mem::take(&mut block.stmts),
+        };
+        if let Some(pin) = pin_output_type(&sig.output) {
+            inner.stmts.insert(0, pin);
+        }
+        let async_move = quote_spanned!(sig.asyncness.span()=> async move);
+        let with_ret = ret_ty.map(|ty| {
+            let ret = ret_of(&r, &ty);
+            quote!(.with_ret(|#r| #ret))
+        });
+        block.stmts = vec![Stmt::Expr(
+            parse_quote!(#krate::__private::ValuesFuture::new(
+                #site, [#(#values),*], #async_move #inner
+            ) #with_ret .await),
+            None,
+        )];
+        return Ok(());
+    }
+    let guard = Ident::new("__fgtrace_guard", Span::mixed_site());
+    match ret_ty {
+        None => {
+            let at = block
+                .stmts
+                .iter()
+                .take_while(|s| matches!(s, Stmt::Item(_)))
+                .count();
+            block.stmts.insert(
+                at,
+                parse_quote!(let #guard = #krate::__private::enter_values(#site, [#(#values),*]);),
+            );
+        }
+        Some(ty) => {
+            let body = Block {
+                brace_token: block.brace_token,
+                stmts: std::mem::take(&mut block.stmts),
+            };
+            let ret = ret_of(&r, &ty);
+            block.stmts = parse_quote! {
+                let mut #guard = #krate::__private::enter_values(#site, [#(#values),*]);
+                let #r: #ty = #krate::__private::call_once(move || #body);
+                #guard.set_ret({ let #r = &#r; #ret });
+                #r
+            };
+        }
+    }
+    Ok(())
+}
+
 /// A never-taken `return` that fixes an async block's output type to the
 /// fn's, so `?` and `return` inside it infer as they did in the `async fn`.
 /// `None` when there is nothing to pin (no return type, or only `_`).
@@ -364,6 +523,18 @@ impl VisitMut for ErasedUnnameable {
     fn visit_type_mut(&mut self, ty: &mut Type) {
         match ty {
             Type::ImplTrait(_) | Type::Never(_) => *ty = parse_quote!(_),
+            _ => syn::visit_mut::visit_type_mut(self, ty),
+        }
+    }
+}
+
+/// Finds what [`ErasedUnnameable`] would replace.
+struct FindUnnameable(bool);
+
+impl VisitMut for FindUnnameable {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(_) | Type::Never(_) => self.0 = true,
             _ => syn::visit_mut::visit_type_mut(self, ty),
         }
     }

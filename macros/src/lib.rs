@@ -36,6 +36,16 @@ mod tests;
 /// the block then also recognises `#[path::notrace]` and `#[path::traced]` on
 /// its methods (besides `#[notrace]` and `#[fgtrace::notrace]`).
 ///
+/// `#[traced(values(len = input.len(), depth))]` records up to 4 values with
+/// every call (`name = expression`, or an argument's bare name), evaluated at
+/// entry; `ret` (alone or inside `values(..)`) records the return value. A
+/// value is an integer up to 64 bits, a `bool` or a `char` (or a reference to
+/// one); a return value may also be a `Result` or `Option` (its variant, with
+/// the inner value when it is one of those). Any other type is a compile
+/// error at the expression. On an `impl` block they go on each method; on an
+/// `async fn` the values are taken at the first poll, the return value at
+/// completion. A fn without them expands exactly as before.
+///
 /// Written on a `const fn` itself (free, or a method in a block), on a fn
 /// without a body, or on any other item, `#[traced]` is a `compile_error!`:
 /// what was asked for explicitly cannot be done, so it is not dropped in

@@ -719,7 +719,7 @@ fn rejects_bad_crate_paths() {
         e(quote!(crate = fgt, name = "x", crate = other), f()),
         "duplicate #[traced] option `crate`"
     );
-    assert!(e(quote!(krate = fgt), f()).contains("`prefix = \"...\"` or `crate = path`"));
+    assert!(e(quote!(krate = fgt), f()).contains("`values(..)`, `ret` or `crate = path`"));
     let imp = quote!(impl S { fn m(&self) {} });
     assert!(e(quote!(crate = 5), imp).contains("`crate` expects a path"));
     let inner = quote!(impl S { #[traced(crate = 5)] fn m(&self) {} });

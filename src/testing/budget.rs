@@ -29,6 +29,10 @@ pub enum Limit {
     OffCpu(Duration),
     /// Blocked time of any one call (`"0ns"`: never blocks).
     Blocked(Duration),
+    /// The measure grows at most as `value^exponent` (see
+    /// [`Capture::assert_growth_of`]), with the default tolerance.
+    /// The measure: 0 duration, 1 allocations, 2 instructions.
+    Growth(&'static str, f64, u8),
 }
 
 /// A test's budget: how to capture, and the limits per function name.
@@ -135,6 +139,23 @@ fn check_one(cap: &Capture, name: &str, limit: Limit) {
         }
         Limit::Blocked(d) => {
             let _ = cap.assert_blocked_at_most(name, d);
+        }
+        Limit::Growth(value, k, measure) => {
+            let measure = match measure {
+                0 => super::Measure::Duration,
+                1 => super::Measure::Allocations,
+                _ => super::Measure::Instructions,
+            };
+            let growth = super::Growth::Power(k);
+            let tol = super::GROWTH_TOLERANCE;
+            match cap.assert_growth_of(name, value, growth, measure, tol) {
+                Ok(_) => {}
+                // No PMU: skipped and said, as instruction budgets are.
+                Err(why) if measure == super::Measure::Instructions => {
+                    let _ = super::captured::skipped(why);
+                }
+                Err(why) => panic!("fgtrace: {why}"),
+            }
         }
     }
 }

@@ -66,6 +66,10 @@ pub struct Capture {
     pub(super) spans: Vec<Span>,
     pub(super) futures: Vec<FutureSpan>,
     pub(super) status: CounterStatus,
+    /// Values recorded by calls (`#[traced(values(..))]`), by span index.
+    pub(super) span_values: std::collections::HashMap<usize, Vec<crate::trace::Value>>,
+    /// Values recorded by `async fn`s, by index in `futures`.
+    pub(super) future_values: std::collections::HashMap<usize, Vec<crate::trace::Value>>,
 }
 
 /// The outcome of an instruction assertion that did not fail.
@@ -145,10 +149,29 @@ impl Capture {
         let mut per_thread: Vec<Vec<Call>> = vec![Vec::new(); trace.meta().threads.len()];
         let mut thread_allocs: Vec<Vec<AllocCounts>> = vec![Vec::new(); per_thread.len()];
         let mut futures = Vec::new();
+        // The event each thread's values would belong to: a call (its index
+        // among the thread's calls) or a future (its index in `futures`).
+        let mut last: Vec<Option<Result<usize, usize>>> = vec![None; per_thread.len()];
+        let mut call_values: Vec<(usize, usize, Vec<crate::trace::Value>)> = Vec::new();
+        let mut future_values = std::collections::HashMap::new();
         for e in trace.events() {
+            let t = e.thread() as usize;
             match e {
-                Event::Call(c) => per_thread[c.thread as usize].push(c),
-                Event::Future(f) => futures.push(f),
+                Event::Call(c) => {
+                    last[t] = Some(Ok(per_thread[t].len()));
+                    per_thread[t].push(c);
+                }
+                Event::Future(f) => {
+                    last[t] = Some(Err(futures.len()));
+                    futures.push(f);
+                }
+                Event::Values(v) => match last[t] {
+                    Some(Ok(i)) => call_values.push((t, i, v.values)),
+                    Some(Err(i)) => {
+                        future_values.insert(i, v.values);
+                    }
+                    None => {}
+                },
                 Event::Counters(c) if with_allocs && c.values.len() == 5 => {
                     let v = &c.values;
                     thread_allocs[c.thread as usize].push(AllocCounts {
@@ -163,7 +186,9 @@ impl Capture {
             }
         }
         let mut spans: Vec<Span> = Vec::new();
+        let mut thread_base = Vec::with_capacity(per_thread.len());
         for (t, calls) in per_thread.into_iter().enumerate() {
+            thread_base.push(spans.len());
             let raw = deltas
                 .get(t)
                 .and_then(|d| d.as_ref())
@@ -243,11 +268,17 @@ impl Capture {
         } else {
             trace
         };
+        let span_values = call_values
+            .into_iter()
+            .map(|(t, i, v)| (thread_base[t] + i, v))
+            .collect();
         Capture {
             trace,
             spans,
             futures,
             status,
+            span_values,
+            future_values,
         }
     }
 

@@ -76,10 +76,12 @@ mod render;
 mod runs;
 mod snapshot;
 mod switches;
+mod values;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
 pub use runs::{Runs, Stat, Summary};
+pub use values::{CallValues, Growth, Measure, GROWTH_TOLERANCE};
 
 /// A test's performance budget as an attribute: the test body runs inside a
 /// capture, then every limit is checked, and a failure shows the offending

@@ -18,6 +18,7 @@ pub fn site(name: &str) -> SiteInfo {
         file: "src/app.rs".into(),
         line: 10,
         is_async: false,
+        values: Vec::new(),
     }
 }
 
@@ -25,6 +26,7 @@ pub fn site(name: &str) -> SiteInfo {
 pub fn async_site(name: &str) -> SiteInfo {
     SiteInfo {
         is_async: true,
+        values: Vec::new(),
         ..site(name)
     }
 }

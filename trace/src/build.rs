@@ -154,6 +154,7 @@ fn site_info(s: &Site) -> SiteInfo {
         file: s.file.to_string(),
         line: s.line,
         is_async: s.is_async,
+        values: s.values.iter().map(|v| v.to_string()).collect(),
     }
 }
 
@@ -274,8 +275,8 @@ pub struct ThreadBuilder {
     tree: Vec<usize>,
     size: Vec<u32>,
     stack: Vec<u32>,
-    /// Whole-future records: (start, record), emitted at the end by start.
-    futures: Vec<Rec>,
+    /// Whole-future records with their indices, emitted at the end by start.
+    futures: Vec<(usize, Rec)>,
     figures: alloc_figures::Attach,
     /// The (depth, end) of the calls emitted so far that may still be open.
     open: Vec<(u32, u64)>,
@@ -330,7 +331,7 @@ impl ThreadBuilder {
             let i = self.base + self.buf.len();
             self.buf.push(*r);
             if r.kind as u64 == kind::FUTURE {
-                self.futures.push(*r);
+                self.futures.push((i, *r));
                 continue;
             }
             let k = self.tree.len();
@@ -449,6 +450,9 @@ impl ThreadBuilder {
                         if let Some(e) = self.figures.event(t, i, self.layout) {
                             self.enc.push(&e);
                         }
+                        if let Some(e) = self.figures.values_event(t, i) {
+                            self.enc.push(&e);
+                        }
                     }
                 }
                 let sz = self.size[k as usize];
@@ -481,8 +485,8 @@ impl ThreadBuilder {
         self.samples_before(u64::MAX);
         let t = self.t;
         let mut futures = std::mem::take(&mut self.futures);
-        futures.sort_by_key(|r| r.start_ns);
-        for r in &futures {
+        futures.sort_by_key(|(_, r)| r.start_ns);
+        for (i, r) in &futures {
             self.enc.push(&Event::Future(FutureSpan {
                 thread: t,
                 site: r.site,
@@ -491,6 +495,9 @@ impl ThreadBuilder {
                 polls: r.depth,
                 cancelled: r.unwound,
             }));
+            if let Some(e) = self.figures.values_event(t, *i) {
+                self.enc.push(&e);
+            }
         }
         (self.enc.finish(), self.calls)
     }
@@ -581,7 +588,7 @@ mod alloc_figures {
             || inputs.iter().any(|t| {
                 t.records
                     .iter()
-                    .any(|r| r.is_ext() && r.ext_sub() != ext::COUNTER)
+                    .any(|r| r.is_ext() && r.ext_sub() <= ext::REALLOCS)
             })
     }
 
@@ -591,7 +598,10 @@ mod alloc_figures {
         allocs: HashMap<usize, AllocCounts>,
         /// Counter deltas by record, by counter index.
         counters: HashMap<usize, Vec<Option<u64>>>,
+        /// Values by record (a call's, a poll's or a whole future's).
+        values: HashMap<usize, Vec<crate::Value>>,
         last_call: Option<usize>,
+        last_with_values: Option<usize>,
     }
 
     impl Attach {
@@ -605,7 +615,25 @@ mod alloc_figures {
                     kind::CALL | kind::POLL => Some(i),
                     _ => None,
                 };
+                self.last_with_values = match r.kind as u64 {
+                    kind::CALL | kind::POLL | kind::FUTURE => Some(i),
+                    _ => None,
+                };
                 return false;
+            }
+            if r.site as u64 == ext::VALUE {
+                if let Some(c) = self.last_with_values {
+                    let slot = r.b & 7;
+                    let tag = (r.b >> 3) & 0xff;
+                    if slot < fgtrace_core::values::MAX_VALUES as u64 {
+                        self.values.entry(c).or_default().push(crate::Value {
+                            slot: slot as u8,
+                            tag: tag as u8,
+                            bits: r.count,
+                        });
+                    }
+                }
+                return true;
             }
             let Some(c) = self.last_call else {
                 return true;
@@ -631,6 +659,13 @@ mod alloc_figures {
                 _ => {}
             }
             true
+        }
+
+        /// The values event of the call (or future) recorded at `i`, if it has values.
+        /// Called once per call, when it is written out: its values go.
+        pub fn values_event(&mut self, thread: u32, i: usize) -> Option<Event> {
+            let values = self.values.remove(&i)?;
+            Some(Event::Values(crate::CallValues { thread, values }))
         }
 
         /// The counters event of the call recorded at `i`: `None` when the

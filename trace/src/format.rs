@@ -20,11 +20,12 @@
 //! | 3 extension | subkind, then: |
 //! | 3.0 sample | zigzag(ts - prev_start), shadow depth, cut + 1 (0 = none), n, frame0, zigzag(frame_i - frame_{i-1})... |
 //! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
+//! | 3.2 values | n, then per value: slot, tag, bits (the values the previous call or future recorded) |
 //!
 //! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
-use super::{Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample};
+use super::{Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, Value};
 use std::fmt;
 use std::io;
 
@@ -42,6 +43,7 @@ const EV_LOST: u64 = 2;
 const EV_EXT: u64 = 3;
 const EXT_SAMPLE: u64 = 0;
 const EXT_COUNTERS: u64 = 1;
+const EXT_VALUES: u64 = 2;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -195,6 +197,30 @@ impl Chunk {
                             values,
                         }));
                     }
+                    EXT_VALUES => {
+                        let n = d.varint()?;
+                        if n > fgtrace_core::values::MAX_VALUES as u64 {
+                            return Err(d.corrupt(format!("{n} values on one call")));
+                        }
+                        let mut values = Vec::with_capacity(n as usize);
+                        for _ in 0..n {
+                            let slot = d.varint()?;
+                            let tag = d.varint()?;
+                            if slot >= fgtrace_core::values::MAX_VALUES as u64 || tag > 0xff {
+                                return Err(d.corrupt(format!("value slot {slot} tag {tag}")));
+                            }
+                            let bits = d.varint()?;
+                            values.push(Value {
+                                slot: slot as u8,
+                                tag: tag as u8,
+                                bits,
+                            });
+                        }
+                        out.push(Event::Values(CallValues {
+                            thread: self.thread,
+                            values,
+                        }));
+                    }
                     k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
                 },
             }
@@ -286,6 +312,7 @@ impl ChunkEncoder {
                 );
             }
             Event::Counters(c) => self.counters(c),
+            Event::Values(v) => self.values(v),
             Event::Sample(s) => {
                 self.begin(0, s.ts_ns, EV_EXT, 0, false);
                 put_varint(&mut self.chunk.payload, EXT_SAMPLE);
@@ -319,6 +346,19 @@ impl ChunkEncoder {
         put_varint(&mut self.chunk.payload, c.values.len() as u64);
         for &v in &c.values {
             put_varint(&mut self.chunk.payload, v);
+        }
+    }
+
+    fn values(&mut self, v: &CallValues) {
+        // As counters: they stay in their call's chunk.
+        self.chunk.count += 1;
+        put_varint(&mut self.chunk.payload, EV_EXT);
+        put_varint(&mut self.chunk.payload, EXT_VALUES);
+        put_varint(&mut self.chunk.payload, v.values.len() as u64);
+        for x in &v.values {
+            put_varint(&mut self.chunk.payload, x.slot as u64);
+            put_varint(&mut self.chunk.payload, x.tag as u64);
+            put_varint(&mut self.chunk.payload, x.bits);
         }
     }
 
@@ -533,6 +573,80 @@ mod tests {
             t.events().collect::<Vec<_>>()
         );
         assert_eq!(t.events().count(), 7);
+    }
+
+    #[test]
+    fn values_round_trip_and_older_metadata_reads_without_them() {
+        use crate::{CallValues, SiteInfo, Value};
+        use fgtrace_core::values::tag;
+        let mut t = sample_trace();
+        t.meta.sites = vec![SiteInfo {
+            name: "parse".into(),
+            module_path: "m".into(),
+            file: "f.rs".into(),
+            line: 1,
+            is_async: false,
+            values: vec!["len".into(), "ret".into()],
+        }];
+        let values = CallValues {
+            thread: 0,
+            values: vec![
+                Value {
+                    slot: 0,
+                    tag: tag::UNSIGNED,
+                    bits: 83,
+                },
+                Value {
+                    slot: 1,
+                    tag: tag::OK | tag::SIGNED,
+                    bits: -2i64 as u64,
+                },
+            ],
+        };
+        let call = Event::Call(Call {
+            thread: 0,
+            site: 0,
+            depth: 0,
+            start_ns: 5,
+            dur_ns: 10,
+            flags: 0,
+        });
+        let mut enc = ChunkEncoder::new(0);
+        enc.push(&call);
+        enc.push(&Event::Values(values.clone()));
+        let t = Trace::from_chunks(t.meta.clone(), enc.finish());
+        let mut bytes = Vec::new();
+        t.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta().sites, t.meta().sites);
+        let evs: Vec<Event> = back.events().collect();
+        assert_eq!(evs, vec![call, Event::Values(values.clone())]);
+        assert_eq!(
+            values.split_display(&t.meta().sites[0]),
+            ("len=83".to_string(), Some("Ok(-2)".to_string()))
+        );
+        // A site as files written before values existed spell it: no list.
+        let old = r#"{"name":"f","module_path":"m","file":"f.rs","line":3,"is_async":false}"#;
+        let site: SiteInfo = serde_json::from_str(old).unwrap();
+        assert!(site.values.is_empty());
+        // And a site without values writes no list, as older files had it.
+        let mut plain = site.clone();
+        plain.values.clear();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("values"));
+    }
+
+    #[test]
+    fn a_value_in_a_slot_no_call_has_is_an_error() {
+        let c = Chunk {
+            thread: 0,
+            count: 1,
+            first_ns: 0,
+            // ext, values, n = 1, slot 9, tag 1, bits 0
+            payload: vec![3, 2, 1, 9, 1, 0],
+            offset: 100,
+        };
+        let e = c.decode().unwrap_err().to_string();
+        assert!(e.contains("value slot 9"), "{e}");
     }
 
     #[test]

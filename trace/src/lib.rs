@@ -49,6 +49,12 @@ pub struct SiteInfo {
     /// True for `async fn`: its calls are polls, and it also has whole-future spans.
     #[serde(default)]
     pub is_async: bool,
+    /// Names of the values each call records (`#[traced(values(..))]`, and
+    /// `ret` last when it records the return value): the slots of
+    /// [`CallValues`]. Empty for most functions, and in files written
+    /// before values existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 impl SiteInfo {
@@ -362,6 +368,105 @@ pub struct CallCounters {
     pub values: Vec<u64>,
 }
 
+/// One value a call recorded: its slot (an index into the site's
+/// [`SiteInfo::values`]), tag and bits (see `fgtrace_core::values`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub slot: u8,
+    pub tag: u8,
+    pub bits: u64,
+}
+
+impl Value {
+    /// The value as a number (an integer, a `bool` as 0/1, a `char`'s scalar
+    /// value); `None` for a variant without an inner value.
+    pub fn number(&self) -> Option<f64> {
+        use fgtrace_core::values::tag;
+        match self.tag & tag::TYPE {
+            tag::SIGNED => Some(self.bits as i64 as f64),
+            tag::UNSIGNED | tag::BOOL | tag::CHAR => Some(self.bits as f64),
+            _ => None,
+        }
+    }
+
+    /// The value as an integer (as [`Value::number`]).
+    pub fn integer(&self) -> Option<i128> {
+        use fgtrace_core::values::tag;
+        match self.tag & tag::TYPE {
+            tag::SIGNED => Some(self.bits as i64 as i128),
+            tag::UNSIGNED | tag::BOOL | tag::CHAR => Some(self.bits as i128),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Value {
+    /// As Rust spells it: `83`, `-5`, `true`, `'x'`, `Ok(3)`, `Err`, `None`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use fgtrace_core::values::tag;
+        let inner = |f: &mut std::fmt::Formatter<'_>| -> std::fmt::Result {
+            match self.tag & tag::TYPE {
+                tag::SIGNED => write!(f, "{}", self.bits as i64),
+                tag::UNSIGNED => write!(f, "{}", self.bits),
+                tag::BOOL => write!(f, "{}", self.bits != 0),
+                tag::CHAR => match char::from_u32(self.bits as u32) {
+                    Some(c) => write!(f, "{c:?}"),
+                    None => write!(f, "{}", self.bits),
+                },
+                _ => write!(f, "?"),
+            }
+        };
+        let variant = match self.tag & tag::VARIANT {
+            tag::OK => "Ok",
+            tag::ERR => "Err",
+            tag::SOME => "Some",
+            tag::NONE => return write!(f, "None"),
+            _ => return inner(f),
+        };
+        f.write_str(variant)?;
+        if self.tag & tag::TYPE != tag::ABSENT {
+            f.write_str("(")?;
+            inner(f)?;
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+/// The values the call just before this event on the same thread recorded
+/// (`#[traced(values(..))]`), in slot order; present only for calls that have
+/// values. Follows a `Call` or a `Future` (an `async fn`'s values belong to
+/// its whole future).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallValues {
+    pub thread: u32,
+    pub values: Vec<Value>,
+}
+
+impl CallValues {
+    /// `name=value` pairs, with the names of `site`. A value whose slot the
+    /// site does not name (a board's site table carries no names) is left out.
+    pub fn named<'a>(&'a self, site: &'a SiteInfo) -> impl Iterator<Item = (&'a str, Value)> + 'a {
+        self.values
+            .iter()
+            .filter_map(move |v| Some((site.values.get(v.slot as usize)?.as_str(), *v)))
+    }
+
+    /// `len=83, depth=2` and, apart, the return value (`Ok`), as `graph` prints them.
+    pub fn split_display(&self, site: &SiteInfo) -> (String, Option<String>) {
+        let mut args = Vec::new();
+        let mut ret = None;
+        for (n, v) in self.named(site) {
+            if n == "ret" && v.slot as usize + 1 == site.values.len() {
+                ret = Some(v.to_string());
+            } else {
+                args.push(format!("{n}={v}"));
+            }
+        }
+        (args.join(", "), ret)
+    }
+}
+
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -371,6 +476,8 @@ pub enum Event {
     Sample(Sample),
     /// Follows the `Call` it belongs to.
     Counters(CallCounters),
+    /// Follows the `Call` (or `Future`) it belongs to (after its `Counters`).
+    Values(CallValues),
 }
 
 impl Event {
@@ -382,6 +489,7 @@ impl Event {
             Event::Lost(l) => l.thread,
             Event::Sample(s) => s.thread,
             Event::Counters(c) => c.thread,
+            Event::Values(v) => v.thread,
         }
     }
 }
@@ -584,6 +692,7 @@ mod tests {
                 file: "f.rs".into(),
                 line: 1,
                 is_async: false,
+                values: Vec::new(),
             }],
             threads: vec![ThreadInfo {
                 tid: 7,

@@ -192,6 +192,10 @@ impl Merge {
                 c.thread = c.thread.saturating_add(base);
                 Event::Counters(c)
             }
+            Event::Values(mut v) => {
+                v.thread = v.thread.saturating_add(base);
+                Event::Values(v)
+            }
             Event::Counters(_) | Event::Sample(_) => return None,
         }))
     }
@@ -237,6 +241,7 @@ mod tests {
             file: "f.rs".into(),
             line,
             is_async: false,
+            values: Vec::new(),
         }
     }
 

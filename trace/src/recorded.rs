@@ -202,6 +202,7 @@ impl SiteMap {
             file: String::new(),
             line: 0,
             is_async: false,
+            values: Vec::new(),
         });
         self.sites.push(info);
         let i = self.sites.len() as u32 - 1;
@@ -448,7 +449,7 @@ pub fn decode(
         if k as u64 == kind::LOST && unwound {
             // An extension record.
             let sub = varint(&mut pos)?;
-            if sub > fgtrace_core::record::ext::COUNTER || dd != 0 || same {
+            if sub > fgtrace_core::record::ext::VALUE || dd != 0 || same {
                 return Err(corrupt(at, format!("extension record {sub} is not one")));
             }
             let a = varint(&mut pos)?;
@@ -542,6 +543,7 @@ mod tests {
             file: String::new(),
             line: 0,
             is_async: false,
+            values: Vec::new(),
         })
     }
 

@@ -377,6 +377,7 @@ impl Decoder {
                         file,
                         line,
                         is_async,
+                        values: Vec::new(),
                     },
                 );
             }

@@ -33,8 +33,12 @@
 //!   left out. With a window, `otherData` comes after `traceEvents` (the
 //!   counts are known at the end); without one, the file is as before.
 //!
-//! Written as it is read: one pending call per thread (its counters follow
-//! it), lanes per async function, resolved names cached per address. Strings
+//! A call's recorded values (`#[traced(values(..))]`) are args under their
+//! own names (`len`, `ret`; `value.depth` where a name is one of the args
+//! above), numbers as JSON numbers, the rest (`Ok(3)`, `'x'`) as strings.
+//!
+//! Written as it is read: one pending call per thread (its counters and
+//! values follow it), lanes per async function, resolved names cached per address. Strings
 //! go through the JSON writer for escaping; no event has an array at its top
 //! level (Perfetto's tokenizer rejects those), `args` holds the stack.
 
@@ -45,7 +49,8 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, TraceError,
+    TraceMeta,
 };
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -100,6 +105,17 @@ fn us(ns: u64) -> String {
     format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
+/// A recorded value as JSON: integers and `bool`s as they are, the rest
+/// (`'x'`, `Ok(3)`, `None`) as strings.
+pub fn value_json(v: &fgtrace_trace::Value) -> String {
+    use fgtrace_core::values::tag;
+    match (v.tag & tag::VARIANT, v.tag & tag::TYPE) {
+        (0, tag::BOOL) => (v.bits != 0).to_string(),
+        (0, tag::SIGNED | tag::UNSIGNED) => v.to_string(),
+        _ => js(&v.to_string()),
+    }
+}
+
 fn js(s: &str) -> String {
     fgtrace_trace::json::to_string(&s).expect("strings always serialize")
 }
@@ -113,7 +129,9 @@ struct Writer<'a, W: Write, R: Resolve> {
     first: bool,
     pid: u32,
     /// Per thread: the last call (and its poll id), waiting for its counters.
-    pending: Vec<Option<(Call, u64)>>,
+    pending: Vec<Option<(Call, u64, Option<CallCounters>)>>,
+    /// The last future, until its values could follow.
+    pending_future: Option<FutureSpan>,
     polls: PollMatcher,
     /// Per site: end time of each async lane's last future.
     lanes: HashMap<u32, Vec<u64>>,
@@ -263,10 +281,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         Ok(())
     }
 
-    fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
-        let Some((c, poll_id)) = self.pending.get_mut(t as usize).and_then(Option::take) else {
+    fn flush_call(&mut self, t: u32, values: Option<&CallValues>) -> io::Result<()> {
+        let Some((c, poll_id, counters)) = self.pending.get_mut(t as usize).and_then(Option::take)
+        else {
             return Ok(());
         };
+        let counters = counters.as_ref();
         let m = self.meta;
         let (name, module, file) = match m.sites.get(c.site as usize) {
             Some(s) => (
@@ -299,6 +319,20 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 args.push_str(&format!(",{}:{v}", js(&key)));
             }
         }
+        if let (Some(vs), Some(site)) = (values, m.sites.get(c.site as usize)) {
+            for (name, v) in vs.named(site) {
+                let taken = matches!(
+                    name,
+                    "file" | "module" | "depth" | "unwound" | "poll" | "poll_id"
+                ) || m.counters.iter().any(|k| k == name);
+                let key = if taken {
+                    format!("value.{name}")
+                } else {
+                    name.to_string()
+                };
+                args.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
+            }
+        }
         self.buf = format!(
             "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"call\",\"name\":{},\"args\":{{{args}}}}}",
             us(c.start_ns),
@@ -311,7 +345,15 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.event()
     }
 
-    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+    /// Writes the future held until its values (which follow it) were seen.
+    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        match self.pending_future.take() {
+            Some(f) => self.future(&f, values),
+            None => Ok(()),
+        }
+    }
+
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
         let lanes = self.lanes.entry(f.site).or_default();
         let end = f.start_ns.saturating_add(f.dur_ns);
         let lane = match lanes.iter().position(|&e| e <= f.start_ns) {
@@ -327,8 +369,19 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         let name = js(self.meta.site_name(f.site));
         let id = js(&format!("future-{}-{lane}", f.site));
         let tid = self.tid(f.thread);
+        let mut vals = String::new();
+        if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
+            for (n, v) in vs.named(site) {
+                let key = if matches!(n, "polls" | "cancelled") {
+                    format!("value.{n}")
+                } else {
+                    n.to_string()
+                };
+                vals.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
+            }
+        }
         self.buf = format!(
-            "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name},\"args\":{{\"polls\":{},\"cancelled\":{}}}}}",
+            "{{\"ph\":\"b\",\"ts\":{},\"pid\":{},\"tid\":{tid},\"cat\":\"future\",\"id\":{id},\"name\":{name},\"args\":{{\"polls\":{},\"cancelled\":{}{vals}}}}}",
             us(f.start_ns),
             self.pid,
             f.polls,
@@ -415,6 +468,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn finish(&mut self) -> io::Result<()> {
+        self.flush_future(None)?;
         for t in 0..self.pending.len() {
             self.flush_call(t as u32, None)?;
         }
@@ -436,9 +490,21 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
         if !shown(&self.mask, !self.opts.threads.is_empty(), t) || !self.filter.admit(ev) {
             return Ok(());
         }
-        if let Event::Counters(c) = ev {
-            return self.flush_call(t, Some(c));
+        match ev {
+            Event::Counters(c) => {
+                // Held with its call: values may follow.
+                if let Some(Some(p)) = self.pending.get_mut(t as usize) {
+                    p.2 = Some(c.clone());
+                }
+                return Ok(());
+            }
+            Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
+                return self.flush_future(Some(v));
+            }
+            Event::Values(v) => return self.flush_call(t, Some(v)),
+            _ => {}
         }
+        self.flush_future(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -451,10 +517,14 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 } else {
                     0
                 };
-                self.pending[i] = Some((*c, id));
+                self.pending[i] = Some((*c, id, None));
                 Ok(())
             }
-            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Future(f) if self.opts.futures => {
+                // Held: its values (an async fn's) may follow.
+                self.pending_future = Some(*f);
+                Ok(())
+            }
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),
@@ -481,6 +551,7 @@ pub fn write_chrome<W: Write, R: Resolve>(
         first: true,
         pid: meta.pid,
         pending: Vec::new(),
+        pending_future: None,
         polls: PollMatcher::new(),
         lanes: HashMap::new(),
         names: HashMap::new(),

@@ -39,7 +39,7 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
+    Call, CallValues, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
 };
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
@@ -131,6 +131,8 @@ struct CallMarker {
     depth: f64,
     dur_us: f64,
     tid: f64,
+    /// Its recorded values, `len=83, ret=Ok(3)` (empty without).
+    values: StringHandle,
 }
 
 impl StaticSchemaMarker for CallMarker {
@@ -167,6 +169,12 @@ impl StaticSchemaMarker for CallMarker {
         },
         DUR_FIELD,
         TID_FIELD,
+        StaticSchemaMarkerField {
+            key: "values",
+            label: "Values",
+            format: MarkerFieldFormat::String,
+            flags: MarkerFieldFlags::SEARCHABLE,
+        },
     ];
 
     name_and_category!();
@@ -174,6 +182,7 @@ impl StaticSchemaMarker for CallMarker {
         match field_index {
             0 => self.kind,
             1 => self.module,
+            6 => self.values,
             _ => self.file,
         }
     }
@@ -262,6 +271,10 @@ struct Builder<'a, R: Resolve> {
     last_sample: Vec<u64>,
     stats: FirefoxStats,
     filter: WindowFilter,
+    /// The last call, held until its values (which follow it) are seen.
+    pending: Option<(Call, &'static str)>,
+    /// The last future, held the same way (an async fn's values follow it).
+    pending_future: Option<FutureSpan>,
 }
 
 impl<R: Resolve> Builder<'_, R> {
@@ -313,10 +326,37 @@ impl<R: Resolve> Builder<'_, R> {
             depth: c.depth as f64,
             dur_us: c.dur_ns as f64 / 1000.0,
             tid: tid as f64,
+            values: self.profile.intern_string(""),
         }
     }
 
-    fn future(&mut self, f: &FutureSpan) {
+    /// Adds the marker of the call held until its values could follow.
+    fn flush_call(&mut self, values: Option<&CallValues>) {
+        if let Some(f) = self.pending_future.take() {
+            self.future(&f, values);
+        }
+        let Some((c, kind)) = self.pending.take() else {
+            return;
+        };
+        let h = self.thread(c.thread);
+        let mut m = self.call_marker(&c, kind);
+        if let (Some(v), Some(site)) = (values, self.meta.sites.get(c.site as usize)) {
+            let text: Vec<String> = v.named(site).map(|(n, v)| format!("{n}={v}")).collect();
+            m.values = self.profile.intern_string(&text.join(", "));
+        }
+        self.profile
+            .add_marker(h, MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())), m);
+        self.stats.calls += 1;
+    }
+
+    /// `len=83, ret=Ok(3)` of a call or future of `site`.
+    fn values_string(&mut self, site: u32, values: Option<&CallValues>) -> Option<StringHandle> {
+        let (v, info) = (values?, self.meta.sites.get(site as usize)?);
+        let text: Vec<String> = v.named(info).map(|(n, v)| format!("{n}={v}")).collect();
+        Some(self.profile.intern_string(&text.join(", ")))
+    }
+
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) {
         let h = match self.async_thread {
             Some(h) => h,
             None => {
@@ -346,6 +386,9 @@ impl<R: Resolve> Builder<'_, R> {
             format!("future, {} polls", f.polls)
         };
         let mut m = self.call_marker(&whole, &kind);
+        if let Some(v) = self.values_string(f.site, values) {
+            m.values = v;
+        }
         let name = self.profile.intern_string(&label);
         m.name = name;
         m.category = self.future_cat;
@@ -483,6 +526,7 @@ impl<R: Resolve> Builder<'_, R> {
                 depth: l.depth as f64,
                 dur_us: 0.0,
                 tid: tid as f64,
+                values: empty,
             },
         );
         self.stats.losses += 1;
@@ -498,8 +542,18 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             return Ok(());
         }
         match ev {
+            Event::Values(v)
+                if self.pending.is_some_and(|p| p.0.thread == v.thread)
+                    || self.pending_future.is_some_and(|f| f.thread == v.thread) =>
+            {
+                self.flush_call(Some(v));
+                return Ok(());
+            }
+            Event::Counters(_) => return Ok(()),
+            _ => self.flush_call(None),
+        }
+        match ev {
             Event::Call(c) => {
-                let h = self.thread(t);
                 let kind = if c.is_poll() {
                     self.lanes.poll(c);
                     "poll"
@@ -508,18 +562,12 @@ impl<R: Resolve> Consume for Builder<'_, R> {
                 } else {
                     "call"
                 };
-                let m = self.call_marker(c, kind);
-                self.profile.add_marker(
-                    h,
-                    MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())),
-                    m,
-                );
-                self.stats.calls += 1;
+                self.pending = Some((*c, kind));
             }
-            Event::Future(f) => self.future(f),
+            Event::Future(f) => self.pending_future = Some(*f),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
-            Event::Counters(_) => {}
+            Event::Counters(_) | Event::Values(_) => {}
         }
         Ok(())
     }
@@ -571,6 +619,8 @@ pub fn write_firefox<W: Write, R: Resolve>(
         last_sample: Vec::new(),
         stats: FirefoxStats::default(),
         filter: WindowFilter::new(opts.window),
+        pending: None,
+        pending_future: None,
     };
     // Every thread of the trace, even one with nothing left after filtering.
     for t in 0..meta.threads.len() as u32 {
@@ -582,6 +632,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         b.off_cpu(cat);
     }
     let Ok(failed) = feed(&mut b, events);
+    b.flush_call(None);
     let mut stats = b.stats;
     let mut profile = b.profile;
     stats.left_out = b.filter.left_out.clone();
@@ -662,5 +713,60 @@ mod window_tests {
         );
         let markers = &v["threads"][0]["markers"];
         assert_eq!(markers["length"], 1, "{markers}");
+    }
+}
+
+#[cfg(test)]
+mod values_tests {
+    use super::*;
+    use crate::consume::ok_events;
+    use crate::resolve::HexResolve;
+    use crate::test_traces::{call, meta};
+    use fgtrace_core::values::tag;
+    use fgtrace_trace::Value;
+
+    #[test]
+    fn a_calls_and_a_futures_values_are_a_marker_field() {
+        let mut m = meta(&["parse", "fetch"], &[(900, "main")]);
+        m.sites[0].values = vec!["len".into(), "ret".into()];
+        m.sites[1].values = vec!["depth".into()];
+        let vals = |values: Vec<Value>| Event::Values(CallValues { thread: 0, values });
+        let events = vec![
+            call(0, 0, 0, 0, 100),
+            vals(vec![
+                Value {
+                    slot: 0,
+                    tag: tag::UNSIGNED,
+                    bits: 83,
+                },
+                Value {
+                    slot: 1,
+                    tag: tag::OK,
+                    bits: 0,
+                },
+            ]),
+            Event::Future(FutureSpan {
+                thread: 0,
+                site: 1,
+                start_ns: 200,
+                dur_ns: 50,
+                polls: 1,
+                cancelled: false,
+            }),
+            vals(vec![Value {
+                slot: 0,
+                tag: tag::SIGNED,
+                bits: -2i64 as u64,
+            }]),
+        ];
+        let opts = FirefoxOptions {
+            gzip: false,
+            ..FirefoxOptions::default()
+        };
+        let mut out = Vec::new();
+        write_firefox(&m, ok_events(events), HexResolve, &opts, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"len=83, ret=Ok\""), "{text}");
+        assert!(text.contains("\"depth=-2\""), "{text}");
     }
 }

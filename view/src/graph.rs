@@ -107,6 +107,8 @@ struct Open {
     unwound: bool,
     /// Its counters (allocations, instructions) for the exit line's comment.
     note: Option<String>,
+    /// Its return value (`#[traced(ret)]`), for the exit line.
+    ret: Option<String>,
     off: Option<OffTime>,
 }
 
@@ -140,6 +142,12 @@ pub struct GraphWriter<'a, W: Write> {
     numbers: Vec<String>,
     /// The thread of the call just drawn and where its counters go.
     due: Option<(u32, Due)>,
+    /// Where the values of the call just drawn go, when its function records
+    /// values: its thread and site, the offset in `line` inside its `()`,
+    /// and that of its `;` (a leaf) or `None` (an open call, whose return
+    /// value goes to its exit line). The line stays in the buffer until they
+    /// come (right after the call, after its counters).
+    vals_at: Option<(u32, u32, usize, Option<usize>)>,
 }
 
 impl<'a, W: Write> GraphWriter<'a, W> {
@@ -171,6 +179,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             line: String::with_capacity(LINE_BUF + 1024),
             numbers: Vec::new(),
             due: None,
+            vals_at: None,
         };
         g.header()?;
         Ok(g)
@@ -271,7 +280,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
                     self.line.push_str(" /* ");
                     self.line.push_str(&note);
                     self.line.push_str(" */");
-                    self.end_line()?;
+                    if self.vals_at.is_some_and(|v| v.0 == t) {
+                        // Its values are still to be inserted.
+                        self.line.push('\n');
+                    } else {
+                        self.end_line()?;
+                    }
                 }
             }
             Due::Open => {
@@ -317,8 +331,14 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             dur_ns: c.dur_ns,
             unwound: c.unwound(),
             note: None,
+            ret: None,
             off,
         };
+        let has_values = self
+            .meta
+            .sites
+            .get(c.site as usize)
+            .is_some_and(|s| !s.values.is_empty());
         if o.thresh_ns > 0 {
             if c.dur_ns >= o.thresh_ns {
                 self.stack(c.thread).push(open);
@@ -332,16 +352,37 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.no_duration();
             self.indent(c.depth);
             self.line.push_str(self.meta.site_name(c.site));
-            self.line.push_str("() {");
+            self.line.push('(');
+            let args_at = self.line.len();
+            self.line.push_str(") {");
             self.stack(c.thread).push(open);
             self.due = Some((c.thread, Due::Open));
+            if has_values {
+                self.vals_at = Some((c.thread, c.site, args_at, None));
+                self.line.push('\n');
+                return Ok(());
+            }
         } else {
             self.duration(on_cpu(c.dur_ns, off));
             self.indent(c.depth);
             self.line.push_str(self.meta.site_name(c.site));
-            self.line.push_str("();");
+            self.line.push('(');
+            let args_at = self.line.len();
+            self.line.push_str(");");
+            if has_values {
+                let semi = self.line.len() - 1;
+                self.vals_at = Some((c.thread, c.site, args_at, Some(semi)));
+            }
             if c.unwound() {
                 self.line.push_str(" /* unwound */");
+            }
+            if has_values {
+                self.off_comment(c.dur_ns, off);
+                self.line.push('\n');
+                if !self.meta.counters.is_empty() {
+                    self.due = Some((c.thread, Due::Leaf));
+                }
+                return Ok(());
             }
             if !self.meta.counters.is_empty() {
                 // Keep the line in the buffer: its counters may follow.
@@ -374,16 +415,15 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.duration(on_cpu(o.dur_ns, o.off));
             self.indent(o.depth);
             let unwound = if o.unwound { " (unwound)" } else { "" };
+            let name = match &o.ret {
+                Some(r) => format!("{} = {r}", self.meta.site_name(o.site)),
+                None => self.meta.site_name(o.site).to_string(),
+            };
             if let Some(note) = &o.note {
-                self.line.push_str(&format!(
-                    "}} /* {}{unwound}: {note} */",
-                    self.meta.site_name(o.site)
-                ));
-            } else if self.opts.thresh_ns > 0 || self.opts.tail || o.unwound {
-                self.line.push_str(&format!(
-                    "}} /* {}{unwound} */",
-                    self.meta.site_name(o.site)
-                ));
+                self.line
+                    .push_str(&format!("}} /* {name}{unwound}: {note} */"));
+            } else if self.opts.thresh_ns > 0 || self.opts.tail || o.unwound || o.ret.is_some() {
+                self.line.push_str(&format!("}} /* {name}{unwound} */"));
             } else {
                 self.line.push('}');
             }
@@ -539,6 +579,17 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
     /// Renders one event (calls and losses; futures and samples are skipped).
     fn push(&mut self, ev: &Event) -> io::Result<()> {
         let due = self.due.take();
+        if !matches!(ev, Event::Counters(_)) {
+            // Values come right after their call (after its counters).
+            if let Some(at) = self.vals_at.take() {
+                if let Event::Values(v) = ev {
+                    if v.thread == at.0 {
+                        return self.values(at, v);
+                    }
+                }
+                self.end_pending()?;
+            }
+        }
         match ev {
             Event::Call(c) => self.call(c),
             Event::Lost(l) => self.lost(l),
@@ -546,8 +597,42 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
                 Some((t, d)) if t == c.thread => self.counters(d, t, &c.values),
                 _ => Ok(()),
             },
-            Event::Future(_) | Event::Sample(_) => Ok(()),
+            Event::Future(_) | Event::Sample(_) | Event::Values(_) => Ok(()),
         }
+    }
+}
+
+impl<W: Write> GraphWriter<'_, W> {
+    /// The values of the call just drawn: `name(len=83, depth=2)` on its
+    /// line, `= Ok` before a leaf's `;` or on an open call's exit line.
+    fn values(
+        &mut self,
+        (t, site, args_at, semi): (u32, u32, usize, Option<usize>),
+        v: &fgtrace_trace::CallValues,
+    ) -> io::Result<()> {
+        if let Some(info) = self.meta.sites.get(site as usize) {
+            let (args, ret) = v.split_display(info);
+            match (semi, ret) {
+                (Some(at), Some(r)) => self.line.insert_str(at, &format!(" = {r}")),
+                (None, Some(r)) => {
+                    if let Some(o) = self.stack(t).last_mut() {
+                        o.ret = Some(r);
+                    }
+                }
+                _ => {}
+            }
+            self.line.insert_str(args_at, &args);
+        }
+        self.end_pending()
+    }
+
+    /// Flushes a line kept in the buffer for values that did not come.
+    fn end_pending(&mut self) -> io::Result<()> {
+        if self.line.len() >= LINE_BUF {
+            self.w.write_all(self.line.as_bytes())?;
+            self.line.clear();
+        }
+        Ok(())
     }
 }
 
@@ -592,6 +677,7 @@ mod tests {
             file: "demo.rs".into(),
             line: 1,
             is_async: false,
+            values: Vec::new(),
         }
     }
 

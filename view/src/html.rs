@@ -746,7 +746,14 @@ fn duration_plots(
                 let _ = writeln!(
                     p,
                     "<tr><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    escape(&s.path_names(meta)),
+                    escape(&{
+                        let v = s.values_text(meta);
+                        if v.is_empty() {
+                            s.path_names(meta)
+                        } else {
+                            format!("{}({v})", s.path_names(meta))
+                        }
+                    }),
                     human_duration(s.call.dur_ns),
                     human_duration(s.call.start_ns),
                     escape(&meta.thread_label(s.call.thread))

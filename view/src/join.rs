@@ -544,6 +544,7 @@ mod tests {
             file: "x.rs".into(),
             line: 1,
             is_async,
+            values: Vec::new(),
         }
     }
 

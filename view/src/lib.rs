@@ -16,6 +16,7 @@
 pub mod board_stream;
 #[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
 pub mod bridge;
+pub mod by_value;
 pub mod chart;
 pub mod chrome;
 pub mod consume;
@@ -29,6 +30,7 @@ pub mod flame_svg;
 pub mod folded;
 pub mod format;
 pub mod graph;
+pub mod growth;
 #[cfg(feature = "html")]
 pub mod html;
 pub mod join;

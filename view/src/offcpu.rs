@@ -314,6 +314,7 @@ mod tests {
             file: String::new(),
             line: 0,
             is_async: false,
+            values: Vec::new(),
         };
         TraceMeta {
             sites: vec![site("main"), site("read"), site("compute")],

@@ -47,7 +47,8 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallCounters, Event, FutureSpan, LossKind, Lost, Sample, TraceError, TraceMeta,
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, TraceError,
+    TraceMeta,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -158,6 +159,8 @@ pub mod proto {
         pub bool_value: Option<bool>,
         #[prost(uint64, optional, tag = "3")]
         pub uint_value: Option<u64>,
+        #[prost(int64, optional, tag = "4")]
+        pub int_value: Option<i64>,
         #[prost(string, optional, tag = "6")]
         pub string_value: Option<String>,
         #[prost(string, optional, tag = "10")]
@@ -335,6 +338,22 @@ fn ann_u(name: &str, v: u64) -> DebugAnnotation {
     }
 }
 
+/// A recorded value: integers and `bool`s typed, the rest (`'x'`, `Ok(3)`) as strings.
+fn ann_value(name: &str, v: &fgtrace_trace::Value) -> DebugAnnotation {
+    use fgtrace_core::values::tag;
+    let mut a = DebugAnnotation {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    match (v.tag & tag::VARIANT, v.tag & tag::TYPE) {
+        (0, tag::BOOL) => a.bool_value = Some(v.bits != 0),
+        (0, tag::SIGNED) => a.int_value = Some(v.bits as i64),
+        (0, tag::UNSIGNED) => a.uint_value = Some(v.bits),
+        _ => a.string_value = Some(v.to_string()),
+    }
+    a
+}
+
 fn ann_b(name: &str, v: bool) -> DebugAnnotation {
     DebugAnnotation {
         name: Some(name.into()),
@@ -348,8 +367,8 @@ struct ThreadState {
     described: bool,
     /// Open slices: (depth, end_ns).
     open: Vec<(u32, u64)>,
-    /// The last call, waiting for its counters.
-    pending: Option<(Call, u64)>,
+    /// The last call, waiting for its counters and values.
+    pending: Option<(Call, u64, Option<CallCounters>)>,
     counters_described: Vec<bool>,
 }
 
@@ -371,9 +390,19 @@ struct Writer<'a, W: Write, R: Resolve> {
     stats: PerfettoStats,
     buf: Vec<u8>,
     filter: WindowFilter,
+    /// The last future, until its values (an async fn's) could follow.
+    pending_future: Option<FutureSpan>,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
+    /// Writes the future held until its values were seen.
+    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        match self.pending_future.take() {
+            Some(f) => self.future(&f, values),
+            None => Ok(()),
+        }
+    }
+
     fn tid(&self, t: u32) -> u32 {
         self.meta.threads.get(t as usize).map_or(t, |i| i.tid)
     }
@@ -556,14 +585,15 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         Ok(())
     }
 
-    fn flush_call(&mut self, t: u32, counters: Option<&CallCounters>) -> io::Result<()> {
-        let Some((c, flow)) = self
+    fn flush_call(&mut self, t: u32, values: Option<&CallValues>) -> io::Result<()> {
+        let Some((c, flow, counters)) = self
             .threads
             .get_mut(t as usize)
             .and_then(|s| s.pending.take())
         else {
             return Ok(());
         };
+        let counters = counters.as_ref();
         self.thread(t)?;
         self.close(t, c.depth, c.start_ns)?;
         // A child never outlives its parent on the track.
@@ -587,6 +617,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                     .cloned()
                     .unwrap_or_else(|| format!("counter{i}"));
                 ann.push(ann_u(&key, v));
+            }
+        }
+        if let (Some(vs), Some(site)) = (values, m.sites.get(c.site as usize)) {
+            // Under their own names (`len`, `ret`), as the JSON export has them.
+            for (name, v) in vs.named(site) {
+                ann.push(ann_value(name, &v));
             }
         }
         let interned = self.intern_site(c.site);
@@ -654,7 +690,11 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
-    fn future(&mut self, f: &FutureSpan) -> io::Result<()> {
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
+        let mut vals = Vec::new();
+        if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
+            vals.extend(vs.named(site).map(|(n, v)| ann_value(n, &v)));
+        }
         self.stats.futures += 1;
         let n = self.stats.futures;
         let uuid = future_uuid(n);
@@ -679,11 +719,14 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 name_iid: Some(f.site as u64 + 1),
                 source_location_iid: Some(f.site as u64 + 1),
                 categories: vec!["future".into()],
-                debug_annotations: vec![
+                debug_annotations: [
                     ann_u("polls", f.polls as u64),
                     ann_b("cancelled", f.cancelled),
                     ann_u("completed_on_tid", self.tid(f.thread) as u64),
-                ],
+                ]
+                .into_iter()
+                .chain(vals)
+                .collect(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -848,6 +891,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     }
 
     fn finish(&mut self) -> io::Result<()> {
+        self.flush_future(None)?;
         for t in 0..self.threads.len() as u32 {
             self.flush_call(t, None)?;
             self.close(t, 0, u64::MAX)?;
@@ -914,9 +958,25 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
         if !shown(&self.mask, !self.opts.threads.is_empty(), t) || !self.filter.admit(ev) {
             return Ok(());
         }
-        if let Event::Counters(c) = ev {
-            return self.flush_call(t, Some(c));
+        match ev {
+            Event::Counters(c) => {
+                // Held with its call: values may follow.
+                if let Some(p) = self
+                    .threads
+                    .get_mut(t as usize)
+                    .and_then(|s| s.pending.as_mut())
+                {
+                    p.2 = Some(c.clone());
+                }
+                return Ok(());
+            }
+            Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
+                return self.flush_future(Some(v));
+            }
+            Event::Values(v) => return self.flush_call(t, Some(v)),
+            _ => {}
         }
+        self.flush_future(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -925,10 +985,13 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 } else {
                     0
                 };
-                self.state(t).pending = Some((*c, flow));
+                self.state(t).pending = Some((*c, flow, None));
                 Ok(())
             }
-            Event::Future(f) if self.opts.futures => self.future(f),
+            Event::Future(f) if self.opts.futures => {
+                self.pending_future = Some(*f);
+                Ok(())
+            }
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),
@@ -963,6 +1026,7 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         stats: PerfettoStats::default(),
         buf: Vec::new(),
         filter: WindowFilter::new(opts.window),
+        pending_future: None,
     };
     w.header()?;
     let failed = feed(&mut w, events)?;

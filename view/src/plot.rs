@@ -16,7 +16,7 @@
 use super::format::{human_duration, uftrace_time};
 use crate::consume::{collect, Consume};
 use crate::threads::{shown, thread_mask, ThreadSel};
-use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta};
+use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta, Value};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -75,6 +75,13 @@ pub enum PlotError {
     NoCalls {
         name: String,
     },
+    /// `--x VALUE`: the function records no value of that name.
+    NoValue {
+        name: String,
+        value: String,
+        /// The values it does record.
+        recorded: Vec<String>,
+    },
     /// The trace stream failed (after what was read had been drawn).
     Trace(TraceError),
     /// plotters could not draw.
@@ -100,6 +107,24 @@ impl fmt::Display for PlotError {
                 quoted(candidates)
             ),
             PlotError::NoCalls { name } => write!(f, "`{name}` has no recorded calls"),
+            PlotError::NoValue {
+                name,
+                value,
+                recorded,
+            } if recorded.is_empty() => write!(
+                f,
+                "`{name}` records no values, so none named `{value}`: \
+                 add `#[traced(values({value} = ..))]` to it"
+            ),
+            PlotError::NoValue {
+                name,
+                value,
+                recorded,
+            } => write!(
+                f,
+                "`{name}` records no value named `{value}` (it records {})",
+                quoted(recorded)
+            ),
             PlotError::Trace(e) => write!(f, "{e}"),
             PlotError::Draw(e) => write!(f, "cannot draw the plot: {e}"),
             PlotError::Io(e) => write!(f, "{e}"),
@@ -197,6 +222,8 @@ pub struct SlowCall {
     pub call: CallPoint,
     /// Sites from the thread's outermost recorded call down to the call itself.
     pub path: Vec<u32>,
+    /// The values the call recorded (`#[traced(values(..))]`), if any.
+    pub values: Vec<Value>,
 }
 
 impl SlowCall {
@@ -205,6 +232,24 @@ impl SlowCall {
         let names: Vec<&str> = self.path.iter().map(|&s| meta.site_name(s)).collect();
         names.join(";")
     }
+
+    /// Its values as `len=83, ret=Ok(3)` (empty when it has none).
+    pub fn values_text(&self, meta: &TraceMeta) -> String {
+        values_text(meta, self.path.last().copied(), &self.values)
+    }
+}
+
+/// `len=83, ret=Ok(3)`: `values` with the names of `site`.
+pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> String {
+    let Some(info) = site.and_then(|s| meta.sites.get(s as usize)) else {
+        return String::new();
+    };
+    let v = fgtrace_trace::CallValues {
+        thread: 0,
+        values: values.to_vec(),
+    };
+    let parts: Vec<String> = v.named(info).map(|(n, v)| format!("{n}={v}")).collect();
+    parts.join(", ")
 }
 
 /// The calls of one function, as collected from a trace.
@@ -215,6 +260,8 @@ pub struct CallDurations {
     pub sites: Vec<u32>,
     /// Every call, in stream order.
     pub calls: Vec<CallPoint>,
+    /// The values each call recorded, parallel to `calls` (empty where none).
+    pub values: Vec<Vec<Value>>,
     /// The slowest calls, slowest first (ties: earlier first).
     pub slowest: Vec<SlowCall>,
     /// Exact nearest-rank percentiles of the durations.
@@ -267,6 +314,10 @@ pub struct DurationsBuilder<'a> {
     heap: BinaryHeap<Reverse<Slow>>,
     seq: u64,
     lost_events: Vec<u64>,
+    values: Vec<Vec<Value>>,
+    /// The thread of the last event, and whether it was a wanted call (its
+    /// values, which follow it after its counters, go to the last of `calls`).
+    last_wanted: Option<u32>,
 }
 
 impl<'a> DurationsBuilder<'a> {
@@ -306,6 +357,8 @@ impl<'a> DurationsBuilder<'a> {
             heap: BinaryHeap::new(),
             seq: 0,
             lost_events: Vec::new(),
+            values: Vec::new(),
+            last_wanted: None,
         }
     }
 
@@ -333,6 +386,8 @@ impl<'a> DurationsBuilder<'a> {
                 dur_ns: c.dur_ns,
             };
             self.calls.push(p);
+            self.values.push(Vec::new());
+            self.last_wanted = Some(c.thread);
             self.seq += 1;
             // The path is built only for a call that makes the list.
             let beats = self.heap.len() < self.top
@@ -393,6 +448,11 @@ impl<'a> DurationsBuilder<'a> {
                     start_ns: s.start.0,
                     dur_ns: s.dur_ns,
                 },
+                values: self
+                    .values
+                    .get(s.seq.0 as usize - 1)
+                    .cloned()
+                    .unwrap_or_default(),
                 path: s.path,
             })
             .collect();
@@ -410,6 +470,7 @@ impl<'a> DurationsBuilder<'a> {
             min_ns: durs[0],
             max_ns: durs[durs.len() - 1],
             calls: self.calls,
+            values: self.values,
             slowest,
             lost,
         })
@@ -423,9 +484,16 @@ impl Consume for DurationsBuilder<'_> {
         if !shown(&self.mask, self.filtered, ev.thread()) {
             return Ok(());
         }
+        let last = self.last_wanted.take();
         match ev {
             Event::Call(c) => self.call(c),
             Event::Lost(l) => self.lost(l),
+            Event::Counters(c) => self.last_wanted = last.filter(|&t| t == c.thread),
+            Event::Values(v) if last == Some(v.thread) => {
+                if let Some(slot) = self.values.last_mut() {
+                    *slot = v.values.clone();
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -860,13 +928,19 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
         "THREAD"
     )?;
     for s in &d.slowest {
+        let vals = s.values_text(meta);
         writeln!(
             w,
-            "  {:>10}  {:>12}  {:<width$}  {}",
+            "  {:>10}  {:>12}  {:<width$}  {}{}",
             uftrace_time(s.call.dur_ns),
             uftrace_time(s.call.start_ns),
             meta.thread_label(s.call.thread),
-            s.path_names(meta)
+            s.path_names(meta),
+            if vals.is_empty() {
+                String::new()
+            } else {
+                format!("({vals})")
+            }
         )?;
     }
     w.flush()
@@ -896,6 +970,8 @@ pub fn write_plot(
     d.1?;
     Ok(d.0)
 }
+
+pub mod growth;
 
 #[cfg(test)]
 mod tests;

@@ -72,7 +72,7 @@ impl Window {
             Event::Future(f) => self.keeps_span(f.start_ns, f.dur_ns),
             Event::Sample(s) => self.contains(s.ts_ns),
             Event::Lost(l) => self.contains(l.at_ns),
-            Event::Counters(_) => true,
+            Event::Counters(_) | Event::Values(_) => true,
         }
     }
 
@@ -167,7 +167,7 @@ impl WindowFilter {
             return true;
         }
         let t = ev.thread() as usize;
-        if let Event::Counters(_) = ev {
+        if let Event::Counters(_) | Event::Values(_) = ev {
             return !self.dropped_call.get(t).copied().unwrap_or(false);
         }
         let keep = self.window.keeps(ev);
@@ -183,7 +183,7 @@ impl WindowFilter {
                 Event::Future(_) => &mut self.left_out.futures,
                 Event::Sample(_) => &mut self.left_out.samples,
                 Event::Lost(_) => &mut self.left_out.losses,
-                Event::Counters(_) => unreachable!("decided above"),
+                Event::Counters(_) | Event::Values(_) => unreachable!("decided above"),
             };
             *n += 1;
         }

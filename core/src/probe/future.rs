@@ -17,9 +17,17 @@ use core::task::{Context, Poll};
 
 /// Records an async fn's whole future (first poll to completion or drop),
 /// under the same filters as a call at the current depth, with no allocation
-/// once the site's decision is cached.
+/// once the site's decision is cached. Calls `then` on the thread's state
+/// right after the record, only if the record was written (the values of a
+/// future that has them follow it).
 #[cold]
-fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
+pub(super) fn record_future(
+    site: &'static Site,
+    start: u64,
+    polls: u32,
+    cancelled: bool,
+    then: impl FnOnce(&mut super::ThreadState),
+) {
     let end = ticks();
     let c = CONTROL.load(Relaxed);
     if c & ON_MASK == 0 {
@@ -55,10 +63,14 @@ fn record_future(site: &'static Site, start: u64, polls: u32, cancelled: bool) {
             return;
         }
         let polls = polls.min(MAX_DEPTH);
+        let (count, buf) = (st.count, st.buf);
         write(
             st,
             RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
         );
+        if st.count != count || st.buf != buf {
+            then(st);
+        }
     })
 }
 
@@ -108,7 +120,7 @@ impl<F: Future> Future for TracedFuture<F> {
         if r.is_ready() {
             this.done = true;
             if this.first != 0 {
-                record_future(this.site, this.first, this.polls, false);
+                record_future(this.site, this.first, this.polls, false, |_| {});
             }
         }
         r
@@ -118,7 +130,7 @@ impl<F: Future> Future for TracedFuture<F> {
 impl<F> Drop for TracedFuture<F> {
     fn drop(&mut self) {
         if !self.done && self.first != 0 {
-            record_future(self.site, self.first, self.polls, true);
+            record_future(self.site, self.first, self.polls, true, |_| {});
         }
     }
 }

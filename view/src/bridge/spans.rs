@@ -467,7 +467,7 @@ impl<R, C: FnMut(Span) -> R, F: FnMut(&mut Vec<R>)> Consume for Exporter<'_, R, 
                     }
                 }
             }
-            Event::Sample(_) => {}
+            Event::Sample(_) | Event::Values(_) => {}
         }
         Ok(())
     }
@@ -825,6 +825,7 @@ pub fn spans_to_trace(spans: &[Span]) -> (Trace, ImportSummary) {
                     file: k.2.clone(),
                     line: k.3,
                     is_async: false,
+                    values: Vec::new(),
                 });
                 sites.len() as u32 - 1
             });

@@ -186,7 +186,7 @@ impl Consume for Subtree<'_> {
                 self.w.push(ev)?;
             }
             // A shown call's counters (allocations, instructions): tail comments.
-            Event::Counters(_) if self.last_shown => self.w.push(ev)?,
+            Event::Counters(_) | Event::Values(_) if self.last_shown => self.w.push(ev)?,
             Event::Lost(_) => self.w.push(ev)?,
             _ => {}
         }

@@ -11,6 +11,7 @@ fn meta() -> TraceMeta {
         file: "src/app.rs".into(),
         line: 3,
         is_async,
+        values: Vec::new(),
     };
     TraceMeta {
         program: "app".into(),

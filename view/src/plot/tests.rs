@@ -8,6 +8,7 @@ fn meta() -> TraceMeta {
         file: "x.rs".into(),
         line: 1,
         is_async: false,
+        values: Vec::new(),
     };
     TraceMeta {
         duration_ns: 1_000_000,

@@ -16,6 +16,7 @@ fn meta(sites: &[&str]) -> TraceMeta {
             file: "x.rs".into(),
             line: 1,
             is_async: false,
+            values: Vec::new(),
         })
         .collect();
     m.threads.push(ThreadInfo {

@@ -122,6 +122,7 @@ fn meta_two_threads() -> TraceMeta {
                 file: "demo.rs".into(),
                 line: 3,
                 is_async: *n == "fut",
+                values: Vec::new(),
             })
             .collect(),
         threads: vec![

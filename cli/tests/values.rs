@@ -1,0 +1,155 @@
+//! Per-call values through a recording session, the trace file and the
+//! command line: `info`, `graph`, `report --by` and `plot --x`.
+
+#[path = "../../tests/support/cli.rs"]
+mod cli_support;
+
+use cli_support::{assert_one_line_failure, fgtrace, fgtrace_ok, tempdir, text};
+use std::hint::black_box;
+
+/// Work linear in `len` (deterministic: a loop, no sleep).
+#[fgtrace::traced(values(len = input.len()), ret)]
+fn parse_line(input: &[u8]) -> Result<u64, ()> {
+    if input.is_empty() {
+        return Err(());
+    }
+    let mut sum = 0u64;
+    for _ in 0..64 {
+        for &b in input {
+            sum = black_box(sum.wrapping_add(b as u64));
+        }
+    }
+    Ok(sum % 7)
+}
+
+/// Work quadratic in `len`.
+#[fgtrace::traced(values(len = n))]
+fn pairs(n: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n * n {
+        acc = black_box(acc.wrapping_add(i));
+    }
+    acc
+}
+
+#[fgtrace::traced]
+fn plain() {}
+
+fn exponent(stdout: &str) -> f64 {
+    let at = stdout.find("duration ~ len^").expect(stdout) + "duration ~ len^".len();
+    stdout[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_recorded_trace_shows_values_in_info_graph_report_and_plot() {
+    let dir = tempdir("values");
+    let (_, path) = cli_support::record(&dir, || {
+        for _ in 0..3 {
+            for k in 1..=10u64 {
+                black_box(parse_line(&vec![b'x'; k as usize * 100])).ok();
+                black_box(pairs(k * 40));
+            }
+        }
+        let _ = parse_line(b"");
+        plain();
+    });
+    let p = path.to_str().unwrap();
+
+    let info = text(&fgtrace_ok(&["info", p]).stdout);
+    assert!(
+        info.contains("values:    2 functions record values: parse_line(len, ret), pairs(len)"),
+        "{info}"
+    );
+
+    let graph = text(&fgtrace_ok(&["graph", p]).stdout);
+    assert!(graph.contains("parse_line(len=1000) = Ok("), "{graph}");
+    assert!(graph.contains("parse_line(len=0) = Err;"), "{graph}");
+    assert!(graph.contains("pairs(len=400);"), "{graph}");
+    assert!(graph.contains("plain();"), "{graph}");
+
+    let by = text(&fgtrace_ok(&["report", p, "--by", "ret"]).stdout);
+    assert!(by.contains("parse_line by ret: 31 calls"), "{by}");
+    assert!(
+        by.lines().any(|l| l.trim_start().starts_with("Err ")),
+        "{by}"
+    );
+    let err = fgtrace(&["report", p, "--by", "len"]);
+    assert_one_line_failure(&err, "several functions record `len`");
+    let by = text(&fgtrace_ok(&["report", p, "--by", "len", "-f", "pairs"]).stdout);
+    assert!(by.contains("pairs by len: 30 calls"), "{by}");
+    assert_eq!(
+        by.lines()
+            .filter(|l| l.trim_start().starts_with("400 "))
+            .count(),
+        1,
+        "{by}"
+    );
+
+    let svg = dir.join("lin.svg");
+    let lin = text(
+        &fgtrace_ok(&[
+            "plot",
+            p,
+            "-f",
+            "parse_line",
+            "--x",
+            "len",
+            "-o",
+            svg.to_str().unwrap(),
+        ])
+        .stdout,
+    );
+    let k = exponent(&lin);
+    assert!((k - 1.0).abs() < 0.1, "linear: {lin}");
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("duration ~ len^"));
+    let quad = text(
+        &fgtrace_ok(&[
+            "plot",
+            p,
+            "-f",
+            "pairs",
+            "--x",
+            "len",
+            "-o",
+            svg.to_str().unwrap(),
+        ])
+        .stdout,
+    );
+    let k = exponent(&quad);
+    assert!((k - 2.0).abs() < 0.1, "quadratic: {quad}");
+    assert!(
+        quad.contains("# furthest above the fit:") || quad.contains("10 sizes"),
+        "{quad}"
+    );
+
+    let bad = fgtrace(&[
+        "plot",
+        p,
+        "-f",
+        "pairs",
+        "--x",
+        "size",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_one_line_failure(&bad, "records no value named `size` (it records `len`)");
+    let none = fgtrace(&[
+        "plot",
+        p,
+        "-f",
+        "plain",
+        "--x",
+        "len",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_one_line_failure(&none, "records no values, so none named `len`");
+    std::fs::remove_dir_all(&dir).ok();
+}

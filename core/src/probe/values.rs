@@ -1,0 +1,169 @@
+//! The probes of calls that record values (`#[traced(values(..))]`, `ret`):
+//! a separate guard and future, so that calls without values keep the plain
+//! [`Guard`] and [`TracedFuture`](super::TracedFuture) and pay nothing for
+//! this.
+//!
+//! The values (evaluated by the expansion before entry, so outside the
+//! measured duration) ride in the guard; at exit, once the call's own record
+//! is written, each present value follows it as an extension record
+//! ([`ext::VALUE`]). A call whose record is not written (filtered, under the
+//! threshold, dropped) writes no values either.
+
+use super::future::record_future;
+use super::{enter, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL};
+use crate::clock::ticks;
+use crate::control::{CONTROL, ON_MASK};
+use crate::record::{ext, RawCall};
+use crate::site::Site;
+use crate::values::RawValue;
+use core::future::Future;
+use core::pin::Pin;
+use core::sync::atomic::Ordering::Relaxed;
+use core::task::{Context, Poll};
+
+/// The guard of a call with values: a [`Guard`] plus the values (the last
+/// one the return value, set by [`ValuesGuard::set_ret`], when the site
+/// records it).
+#[must_use = "the call ends when the guard is dropped"]
+pub struct ValuesGuard<const N: usize> {
+    guard: Guard,
+    values: [RawValue; N],
+}
+
+/// Entry probe of a call with values.
+#[inline(always)]
+pub fn enter_values<const N: usize>(site: &'static Site, values: [RawValue; N]) -> ValuesGuard<N> {
+    ValuesGuard {
+        guard: enter(site),
+        values,
+    }
+}
+
+impl<const N: usize> ValuesGuard<N> {
+    /// Sets the return value (the last slot), just before the guard drops.
+    #[inline(always)]
+    pub fn set_ret(&mut self, v: RawValue) {
+        if let Some(last) = self.values.last_mut() {
+            *last = v;
+        }
+    }
+}
+
+impl<const N: usize> Drop for ValuesGuard<N> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.guard.slot != 0 {
+            exit_values(&mut self.guard, &self.values);
+        }
+    }
+}
+
+/// The exit of a call with values: the call's record, then its values.
+#[inline(never)]
+fn exit_values(g: &mut Guard, values: &[RawValue]) {
+    let (slot, serial) = (g.slot, g.serial);
+    // The plain guard's own drop does nothing now.
+    g.slot = 0;
+    let before = with_state(|st| (st.count, st.buf));
+    exit(slot, serial);
+    with_state(|st| {
+        if (st.count, st.buf) != before {
+            write_values(st, values);
+        }
+    });
+}
+
+/// Writes the present values as extension records after the record just
+/// written (slot `i` is the index of the value's name in the site's list).
+#[inline(always)]
+fn write_values(st: &mut ThreadState, values: &[RawValue]) {
+    for (i, v) in values.iter().enumerate() {
+        if !v.is_absent() {
+            write(
+                st,
+                RawCall::ext(ext::VALUE, v.bits, i as u64 | (v.tag as u64) << 3),
+            );
+        }
+    }
+}
+
+/// An `async fn` with values, instrumented by `#[traced]`: as
+/// [`TracedFuture`](super::TracedFuture) (every poll a call, the whole future
+/// recorded once), with the values (evaluated at the first poll) and the
+/// return value (at completion, by `ret`) after the whole future's record.
+pub struct ValuesFuture<F: Future, const N: usize> {
+    site: &'static Site,
+    first: u64,
+    polls: u32,
+    done: bool,
+    values: [RawValue; N],
+    ret: Option<fn(&F::Output) -> RawValue>,
+    inner: F,
+}
+
+impl<F: Future, const N: usize> ValuesFuture<F, N> {
+    /// Wraps `inner` (an `async fn`'s body) with the values taken at its
+    /// first poll.
+    pub fn new(site: &'static Site, values: [RawValue; N], inner: F) -> Self {
+        ValuesFuture {
+            site,
+            first: 0,
+            polls: 0,
+            done: false,
+            values,
+            ret: None,
+            inner,
+        }
+    }
+
+    /// Records the return value too (the last slot of the values), given by `ret`.
+    pub fn with_ret(mut self, ret: fn(&F::Output) -> RawValue) -> Self {
+        self.ret = Some(ret);
+        self
+    }
+}
+
+impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
+        let this = unsafe { self.get_unchecked_mut() };
+        let c = CONTROL.load(Relaxed);
+        if this.first == 0 && c & ON_MASK != 0 {
+            this.first = ticks();
+        }
+        let guard = if c & ON_MASK == 0 {
+            Guard::OFF
+        } else {
+            enter_on(this.site, c, F_POLL, stack_pointer())
+        };
+        this.polls += 1;
+        // SAFETY: see above.
+        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        drop(guard);
+        if let Poll::Ready(out) = &r {
+            this.done = true;
+            if let (Some(ret), Some(last)) = (this.ret, this.values.last_mut()) {
+                *last = ret(out);
+            }
+            if this.first != 0 {
+                let values = &this.values;
+                record_future(this.site, this.first, this.polls, false, |st| {
+                    write_values(st, values)
+                });
+            }
+        }
+        r
+    }
+}
+
+impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
+    fn drop(&mut self) {
+        if !self.done && self.first != 0 {
+            let values = &self.values;
+            record_future(self.site, self.first, self.polls, true, |st| {
+                write_values(st, values)
+            });
+        }
+    }
+}
