@@ -365,7 +365,12 @@ impl Out {
                 .u8(s.is_async as u8)
                 .str(s.name)
                 .str(s.module_path)
-                .str(s.file);
+                .str(s.file)
+                // The names of the values its calls record (`#[traced(values(..))]`).
+                .u8(s.values.len() as u8);
+            for v in s.values {
+                w.str(v);
+            }
         });
     }
 

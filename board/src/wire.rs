@@ -11,7 +11,7 @@
 //! | kind | payload |
 //! |---|---|
 //! | [`META`] | version u8, mode u8, harts u8, ticks per second u64, session start ticks u64, session u32, sampling Hz u32, clock name (`len:u16 bytes`) and per-call counters (n u8, then n names, each `len:u16 bytes`: their deltas follow each call's record as extension records) from version 2, firmware name |
-//! | [`SITE`] | id u32, line u32, async u8, then name, module path, file, each `len:u16 bytes` |
+//! | [`SITE`] | id u32, line u32, async u8, then name, module path, file, each `len:u16 bytes`, then the names of its recorded values (n u8, n x `len:u16 bytes`; absent from older firmware: none) |
 //! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64) |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |

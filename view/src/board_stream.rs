@@ -369,6 +369,14 @@ impl Decoder {
                 let name = r.str()?.to_owned();
                 let module_path = r.str()?.to_owned();
                 let file = r.str()?.to_owned();
+                // Then the names of the site's recorded values (firmware
+                // built before values sends none).
+                let mut values = Vec::new();
+                if r.remaining() > 0 {
+                    for _ in 0..r.u8()? {
+                        values.push(r.str()?.to_owned());
+                    }
+                }
                 self.sites.insert(
                     id,
                     SiteInfo {
@@ -377,7 +385,7 @@ impl Decoder {
                         file,
                         line,
                         is_async,
-                        values: Vec::new(),
+                        values,
                     },
                 );
             }
@@ -630,6 +638,91 @@ mod tests {
             })
             .collect();
         assert_eq!(counters, [vec![33]], "the call's instructions");
+        assert_eq!(t.calls().count(), 1);
+    }
+
+    /// A site's value names ride after its file in the SITE frame (firmware
+    /// from before values sends none); its calls' values then read with them.
+    #[test]
+    fn value_names_come_with_the_site_and_name_the_calls_values() {
+        let frames = |site: &dyn Fn(&mut Writer<'_>)| {
+            let mut out = Vec::new();
+            let mut seq = 0u16;
+            let mut frame = |kind: u8, fill: &dyn Fn(&mut Writer<'_>)| {
+                let mut p = [0u8; MAX_PAYLOAD];
+                let mut w = Writer::new(&mut p);
+                fill(&mut w);
+                let len = w.len;
+                let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+                let n = encode(&mut f, seq, kind, 0, &p[..len]);
+                seq += 1;
+                out.extend_from_slice(&f[..n]);
+            };
+            frame(wire::META, &|w| {
+                w.u8(2)
+                    .u8(wire::MODE_STREAM)
+                    .u8(1)
+                    .u64(1_000_000_000)
+                    .u64(1000)
+                    .u32(1)
+                    .u32(0)
+                    .str("mcycle")
+                    .u8(0)
+                    .bytes(b"demo");
+            });
+            frame(wire::SITE, site);
+            frame(wire::CALLS, &|w| {
+                w.u64(0);
+                let call = RawCall::pack(1010, 0, 40, 0, false, 0);
+                // len = 83 (slot 0, unsigned)
+                let len = RawCall::ext(fgtrace_core::record::ext::VALUE, 83, 1 << 3);
+                for r in [call, len] {
+                    w.u64(r.0).u64(r.1);
+                }
+            });
+            frame(wire::END, &|w| {
+                w.u32(1);
+            });
+            out
+        };
+        let named = frames(&|w| {
+            w.u32(0)
+                .u32(7)
+                .u8(0)
+                .str("parse")
+                .str("demo")
+                .str("main.rs")
+                .u8(1)
+                .str("len");
+        });
+        let (sessions, _, _) = decode(&named, 7);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().sites[0].values, ["len"]);
+        let values: Vec<(String, u64)> = t
+            .events()
+            .filter_map(|e| match e {
+                fgtrace_trace::Event::Values(v) => Some(
+                    v.named(&t.meta().sites[0])
+                        .map(|(n, v)| (n.to_string(), v.bits))
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(values, [("len".to_string(), 83)]);
+
+        let old = frames(&|w| {
+            w.u32(0)
+                .u32(7)
+                .u8(0)
+                .str("parse")
+                .str("demo")
+                .str("main.rs");
+        });
+        let (sessions, _, _) = decode(&old, 7);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert!(t.meta().sites[0].values.is_empty());
         assert_eq!(t.calls().count(), 1);
     }
 
