@@ -498,6 +498,25 @@ pub fn elf_mappings(path: &std::path::Path) -> Result<Vec<Mapping>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fills a frame's payload.
+    type Fill<'f> = &'f dyn Fn(&mut Writer<'_>);
+
+    /// A stream of hart-0 frames, numbered from 0, each payload filled by
+    /// its function.
+    fn stream_of(frames: &[(u8, Fill<'_>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (seq, (kind, fill)) in frames.iter().enumerate() {
+            let mut p = [0u8; MAX_PAYLOAD];
+            let mut w = Writer::new(&mut p);
+            fill(&mut w);
+            let len = w.len;
+            let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+            let n = encode(&mut f, seq as u16, *kind, 0, &p[..len]);
+            out.extend_from_slice(&f[..n]);
+        }
+        out
+    }
     use fgtrace_board::wire::{encode, Writer, HEADER, MAX_PAYLOAD, TRAILER};
 
     /// A small stream as a board sends it: META, two sites, calls of a
@@ -568,32 +587,21 @@ mod tests {
     #[test]
     fn the_clock_and_counters_come_from_meta() {
         let frames = |meta: &dyn Fn(&mut Writer<'_>), calls: &[RawCall]| {
-            let mut out = Vec::new();
-            let mut seq = 0u16;
-            let mut frame = |kind: u8, fill: &dyn Fn(&mut Writer<'_>)| {
-                let mut p = [0u8; MAX_PAYLOAD];
-                let mut w = Writer::new(&mut p);
-                fill(&mut w);
-                let len = w.len;
-                let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
-                let n = encode(&mut f, seq, kind, 0, &p[..len]);
-                seq += 1;
-                out.extend_from_slice(&f[..n]);
-            };
-            frame(wire::META, meta);
-            frame(wire::SITE, &|w| {
-                w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
-            });
-            frame(wire::CALLS, &|w| {
-                w.u64(0);
-                for r in calls {
-                    w.u64(r.0).u64(r.1);
-                }
-            });
-            frame(wire::END, &|w| {
-                w.u32(1);
-            });
-            out
+            stream_of(&[
+                (wire::META, meta),
+                (wire::SITE, &|w| {
+                    w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
+                }),
+                (wire::CALLS, &|w| {
+                    w.u64(0);
+                    for r in calls {
+                        w.u64(r.0).u64(r.1);
+                    }
+                }),
+                (wire::END, &|w| {
+                    w.u32(1);
+                }),
+            ])
         };
         let head = |w: &mut Writer<'_>, version: u8| {
             w.u8(version)
@@ -646,44 +654,33 @@ mod tests {
     #[test]
     fn value_names_come_with_the_site_and_name_the_calls_values() {
         let frames = |site: &dyn Fn(&mut Writer<'_>)| {
-            let mut out = Vec::new();
-            let mut seq = 0u16;
-            let mut frame = |kind: u8, fill: &dyn Fn(&mut Writer<'_>)| {
-                let mut p = [0u8; MAX_PAYLOAD];
-                let mut w = Writer::new(&mut p);
-                fill(&mut w);
-                let len = w.len;
-                let mut f = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
-                let n = encode(&mut f, seq, kind, 0, &p[..len]);
-                seq += 1;
-                out.extend_from_slice(&f[..n]);
-            };
-            frame(wire::META, &|w| {
-                w.u8(2)
-                    .u8(wire::MODE_STREAM)
-                    .u8(1)
-                    .u64(1_000_000_000)
-                    .u64(1000)
-                    .u32(1)
-                    .u32(0)
-                    .str("mcycle")
-                    .u8(0)
-                    .bytes(b"demo");
-            });
-            frame(wire::SITE, site);
-            frame(wire::CALLS, &|w| {
-                w.u64(0);
-                let call = RawCall::pack(1010, 0, 40, 0, false, 0);
-                // len = 83 (slot 0, unsigned)
-                let len = RawCall::ext(fgtrace_core::record::ext::VALUE, 83, 1 << 3);
-                for r in [call, len] {
-                    w.u64(r.0).u64(r.1);
-                }
-            });
-            frame(wire::END, &|w| {
-                w.u32(1);
-            });
-            out
+            stream_of(&[
+                (wire::META, &|w| {
+                    w.u8(2)
+                        .u8(wire::MODE_STREAM)
+                        .u8(1)
+                        .u64(1_000_000_000)
+                        .u64(1000)
+                        .u32(1)
+                        .u32(0)
+                        .str("mcycle")
+                        .u8(0)
+                        .bytes(b"demo");
+                }),
+                (wire::SITE, site),
+                (wire::CALLS, &|w| {
+                    w.u64(0);
+                    let call = RawCall::pack(1010, 0, 40, 0, false, 0);
+                    // len = 83 (slot 0, unsigned)
+                    let len = RawCall::ext(fgtrace_core::record::ext::VALUE, 83, 1 << 3);
+                    for r in [call, len] {
+                        w.u64(r.0).u64(r.1);
+                    }
+                }),
+                (wire::END, &|w| {
+                    w.u32(1);
+                }),
+            ])
         };
         let named = frames(&|w| {
             w.u32(0)
