@@ -161,10 +161,13 @@ fn async_fns_record_values_at_first_poll_and_ret_at_completion() {
     );
 }
 
-/// Ten sizes, each a few times (the fit takes the fastest call of each size).
+/// Ten sizes, each seven times: the fit takes the fastest call of each
+/// size, and on a loaded machine (CI's two cores, other builds running) a
+/// size's three calls could all be preempted (a fit of len^2.23, r² 0.92,
+/// once).
 fn sizes(f: fn(u64) -> u64) -> fgtrace::testing::Capture {
     capture(|| {
-        for _ in 0..3 {
+        for _ in 0..7 {
             for len in (1..=10).map(|k| k * 40) {
                 black_box(f(black_box(len)));
             }
@@ -184,7 +187,9 @@ fn assert_growth_passes_a_linear_function() {
 fn assert_growth_fails_a_quadratic_function_naming_the_fit() {
     let cap = sizes(quadratic);
     let fit = cap.assert_growth("quadratic", "len", Growth::Quadratic);
-    assert!((fit.exponent - 2.0).abs() < 0.1, "{fit:?}");
+    // Within the documented tolerance; `plot --x` is held to 0.1 on a file
+    // (cli/tests/values.rs).
+    assert!((fit.exponent - 2.0).abs() < GROWTH_TOLERANCE, "{fit:?}");
     let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         cap.assert_growth("quadratic", "len", Growth::Linear);
     }))
