@@ -161,13 +161,16 @@ fn async_fns_record_values_at_first_poll_and_ret_at_completion() {
     );
 }
 
+/// Calls of each size in [`sizes`].
+const REPEATS: usize = 7;
+
 /// Ten sizes, each seven times: the fit takes the fastest call of each
 /// size, and on a loaded machine (CI's two cores, other builds running) a
 /// size's three calls could all be preempted (a fit of len^2.23, r² 0.92,
 /// once).
 fn sizes(f: fn(u64) -> u64) -> fgtrace::testing::Capture {
     capture(|| {
-        for _ in 0..7 {
+        for _ in 0..REPEATS {
             for len in (1..=10).map(|k| k * 40) {
                 black_box(f(black_box(len)));
             }
@@ -327,7 +330,7 @@ fn growth_of(f: fn(u64) -> u64, name: &str) -> fgtrace::view::growth::Fit {
     b.extend(t.events().map(Ok)).unwrap();
     let d = b.finish().unwrap();
     let points = growth::growth_points(&d, t.meta(), "len").unwrap();
-    assert_eq!(points.len(), 30);
+    assert_eq!(points.len(), 10 * REPEATS);
     let fit = growth::growth_fit(&points).unwrap();
     let svg = growth::growth_svg(&d, "len", &points, Some(&fit), &opts).unwrap();
     assert!(svg.contains("duration ~ len^"), "{svg}");
