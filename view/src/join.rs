@@ -313,17 +313,20 @@ impl Cut for ChainCut {
         };
         match chain_match_walk(open, stack.names, stack.frame_of, stack.info) {
             ChainMatch::At(j) => Some(j),
-            ChainMatch::NotFound => symbol_cut(open, stack),
-            ChainMatch::Ambiguous => None,
+            ChainMatch::NotFound | ChainMatch::Ambiguous => symbol_cut(open, stack),
         }
     }
 }
 
-/// The cut from symbols alone, where [`chain_match_walk`] found the open
-/// calls not all in the stack (a default release build: inlined traced
-/// functions have no names without DWARF, and a walk without frame pointers
-/// skips frames). Two leaves are placed exactly without them:
+/// The cut from symbols alone, where [`chain_match_walk`] found no single
+/// answer (a default release build: inlined traced functions have no names
+/// without DWARF, and a walk without frame pointers skips frames). Each case
+/// below needs no more frames of the function it relies on than open calls
+/// of it, so that recursion is not guessed:
 ///
+/// * **The innermost open call's frames are there**, as many as its
+///   function has open calls: the innermost of them is its frame, wherever
+///   the outer calls went (inlined into frames named otherwise).
 /// * **The leaf frame is an open call's function.** The innermost open call
 ///   is that frame's function or was inlined into it (a call in its own
 ///   frame below would be the leaf frame): nothing ran below the call but
@@ -364,10 +367,23 @@ fn symbol_cut(open: &[&SiteInfo], stack: &SampleStack<'_>) -> Option<usize> {
     };
     // A leaf frame in the probe may be a call at its boundary, not open,
     // of the same function as an open one (recursion): not this case.
+    let same = |a: &SiteInfo, b: &SiteInfo| a.full_name() == b.full_name();
+    let opened = |site: &SiteInfo| open.iter().filter(|s| same(s, site)).count();
+    let seen = |site: &SiteInfo| {
+        (0..names.len())
+            .filter(|&i| chain_site_matches(site, names[i]))
+            .collect::<Vec<_>>()
+    };
     let (r0, r1) = ranges[0];
     if !in_probe(0) {
+        let inner = open.last()?;
+        let at = seen(inner);
+        if !at.is_empty() && at.len() == opened(inner) && !(0..at[0]).any(|i| is_open(&i)) {
+            return Some(at[0]);
+        }
         if let Some(i) = (r0..r1).find(is_open) {
-            return Some(i);
+            let site = open.iter().find(|s| chain_site_matches(s, names[i]))?;
+            return (seen(site).len() <= opened(site)).then_some(i);
         }
         let traced = |i: usize| stack.sites.iter().any(|s| site_matches(s, names[i]));
         if (r0..r1).any(traced) {
@@ -923,7 +939,9 @@ mod tests {
         ];
         assert_eq!(cut_of(&open, &frames), None);
         // An inner call's frame seen below the outer ones while a middle one
-        // is missing: no single answer.
+        // is missing: the skipped frames above the leaf are no answer, but
+        // the innermost call's own frame, its only one, is (wherever the
+        // middle call went, it is above it: see `symbol_cut`).
         let b = site("app", "b", false);
         let a = site("app", "a", false);
         let frames = [
@@ -932,7 +950,15 @@ mod tests {
             (wr, REC),
             (entry, NO_REC),
         ];
-        assert_eq!(cut_of(&[&w, &a, &b], &frames), None);
+        assert_eq!(cut_of(&[&w, &a, &b], &frames), Some(1));
+        let twice = [
+            (spin, NO_REC),
+            (&["app::b"][..], REC),
+            (&["app::b"][..], REC),
+            (wr, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&w, &a, &b], &twice), None);
     }
 
     /// A default release build: no DWARF (inlined traced fns have no names)
@@ -996,6 +1022,38 @@ mod tests {
         let sites = [search.clone(), step.clone(), index.clone(), end];
         assert_eq!(cut_in(&open, &sites, &frames), Some(1));
         assert_eq!(cut_in(&open, &sites, &[(memchr, REC), (main, REC)]), None);
+
+        // The innermost open call's own frames are there, as many as its
+        // function has open calls, while an outer call was inlined into the
+        // thread's closure (no name without DWARF): that is the cut.
+        let sw = site("app::split", "split_workload", false);
+        let a = site("app::split", "parent_a", false);
+        let b = site("app::split", "parent_b", false);
+        let helper: &[&str] = &["app::split::helper"];
+        let a_sym: &[&str] = &["app::split::parent_a"];
+        let b_sym: &[&str] = &["app::split::parent_b"];
+        let begin: &[&str] = &["std::sys::backtrace::__rust_begin_short_backtrace"];
+        let entry: &[&str] = &["start_thread"];
+        let frames = [
+            (helper, NO_REC),
+            (a_sym, REC),
+            (begin, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&sw, &a], &frames), Some(1));
+        let frames = [
+            (helper, NO_REC),
+            (b_sym, REC),
+            (b_sym, REC),
+            (b_sym, REC),
+            (begin, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&sw, &b, &b, &b], &frames), Some(1));
+        // More frames of it than open calls, or fewer: which is which is
+        // not known.
+        assert_eq!(cut_of(&[&sw, &b, &b], &frames), None);
+        assert_eq!(cut_of(&[&sw, &b, &b, &b, &b], &frames), None);
     }
     /// The signal path's recorded frame holds the traced function inlined,
     /// named by DWARF without its path (release): that name is the cut, not
