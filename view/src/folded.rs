@@ -688,6 +688,17 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
             self.attach(root, path, NONE);
             return;
         }
+        let info: Vec<FrameInfo> = s
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(k, &addr)| {
+                *self
+                    .info_cache
+                    .entry((addr, k > 0))
+                    .or_insert_with(|| self.resolver.frame_info(addr, k > 0))
+            })
+            .collect();
         // Close the calls that ended by the sample's time.
         let tree = &mut self.tree;
         let st = {
@@ -711,12 +722,23 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         let mut reopened = 0;
         if self.opts.trust_shadow_depth && s.shadow_depth > live {
             let below = s.cut.map_or(1, |c| c.max(1));
-            let leaf: Vec<&str> = names
+            // Names of the probe's frames as line tables give them (no path)
+            // get the probe's path: the symbolizer told them by source file.
+            let leaf: Vec<String> = names
                 .iter()
                 .zip(&frame_of)
                 .filter(|&(_, &f)| f < below)
-                .map(|(&n, _)| tree.names[n as usize].as_str())
+                .map(|(&n, &f)| {
+                    let n = tree.names[n as usize].as_str();
+                    let probe = info.get(f as usize).is_some_and(|i| i.in_probe);
+                    if probe && !n.contains("::") {
+                        format!("fgtrace_core::probe::{n}")
+                    } else {
+                        n.to_string()
+                    }
+                })
                 .collect();
+            let leaf: Vec<&str> = leaf.iter().map(String::as_str).collect();
             let chain: Vec<Open> = st
                 .recent
                 .iter()
@@ -755,17 +777,6 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
             return;
         };
         let open = st.stack[i];
-        let info: Vec<FrameInfo> = s
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(k, &addr)| {
-                *self
-                    .info_cache
-                    .entry((addr, k > 0))
-                    .or_insert_with(|| self.resolver.frame_info(addr, k > 0))
-            })
-            .collect();
         let st = &self.threads[s.thread as usize];
         let cut = match self.meta.sites.get(open.site as usize) {
             Some(site) => {
@@ -1016,7 +1027,25 @@ mod tests {
         const HELPER: u64 = 0x30;
         const CHILD: u64 = 0x40;
         const RUN: u64 = 0x50;
-        let names = |a: u64| -> Vec<String> {
+        // The exit probe as line tables name it: inlined frames without
+        // their path, told to be the probe's by their source file.
+        const EXIT_LINES: u64 = 0x60;
+        struct Names;
+        impl crate::resolve::Resolve for Names {
+            fn frames(&mut self, a: u64, _: bool) -> Vec<String> {
+                if a == EXIT_LINES {
+                    return vec!["ticks".into(), "exit".into()];
+                }
+                names(a)
+            }
+            fn frame_info(&mut self, a: u64, _: bool) -> FrameInfo {
+                FrameInfo {
+                    frame_record: None,
+                    in_probe: a == EXIT_LINES,
+                }
+            }
+        }
+        fn names(a: u64) -> Vec<String> {
             let n = match a {
                 EXIT => "fgtrace_core::probe::exit",
                 ENTER => "fgtrace_core::probe::enter_out",
@@ -1026,7 +1055,7 @@ mod tests {
                 _ => return vec![],
             };
             vec![n.to_string()]
-        };
+        }
         let sample = |ts_ns, frames: &[u64]| {
             Event::Sample(Sample {
                 thread: 0,
@@ -1044,9 +1073,11 @@ mod tests {
         b.push(sample(240, &[EXIT, CHILD, RUN]));
         b.push(sample(250, &[ENTER, RUN]));
         b.push(sample(260, &[HELPER, RUN]));
+        b.push(call(0, 1, 1, 300, 100));
+        b.push(sample(450, &[EXIT_LINES, CHILD, RUN]));
         let t = b.finish();
         let opts = FoldedOptions::default();
-        let mut fb = FoldedBuilder::combined(t.meta(), &opts, crate::FnResolve(|a, _| names(a)));
+        let mut fb = FoldedBuilder::combined(t.meta(), &opts, Names);
         fb.extend(crate::ok_events(t.events())).unwrap();
         let f = fb.finish();
         let under_child = f
@@ -1059,7 +1090,9 @@ mod tests {
         assert_eq!(under_run("fgtrace_core::probe::enter_out"), Some(1));
         assert_eq!(under_run("app::helper"), Some(1));
         let s = f.summary();
-        assert_eq!((s.samples, s.late_exits, s.depth_mismatches), (3, 1, 2));
+        let lines_exit = f.stats(&["app::run", "app::child", "exit", "ticks"]);
+        assert_eq!(lines_exit.map(|s| s.samples), Some(1), "{:?}", f.lines());
+        assert_eq!((s.samples, s.late_exits, s.depth_mismatches), (4, 2, 2));
     }
 
     #[test]
