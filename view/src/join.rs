@@ -630,9 +630,46 @@ pub fn missing_debug_lines_note(
     ))
 }
 
+/// The line to show once per combined view when samples were not joined and
+/// the traced program's file (`binary`) has no frame pointers in most of its
+/// functions: the sampler's walk follows them, so it skips every function
+/// without one, and an open call's frame may be one of those. `None` when
+/// the file has them or every sample was joined.
+pub fn missing_frame_pointers_note(
+    binary: &str,
+    has_frame_pointers: bool,
+    unjoined: u64,
+    total: u64,
+) -> Option<String> {
+    if has_frame_pointers || unjoined == 0 {
+        return None;
+    }
+    Some(format!(
+        "{binary}: no frame pointers, so the stack walk skips functions and open calls \
+         may have no frame in a sample; {unjoined} of {total} sample{} {} placed under \
+         their innermost call. Build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` \
+         (or `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in \
+         .cargo/config.toml) to join them.",
+        if total == 1 { "" } else { "s" },
+        if unjoined == 1 { "was" } else { "were" },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_missing_frame_pointers_note_only_when_it_explains_something() {
+        assert_eq!(missing_frame_pointers_note("/bin/app", true, 5, 10), None);
+        assert_eq!(missing_frame_pointers_note("/bin/app", false, 0, 10), None);
+        let note = missing_frame_pointers_note("/bin/app", false, 3, 10).unwrap();
+        assert!(note.starts_with("/bin/app: no frame pointers"), "{note}");
+        assert!(note.contains("3 of 10 samples were placed"), "{note}");
+        assert!(note.contains("force-frame-pointers=yes"), "{note}");
+        let one = missing_frame_pointers_note("app", false, 1, 1).unwrap();
+        assert!(one.contains("; 1 of 1 sample was placed"), "{one}");
+    }
 
     #[test]
     fn the_missing_debug_lines_note_only_when_it_explains_something() {
