@@ -7,8 +7,9 @@
 # tests/support/split.rs (two traced parents calling one untraced helper,
 # parent_a with three times parent_b's work).
 #
-# Built twice, with cargo's default release profile (no debug info, no frame
-# pointers) and with `debug = "line-tables-only"`; each build recorded twice,
+# Built with cargo's default release profile (no debug info) and with
+# `debug = "line-tables-only"`, both with frame pointers (this repository's
+# .cargo/config.toml, as the sampler asks of its users); each build recorded twice,
 # with the perf-ring sampler (FGTRACE_SAMPLE=timer:999) and the signal
 # sampler (timer-signal:999). For each of the four, from
 # `fgtrace flame --combined`:
@@ -18,13 +19,17 @@
 #   split      the helper's samples under parent_a / (under a + under b),
 #              against 0.75 within 4 sigma of binomial noise
 #
-#   checks/real-join/run.sh [CPU_MS]     (each thread's CPU time; default 2000)
+#   checks/real-join/run.sh [CPU_MS]     (each thread's CPU time; default 1000)
 #
-# Fails when a run leaves more than 1% unplaced or the split is off. Needs
+# Fails when a run leaves more than 1% unplaced or the split is off. A third
+# build, the default profile without frame pointers (`RUSTFLAGS=""`, what a
+# project that did not set the flag gets), is reported and not gated: the
+# walk skips every function of it, and placing those samples needs an
+# unwinder that reads `.eh_frame` (not there yet). Needs
 # python3 and the crates in cargo's registry (fetched if missing). Everything
 # goes under target/real-join/.
 set -euo pipefail
-cpu_ms=${1:-2000}
+cpu_ms=${1:-1000}
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 out="$repo/target/real-join"
@@ -73,23 +78,24 @@ cargo build -q --release -p fgtrace-cli
 fgtrace="$repo/target/release/fgtrace"
 
 status=0
-for profile in default line-tables-only; do
-  if [ "$profile" = default ]; then
-    unset CARGO_PROFILE_RELEASE_DEBUG
-  else
-    export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-  fi
+for profile in default line-tables-only default-no-fp; do
+  unset CARGO_PROFILE_RELEASE_DEBUG RUSTFLAGS
+  target="$out/target" gate=1
+  case $profile in
+    line-tables-only) export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ;;
+    default-no-fp) export RUSTFLAGS="" target="$out/target-no-fp" gate=0 ;;
+  esac
   # The crates' own warnings (newer lints than they were published with) go to a log.
-  (cd "$out/traced" && CARGO_TARGET_DIR="$out/target" cargo build -q --release) >"$out/build-$profile.log" 2>&1 || {
+  (cd "$out/traced" && CARGO_TARGET_DIR="$target" cargo build -q --release) >"$out/build-$profile.log" 2>&1 || {
     cat "$out/build-$profile.log"; echo "real-join: the traced build ($profile) failed" >&2; exit 1; }
   for sampler in timer:999 timer-signal:999; do
     rm -rf "$out/traces"
-    FGTRACE_RECORD="$out/traces" FGTRACE_SAMPLE="$sampler" "$out/target/release/real-join" "$cpu_ms" >/dev/null
+    FGTRACE_RECORD="$out/traces" FGTRACE_SAMPLE="$sampler" "$target/release/real-join" "$cpu_ms" >/dev/null
     trace=$(ls "$out/traces"/*.fgt)
     "$fgtrace" flame "$trace" --combined -o "$out/$profile-${sampler%%:*}.svg" 2>"$out/$profile-${sampler%%:*}.err"
-    python3 - "$out/$profile-${sampler%%:*}.svg" "$profile" "${sampler%%:*}" "$out/$profile-${sampler%%:*}.err" <<'PY' || status=1
+    python3 - "$out/$profile-${sampler%%:*}.svg" "$profile" "${sampler%%:*}" "$out/$profile-${sampler%%:*}.err" "$gate" <<'PY' || status=1
 import html, math, re, sys
-svg, profile, sampler, err = sys.argv[1:5]
+svg, profile, sampler, err, gate = sys.argv[1:6]
 text = open(svg).read()
 sub = html.unescape(re.search(r'<text id="subtitle"[^>]*>([^<]*)<', text).group(1))
 samples = int(re.search(r"(\d+) samples \(", sub).group(1))
@@ -120,10 +126,11 @@ sigma4 = 4 * math.sqrt(0.75 * 0.25 / max(a + b, 1))
 notes = [l.strip() for l in open(err) if l.strip()]
 ok = unplaced <= 0.01 * samples and abs(share - 0.75) <= max(sigma4, 0.03) and a + b > 0
 print(f"{profile:17} {sampler:13} {samples:6} samples  unplaced {unplaced:4} ({100 * unplaced / max(samples, 1):.2f}%)  "
-      f"depth mismatches {mismatches:4}  helper under a:b {a}:{b} = {share:.3f} (0.75 +- {sigma4:.3f})  {'ok' if ok else 'FAIL'}")
+      f"depth mismatches {mismatches:4}  helper under a:b {a}:{b} = {share:.3f} (0.75 +- {sigma4:.3f})  "
+      f"{('ok' if ok else 'FAIL') if gate == '1' else 'not gated'}")
 for n in notes:
     print(f"  stderr: {n}")
-sys.exit(0 if ok else 1)
+sys.exit(0 if ok or gate != '1' else 1)
 PY
     rm -rf "$out/traces"
   done
