@@ -12,7 +12,7 @@ use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
 use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions, FoldedSummary};
-use fgtrace_view::join::missing_debug_lines_note;
+use fgtrace_view::join::{missing_debug_lines_note, missing_frame_pointers_note};
 use fgtrace_view::offcpu::{
     self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
     OffCpuFoldedOptions,
@@ -254,7 +254,8 @@ fn write_err(path: Option<&Path>, e: io::Error) -> Option<String> {
 }
 
 /// Once per combined view: samples were not joined and the program's file
-/// has no line tables, which is what the join needed; names the fix.
+/// has no line tables, or no frame pointers, which is what the join needed;
+/// names the fix.
 fn note_missing_debug_lines(sym: &mut Symbolizer, meta: &TraceMeta, s: &FoldedSummary) {
     if s.unmatched == 0 {
         return;
@@ -268,6 +269,11 @@ fn note_missing_debug_lines(sym: &mut Symbolizer, meta: &TraceMeta, s: &FoldedSu
     };
     if let Some(note) = missing_debug_lines_note(&path, has_lines, s.unmatched, s.samples) {
         eprintln!("fgtrace: {note}");
+    }
+    if let Some(fp) = sym.frame_pointers(&path) {
+        if let Some(note) = missing_frame_pointers_note(&path, fp, s.unmatched, s.samples) {
+            eprintln!("fgtrace: {note}");
+        }
     }
 }
 

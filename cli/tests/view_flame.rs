@@ -891,3 +891,68 @@ fn cli_flame_names_the_profile_setting_when_line_tables_are_missing() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A program without frame pointers (the C library, as distributions build
+/// it) whose samples were not all joined: the view names the flag, once.
+#[test]
+fn cli_flame_names_the_flag_when_frame_pointers_are_missing() {
+    use fgtrace_trace::Mapping;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .expect("the C library is mapped")
+        .to_string();
+    let trace = |joined: bool| {
+        let mut m = meta();
+        m.program = libc.rsplit('/').next().unwrap().into();
+        m.sites = vec![site("outer"), site("inner")];
+        m.mappings = vec![Mapping {
+            start: 0x10_0000,
+            end: 0x20_0000,
+            offset: 0,
+            path: libc.clone(),
+            build_id: None,
+        }];
+        let mut b = TraceBuilder::new(m);
+        b.push(call(0, 0, 0, 0, 1_000_000));
+        b.push(call(0, 1, 1, 100_000, 800_000));
+        for i in 0..2 {
+            let cut = joined.then_some(1);
+            b.push(sample(
+                0,
+                200_000 + i * 1_000,
+                2,
+                cut,
+                &[0x10_1000, 0x10_1100],
+            ));
+        }
+        b.finish()
+    };
+    let dir = tempdir("flame-no-fp");
+    let path = dir.join("t.fgt");
+    trace(false).save(&path).unwrap();
+    let p = path.to_str().unwrap();
+    let out = fgtrace(&["flame", p, "--folded"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let note = format!(
+        "fgtrace: {libc}: no frame pointers, so the stack walk skips functions and open \
+         calls may have no frame in a sample; 2 of 2 samples were placed under their \
+         innermost call. Build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` (or \
+         `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in .cargo/config.toml) \
+         to join them."
+    );
+    assert_eq!(stderr.lines().filter(|l| *l == note).count(), 1, "{stderr}");
+    // Every sample joined: nothing to explain.
+    trace(true).save(&path).unwrap();
+    let out = fgtrace(&["flame", p, "--folded"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("no frame pointers"), "{stderr}");
+}

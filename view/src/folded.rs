@@ -96,8 +96,13 @@ pub struct FoldedSummary {
     pub unmatched: u64,
     /// Combined: samples taken while no traced call was open.
     pub untraced: u64,
-    /// Combined: samples whose `shadow_depth` disagreed with the open calls.
+    /// Combined: samples whose `shadow_depth` disagreed with the open calls
+    /// (and were not `late_exits`).
     pub depth_mismatches: u64,
+    /// Combined: samples whose time is past the end of a call the sampler
+    /// still saw open, taken in that call's exit probe (the handler read the
+    /// clock late): joined to that call.
+    pub late_exits: u64,
     /// Combined: nanoseconds one untraced sample weighs.
     pub period_ns: u64,
     /// The period was not known from the trace and was assumed (1 ms).
@@ -423,6 +428,10 @@ struct Open {
 struct ThreadState {
     root: Option<u32>,
     stack: Vec<Open>,
+    /// Calls closed since the last call was opened, innermost first: a
+    /// chain that was open together, for a sample whose handler saw them
+    /// still open (see `late_exits`).
+    recent: Vec<Open>,
 }
 
 /// Builds [`Folded`] stacks from events pushed one at a time.
@@ -585,6 +594,7 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         let n = &mut self.tree.nodes[node as usize];
         n.calls += 1;
         n.total_ns = n.total_ns.saturating_add(c.dur_ns);
+        self.thread(c.thread).recent.clear();
         self.thread(c.thread).stack.push(Open {
             node,
             site: c.site,
@@ -599,6 +609,10 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
     fn lost(&mut self, l: &Lost) {
         if self.mode != Mode::Sampled {
             self.pop_to(l.thread, l.depth);
+            // Calls are missing around the loss: no chain to reopen.
+            if let Some(ts) = self.threads.get_mut(l.thread as usize) {
+                ts.recent.clear();
+            }
         }
         let t = l.thread as usize;
         if self.lost_events.len() <= t {
@@ -618,6 +632,7 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         };
         while ts.stack.last().is_some_and(|o| o.depth >= depth) {
             let o = ts.stack.pop().expect("checked above");
+            ts.recent.push(o);
             Self::close(&mut self.tree, o);
         }
     }
@@ -673,6 +688,17 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
             self.attach(root, path, NONE);
             return;
         }
+        let info: Vec<FrameInfo> = s
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(k, &addr)| {
+                *self
+                    .info_cache
+                    .entry((addr, k > 0))
+                    .or_insert_with(|| self.resolver.frame_info(addr, k > 0))
+            })
+            .collect();
         // Close the calls that ended by the sample's time.
         let tree = &mut self.tree;
         let st = {
@@ -684,11 +710,55 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         };
         while st.stack.last().is_some_and(|o| o.end <= s.ts_ns) {
             let o = st.stack.pop().expect("checked above");
+            st.recent.push(o);
             Self::close(tree, o);
         }
         let live = st.stack.last().map_or(0, |o| o.depth + 1);
+        // The handler saw more calls open than the sample's time says, and
+        // the sample ran in a probe leaving a call: its time is late (the
+        // handler reads the clock after the signal arrived), and the calls
+        // closed last, at the depths the handler still saw, are the ones it
+        // interrupted. They are reopened for this sample.
+        let mut reopened = 0;
+        if self.opts.trust_shadow_depth && s.shadow_depth > live {
+            let below = s.cut.map_or(1, |c| c.max(1));
+            // Names of the probe's frames as line tables give them (no path)
+            // get the probe's path: the symbolizer told them by source file.
+            let leaf: Vec<String> = names
+                .iter()
+                .zip(&frame_of)
+                .filter(|&(_, &f)| f < below)
+                .map(|(&n, &f)| {
+                    let n = tree.names[n as usize].as_str();
+                    let probe = info.get(f as usize).is_some_and(|i| i.in_probe);
+                    if probe && !n.contains("::") {
+                        format!("fgtrace_core::probe::{n}")
+                    } else {
+                        n.to_string()
+                    }
+                })
+                .collect();
+            let leaf: Vec<&str> = leaf.iter().map(String::as_str).collect();
+            let chain: Vec<Open> = st
+                .recent
+                .iter()
+                .rev()
+                .filter(|o| o.depth >= live && o.depth < s.shadow_depth)
+                .copied()
+                .collect();
+            let whole = chain.len() == (s.shadow_depth - live) as usize
+                && chain
+                    .iter()
+                    .enumerate()
+                    .all(|(k, o)| o.depth == live + k as u32);
+            if whole && crate::join::leaving_probe(&leaf) {
+                reopened = chain.len();
+                st.stack.extend(chain);
+                self.summary.late_exits += 1;
+            }
+        }
         let mut chosen = st.stack.len().checked_sub(1);
-        if s.shadow_depth != live {
+        if s.shadow_depth != live && reopened == 0 {
             self.summary.depth_mismatches += 1;
             if self.opts.trust_shadow_depth && s.shadow_depth < live {
                 chosen = st.stack.iter().rposition(|o| o.depth < s.shadow_depth);
@@ -707,17 +777,6 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
             return;
         };
         let open = st.stack[i];
-        let info: Vec<FrameInfo> = s
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(k, &addr)| {
-                *self
-                    .info_cache
-                    .entry((addr, k > 0))
-                    .or_insert_with(|| self.resolver.frame_info(addr, k > 0))
-            })
-            .collect();
         let st = &self.threads[s.thread as usize];
         let cut = match self.meta.sites.get(open.site as usize) {
             Some(site) => {
@@ -735,6 +794,7 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
                     frame_of: &frame_of,
                     open: &open,
                     info: &info,
+                    sites: &self.meta.sites,
                 };
                 self.cut.cut(site, &stack).filter(|&j| j <= names.len())
             }
@@ -760,6 +820,10 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
                     .collect();
                 self.attach(open.node, path, open.node);
             }
+        }
+        if reopened > 0 {
+            let st = &mut self.threads[s.thread as usize];
+            st.stack.truncate(st.stack.len() - reopened);
         }
     }
 
@@ -946,6 +1010,89 @@ mod tests {
             let s = largest_remainder(total, &counts);
             assert_eq!(s.iter().sum::<u64>(), total);
         }
+    }
+
+    /// The signal handler reads the clock after the signal arrived, which
+    /// can be tens of microseconds after the interrupted instruction (a busy
+    /// host, a virtual machine): a sample taken in a call's exit probe, just
+    /// after the probe read the call's end time, then carries a time past
+    /// that end, while the handler saw the call still on the shadow stack.
+    /// The sample belongs to that call: the probe's frames go below it.
+    #[test]
+    fn a_late_sample_in_a_calls_exit_probe_is_joined_to_that_call() {
+        use crate::test_traces::{call, meta};
+        use fgtrace_trace::{Sample, TraceBuilder};
+        const EXIT: u64 = 0x10;
+        const ENTER: u64 = 0x20;
+        const HELPER: u64 = 0x30;
+        const CHILD: u64 = 0x40;
+        const RUN: u64 = 0x50;
+        // The exit probe as line tables name it: inlined frames without
+        // their path, told to be the probe's by their source file.
+        const EXIT_LINES: u64 = 0x60;
+        struct Names;
+        impl crate::resolve::Resolve for Names {
+            fn frames(&mut self, a: u64, _: bool) -> Vec<String> {
+                if a == EXIT_LINES {
+                    return vec!["ticks".into(), "exit".into()];
+                }
+                names(a)
+            }
+            fn frame_info(&mut self, a: u64, _: bool) -> FrameInfo {
+                FrameInfo {
+                    frame_record: None,
+                    in_probe: a == EXIT_LINES,
+                }
+            }
+        }
+        fn names(a: u64) -> Vec<String> {
+            let n = match a {
+                EXIT => "fgtrace_core::probe::exit",
+                ENTER => "fgtrace_core::probe::enter_out",
+                HELPER => "app::helper",
+                CHILD => "app::child",
+                RUN => "app::run",
+                _ => return vec![],
+            };
+            vec![n.to_string()]
+        }
+        let sample = |ts_ns, frames: &[u64]| {
+            Event::Sample(Sample {
+                thread: 0,
+                ts_ns,
+                shadow_depth: 2,
+                cut: Some(1),
+                frames: frames.to_vec(),
+            })
+        };
+        // run [0, 1000) { child [100, 200) }; samples 40 ns after child's end
+        // that still saw child open.
+        let mut b = TraceBuilder::new(meta(&["run", "child"], &[(1, "main")]));
+        b.push(call(0, 0, 0, 0, 1_000));
+        b.push(call(0, 1, 1, 100, 100));
+        b.push(sample(240, &[EXIT, CHILD, RUN]));
+        b.push(sample(250, &[ENTER, RUN]));
+        b.push(sample(260, &[HELPER, RUN]));
+        b.push(call(0, 1, 1, 300, 100));
+        b.push(sample(450, &[EXIT_LINES, CHILD, RUN]));
+        let t = b.finish();
+        let opts = FoldedOptions::default();
+        let mut fb = FoldedBuilder::combined(t.meta(), &opts, Names);
+        fb.extend(crate::ok_events(t.events())).unwrap();
+        let f = fb.finish();
+        let under_child = f
+            .stats(&["app::run", "app::child", "fgtrace_core::probe::exit"])
+            .map(|s| s.samples);
+        assert_eq!(under_child, Some(1), "{:?}", f.lines());
+        // In an entry probe or out of the probe, the sample's time is not
+        // known to be late: those stay with the calls open at their time.
+        let under_run = |leaf| f.stats(&["app::run", leaf]).map(|s| s.samples);
+        assert_eq!(under_run("fgtrace_core::probe::enter_out"), Some(1));
+        assert_eq!(under_run("app::helper"), Some(1));
+        let s = f.summary();
+        let lines_exit = f.stats(&["app::run", "app::child", "exit", "ticks"]);
+        assert_eq!(lines_exit.map(|s| s.samples), Some(1), "{:?}", f.lines());
+        assert_eq!((s.samples, s.late_exits, s.depth_mismatches), (4, 2, 2));
     }
 
     #[test]

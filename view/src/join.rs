@@ -36,6 +36,9 @@ pub struct SampleStack<'s> {
     /// For each of `sample.frames`, what the binary says about it (empty:
     /// nothing known).
     pub info: &'s [FrameInfo],
+    /// Every traced function of the trace (`TraceMeta::sites`; empty: not
+    /// known): a leaf in one that is not open ran at a call's boundary.
+    pub sites: &'s [SiteInfo],
 }
 
 /// Finds the traced function's own frame in a sampled stack: the pluggable
@@ -310,8 +313,95 @@ impl Cut for ChainCut {
         };
         match chain_match_walk(open, stack.names, stack.frame_of, stack.info) {
             ChainMatch::At(j) => Some(j),
-            ChainMatch::NotFound | ChainMatch::Ambiguous => None,
+            ChainMatch::NotFound | ChainMatch::Ambiguous => symbol_cut(open, stack),
         }
+    }
+}
+
+/// The cut from symbols alone, where [`chain_match_walk`] found no single
+/// answer (a default release build: inlined traced functions have no names
+/// without DWARF, and a walk without frame pointers skips frames). Each case
+/// below needs no more frames of the function it relies on than open calls
+/// of it, so that recursion is not guessed:
+///
+/// * **The innermost open call's frames are there**, as many as its
+///   function has open calls: the innermost of them is its frame, wherever
+///   the outer calls went (inlined into frames named otherwise).
+/// * **The leaf frame is an open call's function.** The innermost open call
+///   is that frame's function or was inlined into it (a call in its own
+///   frame below would be the leaf frame): nothing ran below the call but
+///   the leaf frame's own code. The cut is the innermost name of that frame
+///   that matches an open call.
+/// * **The leaf is fgtrace's probe** (and helpers it called): a traced call
+///   is being entered or left. The frame that called the probe holds that
+///   call's code: an open call's function (the call is the innermost open
+///   one, or was inlined into it), and the cut is there; or another traced
+///   function, a child outside its recorded time, whose frame goes below the
+///   innermost open call with the probe's.
+/// * **The leaf is a traced function with no open call** ([`SampleStack::sites`]):
+///   a child of the innermost open call before its probe read the clock or
+///   after (its first or last instructions); its frame goes below that call.
+///
+/// Anything else (a leaf in an untraced function whose callers the walk did
+/// not see) is not guessed.
+fn symbol_cut(open: &[&SiteInfo], stack: &SampleStack<'_>) -> Option<usize> {
+    let (names, frame_of, info) = (stack.names, stack.frame_of, stack.info);
+    if names.is_empty() || frame_of.len() != names.len() {
+        return None;
+    }
+    // Name ranges of the sampled frames, innermost first.
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for (i, &f) in frame_of.iter().enumerate() {
+        match ranges.last_mut() {
+            Some(r) if frame_of[r.0] == f => r.1 = i + 1,
+            _ => ranges.push((i, i + 1)),
+        }
+    }
+    let is_open = |i: &usize| open.iter().any(|s| chain_site_matches(s, names[*i]));
+    let in_probe = |k: usize| {
+        info.get(frame_of[ranges[k].0] as usize)
+            .is_some_and(|f| f.in_probe)
+            || names[ranges[k].0..ranges[k].1]
+                .iter()
+                .any(|n| n.contains("fgtrace_core::probe::"))
+    };
+    // A leaf frame in the probe may be a call at its boundary, not open,
+    // of the same function as an open one (recursion): not this case.
+    let same = |a: &SiteInfo, b: &SiteInfo| a.full_name() == b.full_name();
+    let opened = |site: &SiteInfo| open.iter().filter(|s| same(s, site)).count();
+    let seen = |site: &SiteInfo| {
+        (0..names.len())
+            .filter(|&i| chain_site_matches(site, names[i]))
+            .collect::<Vec<_>>()
+    };
+    let (r0, r1) = ranges[0];
+    if !in_probe(0) {
+        let inner = open.last()?;
+        let at = seen(inner);
+        if !at.is_empty() && at.len() == opened(inner) && !(0..at[0]).any(|i| is_open(&i)) {
+            return Some(at[0]);
+        }
+        if let Some(i) = (r0..r1).find(is_open) {
+            let site = open.iter().find(|s| chain_site_matches(s, names[i]))?;
+            return (seen(site).len() <= opened(site)).then_some(i);
+        }
+        let traced = |i: usize| stack.sites.iter().any(|s| site_matches(s, names[i]));
+        if (r0..r1).any(traced) {
+            return Some(r1);
+        }
+    }
+    // The outermost probe frame before any open call's frame: the frames
+    // below it were called by the probe.
+    let first_open = (0..ranges.len())
+        .find(|&k| (ranges[k].0..ranges[k].1).any(|i| is_open(&i)))
+        .unwrap_or(ranges.len());
+    let p = (0..first_open.min(ranges.len()))
+        .rev()
+        .find(|&k| in_probe(k))?;
+    let (c0, c1) = *ranges.get(p + 1)?;
+    match (c0..c1).find(is_open) {
+        Some(i) => Some(i),
+        None => Some(c1),
     }
 }
 
@@ -386,6 +476,29 @@ impl Cut for RecordedCut {
         }
         ChainCut.cut(site, stack)
     }
+}
+
+/// Whether the frames a sample ran in below a traced call's frame
+/// (resolved names, innermost first) are fgtrace's probe leaving a call:
+/// some are the probe's exit path (`exit`, `exit_other`, `finish`, a
+/// guard's drop, and what they call), none its entry path.
+pub fn leaving_probe(names: &[&str]) -> bool {
+    let mut leaving = false;
+    for n in names {
+        let n = strip_hash(n);
+        let Some(i) = n.find("fgtrace_core::probe::") else {
+            continue;
+        };
+        let rest = &n[i + "fgtrace_core::probe::".len()..];
+        let f = rest.split("::").next().unwrap_or("");
+        if f.starts_with("enter") || f.starts_with("push") || f.starts_with("capture_push") {
+            return false;
+        }
+        if f.starts_with("exit") || f == "finish" || f == "pop_to" || f.contains("Guard") {
+            leaving = true;
+        }
+    }
+    leaving
 }
 
 /// Whether a resolved (demangled) name is the traced `site`'s function:
@@ -517,9 +630,46 @@ pub fn missing_debug_lines_note(
     ))
 }
 
+/// The line to show once per combined view when samples were not joined and
+/// the traced program's file (`binary`) has no frame pointers in most of its
+/// functions: the sampler's walk follows them, so it skips every function
+/// without one, and an open call's frame may be one of those. `None` when
+/// the file has them or every sample was joined.
+pub fn missing_frame_pointers_note(
+    binary: &str,
+    has_frame_pointers: bool,
+    unjoined: u64,
+    total: u64,
+) -> Option<String> {
+    if has_frame_pointers || unjoined == 0 {
+        return None;
+    }
+    Some(format!(
+        "{binary}: no frame pointers, so the stack walk skips functions and open calls \
+         may have no frame in a sample; {unjoined} of {total} sample{} {} placed under \
+         their innermost call. Build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` \
+         (or `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in \
+         .cargo/config.toml) to join them.",
+        if total == 1 { "" } else { "s" },
+        if unjoined == 1 { "was" } else { "were" },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_missing_frame_pointers_note_only_when_it_explains_something() {
+        assert_eq!(missing_frame_pointers_note("/bin/app", true, 5, 10), None);
+        assert_eq!(missing_frame_pointers_note("/bin/app", false, 0, 10), None);
+        let note = missing_frame_pointers_note("/bin/app", false, 3, 10).unwrap();
+        assert!(note.starts_with("/bin/app: no frame pointers"), "{note}");
+        assert!(note.contains("3 of 10 samples were placed"), "{note}");
+        assert!(note.contains("force-frame-pointers=yes"), "{note}");
+        let one = missing_frame_pointers_note("app", false, 1, 1).unwrap();
+        assert!(one.contains("; 1 of 1 sample was placed"), "{one}");
+    }
 
     #[test]
     fn the_missing_debug_lines_note_only_when_it_explains_something() {
@@ -599,6 +749,15 @@ mod tests {
 
     /// A sample's frames: (names innermost first, what the binary says).
     fn cut_of(open: &[&SiteInfo], frames: &[(&[&str], FrameInfo)]) -> Option<usize> {
+        cut_in(open, &[], frames)
+    }
+
+    /// [`cut_of`] in a trace whose traced functions are `sites`.
+    fn cut_in(
+        open: &[&SiteInfo],
+        sites: &[SiteInfo],
+        frames: &[(&[&str], FrameInfo)],
+    ) -> Option<usize> {
         let sample = Sample {
             thread: 0,
             ts_ns: 0,
@@ -617,6 +776,7 @@ mod tests {
             frame_of: &frame_of,
             open,
             info: &info,
+            sites,
         };
         ChainCut.cut(open.last().unwrap(), &stack)
     }
@@ -782,8 +942,9 @@ mod tests {
         assert_eq!(cut_of(&open, &[(malloc, NO_REC)]), Some(2));
         assert_eq!(cut_of(&open, &[(malloc, REC)]), None);
         assert_eq!(cut_of(&open, &[(&["[unknown]"][..], NO_REC)]), None);
-        // A leaf that is an open call's function is not below it.
-        assert_eq!(cut_of(&open, &[(&["tokenize"][..], NO_REC)]), None);
+        // A leaf that is an open call's function is not below it: it is
+        // that call's own code (see `symbol_cut`), nothing below.
+        assert_eq!(cut_of(&open, &[(&["tokenize"][..], NO_REC)]), Some(0));
         // A sample without frames (a damaged file): nothing to match.
         assert_eq!(cut_of(&open, &[]), None);
 
@@ -816,7 +977,9 @@ mod tests {
         ];
         assert_eq!(cut_of(&open, &frames), None);
         // An inner call's frame seen below the outer ones while a middle one
-        // is missing: no single answer.
+        // is missing: the skipped frames above the leaf are no answer, but
+        // the innermost call's own frame, its only one, is (wherever the
+        // middle call went, it is above it: see `symbol_cut`).
         let b = site("app", "b", false);
         let a = site("app", "a", false);
         let frames = [
@@ -825,9 +988,111 @@ mod tests {
             (wr, REC),
             (entry, NO_REC),
         ];
-        assert_eq!(cut_of(&[&w, &a, &b], &frames), None);
+        assert_eq!(cut_of(&[&w, &a, &b], &frames), Some(1));
+        let twice = [
+            (spin, NO_REC),
+            (&["app::b"][..], REC),
+            (&["app::b"][..], REC),
+            (wr, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&w, &a, &b], &twice), None);
     }
 
+    /// A default release build: no DWARF (inlined traced fns have no names)
+    /// and no frame pointers (the walk skips frames), so the open calls are
+    /// not all in the stack. Symbols alone still place a sample whose leaf
+    /// frame is an open call's function (the innermost call was inlined into
+    /// it: nothing ran below that call), and one in the probe (a call at its
+    /// boundary: the probe's frames, and the frame that called it when that
+    /// is not an open call's, go below the innermost open call).
+    #[test]
+    fn symbols_alone_place_leaves_in_open_calls_and_in_the_probe() {
+        let main: &[&str] = &["main"];
+        let step = site("regex_automata::backtrack", "Backtracker::step", false);
+        let search = site("regex_automata::backtrack", "Backtracker::search", false);
+        let index = site("regex_automata::util", "Slots::index", false);
+        let open = [&search, &step, &index];
+        let step_sym: &[&str] = &["regex_automata::backtrack::Backtracker::step"];
+        let search_sym: &[&str] = &["regex_automata::backtrack::Backtracker::search"];
+        // `index` inlined into `step`; `search` skipped by the walk.
+        let frames = [(step_sym, NO_REC), (main, REC)];
+        assert_eq!(cut_of(&open, &frames), Some(0));
+        // The leaf is an outer open call's function (`step` and `index` both
+        // inlined into `search`).
+        assert_eq!(cut_of(&open, &[(search_sym, NO_REC), (main, REC)]), Some(0));
+        // In the probe, called from the function `index` was inlined into.
+        let exit: &[&str] = &["fgtrace_core::probe::exit"];
+        let frames = [(exit, REC), (step_sym, NO_REC), (main, REC)];
+        assert_eq!(cut_of(&open, &frames), Some(1));
+        // The probe's own helpers below it (a chunk handed to the collector).
+        let send: &[&str] = &["crossbeam_channel::Sender<T>::try_send"];
+        let handoff: &[&str] = &["fgtrace_core::probe::handoff"];
+        let frames = [
+            (send, REC),
+            (handoff, REC),
+            (exit, REC),
+            (step_sym, NO_REC),
+            (main, REC),
+        ];
+        assert_eq!(cut_of(&open, &frames), Some(3));
+        // Called from a child's own function, not an open call's (the child
+        // is being entered or left, outside its recorded time): that frame
+        // goes below the innermost open call too.
+        let enter: &[&str] = &["fgtrace_core::probe::enter_out"];
+        let child: &[&str] = &["regex_automata::util::Input::start"];
+        let frames = [(enter, REC), (child, NO_REC), (main, REC)];
+        assert_eq!(cut_of(&open, &frames), Some(2));
+        // A leaf in an untraced function: which frames lie between it and
+        // the open calls is not known without them in the stack.
+        let memchr: &[&str] = &["memchr::memchr::fallback::One::find"];
+        assert_eq!(cut_of(&open, &[(memchr, REC), (main, REC)]), None);
+        // Nor is a probe leaf whose callers are all unknown.
+        assert_eq!(cut_of(&open, &[(exit, REC)]), None);
+        // A leaf in a traced fn that is not open: a child at its first or
+        // last instructions, outside its recorded time; its frame goes below
+        // the innermost open call. Only a traced fn's: an untraced one may
+        // lie below frames the walk skipped.
+        let end = site("regex_automata::util", "Input::end", false);
+        let other: &[&str] = &["regex_automata::util::Input::end"];
+        let frames = [(other, NO_REC), (main, REC)];
+        assert_eq!(cut_of(&open, &frames), None);
+        let sites = [search.clone(), step.clone(), index.clone(), end];
+        assert_eq!(cut_in(&open, &sites, &frames), Some(1));
+        assert_eq!(cut_in(&open, &sites, &[(memchr, REC), (main, REC)]), None);
+
+        // The innermost open call's own frames are there, as many as its
+        // function has open calls, while an outer call was inlined into the
+        // thread's closure (no name without DWARF): that is the cut.
+        let sw = site("app::split", "split_workload", false);
+        let a = site("app::split", "parent_a", false);
+        let b = site("app::split", "parent_b", false);
+        let helper: &[&str] = &["app::split::helper"];
+        let a_sym: &[&str] = &["app::split::parent_a"];
+        let b_sym: &[&str] = &["app::split::parent_b"];
+        let begin: &[&str] = &["std::sys::backtrace::__rust_begin_short_backtrace"];
+        let entry: &[&str] = &["start_thread"];
+        let frames = [
+            (helper, NO_REC),
+            (a_sym, REC),
+            (begin, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&sw, &a], &frames), Some(1));
+        let frames = [
+            (helper, NO_REC),
+            (b_sym, REC),
+            (b_sym, REC),
+            (b_sym, REC),
+            (begin, REC),
+            (entry, NO_REC),
+        ];
+        assert_eq!(cut_of(&[&sw, &b, &b, &b], &frames), Some(1));
+        // More frames of it than open calls, or fewer: which is which is
+        // not known.
+        assert_eq!(cut_of(&[&sw, &b, &b], &frames), None);
+        assert_eq!(cut_of(&[&sw, &b, &b, &b, &b], &frames), None);
+    }
     /// The signal path's recorded frame holds the traced function inlined,
     /// named by DWARF without its path (release): that name is the cut, not
     /// the frame's outermost function.
@@ -849,6 +1114,7 @@ mod tests {
             frame_of: &frame_of,
             open: &[&gl],
             info: &[],
+            sites: &[],
         };
         assert_eq!(RecordedCut.cut(&gl, &stack), Some(2));
         // A callee of the same short name inlined inside it is not it.

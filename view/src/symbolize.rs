@@ -246,6 +246,17 @@ impl Symbolizer {
         self.open_file(path, build_id.as_deref());
         self.files[path].as_ref().map(|b| b.debug_lines)
     }
+
+    /// Whether the mapped file `path` keeps frame pointers in most of its
+    /// functions (from its `.eh_frame`): without them a frame-pointer walk
+    /// skips functions, so open traced calls may have no frame in a sampled
+    /// stack. `None`: not a mapping, not readable, no `.eh_frame`, or not
+    /// x86-64.
+    pub fn frame_pointers(&mut self, path: &str) -> Option<bool> {
+        let build_id = self.maps.iter().find(|m| m.path == path)?.build_id.clone();
+        self.open_file(path, build_id.as_deref());
+        self.files[path].as_ref()?.cfi.as_ref()?.frame_pointers()
+    }
 }
 
 impl crate::resolve::Resolve for Symbolizer {
@@ -374,6 +385,38 @@ impl Cfi {
             hdr,
             bases,
         })
+    }
+
+    /// Whether the file's code keeps frame pointers: of (up to 4,096 of)
+    /// its functions, more than half have their frame record set up at
+    /// their middle instruction (`-C force-frame-pointers=yes`, or a C
+    /// compiler's `-fno-omit-frame-pointer`). `None`: no function to tell.
+    fn frame_pointers(&self) -> Option<bool> {
+        use addr2line::gimli::{CieOrFde, EhFrame, LittleEndian, UnwindSection};
+        let eh = EhFrame::new(&self.eh_frame, LittleEndian);
+        let mut entries = eh.entries(&self.bases);
+        let (mut with, mut total) = (0u32, 0u32);
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+                continue;
+            };
+            if fde.len() < 8 {
+                continue;
+            }
+            match self.frame_record(fde.initial_address() + fde.len() / 2) {
+                Some(true) => with += 1,
+                Some(false) => {}
+                None => continue,
+            }
+            total += 1;
+            if total == 4096 {
+                break;
+            }
+        }
+        (total > 0).then_some(with * 2 > total)
     }
 
     /// See [`Symbolizer::frame_record`]; `va` is a link-time address.
@@ -787,8 +830,21 @@ mod tests {
             map(0x5000, 0x6000, exe),
             map(0x7000, 0x8000, "/nonexistent/app"),
         ]);
-        // Tests build with debug info.
+        // Tests build with debug info, and (`.cargo/config.toml`) with frame
+        // pointers.
         assert_eq!(s.debug_lines(exe), Some(true));
+        assert_eq!(s.frame_pointers(exe), Some(true));
+        assert_eq!(s.frame_pointers("/nonexistent/libc.so.6"), None);
+        // The C library this test runs on is built without them (as
+        // distributions build it, `-O2`).
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+            .expect("the C library is mapped");
+        let mut c = Symbolizer::new(&[map(0x1000, 0x2000, libc)]);
+        assert_eq!(c.frame_pointers(libc), Some(false), "{libc}");
         assert_eq!(s.debug_lines("/nonexistent/libc.so.6"), None);
         assert_eq!(s.debug_lines("/not/mapped"), None);
         assert_eq!(s.program_file("./app"), Some("/nonexistent/app"));
