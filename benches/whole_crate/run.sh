@@ -4,7 +4,9 @@
 # published, every free fn and impl block given `#[fgtrace::traced]` by
 # checks/real-crates' instrument tool: about 1,900 items. driver.rs searches
 # a generated text for captures (one thread), built twice with cargo's
-# default release profile: against the crates as published, and against the
+# default release profile (plus the frame pointers the repository's
+# .cargo/config.toml adds to everything built under it): against the crates
+# as published, and against the
 # traced copies (`[patch.crates-io]`). Four runs, each the best of three
 # processes:
 #
