@@ -605,8 +605,16 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             "--fail-above and --format json go with the table, not --flame/--folded".into(),
         ));
     }
-    let ra = open(&a.before)?;
-    let rb = open(&a.after)?;
+    // Both files are opened (and a recorded file's calls rebuilt) at once.
+    let (ra, rb) = std::thread::scope(|s| {
+        let rb = s.spawn(|| open(&a.after));
+        let ra = open(&a.before);
+        (
+            ra,
+            rb.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    let (ra, rb) = (ra?, rb?);
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
     let (mut err_a, mut err_b) = (None, None);
     let events_a = ra
@@ -621,12 +629,25 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             threads: threads(&a.threads),
             ..FoldedOptions::default()
         };
-        let mut b = FoldedBuilder::traced(&ma, &fopts);
-        b.extend(events_a).ok();
-        let before = b.finish();
-        let mut b = FoldedBuilder::traced(&mb, &fopts);
-        b.extend(events_b).ok();
-        let after = b.finish();
+        fn fold(
+            meta: &TraceMeta,
+            opts: &FoldedOptions,
+            events: impl IntoIterator<Item = Result<fgtrace_trace::Event, TraceError>>,
+        ) -> fgtrace_view::folded::Folded {
+            let mut b = FoldedBuilder::traced(meta, opts);
+            b.extend(events).ok();
+            b.finish()
+        }
+        let (before, after) = std::thread::scope(|s| {
+            let after = s.spawn(|| fold(&mb, &fopts, events_b));
+            let before = fold(&ma, &fopts, events_a);
+            (
+                before,
+                after
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            )
+        });
         let mut out = output(path, &mut stdout, a.flame)?;
         if a.folded {
             differential_folded(&before, &after, &mut out).map_err(|e| write_err(path, e))?;

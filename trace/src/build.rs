@@ -547,16 +547,35 @@ impl Recorded {
         let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
         let indexed: Vec<(u32, &RecordedThread)> = (0u32..).zip(&self.threads).collect();
+        // Cores beyond one per thread decode a thread's raw chunks ahead of
+        // its builder (a one-thread trace gets a decoder beside its builder).
+        let workers = crate::parallel::threads();
+        let decoders = workers.saturating_sub(indexed.len()) / indexed.len().max(1);
         let built: Vec<Result<Vec<Chunk>, TraceError>> =
             crate::parallel::map(&indexed, |&(t, th)| {
                 let mut b = ThreadBuilder::new(t, th.samples.clone(), th.overwritten, layout);
-                let mut recs = Vec::new();
-                for c in &th.raw {
-                    recs.clear();
-                    decode(c, n_sites, scale, &mut recs)?;
-                    b.push(&recs);
+                let mut failed = None;
+                crate::parallel::pipeline(
+                    decoders,
+                    4,
+                    &th.raw,
+                    |c| {
+                        let mut recs = Vec::new();
+                        decode(c, n_sites, scale, &mut recs).map(|()| recs)
+                    },
+                    |recs| match recs {
+                        // Everything after a chunk that does not decode is left out.
+                        Ok(recs) if failed.is_none() => b.push(&recs),
+                        Ok(_) => {}
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    },
+                );
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(b.finish().0),
                 }
-                Ok(b.finish().0)
             });
         // In thread order, the first error in thread order: what the
         // threads one after the other give.
@@ -664,6 +683,10 @@ mod alloc_figures {
         /// The values event of the call (or future) recorded at `i`, if it has values.
         /// Called once per call, when it is written out: its values go.
         pub fn values_event(&mut self, thread: u32, i: usize) -> Option<Event> {
+            // Most traces have no values: no hashing per call for them.
+            if self.values.is_empty() {
+                return None;
+            }
             let values = self.values.remove(&i)?;
             Some(Event::Values(crate::CallValues { thread, values }))
         }
@@ -674,6 +697,9 @@ mod alloc_figures {
         ///
         /// Called once per call, when it is written out: its figures go.
         pub fn event(&mut self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
+            if !layout.with_allocs && self.counters.is_empty() {
+                return None;
+            }
             let ctr = self.counters.remove(&i);
             let ctr = ctr.as_ref();
             if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {

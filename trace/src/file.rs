@@ -762,11 +762,23 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Streams every event; stops at the first error (after yielding everything before it).
+    ///
+    /// Chunks are decoded ahead on up to [`crate::parallel::threads`] worker
+    /// threads while the caller takes the events of the one before, and come
+    /// back in the file's order: the stream is the same as one decoded on the
+    /// calling thread (`FGTRACE_THREADS=1`), and at most a few chunks per
+    /// worker are held at once.
     pub fn events(self) -> Events<R> {
+        self.events_on(crate::parallel::threads())
+    }
+
+    /// [`TraceReader::events`] decoding on `workers` threads (1: on the caller's).
+    fn events_on(self, workers: usize) -> Events<R> {
         Events {
             reader: self,
             pending: Vec::new().into_iter(),
             failed: false,
+            ahead: (workers > 1).then(|| Ahead::new(workers)),
         }
     }
 
@@ -827,6 +839,118 @@ pub struct Events<R> {
     reader: TraceReader<R>,
     pending: std::vec::IntoIter<Event>,
     failed: bool,
+    ahead: Option<Ahead>,
+}
+
+type Decoded = Result<Vec<Event>, TraceError>;
+
+/// Chunks being decoded on worker threads: each is numbered as it is read,
+/// and its events are served in that order whatever finishes first.
+struct Ahead {
+    jobs: Option<std::sync::mpsc::SyncSender<(u64, Chunk)>>,
+    results: std::sync::mpsc::Receiver<(u64, Decoded)>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    /// Chunks handed out, and the number of the next one to serve.
+    sent: u64,
+    next: u64,
+    ready: std::collections::BTreeMap<u64, Decoded>,
+    /// The reader reached the end, or failed after the chunks sent.
+    ended: bool,
+    read_error: Option<TraceError>,
+    window: u64,
+}
+
+impl Ahead {
+    fn new(workers: usize) -> Ahead {
+        use std::sync::{mpsc, Arc, Mutex};
+        let window = 2 * workers as u64 + 2;
+        let (jobs, job_rx) = mpsc::sync_channel::<(u64, Chunk)>(window as usize);
+        let (done, results) = mpsc::channel();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let workers = (0..workers)
+            .filter_map(|_| {
+                let (rx, done) = (job_rx.clone(), done.clone());
+                std::thread::Builder::new()
+                    .name("fgtrace-decode".into())
+                    .spawn(move || loop {
+                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((i, chunk)) = job else { break };
+                        // A chunk that would panic the decoder must not leave
+                        // the reader waiting for it.
+                        let decoded =
+                            std::panic::catch_unwind(|| chunk.decode()).unwrap_or_else(|_| {
+                                Err(TraceError::Corrupt {
+                                    offset: chunk.offset,
+                                    what: "chunk could not be decoded".into(),
+                                })
+                            });
+                        if done.send((i, decoded)).is_err() {
+                            break;
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Ahead {
+            jobs: Some(jobs),
+            results,
+            workers,
+            sent: 0,
+            next: 0,
+            ready: Default::default(),
+            ended: false,
+            read_error: None,
+            window,
+        }
+    }
+
+    /// The next chunk's events in the file's order, `None` after the last;
+    /// a read error comes after every chunk read before it.
+    fn next<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Option<Decoded> {
+        while !self.ended && self.sent - self.next < self.window {
+            match reader.next_chunk() {
+                Ok(Some(c)) => {
+                    let sent = self.jobs.as_ref().map(|j| j.send((self.sent, c)));
+                    if let Some(Err(std::sync::mpsc::SendError((i, c)))) = sent {
+                        // No worker is left (none could start): decode here.
+                        self.ready.insert(i, c.decode());
+                    }
+                    self.sent += 1;
+                }
+                Ok(None) => self.ended = true,
+                Err(e) => {
+                    self.ended = true;
+                    self.read_error = Some(e);
+                }
+            }
+        }
+        if self.next == self.sent {
+            return self.read_error.take().map(Err);
+        }
+        let got = loop {
+            if let Some(r) = self.ready.remove(&self.next) {
+                break r;
+            }
+            match self.results.recv() {
+                Ok((i, r)) => {
+                    self.ready.insert(i, r);
+                }
+                // Every worker is gone (one panicked): say so, not hang.
+                Err(_) => break Err(TraceError::Io(io::Error::other("a decoding thread failed"))),
+            }
+        };
+        self.next += 1;
+        Some(got)
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
 }
 
 impl<R: Read> Iterator for Events<R> {
@@ -839,14 +963,18 @@ impl<R: Read> Iterator for Events<R> {
             if self.failed {
                 return None;
             }
-            match self
-                .reader
-                .next_chunk()
-                .and_then(|c| c.map(|c| c.decode()).transpose())
-            {
-                Ok(Some(evs)) => self.pending = evs.into_iter(),
-                Ok(None) => return None,
-                Err(e) => {
+            let next = match &mut self.ahead {
+                Some(a) => a.next(&mut self.reader),
+                None => self
+                    .reader
+                    .next_chunk()
+                    .and_then(|c| c.map(|c| c.decode()).transpose())
+                    .transpose(),
+            };
+            match next {
+                Some(Ok(evs)) => self.pending = evs.into_iter(),
+                None => return None,
+                Some(Err(e)) => {
                     self.failed = true;
                     return Some(Err(e));
                 }
@@ -862,6 +990,88 @@ mod tests {
 
     const fn iv(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
         OffInterval::new(start_ns, dur_ns, kind)
+    }
+
+    /// Ten chunks of calls. With `bad`, chunk 5 says it holds more events
+    /// than it does (its checksum holds: only the decoder finds it); with
+    /// `cut`, the file ends inside chunk 8.
+    fn ten_chunks(bad: bool, cut: bool) -> Vec<u8> {
+        use crate::format::ChunkEncoder;
+        use crate::{Call, SiteInfo, ThreadInfo};
+        let mut enc = ChunkEncoder::new(0);
+        for i in 0..10 * 8192u64 {
+            enc.push(&Event::Call(Call {
+                thread: 0,
+                site: 0,
+                depth: (i % 3) as u32,
+                start_ns: i * 40,
+                dur_ns: 15 + i % 20,
+                flags: 0,
+            }));
+        }
+        let mut chunks = enc.finish();
+        assert_eq!(chunks.len(), 10);
+        if bad {
+            chunks[5].count += 3;
+        }
+        let mut meta = header();
+        meta.sites.push(SiteInfo {
+            name: "f".into(),
+            module_path: "m".into(),
+            file: "f.rs".into(),
+            line: 1,
+            is_async: false,
+            values: Vec::new(),
+        });
+        meta.threads.push(ThreadInfo::default());
+        let mut bytes = Vec::new();
+        write_trace(&mut bytes, &meta, &chunks).unwrap();
+        if cut {
+            let mut r = TraceReader::new(&bytes[..]).unwrap();
+            for _ in 0..8 {
+                r.next_chunk().unwrap();
+            }
+            let at = r.offset() as usize + 40;
+            bytes.truncate(at);
+        }
+        bytes
+    }
+
+    #[test]
+    fn events_decoded_on_several_threads_are_the_sequential_stream_errors_included() {
+        // (damage, chunks read before the error, what the error says)
+        for (bad, cut, kept, says) in [
+            (true, false, 5, "corrupt"),
+            (false, true, 8, "truncated"),
+            (false, false, 10, ""),
+        ] {
+            let bytes = ten_chunks(bad, cut);
+            let read = |workers| -> Vec<Result<Event, String>> {
+                let r = TraceReader::new(&bytes[..]).unwrap();
+                r.events_on(workers)
+                    .map(|e| e.map_err(|e| e.to_string()))
+                    .collect()
+            };
+            let one = read(1);
+            let ok = kept * 8192;
+            assert!(one[..ok].iter().all(|e| e.is_ok()));
+            if says.is_empty() {
+                assert_eq!(one.len(), ok);
+            } else {
+                assert_eq!(one.len(), ok + 1);
+                assert!(
+                    one[ok].as_ref().is_err_and(|e| e.contains(says)),
+                    "{:?}",
+                    one[ok]
+                );
+            }
+            for workers in [2, 3, 8] {
+                assert!(
+                    read(workers) == one,
+                    "{workers} workers, bad {bad}, cut {cut}"
+                );
+            }
+        }
     }
 
     fn header() -> TraceMeta {

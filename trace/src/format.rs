@@ -407,7 +407,15 @@ impl Decoder<'_> {
             what,
         }
     }
+    #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, TraceError> {
+        match varint_fast(self.buf, &mut self.pos) {
+            Some(v) => Ok(v),
+            None => self.varint_slow(),
+        }
+    }
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
         let start = self.pos;
         for shift in (0..70).step_by(7) {
@@ -470,6 +478,24 @@ impl Decoder<'_> {
     fn check_depth(&self, d: i64) -> Result<u32, TraceError> {
         u32::try_from(d).map_err(|_| self.corrupt(format!("negative call depth {d}")))
     }
+}
+
+/// A one- or two-byte varint at `*pos` (most of a trace's numbers), or
+/// `None` for anything else, the end of `buf` included, which the caller's
+/// full reader then reads or reports.
+#[inline(always)]
+pub fn varint_fast(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let b = *buf.get(*pos)?;
+    if b < 0x80 {
+        *pos += 1;
+        return Some(b as u64);
+    }
+    let c = *buf.get(*pos + 1)?;
+    if c < 0x80 {
+        *pos += 2;
+        return Some((b & 0x7f) as u64 | (c as u64) << 7);
+    }
+    None
 }
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {

@@ -58,6 +58,87 @@ pub fn map_on<T: Sync, R: Send>(n: usize, items: &[T], f: impl Fn(&T) -> R + Syn
         .collect()
 }
 
+/// `f` over `items` on `n` worker threads while the calling thread hands
+/// each result to `sink` in the items' order, as soon as it and every one
+/// before it are done: the sink's work overlaps the mapping. At most
+/// `window` results are computed ahead of the sink, so memory stays at a few
+/// items per worker. With `n` 0 everything runs on the calling thread.
+pub fn pipeline<T: Sync, R: Send>(
+    n: usize,
+    window: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+    mut sink: impl FnMut(R),
+) {
+    use std::collections::BTreeMap;
+    use std::sync::Condvar;
+    let n = n.min(items.len());
+    if n == 0 {
+        items.iter().map(f).for_each(sink);
+        return;
+    }
+    struct State<R> {
+        taken: usize,
+        served: usize,
+        ready: BTreeMap<usize, R>,
+        /// The sink stopped taking results (it panicked): workers stop.
+        closed: bool,
+    }
+    let window = window.max(1);
+    let state = Mutex::new(State {
+        taken: 0,
+        served: 0,
+        ready: BTreeMap::new(),
+        closed: false,
+    });
+    let changed = Condvar::new();
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+    let work = || loop {
+        let i = {
+            let mut s = lock();
+            while !s.closed && s.taken < items.len() && s.taken >= s.served + window {
+                s = changed.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.closed || s.taken >= items.len() {
+                return;
+            }
+            s.taken += 1;
+            s.taken - 1
+        };
+        let r = f(&items[i]);
+        lock().ready.insert(i, r);
+        changed.notify_all();
+    };
+    /// Closes the state when the sink's loop ends, however it ends.
+    struct Close<'a, R>(&'a Mutex<State<R>>, &'a Condvar);
+    impl<R> Drop for Close<'_, R> {
+        fn drop(&mut self) {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            self.1.notify_all();
+        }
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..n {
+            scope.spawn(work);
+        }
+        let _close = Close(&state, &changed);
+        for i in 0..items.len() {
+            let r = {
+                let mut s = lock();
+                loop {
+                    if let Some(r) = s.ready.remove(&i) {
+                        s.served += 1;
+                        break r;
+                    }
+                    s = changed.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            changed.notify_all();
+            sink(r);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +152,33 @@ mod tests {
             i * 2
         });
         assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_pipeline_serves_in_order_and_never_runs_further_ahead_than_its_window() {
+        let items: Vec<u64> = (0..200).collect();
+        for n in [0, 1, 2, 5] {
+            let mapped = AtomicUsize::new(0);
+            let mut served = Vec::new();
+            let mut ahead = 0;
+            pipeline(
+                n,
+                3,
+                &items,
+                |&i| {
+                    mapped.fetch_add(1, Relaxed);
+                    std::thread::sleep(std::time::Duration::from_micros((i * 7) % 50));
+                    i * 2
+                },
+                |r| {
+                    // Mapped but not yet served, besides this one.
+                    ahead = ahead.max(mapped.load(Relaxed) - served.len() - 1);
+                    served.push(r);
+                },
+            );
+            assert_eq!(served, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+            // A worker may finish an item the moment the window opens.
+            assert!(ahead <= 3 + n, "{n} workers ran {ahead} items ahead");
+        }
     }
 }

@@ -399,7 +399,10 @@ impl TickScale {
         if rel_ticks > u64::MAX / 2 {
             return 0;
         }
-        ((rel_ticks as f64 * self.per_tick) as u64).min(MAX_NS)
+        // Through i64 (the value is below 2^63 here): x86_64 converts
+        // signed integers to and from f64 in one instruction each, unsigned
+        // ones in a dozen, and this runs for every recorded call a view reads.
+        ((rel_ticks as i64 as f64 * self.per_tick) as i64 as u64).min(MAX_NS)
     }
 }
 
@@ -417,7 +420,7 @@ pub fn decode(
         offset: c.offset + pos as u64,
         what,
     };
-    let varint = |pos: &mut usize| -> Result<u64, TraceError> {
+    let varint_slow = |pos: &mut usize| -> Result<u64, TraceError> {
         let at = *pos;
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
@@ -434,6 +437,12 @@ pub fn decode(
             }
         }
         Err(corrupt(at, "overlong number".into()))
+    };
+    let varint = |pos: &mut usize| -> Result<u64, TraceError> {
+        match crate::format::varint_fast(buf, pos) {
+            Some(v) => Ok(v),
+            None => varint_slow(pos),
+        }
     };
     out.reserve(c.count as usize);
     let mut prev_depth = 0u32;

@@ -173,11 +173,25 @@ pub fn diff_with_error(
     meta_a: &TraceMeta,
     events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
     meta_b: &TraceMeta,
-    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>> + Send,
     opts: &DiffOptions,
 ) -> (Diff, Option<TraceError>) {
-    let (a, sa, ea) = side(meta_a, events_a, &opts.threads);
-    let (b, sb, eb) = side(meta_b, events_b, &opts.threads);
+    // The two traces are read side by side when there is a core for each.
+    let ((a, sa, ea), (b, sb, eb)) = if fgtrace_trace::parallel::threads() > 1 {
+        std::thread::scope(|s| {
+            let after = s.spawn(|| side(meta_b, events_b, &opts.threads));
+            let before = side(meta_a, events_a, &opts.threads);
+            let after = after
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (before, after)
+        })
+    } else {
+        (
+            side(meta_a, events_a, &opts.threads),
+            side(meta_b, events_b, &opts.threads),
+        )
+    };
     let mut rows: Vec<DiffRow> = Vec::new();
     let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
     names.sort();
@@ -212,7 +226,7 @@ pub fn diff(
     meta_a: &TraceMeta,
     events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
     meta_b: &TraceMeta,
-    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>> + Send,
     opts: &DiffOptions,
 ) -> Result<Diff, TraceError> {
     match diff_with_error(meta_a, events_a, meta_b, events_b, opts) {
@@ -692,7 +706,7 @@ pub fn write_diff<W: Write>(
     meta_a: &TraceMeta,
     events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
     meta_b: &TraceMeta,
-    events_b: impl IntoIterator<Item = Result<Event, TraceError>>,
+    events_b: impl IntoIterator<Item = Result<Event, TraceError>> + Send,
     opts: &DiffOptions,
     w: W,
 ) -> Result<(), TraceError> {
