@@ -2,7 +2,7 @@
 //! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
 //! from exit order (how probes write them) to pre-order (how views read them).
 
-use super::format::{self, interleave, Chunk, ChunkEncoder, TraceError};
+use super::format::{self, Chunk, ChunkEncoder, TraceError};
 use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use super::{
     flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
@@ -541,49 +541,249 @@ pub struct RecordedThread {
 impl Recorded {
     /// Rebuilds every thread in pre-order ([`ThreadBuilder`]: a raw chunk's
     /// records and the open call tree in memory at a time) and interleaves
-    /// the threads' chunks by time. Threads are rebuilt on up to
-    /// [`crate::parallel::threads`] cores at once.
+    /// the threads' chunks by time as [`Built`] does. Threads are rebuilt on
+    /// up to [`crate::parallel::threads`] cores at once.
     pub fn build(&self, n_sites: usize, counters: &[String]) -> Result<Vec<Chunk>, TraceError> {
         let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
         let indexed: Vec<(u32, &RecordedThread)> = (0u32..).zip(&self.threads).collect();
-        // Cores beyond one per thread decode a thread's raw chunks ahead of
-        // its builder (a one-thread trace gets a decoder beside its builder).
-        let workers = crate::parallel::threads();
-        let decoders = workers.saturating_sub(indexed.len()) / indexed.len().max(1);
         let built: Vec<Result<Vec<Chunk>, TraceError>> =
             crate::parallel::map(&indexed, |&(t, th)| {
                 let mut b = ThreadBuilder::new(t, th.samples.clone(), th.overwritten, layout);
-                let mut failed = None;
-                crate::parallel::pipeline(
-                    decoders,
-                    4,
-                    &th.raw,
-                    |c| {
-                        let mut recs = Vec::new();
-                        decode(c, n_sites, scale, &mut recs).map(|()| recs)
-                    },
-                    |recs| match recs {
-                        // Everything after a chunk that does not decode is left out.
-                        Ok(recs) if failed.is_none() => b.push(&recs),
-                        Ok(_) => {}
-                        Err(e) => {
-                            failed.get_or_insert(e);
-                        }
-                    },
-                );
-                match failed {
-                    Some(e) => Err(e),
-                    None => Ok(b.finish().0),
+                let mut recs = Vec::new();
+                for c in &th.raw {
+                    recs.clear();
+                    decode(c, n_sites, scale, &mut recs)?;
+                    b.push(&recs);
                 }
+                Ok(b.finish().0)
             });
-        // In thread order, the first error in thread order: what the
-        // threads one after the other give.
-        let mut out = Vec::new();
+        // The first error in thread order: what the threads one after the
+        // other give.
+        let mut threads = Vec::new();
         for c in built {
-            out.extend(c?);
+            threads.push(c?.into_iter());
         }
-        Ok(interleave(out))
+        let mut heads: Vec<Option<Chunk>> = threads.iter_mut().map(|t| t.next()).collect();
+        let mut out = Vec::new();
+        while let Some(t) = earliest(&heads) {
+            out.extend(heads[t].take());
+            heads[t] = threads[t].next();
+        }
+        Ok(out)
+    }
+
+    /// The pre-order chunks of every thread, interleaved by time, built as
+    /// they are read ([`Built`]): each thread's raw chunks are rebuilt by a
+    /// [`ThreadBuilder`] (the open call tree in memory), and only a few built
+    /// chunks per thread wait to be read.
+    pub fn stream(self, n_sites: usize, counters: &[String]) -> Built {
+        self.stream_on(n_sites, counters, crate::parallel::threads())
+    }
+
+    /// [`Recorded::stream`] on `workers` cores (1: on the reading thread).
+    fn stream_on(self, n_sites: usize, counters: &[String], workers: usize) -> Built {
+        let layout = CounterLayout::of(counters);
+        let scale = TickScale::new(self.ticks_per_ns);
+        let streams: Vec<ThreadStream> = (0u32..)
+            .zip(self.threads)
+            .map(|(t, th)| ThreadStream {
+                builder: Some(ThreadBuilder::new(t, th.samples, th.overwritten, layout)),
+                raw: th.raw.into_iter(),
+                ready: std::collections::VecDeque::new(),
+                failed: None,
+                n_sites,
+                scale,
+                recs: Vec::new(),
+            })
+            .collect();
+        Built::new(streams, workers)
+    }
+}
+
+/// One thread's pre-order chunks, rebuilt from its raw chunks one raw chunk
+/// at a time as they are asked for.
+struct ThreadStream {
+    builder: Option<ThreadBuilder>,
+    raw: std::vec::IntoIter<RawChunk>,
+    ready: std::collections::VecDeque<Chunk>,
+    /// A raw chunk that does not decode ends the thread: what was built
+    /// before it is read first.
+    failed: Option<TraceError>,
+    n_sites: usize,
+    scale: TickScale,
+    recs: Vec<Rec>,
+}
+
+impl Iterator for ThreadStream {
+    type Item = Result<Chunk, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(c) = self.ready.pop_front() {
+                return Some(Ok(c));
+            }
+            if let Some(e) = self.failed.take() {
+                return Some(Err(e));
+            }
+            let b = self.builder.as_mut()?;
+            match self.raw.next() {
+                Some(c) => {
+                    self.recs.clear();
+                    match decode(&c, self.n_sites, self.scale, &mut self.recs) {
+                        Ok(()) => {
+                            b.push(&self.recs);
+                            self.ready.extend(b.enc.take_done());
+                        }
+                        Err(e) => {
+                            self.builder = None;
+                            self.failed = Some(e);
+                        }
+                    }
+                }
+                None => {
+                    let b = self.builder.take()?;
+                    self.ready.extend(b.finish().0);
+                }
+            }
+        }
+    }
+}
+
+/// Built chunks of one thread, from where they are built.
+enum Feed {
+    /// Built on the reading thread when asked for.
+    Here(Box<ThreadStream>),
+    /// Built on a thread of its own, a few chunks ahead.
+    Ahead(std::sync::mpsc::Receiver<Result<Chunk, TraceError>>),
+}
+
+/// Every thread's built chunks, interleaved by the time of their first
+/// event (the lower thread index first on a tie), each thread's in its own
+/// order. Built on up to [`crate::parallel::threads`] cores while the reader
+/// takes them; the order does not depend on how many.
+pub struct Built {
+    feeds: Vec<Feed>,
+    heads: Vec<Option<Chunk>>,
+    /// Threads with nothing more to give.
+    ended: Vec<bool>,
+    producers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Most threads a trace may have to be rebuilt by one producer thread each;
+/// more are rebuilt on the reading thread.
+const MAX_PRODUCERS: usize = 256;
+
+impl Built {
+    fn new(streams: Vec<ThreadStream>, workers: usize) -> Built {
+        let n = streams.len();
+        let mut producers = Vec::new();
+        let feeds = if workers > 1 && (1..=MAX_PRODUCERS).contains(&n) {
+            // At most `workers` threads build at once; a producer gives its
+            // turn back before it waits for the reader to take a chunk, so
+            // the reader can always get the next chunk of every thread.
+            let turns =
+                std::sync::Arc::new((std::sync::Mutex::new(workers), std::sync::Condvar::new()));
+            streams
+                .into_iter()
+                .map(|st| {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                    let turns = turns.clone();
+                    // The producer takes the stream; if it cannot start,
+                    // the stream is still here to be built on this thread.
+                    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(st)));
+                    let taken = slot.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("fgtrace-build".into())
+                        .spawn(move || {
+                            let st = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                            let Some(mut st) = st else { return };
+                            loop {
+                                let (free, cv) = &*turns;
+                                let mut f = free.lock().unwrap_or_else(|e| e.into_inner());
+                                while *f == 0 {
+                                    f = cv.wait(f).unwrap_or_else(|e| e.into_inner());
+                                }
+                                *f -= 1;
+                                drop(f);
+                                let next = st.next();
+                                *free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                                cv.notify_one();
+                                let Some(next) = next else { break };
+                                if tx.send(next).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    match spawned {
+                        Ok(h) => {
+                            producers.push(h);
+                            Feed::Ahead(rx)
+                        }
+                        // A thread that did not start never took the stream.
+                        Err(_) => slot
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .take()
+                            .map_or(Feed::Ahead(rx), |st| Feed::Here(Box::new(st))),
+                    }
+                })
+                .collect()
+        } else {
+            streams
+                .into_iter()
+                .map(|s| Feed::Here(Box::new(s)))
+                .collect()
+        };
+        Built {
+            feeds,
+            heads: vec![None; n],
+            ended: vec![false; n],
+            producers,
+        }
+    }
+}
+
+impl Iterator for Built {
+    type Item = Result<Chunk, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        for t in 0..self.feeds.len() {
+            if self.heads[t].is_some() || self.ended[t] {
+                continue;
+            }
+            let got = match &mut self.feeds[t] {
+                Feed::Here(s) => s.next(),
+                Feed::Ahead(rx) => rx.recv().ok(),
+            };
+            match got {
+                Some(Ok(c)) => self.heads[t] = Some(c),
+                Some(Err(e)) => {
+                    self.ended[t] = true;
+                    return Some(Err(e));
+                }
+                None => self.ended[t] = true,
+            }
+        }
+        let t = earliest(&self.heads)?;
+        self.heads[t].take().map(Ok)
+    }
+}
+
+/// The thread whose next chunk comes first: the earliest first event, the
+/// lower thread index on a tie.
+fn earliest(heads: &[Option<Chunk>]) -> Option<usize> {
+    (0..heads.len())
+        .filter_map(|t| Some((heads[t].as_ref()?.first_ns, t)))
+        .min()
+        .map(|(_, t)| t)
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        // Producers waiting to hand a chunk over stop when their channel closes.
+        self.feeds.clear();
+        for p in self.producers.drain(..) {
+            let _ = p.join();
+        }
     }
 }
 
@@ -796,6 +996,62 @@ mod tests {
         assert_eq!(calls, 4000);
         let payloads = |c: &[Chunk]| c.iter().map(|c| c.payload.clone()).collect::<Vec<_>>();
         assert_eq!(payloads(&a), payloads(&b));
+    }
+
+    /// Three threads of many raw chunks: built as they are read, on one core
+    /// or several, the chunks are those built all at once, in the same order:
+    /// each thread's in its own order, the threads interleaved by time.
+    #[test]
+    fn chunks_built_as_they_are_read_are_those_built_at_once_on_any_number_of_cores() {
+        let recorded = || {
+            let mut sites = SiteMap::default();
+            let threads = (0..3u64)
+                .map(|th| {
+                    let mut enc = RawEncoder::default();
+                    let raw = (0..12u64)
+                        .map(|c| {
+                            let mut recs = Vec::new();
+                            for k in 0..1000u64 {
+                                // Threads start apart and interleave.
+                                let t = th * 7_000 + (c * 1000 + k) * 40;
+                                recs.push(rec(t + 2, 1, 3 + th, 1 + (k % 2) as u32));
+                                recs.push(rec(t, 0, 20, 0));
+                            }
+                            enc.encode(th as u32, &recs, 1_000_000, &mut sites, &|_| None)
+                        })
+                        .collect();
+                    RecordedThread {
+                        raw,
+                        samples: Vec::new(),
+                        overwritten: 0,
+                    }
+                })
+                .collect();
+            (
+                Recorded {
+                    ticks_per_ns: 1.0,
+                    threads,
+                },
+                sites.sites.len(),
+            )
+        };
+        let (r, n_sites) = recorded();
+        let at_once = r.build(n_sites, &[]).expect("builds");
+        assert!(at_once.len() >= 9, "{} chunks", at_once.len());
+        let firsts: Vec<u64> = at_once.iter().map(|c| c.first_ns).collect();
+        assert!(firsts.windows(2).all(|w| w[0] <= w[1]), "{firsts:?}");
+        assert!(
+            at_once.windows(2).any(|w| w[0].thread != w[1].thread),
+            "threads interleave"
+        );
+        for workers in [1, 2, 4] {
+            let (r, _) = recorded();
+            let read: Vec<Chunk> = r
+                .stream_on(n_sites, &[], workers)
+                .collect::<Result<_, _>>()
+                .expect("builds");
+            assert!(read == at_once, "{workers} workers");
+        }
     }
 
     /// Exit order in, pre-order out, with a lost parent whose children must

@@ -301,7 +301,7 @@ pub struct TraceReader<R> {
     chunks: u64,
     done: bool,
     /// A version-2 file, already rebuilt in pre-order.
-    served: Option<std::vec::IntoIter<Chunk>>,
+    served: Option<super::build::Built>,
     /// Where the metadata starts (for errors that name it).
     meta_at: u64,
 }
@@ -650,9 +650,9 @@ impl<R: Read> TraceReader<R> {
                 meta.total_calls()
             ));
         }
-        let chunks = rec.build(meta.sites.len(), &meta.counters)?;
+        let built = rec.stream(meta.sites.len(), &meta.counters);
         self.meta = meta;
-        self.served = Some(chunks.into_iter());
+        self.served = Some(built);
         Ok(())
     }
 
@@ -691,7 +691,7 @@ impl<R: Read> TraceReader<R> {
     /// chunk returned before it is intact (checksummed).
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>, TraceError> {
         if let Some(served) = &mut self.served {
-            return Ok(served.next());
+            return served.next().transpose();
         }
         if self.done {
             return Ok(None);

@@ -377,6 +377,11 @@ impl ChunkEncoder {
         self.start = 0;
     }
 
+    /// The chunks finished so far, taken out.
+    pub fn take_done(&mut self) -> Vec<Chunk> {
+        std::mem::take(&mut self.done)
+    }
+
     /// The finished chunks.
     pub fn finish(mut self) -> Vec<Chunk> {
         self.flush();
