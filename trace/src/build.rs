@@ -635,7 +635,10 @@ impl Iterator for ThreadStream {
                             self.ready.extend(b.enc.take_done());
                         }
                         Err(e) => {
-                            self.builder = None;
+                            // What was built before it is read first.
+                            if let Some(b) = self.builder.take() {
+                                self.ready.extend(b.finish().0);
+                            }
                             self.failed = Some(e);
                         }
                     }

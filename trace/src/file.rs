@@ -417,7 +417,9 @@ impl<R: Read> TraceReader<R> {
         let mut sections = 0u64;
         let scale = super::recorded::TickScale::new(ticks_per_ns);
         let mut scratch = Vec::new();
-        let failure = loop {
+        // Raw chunks in the file's order: (thread, index in its list).
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        let mut failure = loop {
             let at = self.offset;
             let mut kind = [0u8; 1];
             match self.read_up_to(&mut kind) {
@@ -497,17 +499,9 @@ impl<R: Read> TraceReader<R> {
                             payload: payload[d.pos..].to_vec().into(),
                             offset: base + d.pos as u64,
                         };
-                        scratch.clear();
-                        super::recorded::decode(&c, sites.len(), scale, &mut scratch)?;
-                        for r in &scratch {
-                            if r.kind as u64 != fgtrace_core::record::kind::LOST
-                                && r.kind as u64 != fgtrace_core::record::kind::FUTURE
-                            {
-                                calls[t as usize] += 1;
-                            }
-                            end_ns = end_ns.max(r.end_ns);
-                        }
-                        rec.threads[t as usize].raw.push(c);
+                        let th = &mut rec.threads[t as usize].raw;
+                        order.push((t as usize, th.len()));
+                        th.push(c);
                     }
                     SEC_SAMPLES => {
                         let t = d.varint()?;
@@ -628,6 +622,32 @@ impl<R: Read> TraceReader<R> {
         };
         for th in &mut rec.threads {
             th.samples.sort_by_key(|s| s.0);
+        }
+        // A file its writer finished says its counts in the final metadata:
+        // its raw chunks are decoded once, by whoever reads the calls (an
+        // undecodable one is an error there, after everything before it).
+        // A file without one is counted here, and ends at its first raw
+        // chunk that does not decode.
+        if final_meta.is_none() || failure.is_some() {
+            for (pos, &(t, i)) in order.iter().enumerate() {
+                scratch.clear();
+                let c = &rec.threads[t].raw[i];
+                if let Err(e) = super::recorded::decode(c, sites.len(), scale, &mut scratch) {
+                    for &(t, i) in order[pos..].iter().rev() {
+                        rec.threads[t].raw.truncate(i);
+                    }
+                    failure = Some(e);
+                    break;
+                }
+                for r in &scratch {
+                    if r.kind as u64 != fgtrace_core::record::kind::LOST
+                        && r.kind as u64 != fgtrace_core::record::kind::FUTURE
+                    {
+                        calls[t] += 1;
+                    }
+                    end_ns = end_ns.max(r.end_ns);
+                }
+            }
         }
         match final_meta {
             Some(m) if failure.is_none() => meta = m,
@@ -1072,6 +1092,77 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A finished recorded file with a raw chunk whose checksum holds but
+    /// whose records do not decode: the calls before it are read, then an
+    /// error naming the chunk; with the final metadata cut off, the file is
+    /// counted up to that chunk and says so.
+    #[test]
+    fn an_undecodable_raw_chunk_ends_the_calls_after_everything_before_it() {
+        use crate::recorded::{RawChunk, RawEncoder, SiteMap};
+        use fgtrace_core::record::{kind, RawCall};
+        let mut sites = SiteMap::default();
+        let mut enc = RawEncoder::default();
+        let good: Vec<RawChunk> = (0..3u64)
+            .map(|c| {
+                let recs: Vec<RawCall> = (0..100u64)
+                    .map(|k| RawCall::pack(1_000 + (c * 100 + k) * 50, 0, 20, 0, false, kind::CALL))
+                    .collect();
+                enc.encode(0, &recs, 1_000, &mut sites, &|_| None)
+            })
+            .collect();
+        let bad = RawChunk {
+            thread: 0,
+            count: 5,
+            payload: vec![0xff; 4].into(),
+            offset: 0,
+        };
+        let mut meta = header();
+        meta.sites = sites.sites.clone();
+        let mut w = RecordingWriter::new(Vec::new(), &meta).unwrap();
+        w.site(0, &meta.sites[0]).unwrap();
+        w.thread(0, 11, "main").unwrap();
+        for c in &good[..2] {
+            w.raw(c).unwrap();
+        }
+        w.raw(&bad).unwrap();
+        w.raw(&good[2]).unwrap();
+        let mut fin = meta.clone();
+        fin.threads = vec![crate::ThreadInfo {
+            tid: 11,
+            name: "main".into(),
+            calls: 300,
+            ..Default::default()
+        }];
+        let bytes = w.finish(&fin).unwrap();
+        let calls = |evs: &[Result<Event, TraceError>]| {
+            evs.iter()
+                .filter(|e| matches!(e, Ok(Event::Call(_))))
+                .count()
+        };
+        for workers in [1, 2] {
+            let r = TraceReader::new(&bytes[..]).unwrap();
+            let evs: Vec<_> = r.events_on(workers).collect();
+            assert_eq!(calls(&evs), 200, "{workers} workers");
+            let last = evs.last().unwrap().as_ref().unwrap_err().to_string();
+            assert!(last.contains("corrupt at byte"), "{last}");
+        }
+        // Without its end, the file is counted here, up to the bad chunk.
+        let cut = &bytes[..bytes.len() - 200];
+        let r = TraceReader::new(cut).unwrap();
+        assert_eq!(r.meta().total_calls(), 200);
+        assert!(
+            r.meta()
+                .warnings
+                .iter()
+                .any(|w| w.contains("kept the 200 calls")),
+            "{:?}",
+            r.meta().warnings
+        );
+        let evs: Vec<_> = r.events().collect();
+        assert_eq!(calls(&evs), 200);
+        assert!(evs.iter().all(|e| e.is_ok()));
     }
 
     fn header() -> TraceMeta {
