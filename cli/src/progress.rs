@@ -105,10 +105,11 @@ pub fn open(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError
             (self::bar(len, &format!("reading {name}")), true)
         }
     };
-    let r = TraceReader::new(io::BufReader::with_capacity(
-        1 << 16,
-        Counting::new(f, bar, owns),
-    ))?;
+    let again = f.try_clone()?;
+    let r = TraceReader::with_file(
+        io::BufReader::with_capacity(1 << 16, Counting::new(f, bar, owns)),
+        again,
+    )?;
     for w in &r.meta().warnings {
         eprintln!("fgtrace: warning: {}: {w}", path.display());
     }

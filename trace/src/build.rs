@@ -577,19 +577,33 @@ impl Recorded {
     /// they are read ([`Built`]): each thread's raw chunks are rebuilt by a
     /// [`ThreadBuilder`] (the open call tree in memory), and only a few built
     /// chunks per thread wait to be read.
-    pub fn stream(self, n_sites: usize, counters: &[String]) -> Built {
-        self.stream_on(n_sites, counters, crate::parallel::threads())
+    pub fn stream(self, n_sites: usize, counters: &[String], in_file: Option<InFile>) -> Built {
+        self.stream_on(n_sites, counters, in_file, crate::parallel::threads())
     }
 
     /// [`Recorded::stream`] on `workers` cores (1: on the reading thread).
-    fn stream_on(self, n_sites: usize, counters: &[String], workers: usize) -> Built {
+    fn stream_on(
+        self,
+        n_sites: usize,
+        counters: &[String],
+        in_file: Option<InFile>,
+        workers: usize,
+    ) -> Built {
         let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
+        let (file, mut left) = match in_file {
+            Some(f) => (Some(f.file), f.chunks),
+            None => (None, Vec::new()),
+        };
+        left.resize_with(self.threads.len(), Vec::new);
         let streams: Vec<ThreadStream> = (0u32..)
             .zip(self.threads)
-            .map(|(t, th)| ThreadStream {
+            .zip(left)
+            .map(|((t, th), left)| ThreadStream {
                 builder: Some(ThreadBuilder::new(t, th.samples, th.overwritten, layout)),
                 raw: th.raw.into_iter(),
+                in_file: left.into_iter(),
+                file: file.clone(),
                 ready: std::collections::VecDeque::new(),
                 failed: None,
                 n_sites,
@@ -601,11 +615,71 @@ impl Recorded {
     }
 }
 
+/// Raw chunks left in a finished file, to be read again when their thread
+/// is rebuilt: a view holds a few of them at a time, not the file.
+pub struct InFile {
+    pub file: std::sync::Arc<std::fs::File>,
+    /// By thread, in the file's order.
+    pub chunks: Vec<Vec<RawAt>>,
+}
+
+/// Where a raw chunk's section is in a file, and what it held when the
+/// file was opened.
+#[derive(Clone, Copy, Debug)]
+pub struct RawAt {
+    pub thread: u32,
+    pub count: u32,
+    /// The section's payload: its offset and length in the file, and its
+    /// checksum.
+    pub offset: u64,
+    pub len: u32,
+    pub crc: u32,
+    /// Bytes of the payload before the records (the thread and the count).
+    pub prefix: u32,
+}
+
+impl RawAt {
+    /// Reads the chunk again, checking it is what was read at open.
+    pub(crate) fn read(&self, file: &std::fs::File) -> Result<RawChunk, TraceError> {
+        let mut payload = vec![0u8; self.len as usize];
+        read_at(file, &mut payload, self.offset)?;
+        if crc32fast::hash(&payload) != self.crc {
+            return Err(TraceError::Corrupt {
+                offset: self.offset,
+                what: "raw chunk changed since the file was opened (checksum mismatch)".into(),
+            });
+        }
+        let records = payload.split_off(self.prefix as usize);
+        Ok(RawChunk {
+            thread: self.thread,
+            count: self.count,
+            payload: records.into(),
+            offset: self.offset + self.prefix as u64,
+        })
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+}
+
+#[cfg(not(unix))]
+fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek};
+    let mut f = file;
+    f.seek(std::io::SeekFrom::Start(at))?;
+    f.read_exact(buf)
+}
+
 /// One thread's pre-order chunks, rebuilt from its raw chunks one raw chunk
 /// at a time as they are asked for.
 struct ThreadStream {
     builder: Option<ThreadBuilder>,
     raw: std::vec::IntoIter<RawChunk>,
+    /// Raw chunks still in the file (after those in `raw`).
+    in_file: std::vec::IntoIter<RawAt>,
+    file: Option<std::sync::Arc<std::fs::File>>,
     ready: std::collections::VecDeque<Chunk>,
     /// A raw chunk that does not decode ends the thread: what was built
     /// before it is read first.
@@ -626,8 +700,20 @@ impl Iterator for ThreadStream {
                 return Some(Err(e));
             }
             let b = self.builder.as_mut()?;
-            match self.raw.next() {
-                Some(c) => {
+            let next = self.raw.next().map(Ok).or_else(|| {
+                let at = self.in_file.next()?;
+                let file = self.file.as_ref()?;
+                Some(at.read(file))
+            });
+            match next {
+                Some(Err(e)) => {
+                    // What was built before it is read first.
+                    if let Some(b) = self.builder.take() {
+                        self.ready.extend(b.finish().0);
+                    }
+                    self.failed = Some(e);
+                }
+                Some(Ok(c)) => {
                     self.recs.clear();
                     match decode(&c, self.n_sites, self.scale, &mut self.recs) {
                         Ok(()) => {
@@ -1050,7 +1136,7 @@ mod tests {
         for workers in [1, 2, 4] {
             let (r, _) = recorded();
             let read: Vec<Chunk> = r
-                .stream_on(n_sites, &[], workers)
+                .stream_on(n_sites, &[], None, workers)
                 .collect::<Result<_, _>>()
                 .expect("builds");
             assert!(read == at_once, "{workers} workers");

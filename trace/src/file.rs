@@ -108,6 +108,19 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
     Ok((TraceReader::open(path)?.meta, MetaFrom::ReadThrough))
 }
 
+/// Whether `f` ends with a footer: its writer finished it.
+fn has_footer(f: &std::fs::File) -> bool {
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let mut b = [0u8; 16];
+    #[cfg(unix)]
+    let read = len >= 16 && std::os::unix::fs::FileExt::read_exact_at(f, &mut b, len - 16).is_ok();
+    #[cfg(not(unix))]
+    let read = false;
+    read && &b[8..] == FOOTER_MAGIC
+}
+
 const MAX_META: u32 = 256 << 20;
 const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
 
@@ -310,16 +323,29 @@ impl TraceReader<io::BufReader<std::fs::File>> {
     /// Opens a trace file and reads its metadata.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let f = std::fs::File::open(path.as_ref())?;
-        TraceReader::new(io::BufReader::with_capacity(1 << 16, f))
+        let again = f.try_clone()?;
+        TraceReader::with_file(io::BufReader::with_capacity(1 << 16, f), again)
     }
 }
 
 impl<R: Read> TraceReader<R> {
     /// Reads the header and metadata from `r`.
     pub fn new(r: R) -> Result<Self, TraceError> {
+        Self::read(r, None)
+    }
+
+    /// [`TraceReader::new`] over `r`, the contents of `file` from its start:
+    /// the raw chunks of a finished recorded file are then read again from
+    /// `file` as its threads are rebuilt, instead of being held in memory
+    /// from the open on.
+    pub fn with_file(r: R, file: std::fs::File) -> Result<Self, TraceError> {
+        Self::read(r, Some(file))
+    }
+
+    fn read(r: R, file: Option<std::fs::File>) -> Result<Self, TraceError> {
         let (mut t, version) = Self::header(r)?;
         if version == VERSION_RECORDED {
-            t.load_recorded()?;
+            t.load_recorded(file)?;
         }
         t.check_off_cpu()?;
         Ok(t)
@@ -394,7 +420,7 @@ impl<R: Read> TraceReader<R> {
     /// everything up to the first damage or the end of a file whose writer
     /// never finished (with a note in [`TraceMeta::warnings`]), and rebuilds
     /// the calls in pre-order, so callers see what a version-1 file gives.
-    fn load_recorded(&mut self) -> Result<(), TraceError> {
+    fn load_recorded(&mut self, file: Option<std::fs::File>) -> Result<(), TraceError> {
         let mut meta = self.meta.clone();
         let ticks_per_ns = meta.clock.ticks_per_ns;
         if !(ticks_per_ns.is_finite() && ticks_per_ns > 0.0) {
@@ -419,6 +445,14 @@ impl<R: Read> TraceReader<R> {
         let mut scratch = Vec::new();
         // Raw chunks in the file's order: (thread, index in its list).
         let mut order: Vec<(usize, usize)> = Vec::new();
+        // A finished file (its footer is there) read from a file leaves its
+        // raw chunks there until its threads are rebuilt.
+        let mut in_file = file
+            .filter(|f| has_footer(f))
+            .map(|f| super::build::InFile {
+                file: std::sync::Arc::new(f),
+                chunks: Vec::new(),
+            });
         let mut failure = loop {
             let at = self.offset;
             let mut kind = [0u8; 1];
@@ -493,15 +527,31 @@ impl<R: Read> TraceReader<R> {
                                 d.corrupt(format!("raw chunk of thread {t} ({count} records)"))
                             );
                         }
-                        let c = super::recorded::RawChunk {
-                            thread: t as u32,
-                            count: count as u32,
-                            payload: payload[d.pos..].to_vec().into(),
-                            offset: base + d.pos as u64,
-                        };
-                        let th = &mut rec.threads[t as usize].raw;
-                        order.push((t as usize, th.len()));
-                        th.push(c);
+                        match &mut in_file {
+                            Some(f) => {
+                                f.chunks.resize_with(threads.len(), Vec::new);
+                                let th = &mut f.chunks[t as usize];
+                                order.push((t as usize, th.len()));
+                                th.push(super::build::RawAt {
+                                    thread: t as u32,
+                                    count: count as u32,
+                                    offset: base,
+                                    len: payload.len() as u32,
+                                    crc: crc32fast::hash(&payload),
+                                    prefix: d.pos as u32,
+                                });
+                            }
+                            None => {
+                                let th = &mut rec.threads[t as usize].raw;
+                                order.push((t as usize, th.len()));
+                                th.push(super::recorded::RawChunk {
+                                    thread: t as u32,
+                                    count: count as u32,
+                                    payload: payload[d.pos..].to_vec().into(),
+                                    offset: base + d.pos as u64,
+                                });
+                            }
+                        }
                     }
                     SEC_SAMPLES => {
                         let t = d.varint()?;
@@ -631,10 +681,23 @@ impl<R: Read> TraceReader<R> {
         if final_meta.is_none() || failure.is_some() {
             for (pos, &(t, i)) in order.iter().enumerate() {
                 scratch.clear();
-                let c = &rec.threads[t].raw[i];
-                if let Err(e) = super::recorded::decode(c, sites.len(), scale, &mut scratch) {
+                let decoded = match &in_file {
+                    Some(f) => f.chunks[t][i].read(&f.file).and_then(|c| {
+                        super::recorded::decode(&c, sites.len(), scale, &mut scratch)
+                    }),
+                    None => super::recorded::decode(
+                        &rec.threads[t].raw[i],
+                        sites.len(),
+                        scale,
+                        &mut scratch,
+                    ),
+                };
+                if let Err(e) = decoded {
                     for &(t, i) in order[pos..].iter().rev() {
-                        rec.threads[t].raw.truncate(i);
+                        match &mut in_file {
+                            Some(f) => f.chunks[t].truncate(i),
+                            None => rec.threads[t].raw.truncate(i),
+                        }
                     }
                     failure = Some(e);
                     break;
@@ -670,7 +733,7 @@ impl<R: Read> TraceReader<R> {
                 meta.total_calls()
             ));
         }
-        let built = rec.stream(meta.sites.len(), &meta.counters);
+        let built = rec.stream(meta.sites.len(), &meta.counters, in_file);
         self.meta = meta;
         self.served = Some(built);
         Ok(())
@@ -1148,6 +1211,28 @@ mod tests {
             let last = evs.last().unwrap().as_ref().unwrap_err().to_string();
             assert!(last.contains("corrupt at byte"), "{last}");
         }
+        // Read from a file, the raw chunks are read again as the thread is
+        // rebuilt: the same calls, the same error.
+        let dir = std::env::temp_dir().join(format!("fgtrace-lazy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad-chunk.fgt");
+        std::fs::write(&path, &bytes).unwrap();
+        let evs: Vec<_> = TraceReader::open(&path).unwrap().events().collect();
+        assert_eq!(calls(&evs), 200);
+        assert!(evs.last().unwrap().is_err());
+        // A file that changes under its reader is an error, not other calls.
+        let r = TraceReader::open(&path).unwrap();
+        let mut changed = bytes.clone();
+        let at = changed.len() - 300;
+        changed[at] ^= 0x10;
+        std::fs::write(&path, &changed).unwrap();
+        let evs: Vec<_> = r.events().collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let last = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(
+            last.contains("changed since the file was opened") || last.contains("corrupt"),
+            "{last}"
+        );
         // Without its end, the file is counted here, up to the bad chunk.
         let cut = &bytes[..bytes.len() - 200];
         let r = TraceReader::new(cut).unwrap();
