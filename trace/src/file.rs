@@ -448,7 +448,7 @@ impl<R: Read> TraceReader<R> {
         // A finished file (its footer is there) read from a file leaves its
         // raw chunks there until its threads are rebuilt.
         let mut in_file = file
-            .filter(|f| has_footer(f))
+            .filter(has_footer)
             .map(|f| super::build::InFile {
                 file: std::sync::Arc::new(f),
                 chunks: Vec::new(),
