@@ -447,12 +447,10 @@ impl<R: Read> TraceReader<R> {
         let mut order: Vec<(usize, usize)> = Vec::new();
         // A finished file (its footer is there) read from a file leaves its
         // raw chunks there until its threads are rebuilt.
-        let mut in_file = file
-            .filter(has_footer)
-            .map(|f| super::build::InFile {
-                file: std::sync::Arc::new(f),
-                chunks: Vec::new(),
-            });
+        let mut in_file = file.filter(has_footer).map(|f| super::build::InFile {
+            file: std::sync::Arc::new(f),
+            chunks: Vec::new(),
+        });
         let mut failure = loop {
             let at = self.offset;
             let mut kind = [0u8; 1];
@@ -859,7 +857,8 @@ impl<R: Read> TraceReader<R> {
     fn events_on(self, workers: usize) -> Events<R> {
         Events {
             reader: self,
-            pending: Vec::new().into_iter(),
+            pending: Vec::new(),
+            pos: 0,
             failed: false,
             ahead: (workers > 1).then(|| Ahead::new(workers)),
         }
@@ -920,17 +919,33 @@ impl<R: Read> TraceReader<R> {
 /// Iterator over a file's events (see [`TraceReader::events`]).
 pub struct Events<R> {
     reader: TraceReader<R>,
-    pending: std::vec::IntoIter<Event>,
+    /// The current chunk's events; those before `pos` were handed out.
+    pending: Vec<Event>,
+    pos: usize,
     failed: bool,
     ahead: Option<Ahead>,
 }
 
 type Decoded = Result<Vec<Event>, TraceError>;
 
+/// What an event handed out leaves in its place (nothing reads it).
+const TAKEN: Event = Event::Lost(crate::Lost {
+    thread: 0,
+    depth: 0,
+    at_ns: 0,
+    count: 0,
+    kind: crate::LossKind::Dropped,
+});
+
 /// Chunks being decoded on worker threads: each is numbered as it is read,
 /// and its events are served in that order whatever finishes first.
 struct Ahead {
-    jobs: Option<std::sync::mpsc::SyncSender<(u64, Chunk)>>,
+    /// Each job carries an emptied buffer to decode into.
+    jobs: Option<std::sync::mpsc::SyncSender<(u64, Chunk, Vec<Event>)>>,
+    /// Buffers whose events were all handed out, for the next jobs: a
+    /// chunk's events are hundreds of KB, which the allocator would
+    /// otherwise map and unmap for every chunk a worker decodes.
+    spare: Vec<Vec<Event>>,
     results: std::sync::mpsc::Receiver<(u64, Decoded)>,
     workers: Vec<std::thread::JoinHandle<()>>,
     /// Chunks handed out, and the number of the next one to serve.
@@ -947,7 +962,7 @@ impl Ahead {
     fn new(workers: usize) -> Ahead {
         use std::sync::{mpsc, Arc, Mutex};
         let window = 2 * workers as u64 + 2;
-        let (jobs, job_rx) = mpsc::sync_channel::<(u64, Chunk)>(window as usize);
+        let (jobs, job_rx) = mpsc::sync_channel::<(u64, Chunk, Vec<Event>)>(window as usize);
         let (done, results) = mpsc::channel();
         let job_rx = Arc::new(Mutex::new(job_rx));
         let workers = (0..workers)
@@ -957,16 +972,19 @@ impl Ahead {
                     .name("fgtrace-decode".into())
                     .spawn(move || loop {
                         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok((i, chunk)) = job else { break };
+                        let Ok((i, chunk, mut buf)) = job else { break };
+                        let at = chunk.offset;
                         // A chunk that would panic the decoder must not leave
                         // the reader waiting for it.
-                        let decoded =
-                            std::panic::catch_unwind(|| chunk.decode()).unwrap_or_else(|_| {
-                                Err(TraceError::Corrupt {
-                                    offset: chunk.offset,
-                                    what: "chunk could not be decoded".into(),
-                                })
-                            });
+                        let decoded = std::panic::catch_unwind(move || {
+                            chunk.decode_into(&mut buf).map(|()| buf)
+                        })
+                        .unwrap_or_else(|_| {
+                            Err(TraceError::Corrupt {
+                                offset: at,
+                                what: "chunk could not be decoded".into(),
+                            })
+                        });
                         if done.send((i, decoded)).is_err() {
                             break;
                         }
@@ -976,6 +994,7 @@ impl Ahead {
             .collect();
         Ahead {
             jobs: Some(jobs),
+            spare: Vec::new(),
             results,
             workers,
             sent: 0,
@@ -993,8 +1012,9 @@ impl Ahead {
         while !self.ended && self.sent - self.next < self.window {
             match reader.next_chunk() {
                 Ok(Some(c)) => {
-                    let sent = self.jobs.as_ref().map(|j| j.send((self.sent, c)));
-                    if let Some(Err(std::sync::mpsc::SendError((i, c)))) = sent {
+                    let buf = self.spare.pop().unwrap_or_default();
+                    let sent = self.jobs.as_ref().map(|j| j.send((self.sent, c, buf)));
+                    if let Some(Err(std::sync::mpsc::SendError((i, c, _)))) = sent {
                         // No worker is left (none could start): decode here.
                         self.ready.insert(i, c.decode());
                     }
@@ -1040,14 +1060,22 @@ impl<R: Read> Iterator for Events<R> {
     type Item = Result<Event, TraceError>;
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(e) = self.pending.next() {
-                return Some(Ok(e));
+            if let Some(e) = self.pending.get_mut(self.pos) {
+                self.pos += 1;
+                return Some(Ok(std::mem::replace(e, TAKEN)));
             }
             if self.failed {
                 return None;
             }
             let next = match &mut self.ahead {
-                Some(a) => a.next(&mut self.reader),
+                Some(a) => {
+                    let mut done = std::mem::take(&mut self.pending);
+                    if a.spare.len() < 4 && done.capacity() > 0 {
+                        done.clear();
+                        a.spare.push(done);
+                    }
+                    a.next(&mut self.reader)
+                }
                 None => self
                     .reader
                     .next_chunk()
@@ -1055,7 +1083,10 @@ impl<R: Read> Iterator for Events<R> {
                     .transpose(),
             };
             match next {
-                Some(Ok(evs)) => self.pending = evs.into_iter(),
+                Some(Ok(evs)) => {
+                    self.pending = evs;
+                    self.pos = 0;
+                }
                 None => return None,
                 Some(Err(e)) => {
                     self.failed = true;

@@ -101,7 +101,15 @@ pub struct Chunk {
 impl Chunk {
     /// Decodes the chunk's events.
     pub fn decode(&self) -> Result<Vec<Event>, TraceError> {
-        let mut out = Vec::with_capacity(self.count as usize);
+        let mut out = Vec::new();
+        self.decode_into(&mut out).map(|()| out)
+    }
+
+    /// Decodes the chunk's events into `out` (emptied first), so a reader
+    /// can reuse one buffer for chunk after chunk.
+    pub fn decode_into(&self, out: &mut Vec<Event>) -> Result<(), TraceError> {
+        out.clear();
+        out.reserve(self.count as usize);
         let mut d = Decoder {
             buf: &self.payload,
             pos: 0,
@@ -232,7 +240,7 @@ impl Chunk {
                 self.count
             )));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
