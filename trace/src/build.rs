@@ -596,19 +596,30 @@ impl Recorded {
             None => (None, Vec::new()),
         };
         left.resize_with(self.threads.len(), Vec::new);
+        // Cores beyond one per thread decode raw chunks ahead of the builders.
+        let spare = workers > left.len();
         let streams: Vec<ThreadStream> = (0u32..)
             .zip(self.threads)
             .zip(left)
-            .map(|((t, th), left)| ThreadStream {
-                builder: Some(ThreadBuilder::new(t, th.samples, th.overwritten, layout)),
-                raw: th.raw.into_iter(),
-                in_file: left.into_iter(),
-                file: file.clone(),
-                ready: std::collections::VecDeque::new(),
-                failed: None,
-                n_sites,
-                scale,
-                recs: Vec::new(),
+            .map(|((t, th), left)| {
+                let raw = RawChunks {
+                    raw: th.raw.into_iter(),
+                    in_file: left.into_iter(),
+                    file: file.clone(),
+                    n_sites,
+                    scale,
+                };
+                ThreadStream {
+                    builder: Some(ThreadBuilder::new(t, th.samples, th.overwritten, layout)),
+                    records: if spare {
+                        Records::ahead(raw)
+                    } else {
+                        Records::Here(raw)
+                    },
+                    ready: std::collections::VecDeque::new(),
+                    failed: None,
+                    recs: Vec::new(),
+                }
             })
             .collect();
         Built::new(streams, workers)
@@ -676,17 +687,118 @@ fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()>
 /// at a time as they are asked for.
 struct ThreadStream {
     builder: Option<ThreadBuilder>,
-    raw: std::vec::IntoIter<RawChunk>,
-    /// Raw chunks still in the file (after those in `raw`).
-    in_file: std::vec::IntoIter<RawAt>,
-    file: Option<std::sync::Arc<std::fs::File>>,
+    records: Records,
     ready: std::collections::VecDeque<Chunk>,
     /// A raw chunk that does not decode ends the thread: what was built
     /// before it is read first.
     failed: Option<TraceError>,
+    recs: Vec<Rec>,
+}
+
+/// A thread's raw chunks, from memory and then from the file.
+struct RawChunks {
+    raw: std::vec::IntoIter<RawChunk>,
+    /// Raw chunks still in the file (after those in `raw`).
+    in_file: std::vec::IntoIter<RawAt>,
+    file: Option<std::sync::Arc<std::fs::File>>,
     n_sites: usize,
     scale: TickScale,
-    recs: Vec<Rec>,
+}
+
+impl RawChunks {
+    /// Decodes the next raw chunk into `recs`; `None` after the last.
+    fn next_into(&mut self, recs: &mut Vec<Rec>) -> Option<Result<(), TraceError>> {
+        let c = match self.raw.next() {
+            Some(c) => c,
+            None => match self.in_file.next()?.read(self.file.as_ref()?) {
+                Ok(c) => c,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        recs.clear();
+        Some(decode(&c, self.n_sites, self.scale, recs))
+    }
+}
+
+/// Where a thread's builder gets its records.
+enum Records {
+    /// Decoded here, raw chunk by raw chunk.
+    Here(RawChunks),
+    /// Decoded a few raw chunks ahead on a thread of their own (a spare
+    /// core's), whose buffers go back to it once pushed.
+    Ahead {
+        decoded: std::sync::mpsc::Receiver<Result<Vec<Rec>, TraceError>>,
+        back: std::sync::mpsc::Sender<Vec<Rec>>,
+        decoder: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
+impl Records {
+    /// Decodes `raw` on a thread of its own, or here if none can start.
+    fn ahead(mut raw: RawChunks) -> Records {
+        use std::sync::mpsc;
+        let (tx, decoded) = mpsc::sync_channel(2);
+        let (back, back_rx) = mpsc::channel::<Vec<Rec>>();
+        let spawned = std::thread::Builder::new()
+            .name("fgtrace-decode-raw".into())
+            .spawn(move || loop {
+                let mut recs = back_rx.try_recv().unwrap_or_default();
+                let Some(r) = raw.next_into(&mut recs) else {
+                    return;
+                };
+                let failed = r.is_err();
+                if tx.send(r.map(|()| recs)).is_err() || failed {
+                    return;
+                }
+            });
+        match spawned {
+            Ok(h) => Records::Ahead {
+                decoded,
+                back,
+                decoder: Some(h),
+            },
+            // The chunks went with the failed spawn: the thread's calls are
+            // then an error naming the reason, not lost silently.
+            Err(e) => {
+                let (tx, decoded) = mpsc::sync_channel(1);
+                let _ = tx.send(Err(TraceError::Io(e)));
+                Records::Ahead {
+                    decoded,
+                    back,
+                    decoder: None,
+                }
+            }
+        }
+    }
+
+    /// The next raw chunk's records into `recs`; `None` after the last.
+    fn next_into(&mut self, recs: &mut Vec<Rec>) -> Option<Result<(), TraceError>> {
+        match self {
+            Records::Here(raw) => raw.next_into(recs),
+            Records::Ahead { decoded, back, .. } => {
+                let got = decoded.recv().ok()?;
+                Some(got.map(|v| {
+                    let _ = back.send(std::mem::replace(recs, v));
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        if let Records::Ahead {
+            decoded, decoder, ..
+        } = self
+        {
+            // The decoder stops at its next send once the channel is gone.
+            let (_, empty) = std::sync::mpsc::sync_channel(1);
+            drop(std::mem::replace(decoded, empty));
+            if let Some(h) = decoder.take() {
+                let _ = h.join();
+            }
+        }
+    }
 }
 
 impl Iterator for ThreadStream {
@@ -700,34 +812,17 @@ impl Iterator for ThreadStream {
                 return Some(Err(e));
             }
             let b = self.builder.as_mut()?;
-            let next = self.raw.next().map(Ok).or_else(|| {
-                let at = self.in_file.next()?;
-                let file = self.file.as_ref()?;
-                Some(at.read(file))
-            });
-            match next {
+            match self.records.next_into(&mut self.recs) {
+                Some(Ok(())) => {
+                    b.push(&self.recs);
+                    self.ready.extend(b.enc.take_done());
+                }
                 Some(Err(e)) => {
                     // What was built before it is read first.
                     if let Some(b) = self.builder.take() {
                         self.ready.extend(b.finish().0);
                     }
                     self.failed = Some(e);
-                }
-                Some(Ok(c)) => {
-                    self.recs.clear();
-                    match decode(&c, self.n_sites, self.scale, &mut self.recs) {
-                        Ok(()) => {
-                            b.push(&self.recs);
-                            self.ready.extend(b.enc.take_done());
-                        }
-                        Err(e) => {
-                            // What was built before it is read first.
-                            if let Some(b) = self.builder.take() {
-                                self.ready.extend(b.finish().0);
-                            }
-                            self.failed = Some(e);
-                        }
-                    }
                 }
                 None => {
                     let b = self.builder.take()?;
