@@ -28,16 +28,16 @@
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
-use fgtrace_core::probe::{self, Counter, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::{self, Counter, Hooks, ThreadState};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
 use fgtrace_core::{clock, control, unwind};
 
 /// Harts with a slot of their own (others share the last one's: give each
-/// hart its own by raising this).
-pub const MAX_HARTS: usize = 4;
+/// hart its own by raising this, in the core, where their states are).
+pub const MAX_HARTS: usize = probe::board::HARTS;
 /// Shadow-stack depth per hart.
-pub const STACK_DEPTH: usize = 64;
+pub const STACK_DEPTH: usize = probe::board::STACK_DEPTH;
 /// Records per hart: a stream batch, or the flight recorder's ring.
 pub const BUF_CALLS: usize = 256;
 /// Sampled stacks queued per hart between flushes.
@@ -111,9 +111,9 @@ impl Sample {
     };
 }
 
+/// A hart's buffers and counters (its state and shadow stack are the
+/// core's, `probe::board::STATES`).
 struct Hart {
-    st: UnsafeCell<ThreadState>,
-    frames: UnsafeCell<[Frame; STACK_DEPTH]>,
     /// Two record buffers: the probe writes one while the other is sent
     /// (the flight recorder's ring is the first).
     bufs: UnsafeCell<[[RawCall; BUF_CALLS]; 2]>,
@@ -140,8 +140,6 @@ unsafe impl Sync for Hart {}
 impl Hart {
     const fn new() -> Hart {
         Hart {
-            st: UnsafeCell::new(ThreadState::EMPTY),
-            frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
             bufs: UnsafeCell::new([[RawCall(0, 0); BUF_CALLS]; 2]),
             sending: AtomicBool::new(false),
             more: UnsafeCell::new([[0; MORE_COUNTERS]; STACK_DEPTH]),
@@ -181,10 +179,10 @@ fn hart() -> &'static Hart {
     &HARTS[hart_id()]
 }
 
-/// The core asks where the running hart's state is.
+/// The core asks which hart runs (its state is the core's, per hart).
 #[no_mangle]
-pub fn __fgtrace_state() -> *mut ThreadState {
-    hart().st.get()
+pub fn __fgtrace_hart() -> usize {
+    hart_id()
 }
 
 /// Masks machine interrupts; returns the old `mstatus`.
@@ -201,10 +199,9 @@ pub fn __fgtrace_irq_save() -> usize {
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
-    if old & 8 != 0 {
-        // SAFETY: sets mstatus.MIE back, machine mode.
-        unsafe { core::arch::asm!("csrsi mstatus, 8", options(nostack)) };
-    }
+    // SAFETY: sets mstatus.MIE back if it was set (no branch: setting no
+    // bit is no change), machine mode.
+    unsafe { core::arch::asm!("csrs mstatus, {}", in(reg) old & 8, options(nostack)) };
 }
 
 /// Masks interrupts (`cli`); returns the old `rflags`.
@@ -221,10 +218,9 @@ pub fn __fgtrace_irq_save() -> usize {
 #[cfg(target_arch = "x86_64")]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
-    if old & 0x200 != 0 {
-        // SAFETY: sets IF back, ring 0.
-        unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
-    }
+    // SAFETY: puts rflags back as they were (IF with them; no branch),
+    // ring 0.
+    unsafe { core::arch::asm!("push {}", "popfq", in(reg) old) };
 }
 
 // ------------------------------------------------------------------ output
@@ -776,7 +772,7 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
         _ => core::ptr::null(),
     };
     let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
-    st.frames = h.frames.get() as *mut Frame;
+    st.frames = probe::board::hart().frames();
     st.stack_cap = STACK_DEPTH as u32;
     st.depth = st.depth.min(st.stack_cap);
     st.buf = h.bufs.get() as *mut RawCall;
@@ -917,6 +913,9 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     }
     REFUSED.store(0, Relaxed);
     with_out(|o| o.meta());
+    // Every hart joins the new session on its next call (the plain entry
+    // would match the last session's decisions otherwise).
+    probe::board::reset_fast();
     control::session_on(gen);
 }
 
@@ -942,6 +941,7 @@ pub fn sample_hz() -> u32 {
 /// table again, and [`END`].
 pub fn stop() {
     control::session_off();
+    probe::board::reset_fast();
     let id = hart_id();
     if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
         dump();

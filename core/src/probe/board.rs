@@ -1,0 +1,248 @@
+//! The board probe (`irq-mask`, no `std`): where each hart's state lives,
+//! and the common entry and exit, short enough to sit near the floor of two
+//! clock reads, a push, a pop and one 16-byte record.
+//!
+//! * **State.** Each hart's [`ThreadState`] and shadow stack are one static
+//!   slot here ([`HARTS`]), found by the platform's hart index
+//!   (`__fgtrace_hart`); hart 0's is a constant address, so the common case
+//!   is one index read and one branch, no arithmetic.
+//! * **Entry** ([`enter_board`]): one compare of the site's cached decision
+//!   word with the hart's `fast` word (`generation << 3 | Record` while the
+//!   hart's session state allows the plain path: joined, no per-call
+//!   counter, no threshold, no depth limit, no count-only sites; otherwise a
+//!   value no decision word takes), one bound check, then the frame: site,
+//!   no flags, stack pointer, clock. No serial: nested interrupt handlers
+//!   leave the shadow stack as they found it, and a board unwinds no stack
+//!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
+//!   a guard whose frame is not on top takes the general path, which finds
+//!   its frame by slot (the fast frames' tag is 0, their guards' serial
+//!   [`FAST`] with serial 0).
+//! * **Exit** ([`exit_fast`]): with interrupts masked, the pop and the
+//!   record (so an interrupt's records nest in exit order), then the
+//!   buffer's handoff with interrupts as they were, as before. Anything
+//!   else (a counted call, a frame not on top, a full buffer) takes the
+//!   general board exit.
+use super::{
+    enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
+};
+use crate::clock::ticks;
+use crate::record::{kind, RawCall};
+use crate::site::{Decision, Site};
+use core::cell::UnsafeCell;
+use core::marker::PhantomData;
+use core::sync::atomic::{compiler_fence, Ordering::*};
+
+/// Harts with a state of their own (a hart index at or past this shares the
+/// last one's: give each hart its own by raising it).
+pub const HARTS: usize = 4;
+/// Shadow-stack depth per hart.
+pub const STACK_DEPTH: usize = 64;
+/// `ThreadState::fast` while the hart's calls must take the general path.
+pub const FAST_OFF: u32 = u32::MAX;
+/// A guard's serial bit: pushed by [`enter_board`] (its frame's tag is 0).
+pub(super) const FAST: u32 = 1 << 31;
+
+/// One hart's state and shadow stack.
+#[repr(C)]
+pub struct Hart {
+    st: UnsafeCell<ThreadState>,
+    frames: UnsafeCell<[Frame; STACK_DEPTH]>,
+}
+
+// SAFETY: each slot is used by its own hart (and that hart's interrupt
+// handlers, which the probe's slot reservation and masking make safe).
+unsafe impl Sync for Hart {}
+
+/// Every hart's state.
+pub static STATES: [Hart; HARTS] = [const {
+    Hart {
+        st: UnsafeCell::new(ThreadState::EMPTY),
+        frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
+    }
+}; HARTS];
+
+/// The running hart's slot.
+#[inline(always)]
+pub fn hart() -> &'static Hart {
+    // SAFETY: the platform's function, no preconditions.
+    let h = unsafe { platform::__fgtrace_hart() };
+    if h == 0 {
+        &STATES[0]
+    } else {
+        other_hart(h)
+    }
+}
+
+/// Any hart but the first (out of line, so that the first's slot stays a
+/// constant address rather than an index computation).
+#[cold]
+#[inline(never)]
+fn other_hart(h: usize) -> &'static Hart {
+    &STATES[h.min(HARTS - 1)]
+}
+
+impl Hart {
+    /// The hart's state.
+    pub fn state(&self) -> *mut ThreadState {
+        self.st.get()
+    }
+    /// The hart's shadow stack ([`STACK_DEPTH`] frames).
+    pub fn frames(&self) -> *mut Frame {
+        self.frames.get() as *mut Frame
+    }
+}
+
+/// Makes every hart's calls take the general path until it joins again (a
+/// session starts or stops: the fast word of the last one must not match).
+pub fn reset_fast() {
+    for h in &STATES {
+        // SAFETY: a plain word the hot path only reads; a probe that read
+        // the old value finishes its push into the old session's state,
+        // which the runtime is about to reset anyway.
+        unsafe { core::ptr::write_volatile(&mut (*h.st.get()).fast, FAST_OFF) };
+    }
+}
+
+/// After a join: the plain path applies while nothing a general push decides
+/// can differ (no per-call counter, no count-only table, no threshold, no
+/// depth limit below the stack, no graph functions or hidden subtrees).
+pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
+    let plain = st.counter.is_null()
+        && st.count_only.is_null()
+        && st.threshold == 0
+        && st.max_depth >= st.stack_cap
+        && st.stack_cap as usize <= STACK_DEPTH
+        && !st.has_graph
+        && st.hide == 0
+        && st.graph == 0
+        && !st.buf.is_null();
+    st.fast = if plain {
+        gen << 3 | Decision::Record as u32
+    } else {
+        FAST_OFF
+    };
+}
+
+/// A board's entry once the control word says something records.
+#[inline(always)]
+pub(super) fn enter_board(site: &'static Site, c: u32) -> Guard {
+    // SAFETY: the platform's function, no preconditions.
+    let h = unsafe { platform::__fgtrace_hart() };
+    if h == 0 {
+        enter_on(&STATES[0], site, c)
+    } else {
+        enter_other_hart(h, site, c)
+    }
+}
+
+/// [`enter_board`] on any hart but the first: out of line, so that a traced
+/// fn keeps no value in a saved register around a call for it.
+#[cold]
+#[inline(never)]
+fn enter_other_hart(h: usize, site: &'static Site, c: u32) -> Guard {
+    enter_on(&STATES[h.min(HARTS - 1)], site, c)
+}
+
+#[inline(always)]
+fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
+    // SAFETY: this hart's own state (see `Hart`).
+    let st = unsafe { &mut *h.st.get() };
+    if site.decision_word() == st.fast {
+        let d = st.depth;
+        if (d as usize) < STACK_DEPTH {
+            // Reserved before it is filled, as in `push`: a handler that
+            // interrupts from here on pushes above it, and pops back.
+            st.depth = d + 1;
+            compiler_fence(SeqCst);
+            // SAFETY: d < STACK_DEPTH, the hart's own frames (`stack_cap` is
+            // STACK_DEPTH whenever `fast` matches, see `set_fast`).
+            let f = unsafe { &mut *(h.frames.get() as *mut Frame).add(d as usize) };
+            f.site = site.id_decided();
+            f.tag = 0;
+            f.sp = stack_pointer();
+            compiler_fence(Release);
+            f.start = ticks();
+            return Guard {
+                slot: d + 1,
+                serial: FAST,
+                _not_send: PhantomData,
+            };
+        }
+    }
+    enter_other(site, c, stack_pointer(), st, 0)
+}
+
+/// A board's exit, the clock read: the first hart's state is a constant
+/// address, so its common exit needs no register saved around a call.
+#[inline(always)]
+pub(super) fn exit_board_any(slot: u32, serial: u32, end: u64) {
+    // SAFETY: the platform's function, no preconditions.
+    let h = unsafe { platform::__fgtrace_hart() };
+    if h == 0 {
+        exit_on(&STATES[0], slot, serial, end)
+    } else {
+        exit_other_hart(h, slot, serial, end)
+    }
+}
+
+/// [`exit_board_any`] on any hart but the first.
+#[cold]
+#[inline(never)]
+fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
+    exit_on(&STATES[h.min(HARTS - 1)], slot, serial, end)
+}
+
+#[inline(always)]
+fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
+    // SAFETY: this hart's own state.
+    let st = unsafe { &mut *h.st.get() };
+    if serial & FAST != 0 && exit_fast(st, h.frames(), slot, end) {
+        return;
+    }
+    let serial = serial & SERIAL_MASK;
+    if slot & COUNTED != 0 {
+        super::exit_board_counted(st, slot, serial, end)
+    } else {
+        super::exit_board(st, slot, serial, end)
+    }
+}
+
+/// The common exit, all of it with interrupts masked: this guard's frame on
+/// top, room in the buffer. Pops it and writes its record. Returns `false`,
+/// having changed nothing, for anything else.
+#[inline(always)]
+fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let i = st.count;
+    if st.depth == slot && i < st.limit {
+        // SAFETY: 0 < slot <= depth <= stack_cap = STACK_DEPTH: a frame
+        // the plain entry pushed, so the hart's own stack (`join` sets
+        // `frames` to it on boards).
+        let f = unsafe { &*frames.add(slot as usize - 1) };
+        let depth = slot - 1;
+        st.depth = depth;
+        // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
+        // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
+        unsafe {
+            st.buf.add(i & st.mask).write(RawCall::pack(
+                f.start,
+                depth,
+                end.wrapping_sub(f.start),
+                f.site,
+                false,
+                kind::CALL,
+            ))
+        };
+        st.count = i + 1;
+        // SAFETY: as above.
+        unsafe { platform::__fgtrace_irq_restore(saved) };
+        if i + 1 >= st.limit {
+            super::handoff(st);
+        }
+        return true;
+    }
+    // SAFETY: as above.
+    unsafe { platform::__fgtrace_irq_restore(saved) };
+    false
+}
