@@ -157,8 +157,14 @@ fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
             // SAFETY: d < STACK_DEPTH, the hart's own frames (`stack_cap` is
             // STACK_DEPTH whenever `fast` matches, see `set_fast`).
             let f = unsafe { &mut *(h.frames.get() as *mut Frame).add(d as usize) };
-            f.site = site.id_decided();
-            f.tag = 0;
+            // The site and a zero tag (no flags, no serial) in one store:
+            // `tag` follows `site` in the frame.
+            // SAFETY: `site` and `tag` are adjacent u32s at an 8-byte
+            // aligned offset (`Frame` is `repr(C)`: u64, usize, u64, u32, u32).
+            unsafe {
+                (core::ptr::addr_of_mut!(f.site) as *mut u64)
+                    .write(site_word(site.id_decided()))
+            };
             f.sp = stack_pointer();
             compiler_fence(Release);
             f.start = ticks();
@@ -170,6 +176,19 @@ fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
         }
     }
     enter_other(site, c, stack_pointer(), st, 0)
+}
+
+/// `site` then a zero `tag`, as one u64 in memory order.
+#[inline(always)]
+fn site_word(id: u32) -> u64 {
+    // Sign-extended: ids are below `MAX_SITES` (2^18), so this is the
+    // zero-extended id, and 64-bit RISC-V needs no instructions for it.
+    let id = id as i32 as i64 as u64;
+    if cfg!(target_endian = "little") {
+        id
+    } else {
+        id << 32
+    }
 }
 
 /// A board's exit, the clock read: the first hart's state is a constant
