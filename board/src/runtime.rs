@@ -1,10 +1,11 @@
 //! The recording runtime on a board without an OS: RISC-V machine mode
 //! (feature `riscv`) or x86_64 in ring 0 on one CPU (feature `x86_64`).
 //!
-//! * **State per hart.** Each hart has a static slot: the core's
-//!   `ThreadState`, a shadow stack, two record buffers and a sample ring.
-//!   The core finds the running hart's slot through `__fgtrace_state` (by
-//!   `mhartid`; on x86_64 the one CPU's), and masks interrupts only from a
+//! * **State per hart.** Each hart has a static slot here (two record
+//!   buffers, a sample ring, counters) and one in the core
+//!   (`probe::board::STATES`: its `ThreadState` and shadow stack). The core
+//!   asks which hart runs through `__fgtrace_hart` (`mhartid`; on x86_64
+//!   the one CPU, 0), and masks interrupts only from a
 //!   call's pop to the end of its record and while a hook runs
 //!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler neither
 //!   corrupts the interrupted code's records nor meets a busy probe.

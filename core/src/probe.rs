@@ -31,15 +31,18 @@
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
 //!
-//! Boards (`irq-mask`, no `std`) differ in five places: the common entry
-//! pushes a plain frame (`enter_board`); hooks that run busy
-//! run with interrupts masked, so an interrupt handler's traced call never
-//! meets a busy probe; the exit pops and writes its record with interrupts
-//! masked (the common case in one stretch, `exit_fast`), so an interrupt's
-//! records nest in exit order; a full buffer is handed over not busy,
-//! before and after, so the board sends it while recording goes on in a
-//! second buffer; and a counted call reads its counter right after the
-//! clock and asks the platform for its further counters.
+//! Boards (`irq-mask`, no `std`) differ in six places: each hart's state
+//! and shadow stack are the core's own statics (`board`), hart 0's at a
+//! constant address; the common entry compares the site's decision word
+//! with one word of the hart's state and pushes a plain frame, no serial
+//! (`board::enter_board`); hooks that run busy run with interrupts masked,
+//! so an interrupt handler's traced call never meets a busy probe; the exit
+//! pops and writes its record with interrupts masked (the common case in
+//! one stretch, `board::exit_fast`), so an interrupt's records nest in exit
+//! order; a full buffer is handed over not busy, before and after, so the
+//! board sends it while recording goes on in a second buffer; and a counted
+//! call reads its counter right after the clock and asks the platform for
+//! its further counters.
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};

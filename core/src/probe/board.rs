@@ -6,7 +6,7 @@
 //!   slot here ([`HARTS`]), found by the platform's hart index
 //!   (`__fgtrace_hart`); hart 0's is a constant address, so the common case
 //!   is one index read and one branch, no arithmetic.
-//! * **Entry** ([`enter_board`]): one compare of the site's cached decision
+//! * **Entry** (`enter_board`): one compare of the site's cached decision
 //!   word with the hart's `fast` word (`generation << 3 | Record` while the
 //!   hart's session state allows the plain path: joined, no per-call
 //!   counter, no threshold, no depth limit, no count-only sites; otherwise a
@@ -17,7 +17,7 @@
 //!   a guard whose frame is not on top takes the general path, which finds
 //!   its frame by slot (the fast frames' tag is 0, their guards' serial
 //!   [`FAST`] with serial 0).
-//! * **Exit** ([`exit_fast`]): with interrupts masked, the pop and the
+//! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order), then the
 //!   buffer's handoff with interrupts as they were, as before. Anything
 //!   else (a counted call, a frame not on top, a full buffer) takes the
@@ -26,7 +26,7 @@ use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
 use crate::clock::ticks;
-use crate::record::{kind, RawCall};
+use crate::record::{RawCall, DUR_BITS, DUR_MAX, START_BITS, START_MASK};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -39,7 +39,7 @@ pub const HARTS: usize = 4;
 pub const STACK_DEPTH: usize = 64;
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by [`enter_board`] (its frame's tag is 0).
+/// A guard's serial bit: pushed by `enter_board` (its frame's tag is 0).
 pub(super) const FAST: u32 = 1 << 31;
 
 /// One hart's state and shadow stack.
@@ -135,7 +135,7 @@ pub(super) fn enter_board(site: &'static Site, c: u32) -> Guard {
     }
 }
 
-/// [`enter_board`] on any hart but the first: out of line, so that a traced
+/// `enter_board` on any hart but the first: out of line, so that a traced
 /// fn keeps no value in a saved register around a call for it.
 #[cold]
 #[inline(never)]
@@ -204,7 +204,7 @@ pub(super) fn exit_board_any(slot: u32, serial: u32, end: u64) {
     }
 }
 
-/// [`exit_board_any`] on any hart but the first.
+/// `exit_board_any` on any hart but the first.
 #[cold]
 #[inline(never)]
 fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
@@ -234,25 +234,29 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
     let i = st.count;
+    // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed, so
+    // the hart's own stack (`join` sets `frames` to it on boards); read
+    // only once `depth == slot` says it is this guard's.
+    let f = unsafe { &*frames.add((slot as usize).wrapping_sub(1)) };
     if st.depth == slot && i < st.limit {
-        // SAFETY: 0 < slot <= depth <= stack_cap = STACK_DEPTH: a frame
-        // the plain entry pushed, so the hart's own stack (`join` sets
-        // `frames` to it on boards).
-        let f = unsafe { &*frames.add(slot as usize - 1) };
+        let dur = end.wrapping_sub(f.start);
+        // A duration the record cannot hold (hours) saturates on the
+        // general path.
+        if dur > DUR_MAX {
+            // SAFETY: as below.
+            unsafe { platform::__fgtrace_irq_restore(saved) };
+            return false;
+        }
         let depth = slot - 1;
         st.depth = depth;
+        // `RawCall::pack` of a plain call whose duration fits, by hand.
+        let rec = RawCall(
+            (f.start & START_MASK) | (depth as u64) << START_BITS,
+            dur | (f.site as u64) << DUR_BITS,
+        );
         // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
         // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
-        unsafe {
-            st.buf.add(i & st.mask).write(RawCall::pack(
-                f.start,
-                depth,
-                end.wrapping_sub(f.start),
-                f.site,
-                false,
-                kind::CALL,
-            ))
-        };
+        unsafe { st.buf.add(i & st.mask).write(rec) };
         st.count = i + 1;
         // SAFETY: as above.
         unsafe { platform::__fgtrace_irq_restore(saved) };
