@@ -230,8 +230,8 @@ struct Out {
     sink: Option<&'static mut dyn Sink>,
     seq: u16,
     since_meta: u32,
+    /// The frame being built: its payload is filled in place.
     scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
-    payload: [u8; MAX_PAYLOAD],
 }
 
 struct OutCell(UnsafeCell<Out>);
@@ -243,7 +243,6 @@ static OUT: OutCell = OutCell(UnsafeCell::new(Out {
     seq: 0,
     since_meta: 0,
     scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
-    payload: [0; MAX_PAYLOAD],
 }));
 /// The output's owner: 0 when free, else the owning hart's index + 1.
 static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
@@ -293,24 +292,10 @@ fn with_out_open<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
 impl Out {
     /// Builds a payload with `fill` and sends it as one frame.
     fn frame(&mut self, kind: u8, hart: u8, fill: impl FnOnce(&mut Writer<'_>)) {
-        let mut w = Writer::new(&mut self.payload);
+        let mut w = Writer::new(&mut self.scratch[HEADER..HEADER + MAX_PAYLOAD]);
         fill(&mut w);
         let len = w.len;
-        let n = wire::encode(
-            &mut self.scratch,
-            self.seq,
-            kind,
-            hart,
-            &self.payload[..len],
-        );
-        self.seq = self.seq.wrapping_add(1);
-        self.since_meta += 1;
-        if let Some(sink) = self.sink.as_deref_mut() {
-            let took = sink.write(&self.scratch[..n]);
-            if took < n {
-                REFUSED.fetch_add((n - took) as u64, Relaxed);
-            }
-        }
+        self.send_scratch(kind, hart, len);
     }
 
     fn meta(&mut self) {
@@ -379,56 +364,29 @@ impl Out {
 
     /// `first`: the index of `recs[0]` among the hart's records this
     /// session, so the host can tell exactly which records never arrived.
+    /// Packed ([`CALLS_PACKED`]: a plain call in about 6 bytes, where the
+    /// record has 16) straight into the frame, which goes to the sink whole.
     fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) {
-        let per = (MAX_PAYLOAD - 8) / 16;
-        for (k, chunk) in recs.chunks(per).enumerate() {
+        let mut at = 0;
+        while at < recs.len() {
             self.maybe_repeat_meta();
-            let index = first + (k * per) as u64;
-            #[cfg(target_endian = "little")]
-            {
-                // The records go out as they are in memory: a `RawCall` is
-                // two u64s, which little-endian memory holds in the wire's
-                // byte order. No copy: the CRC runs over the buffer and the
-                // sink takes it from there.
-                // SAFETY: `RawCall` is `repr(C)`, two u64s, no padding.
-                let bytes = unsafe {
-                    core::slice::from_raw_parts(chunk.as_ptr() as *const u8, chunk.len() * 16)
-                };
-                self.frame_parts(CALLS, hart, &index.to_le_bytes(), bytes);
-            }
-            #[cfg(not(target_endian = "little"))]
-            self.frame(CALLS, hart, |w| {
-                w.u64(index);
-                for r in chunk {
-                    w.u64(r.0).u64(r.1);
-                }
-            });
+            let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
+            body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
+            let (n, used) = wire::pack_calls(&mut body[8..], &recs[at..]);
+            at += n;
+            self.send_scratch(CALLS_PACKED, hart, 8 + used);
         }
     }
 
-    /// Sends one frame whose payload is `head` then `body`, straight to the
-    /// sink (header, body and CRC as three writes; nothing copied).
-    #[cfg(target_endian = "little")]
-    fn frame_parts(&mut self, kind: u8, hart: u8, head: &[u8; 8], body: &[u8]) {
-        let len = (head.len() + body.len()).min(MAX_PAYLOAD);
-        let body = &body[..len - head.len()];
-        let mut h = [0u8; HEADER + 8];
-        h[..4].copy_from_slice(&SYNC);
-        h[4..6].copy_from_slice(&self.seq.to_le_bytes());
-        h[6] = kind;
-        h[7] = hart;
-        h[8..10].copy_from_slice(&(len as u16).to_le_bytes());
-        h[HEADER..].copy_from_slice(head);
-        let crc = wire::crc32(wire::crc32(0, &h[4..]), body).to_le_bytes();
+    /// Sends the payload of `len` bytes already in `scratch[HEADER..]`.
+    fn send_scratch(&mut self, kind: u8, hart: u8, len: usize) {
+        let n = wire::seal(&mut self.scratch, self.seq, kind, hart, len);
         self.seq = self.seq.wrapping_add(1);
         self.since_meta += 1;
         if let Some(sink) = self.sink.as_deref_mut() {
-            let mut refused = 0;
-            for part in [&h[..], body, &crc[..]] {
-                refused += part.len() - sink.write(part).min(part.len());
-            }
-            if refused > 0 {
-                REFUSED.fetch_add(refused as u64, Relaxed);
+            let took = sink.write(&self.scratch[..n]);
+            if took < n {
+                REFUSED.fetch_add((n - took) as u64, Relaxed);
             }
         }
     }

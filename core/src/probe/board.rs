@@ -162,8 +162,7 @@ fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
             // SAFETY: `site` and `tag` are adjacent u32s at an 8-byte
             // aligned offset (`Frame` is `repr(C)`: u64, usize, u64, u32, u32).
             unsafe {
-                (core::ptr::addr_of_mut!(f.site) as *mut u64)
-                    .write(site_word(site.id_decided()))
+                (core::ptr::addr_of_mut!(f.site) as *mut u64).write(site_word(site.id_decided()))
             };
             f.sp = stack_pointer();
             compiler_fence(Release);
