@@ -138,8 +138,11 @@ pub fn seal(out: &mut [u8], seq: u16, kind: u8, hart: u8, len: usize) -> usize {
     HEADER + n + TRAILER
 }
 
-/// Most bytes [`pack_calls`] writes for one record.
-pub const PACKED_MAX: usize = 1 + 16;
+/// Most bytes [`pack_calls`] writes for one record: a plain call's
+/// varints, `depth << 1` (10 + 1 bits: 2 bytes), site (18 bits: 3), zigzag
+/// start difference (55 bits: 8) and duration (43 bits: 7); any other
+/// record takes 17.
+pub const PACKED_MAX: usize = 2 + 3 + 8 + 7;
 
 /// Packs call records for [`CALLS_PACKED`] into `out`, as many as fit;
 /// returns how many records and how many bytes.
@@ -605,6 +608,29 @@ mod tests {
         let mut back = Vec::new();
         assert_eq!(unpack_calls(&out[..used], |r| back.push(r)), Ok(n));
         assert_eq!(back[..], recs[..n]);
+    }
+
+    /// The largest plain calls (every field at its widest, starts jumping
+    /// across the whole range) fill any buffer without writing past it.
+    #[test]
+    fn the_widest_records_fit_in_packed_max_bytes() {
+        use fgtrace_core::record::kind;
+        let recs: Vec<RawCall> = (0..8)
+            .map(|i| {
+                let start = if i % 2 == 0 { START_MASK } else { 0 };
+                RawCall::pack(start, MAX_DEPTH, DUR_MAX, MAX_SITES - 1, false, kind::CALL)
+            })
+            .collect();
+        let mut one = [0u8; PACKED_MAX];
+        assert_eq!(pack_calls(&mut one, &recs[..1]), (1, PACKED_MAX));
+        for len in PACKED_MAX..PACKED_MAX * 4 {
+            let mut out = std::vec![0u8; len];
+            let (n, used) = pack_calls(&mut out, &recs);
+            assert!(n >= 1 && used <= len, "{len}: {n} records in {used} bytes");
+            let mut back = Vec::new();
+            assert_eq!(unpack_calls(&out[..used], |r| back.push(r)), Ok(n));
+            assert_eq!(back[..], recs[..n]);
+        }
     }
 
     /// Every cut of a packed payload, and bytes no encoder writes, give an
