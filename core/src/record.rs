@@ -75,11 +75,9 @@ impl AllocCounts {
 pub const EXT_B_MAX: u64 = (1 << 56) - 1;
 const UNWOUND_BIT: u64 = 1 << 61;
 
-/// Bits of the entry time in word 0 (the depth above them).
-pub const START_BITS: u32 = 54;
+const START_BITS: u32 = 54;
 const DEPTH_BITS: u32 = 10;
-/// Bits of the duration in word 1 (the site id above them).
-pub const DUR_BITS: u32 = 43;
+const DUR_BITS: u32 = 43;
 const SITE_BITS: u32 = 18;
 /// The bits of the entry time a record keeps.
 pub const START_MASK: u64 = (1 << START_BITS) - 1;

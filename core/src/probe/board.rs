@@ -26,7 +26,7 @@ use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
 use crate::clock::ticks;
-use crate::record::{RawCall, DUR_BITS, DUR_MAX, START_BITS, START_MASK};
+use crate::record::{kind, RawCall, DUR_MAX};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -248,11 +248,8 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
         }
         let depth = slot - 1;
         st.depth = depth;
-        // `RawCall::pack` of a plain call whose duration fits, by hand.
-        let rec = RawCall(
-            (f.start & START_MASK) | (depth as u64) << START_BITS,
-            dur | (f.site as u64) << DUR_BITS,
-        );
+        // Its saturation is dead code here: the duration fits.
+        let rec = RawCall::pack(f.start, depth, dur, f.site, false, kind::CALL);
         // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
         // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
         unsafe { st.buf.add(i & st.mask).write(rec) };
