@@ -917,6 +917,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     // would match the last session's decisions otherwise).
     probe::board::reset_fast();
     control::session_on(gen);
+    probe::board::set_on(true);
 }
 
 /// Whether a session records.
@@ -940,6 +941,7 @@ pub fn sample_hz() -> u32 {
 /// buffer's tail, or the whole flight recorder), then the counters, the site
 /// table again, and [`END`].
 pub fn stop() {
+    probe::board::set_on(false);
     control::session_off();
     probe::board::reset_fast();
     let id = hart_id();

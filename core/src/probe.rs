@@ -439,14 +439,23 @@ impl Drop for Guard {
 /// Entry probe: what `#[traced]` calls first in every instrumented fn.
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
-    let c = CONTROL.load(Relaxed);
-    if c & ON_MASK == 0 {
-        return Guard::OFF;
-    }
+    // Boards test a byte of their own (a session records), which their
+    // runtime keeps with the control word: one load and a branch, no mask.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    return board::enter_board(site, c);
+    {
+        if !board::on() {
+            return Guard::OFF;
+        }
+        board::enter_board(site)
+    }
     #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
-    enter_out(site, c, stack_pointer(), caller_state())
+    {
+        let c = CONTROL.load(Relaxed);
+        if c & ON_MASK == 0 {
+            return Guard::OFF;
+        }
+        enter_out(site, c, stack_pointer(), caller_state())
+    }
 }
 
 /// This thread's state, read in the traced fn itself where that is cheap

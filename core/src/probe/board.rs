@@ -26,11 +26,12 @@ use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
 use crate::clock::ticks;
+use crate::control::CONTROL;
 use crate::record::{kind, RawCall, DUR_MAX};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
-use core::sync::atomic::{compiler_fence, Ordering::*};
+use core::sync::atomic::{compiler_fence, AtomicBool, Ordering::*};
 
 /// Harts with a state of their own (a hart index at or past this shares the
 /// last one's: give each hart its own by raising it).
@@ -53,13 +54,51 @@ pub struct Hart {
 // handlers, which the probe's slot reservation and masking make safe).
 unsafe impl Sync for Hart {}
 
-/// Every hart's state.
-pub static STATES: [Hart; HARTS] = [const {
-    Hart {
-        st: UnsafeCell::new(ThreadState::EMPTY),
-        frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
+/// Every hart's state, after the byte that says a session records: one
+/// static, so that the traced fn's first test and its hart-0 state share
+/// one base address.
+#[repr(C)]
+pub struct States {
+    on: AtomicBool,
+    harts: [Hart; HARTS],
+}
+
+impl core::ops::Index<usize> for States {
+    type Output = Hart;
+    fn index(&self, i: usize) -> &Hart {
+        &self.harts[i]
     }
-}; HARTS];
+}
+
+impl States {
+    /// Every hart's slot.
+    pub fn iter(&self) -> core::slice::Iter<'_, Hart> {
+        self.harts.iter()
+    }
+}
+
+/// Every hart's state.
+pub static STATES: States = States {
+    on: AtomicBool::new(false),
+    harts: [const {
+        Hart {
+            st: UnsafeCell::new(ThreadState::EMPTY),
+            frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
+        }
+    }; HARTS],
+};
+
+/// A session records: what a board's probe tests first (the runtime sets
+/// it with the control word's session bit).
+#[inline(always)]
+pub fn on() -> bool {
+    STATES.on.load(Relaxed)
+}
+
+/// Says whether a session records (with `control::session_on`/`off`).
+pub fn set_on(on: bool) {
+    STATES.on.store(on, Release);
+}
 
 /// The running hart's slot.
 #[inline(always)]
@@ -95,7 +134,7 @@ impl Hart {
 /// Makes every hart's calls take the general path until it joins again (a
 /// session starts or stops: the fast word of the last one must not match).
 pub fn reset_fast() {
-    for h in &STATES {
+    for h in STATES.iter() {
         // SAFETY: a plain word the hot path only reads; a probe that read
         // the old value finishes its push into the old session's state,
         // which the runtime is about to reset anyway.
@@ -125,13 +164,13 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 
 /// A board's entry once the control word says something records.
 #[inline(always)]
-pub(super) fn enter_board(site: &'static Site, c: u32) -> Guard {
+pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        enter_on(&STATES[0], site, c)
+        enter_on(&STATES[0], site)
     } else {
-        enter_other_hart(h, site, c)
+        enter_other_hart(h, site)
     }
 }
 
@@ -139,12 +178,12 @@ pub(super) fn enter_board(site: &'static Site, c: u32) -> Guard {
 /// fn keeps no value in a saved register around a call for it.
 #[cold]
 #[inline(never)]
-fn enter_other_hart(h: usize, site: &'static Site, c: u32) -> Guard {
-    enter_on(&STATES[h.min(HARTS - 1)], site, c)
+fn enter_other_hart(h: usize, site: &'static Site) -> Guard {
+    enter_on(&STATES[h.min(HARTS - 1)], site)
 }
 
 #[inline(always)]
-fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
+fn enter_on(h: &'static Hart, site: &'static Site) -> Guard {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
     if site.decision_word() == st.fast {
@@ -174,7 +213,7 @@ fn enter_on(h: &'static Hart, site: &'static Site, c: u32) -> Guard {
             };
         }
     }
-    enter_other(site, c, stack_pointer(), st, 0)
+    enter_other(site, CONTROL.load(Relaxed), stack_pointer(), st, 0)
 }
 
 /// `site` then a zero `tag`, as one u64 in memory order.
