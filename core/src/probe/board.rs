@@ -3,9 +3,11 @@
 //! clock reads, a push, a pop and one 16-byte record.
 //!
 //! * **State.** Each hart's [`ThreadState`] and shadow stack are one static
-//!   slot here ([`HARTS`]), found by the platform's hart index
-//!   (`__fgtrace_hart`); hart 0's is a constant address, so the common case
-//!   is one index read and one branch, no arithmetic.
+//!   slot here ([`STATES`], [`HARTS`] of them), found by the platform's hart
+//!   index (`__fgtrace_hart`); hart 0's is a constant address, so the common
+//!   case is one index read and one branch, no arithmetic. The same static
+//!   starts with the byte that says a session records ([`on`]): a traced
+//!   fn's first test, whose address is hart 0's state's too.
 //! * **Entry** (`enter_board`): one compare of the site's cached decision
 //!   word with the hart's `fast` word (`generation << 3 | Record` while the
 //!   hart's session state allows the plain path: joined, no per-call
@@ -16,7 +18,7 @@
 //!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
 //!   a guard whose frame is not on top takes the general path, which finds
 //!   its frame by slot (the fast frames' tag is 0, their guards' serial
-//!   [`FAST`] with serial 0).
+//!   the `FAST` bit with serial 0).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order), then the
 //!   buffer's handoff with interrupts as they were, as before. Anything
