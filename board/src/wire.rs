@@ -162,18 +162,27 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
         if out.len() - at < PACKED_MAX {
             break;
         }
+        let rec = &mut out[at..at + PACKED_MAX];
         if r.1 >> 61 == 0 {
             let start = r.start_low();
             let delta = start.wrapping_sub(prev) as i64;
             prev = start;
-            at = varint(out, at, (r.depth() as u64) << 1);
-            at = varint(out, at, r.site() as u64);
-            at = varint(out, at, ((delta << 1) ^ (delta >> 63)) as u64);
-            at = varint(out, at, r.dur());
+            let p = rec.as_mut_ptr();
+            // SAFETY: `rec` has PACKED_MAX bytes, the most these four
+            // varints take (see `PACKED_MAX`): the board writes every byte
+            // it streams through here, unchecked.
+            let end = unsafe {
+                let q = varint(p, (r.depth() as u64) << 1);
+                let q = varint(q, r.site() as u64);
+                let q = varint(q, ((delta << 1) ^ (delta >> 63)) as u64);
+                varint(q, r.dur())
+            };
+            // SAFETY: both in `rec`.
+            at += unsafe { end.offset_from(p) } as usize;
         } else {
-            out[at] = 1;
-            out[at + 1..at + 9].copy_from_slice(&r.0.to_le_bytes());
-            out[at + 9..at + 17].copy_from_slice(&r.1.to_le_bytes());
+            rec[0] = 1;
+            rec[1..9].copy_from_slice(&r.0.to_le_bytes());
+            rec[9..17].copy_from_slice(&r.1.to_le_bytes());
             at += 17;
         }
         n += 1;
@@ -181,16 +190,24 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
     (n, at)
 }
 
-/// Writes `v` as LEB128 at `out[at..]`; returns the next position.
+/// Writes `v` as LEB128 at `p`; returns the byte after it.
+///
+/// # Safety
+/// `p` has room for `v`'s bytes (7 bits each).
 #[inline(always)]
-fn varint(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
+unsafe fn varint(mut p: *mut u8, mut v: u64) -> *mut u8 {
     while v >= 0x80 {
-        out[at] = v as u8 | 0x80;
+        // SAFETY: the caller's room.
+        unsafe { p.write(v as u8 | 0x80) };
         v >>= 7;
-        at += 1;
+        // SAFETY: as above.
+        p = unsafe { p.add(1) };
     }
-    out[at] = v as u8;
-    at + 1
+    // SAFETY: as above.
+    unsafe {
+        p.write(v as u8);
+        p.add(1)
+    }
 }
 
 /// Unpacks a [`CALLS_PACKED`] payload's records (after its first index),
