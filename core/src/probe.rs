@@ -962,7 +962,9 @@ fn exit(slot: u32, serial: u32) {
 /// `push_counted`), then the rest.
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+// The state last: the board's plain exit calls it with the guard's fields
+// still in the argument registers they came in.
+fn exit_board_counted(slot: u32, serial: u32, end: u64, st: &mut ThreadState) {
     // All counters with interrupts masked (see `push_counted`).
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
@@ -1002,7 +1004,8 @@ fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 /// common exit saves few registers).
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+// The state last, as in `exit_board_counted`.
+fn exit_board(slot: u32, serial: u32, end: u64, st: &mut ThreadState) {
     if st.count >= st.limit && !st.buf.is_null() {
         handoff(st);
     }

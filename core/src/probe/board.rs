@@ -260,9 +260,9 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     }
     let serial = serial & SERIAL_MASK;
     if slot & COUNTED != 0 {
-        super::exit_board_counted(st, slot, serial, end)
+        super::exit_board_counted(slot, serial, end, st)
     } else {
-        super::exit_board(st, slot, serial, end)
+        super::exit_board(slot, serial, end, st)
     }
 }
 
@@ -277,7 +277,9 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
     // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed, so
     // the hart's own stack (`join` sets `frames` to it on boards); read
     // only once `depth == slot` says it is this guard's.
-    let f = unsafe { &*frames.add((slot as usize).wrapping_sub(1)) };
+    // (Sign-extended: a plain guard's slot is at most STACK_DEPTH, so this
+    // is the slot, and 64-bit RISC-V needs no instructions for it.)
+    let f = unsafe { &*frames.offset(slot as i32 as isize - 1) };
     if st.depth == slot && i < st.limit {
         let dur = end.wrapping_sub(f.start);
         // A duration the record cannot hold (hours) saturates on the
