@@ -1,10 +1,11 @@
 //! The recording runtime on a board without an OS: RISC-V machine mode
 //! (feature `riscv`) or x86_64 in ring 0 on one CPU (feature `x86_64`).
 //!
-//! * **State per hart.** Each hart has a static slot: the core's
-//!   `ThreadState`, a shadow stack, two record buffers and a sample ring.
-//!   The core finds the running hart's slot through `__fgtrace_state` (by
-//!   `mhartid`; on x86_64 the one CPU's), and masks interrupts only from a
+//! * **State per hart.** Each hart has a static slot here (two record
+//!   buffers, a sample ring, counters) and one in the core
+//!   (`probe::board::STATES`: its `ThreadState` and shadow stack). The core
+//!   asks which hart runs through `__fgtrace_hart` (`mhartid`; on x86_64
+//!   the one CPU, 0), and masks interrupts only from a
 //!   call's pop to the end of its record and while a hook runs
 //!   (`__fgtrace_irq_save`/`restore`), so a traced interrupt handler neither
 //!   corrupts the interrupted code's records nor meets a busy probe.
@@ -28,16 +29,16 @@
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
-use fgtrace_core::probe::{self, Counter, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::{self, Counter, Hooks, ThreadState};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
 use fgtrace_core::{clock, control, unwind};
 
 /// Harts with a slot of their own (others share the last one's: give each
-/// hart its own by raising this).
-pub const MAX_HARTS: usize = 4;
+/// hart its own by raising this, in the core, where their states are).
+pub const MAX_HARTS: usize = probe::board::HARTS;
 /// Shadow-stack depth per hart.
-pub const STACK_DEPTH: usize = 64;
+pub const STACK_DEPTH: usize = probe::board::STACK_DEPTH;
 /// Records per hart: a stream batch, or the flight recorder's ring.
 pub const BUF_CALLS: usize = 256;
 /// Sampled stacks queued per hart between flushes.
@@ -111,9 +112,9 @@ impl Sample {
     };
 }
 
+/// A hart's buffers and counters (its state and shadow stack are the
+/// core's, `probe::board::STATES`).
 struct Hart {
-    st: UnsafeCell<ThreadState>,
-    frames: UnsafeCell<[Frame; STACK_DEPTH]>,
     /// Two record buffers: the probe writes one while the other is sent
     /// (the flight recorder's ring is the first).
     bufs: UnsafeCell<[[RawCall; BUF_CALLS]; 2]>,
@@ -140,8 +141,6 @@ unsafe impl Sync for Hart {}
 impl Hart {
     const fn new() -> Hart {
         Hart {
-            st: UnsafeCell::new(ThreadState::EMPTY),
-            frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
             bufs: UnsafeCell::new([[RawCall(0, 0); BUF_CALLS]; 2]),
             sending: AtomicBool::new(false),
             more: UnsafeCell::new([[0; MORE_COUNTERS]; STACK_DEPTH]),
@@ -181,10 +180,10 @@ fn hart() -> &'static Hart {
     &HARTS[hart_id()]
 }
 
-/// The core asks where the running hart's state is.
+/// The core asks which hart runs (its state is the core's, per hart).
 #[no_mangle]
-pub fn __fgtrace_state() -> *mut ThreadState {
-    hart().st.get()
+pub fn __fgtrace_hart() -> usize {
+    hart_id()
 }
 
 /// Masks machine interrupts; returns the old `mstatus`.
@@ -201,10 +200,9 @@ pub fn __fgtrace_irq_save() -> usize {
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
-    if old & 8 != 0 {
-        // SAFETY: sets mstatus.MIE back, machine mode.
-        unsafe { core::arch::asm!("csrsi mstatus, 8", options(nostack)) };
-    }
+    // SAFETY: sets mstatus.MIE back if it was set (no branch: setting no
+    // bit is no change), machine mode.
+    unsafe { core::arch::asm!("csrs mstatus, {}", in(reg) old & 8, options(nostack)) };
 }
 
 /// Masks interrupts (`cli`); returns the old `rflags`.
@@ -221,10 +219,9 @@ pub fn __fgtrace_irq_save() -> usize {
 #[cfg(target_arch = "x86_64")]
 #[no_mangle]
 pub fn __fgtrace_irq_restore(old: usize) {
-    if old & 0x200 != 0 {
-        // SAFETY: sets IF back, ring 0.
-        unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
-    }
+    // SAFETY: puts rflags back as they were (IF with them; no branch),
+    // ring 0.
+    unsafe { core::arch::asm!("push {}", "popfq", in(reg) old) };
 }
 
 // ------------------------------------------------------------------ output
@@ -233,8 +230,8 @@ struct Out {
     sink: Option<&'static mut dyn Sink>,
     seq: u16,
     since_meta: u32,
+    /// The frame being built: its payload is filled in place.
     scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
-    payload: [u8; MAX_PAYLOAD],
 }
 
 struct OutCell(UnsafeCell<Out>);
@@ -246,7 +243,6 @@ static OUT: OutCell = OutCell(UnsafeCell::new(Out {
     seq: 0,
     since_meta: 0,
     scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
-    payload: [0; MAX_PAYLOAD],
 }));
 /// The output's owner: 0 when free, else the owning hart's index + 1.
 static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
@@ -296,24 +292,10 @@ fn with_out_open<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
 impl Out {
     /// Builds a payload with `fill` and sends it as one frame.
     fn frame(&mut self, kind: u8, hart: u8, fill: impl FnOnce(&mut Writer<'_>)) {
-        let mut w = Writer::new(&mut self.payload);
+        let mut w = Writer::new(&mut self.scratch[HEADER..HEADER + MAX_PAYLOAD]);
         fill(&mut w);
         let len = w.len;
-        let n = wire::encode(
-            &mut self.scratch,
-            self.seq,
-            kind,
-            hart,
-            &self.payload[..len],
-        );
-        self.seq = self.seq.wrapping_add(1);
-        self.since_meta += 1;
-        if let Some(sink) = self.sink.as_deref_mut() {
-            let took = sink.write(&self.scratch[..n]);
-            if took < n {
-                REFUSED.fetch_add((n - took) as u64, Relaxed);
-            }
-        }
+        self.send_scratch(kind, hart, len);
     }
 
     fn meta(&mut self) {
@@ -382,16 +364,30 @@ impl Out {
 
     /// `first`: the index of `recs[0]` among the hart's records this
     /// session, so the host can tell exactly which records never arrived.
+    /// Packed ([`CALLS_PACKED`]: a plain call in about 6 bytes, where the
+    /// record has 16) straight into the frame, which goes to the sink whole.
     fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) {
-        let per = (MAX_PAYLOAD - 8) / 16;
-        for (k, chunk) in recs.chunks(per).enumerate() {
+        let mut at = 0;
+        while at < recs.len() {
             self.maybe_repeat_meta();
-            self.frame(CALLS, hart, |w| {
-                w.u64(first + (k * per) as u64);
-                for r in chunk {
-                    w.u64(r.0).u64(r.1);
-                }
-            });
+            let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
+            body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
+            let (n, used) = wire::pack_calls(&mut body[8..], &recs[at..]);
+            at += n;
+            self.send_scratch(CALLS_PACKED, hart, 8 + used);
+        }
+    }
+
+    /// Sends the payload of `len` bytes already in `scratch[HEADER..]`.
+    fn send_scratch(&mut self, kind: u8, hart: u8, len: usize) {
+        let n = wire::seal(&mut self.scratch, self.seq, kind, hart, len);
+        self.seq = self.seq.wrapping_add(1);
+        self.since_meta += 1;
+        if let Some(sink) = self.sink.as_deref_mut() {
+            let took = sink.write(&self.scratch[..n]);
+            if took < n {
+                REFUSED.fetch_add((n - took) as u64, Relaxed);
+            }
         }
     }
 
@@ -776,7 +772,7 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
         _ => core::ptr::null(),
     };
     let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
-    st.frames = h.frames.get() as *mut Frame;
+    st.frames = probe::board::hart().frames();
     st.stack_cap = STACK_DEPTH as u32;
     st.depth = st.depth.min(st.stack_cap);
     st.buf = h.bufs.get() as *mut RawCall;
@@ -917,7 +913,11 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     }
     REFUSED.store(0, Relaxed);
     with_out(|o| o.meta());
+    // Every hart joins the new session on its next call (the plain entry
+    // would match the last session's decisions otherwise).
+    probe::board::reset_fast();
     control::session_on(gen);
+    probe::board::set_on(true);
 }
 
 /// Whether a session records.
@@ -941,7 +941,9 @@ pub fn sample_hz() -> u32 {
 /// buffer's tail, or the whole flight recorder), then the counters, the site
 /// table again, and [`END`].
 pub fn stop() {
+    probe::board::set_on(false);
     control::session_off();
+    probe::board::reset_fast();
     let id = hart_id();
     if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
         dump();

@@ -12,11 +12,14 @@
 //! |---|---|
 //! | [`META`] | version u8, mode u8, harts u8, ticks per second u64, session start ticks u64, session u32, sampling Hz u32, clock name (`len:u16 bytes`) and per-call counters (n u8, then n names, each `len:u16 bytes`: their deltas follow each call's record as extension records) from version 2, firmware name |
 //! | [`SITE`] | id u32, line u32, async u8, then name, module path, file, each `len:u16 bytes`, then the names of its recorded values (n u8, n x `len:u16 bytes`; absent from older firmware: none) |
-//! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64) |
+//! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64); sent by firmware before version 3 |
+//! | [`CALLS_PACKED`] | index of the first record u64, then the records packed (version 3, see [`pack_calls`]): a plain call in about 6 bytes, anything else (counters, values) as its 16 bytes |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
+
+use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
 
 /// Marks the start of every frame.
 pub const SYNC: [u8; 4] = [0xA5, 0x5A, 0xF6, 0x7E];
@@ -26,8 +29,8 @@ pub const HEADER: usize = 10;
 pub const TRAILER: usize = 4;
 /// The largest payload.
 pub const MAX_PAYLOAD: usize = 1024;
-/// Format version in [`META`].
-pub const VERSION: u8 = 2;
+/// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`]).
+pub const VERSION: u8 = 3;
 
 /// Session metadata: clock rate, mode, harts.
 pub const META: u8 = 1;
@@ -43,6 +46,8 @@ pub const STATS: u8 = 5;
 pub const TEXT: u8 = 6;
 /// The session ended.
 pub const END: u8 = 7;
+/// Call records, packed (see [`pack_calls`]).
+pub const CALLS_PACKED: u8 = 8;
 
 /// Stream mode in [`META`]: every call, dropped and counted when the sink refuses.
 pub const MODE_STREAM: u8 = 0;
@@ -54,8 +59,13 @@ pub const NO_CUT: u16 = 0xffff;
 /// Most frames in one sampled stack.
 pub const MAX_FRAMES: usize = 32;
 
-const fn crc_table() -> [u32; 256] {
-    let mut t = [0u32; 256];
+/// CRC-32 (IEEE) tables for four bytes at a time ("slicing by 4"): table
+/// 0 is the classic byte table, table `k` advances a byte's CRC by `k`
+/// further zero bytes. 4 KiB; the checksum then costs about a third of the
+/// instructions per byte of the byte-at-a-time loop, which a board runs on
+/// every byte it streams.
+const fn crc_tables() -> [[u32; 256]; 4] {
+    let mut t = [[0u32; 256]; 4];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -68,19 +78,39 @@ const fn crc_table() -> [u32; 256] {
             };
             k += 1;
         }
-        t[i] = c;
+        t[0][i] = c;
         i += 1;
+    }
+    let mut k = 1;
+    while k < 4 {
+        let mut i = 0;
+        while i < 256 {
+            let p = t[k - 1][i];
+            t[k][i] = (p >> 8) ^ t[0][(p & 0xff) as usize];
+            i += 1;
+        }
+        k += 1;
     }
     t
 }
 
-static CRC_TABLE: [u32; 256] = crc_table();
+static CRC_TABLES: [[u32; 256]; 4] = crc_tables();
 
-/// CRC-32 (IEEE), continued from `crc` (start with 0).
+/// CRC-32 (IEEE), continued from `crc` (start with 0): `crc32(crc32(0, a),
+/// b)` is the CRC of `a` then `b`.
 pub fn crc32(crc: u32, bytes: &[u8]) -> u32 {
+    let t = &CRC_TABLES;
     let mut c = !crc;
-    for &b in bytes {
-        c = CRC_TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    let mut words = bytes.chunks_exact(4);
+    for w in &mut words {
+        let v = c ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        c = t[3][(v & 0xff) as usize]
+            ^ t[2][((v >> 8) & 0xff) as usize]
+            ^ t[1][((v >> 16) & 0xff) as usize]
+            ^ t[0][(v >> 24) as usize];
+    }
+    for &b in words.remainder() {
+        c = t[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
     }
     !c
 }
@@ -89,15 +119,145 @@ pub fn crc32(crc: u32, bytes: &[u8]) -> u32 {
 /// bytes); returns its length.
 pub fn encode(out: &mut [u8], seq: u16, kind: u8, hart: u8, payload: &[u8]) -> usize {
     let n = payload.len().min(MAX_PAYLOAD);
+    out[HEADER..HEADER + n].copy_from_slice(&payload[..n]);
+    seal(out, seq, kind, hart, n)
+}
+
+/// Writes the header and CRC around a payload of `len` bytes already at
+/// `out[HEADER..]` (which must hold `HEADER + len + TRAILER` bytes); returns
+/// the frame's length.
+pub fn seal(out: &mut [u8], seq: u16, kind: u8, hart: u8, len: usize) -> usize {
+    let n = len.min(MAX_PAYLOAD);
     out[..4].copy_from_slice(&SYNC);
     out[4..6].copy_from_slice(&seq.to_le_bytes());
     out[6] = kind;
     out[7] = hart;
     out[8..10].copy_from_slice(&(n as u16).to_le_bytes());
-    out[HEADER..HEADER + n].copy_from_slice(&payload[..n]);
     let crc = crc32(0, &out[4..HEADER + n]);
     out[HEADER + n..HEADER + n + TRAILER].copy_from_slice(&crc.to_le_bytes());
     HEADER + n + TRAILER
+}
+
+/// Most bytes [`pack_calls`] writes for one record: a plain call's
+/// varints, `depth << 1` (10 + 1 bits: 2 bytes), site (18 bits: 3), zigzag
+/// start difference (55 bits: 8) and duration (43 bits: 7); any other
+/// record takes 17.
+pub const PACKED_MAX: usize = 2 + 3 + 8 + 7;
+
+/// Packs call records for [`CALLS_PACKED`] into `out`, as many as fit;
+/// returns how many records and how many bytes.
+///
+/// A plain call (kind CALL, not unwound: what the board probe writes for
+/// almost every call) is four LEB128 varints: `depth << 1`, the site id,
+/// its entry time's difference from the previous plain call's in this
+/// frame (zigzag; the first one's from 0), and its duration: about 6 bytes
+/// where the record has 16. Any other record (a call's counters or values,
+/// a lost-records mark) is the varint 1 and its 16 bytes. Every frame
+/// decodes on its own.
+pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
+    let mut at = 0;
+    let mut prev = 0u64;
+    let mut n = 0;
+    for r in recs {
+        if out.len() - at < PACKED_MAX {
+            break;
+        }
+        let rec = &mut out[at..at + PACKED_MAX];
+        if r.1 >> 61 == 0 {
+            let start = r.start_low();
+            let delta = start.wrapping_sub(prev) as i64;
+            prev = start;
+            let p = rec.as_mut_ptr();
+            // SAFETY: `rec` has PACKED_MAX bytes, the most these four
+            // varints take (see `PACKED_MAX`): the board writes every byte
+            // it streams through here, unchecked.
+            let end = unsafe {
+                let q = varint(p, (r.depth() as u64) << 1);
+                let q = varint(q, r.site() as u64);
+                let q = varint(q, ((delta << 1) ^ (delta >> 63)) as u64);
+                varint(q, r.dur())
+            };
+            // SAFETY: both in `rec`.
+            at += unsafe { end.offset_from(p) } as usize;
+        } else {
+            rec[0] = 1;
+            rec[1..9].copy_from_slice(&r.0.to_le_bytes());
+            rec[9..17].copy_from_slice(&r.1.to_le_bytes());
+            at += 17;
+        }
+        n += 1;
+    }
+    (n, at)
+}
+
+/// Writes `v` as LEB128 at `p`; returns the byte after it.
+///
+/// # Safety
+/// `p` has room for `v`'s bytes (7 bits each).
+#[inline(always)]
+unsafe fn varint(mut p: *mut u8, mut v: u64) -> *mut u8 {
+    while v >= 0x80 {
+        // SAFETY: the caller's room.
+        unsafe { p.write(v as u8 | 0x80) };
+        v >>= 7;
+        // SAFETY: as above.
+        p = unsafe { p.add(1) };
+    }
+    // SAFETY: as above.
+    unsafe {
+        p.write(v as u8);
+        p.add(1)
+    }
+}
+
+/// Unpacks a [`CALLS_PACKED`] payload's records (after its first index),
+/// handing each to `f`; `Err` names what is wrong with the first record
+/// that does not decode (the records before it were handed over).
+pub fn unpack_calls(b: &[u8], mut f: impl FnMut(RawCall)) -> Result<usize, &'static str> {
+    let mut r = Reader::new(b);
+    let mut prev = 0u64;
+    let mut n = 0;
+    while r.remaining() > 0 {
+        let head = r.varint().ok_or("a record's header is cut short")?;
+        if head & 1 != 0 {
+            if head != 1 {
+                return Err("a record's header has unknown bits");
+            }
+            let w0 = r.u64().ok_or("a whole record is cut short")?;
+            let w1 = r.u64().ok_or("a whole record is cut short")?;
+            f(RawCall(w0, w1));
+        } else {
+            let depth = head >> 1;
+            let site = r.varint().ok_or("a call's site is cut short")?;
+            let delta = r.varint().ok_or("a call's start is cut short")?;
+            let dur = r.varint().ok_or("a call's duration is cut short")?;
+            if depth > MAX_DEPTH as u64 {
+                return Err("a call's depth is past the deepest a record holds");
+            }
+            if site >= MAX_SITES as u64 {
+                return Err("a call's site id is past the last site");
+            }
+            if dur > DUR_MAX {
+                return Err("a call's duration is past the longest a record holds");
+            }
+            let delta = ((delta >> 1) as i64) ^ -((delta & 1) as i64);
+            let start = prev.wrapping_add(delta as u64);
+            if start > START_MASK {
+                return Err("a call's start is past the ticks a record holds");
+            }
+            prev = start;
+            f(RawCall::pack(
+                start,
+                depth as u32,
+                dur,
+                site as u32,
+                false,
+                kind::CALL,
+            ));
+        }
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// One frame found in a byte stream.
@@ -235,6 +395,22 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(b);
         Some(u64::from_le_bytes(a))
     }
+    /// A LEB128 varint (at most 10 bytes, no bits past 64).
+    pub fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            let bits = (b & 0x7f) as u64;
+            if i == 9 && bits > 1 {
+                return None;
+            }
+            v |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
     /// A `len:u16` string.
     pub fn str(&mut self) -> Option<&'a str> {
         let n = self.u16()? as usize;
@@ -315,6 +491,40 @@ mod tests {
         assert_eq!(crc32(0, b"123456789"), 0xCBF4_3926);
     }
 
+    /// Four bytes at a time gives the bitwise CRC for every length and
+    /// every split of the input into two continued parts.
+    #[test]
+    fn crc_by_words_matches_the_bitwise_crc_at_every_length_and_split() {
+        fn bitwise(bytes: &[u8]) -> u32 {
+            let mut c = !0u32;
+            for &b in bytes {
+                c ^= b as u32;
+                for _ in 0..8 {
+                    c = if c & 1 != 0 {
+                        0xEDB8_8320 ^ (c >> 1)
+                    } else {
+                        c >> 1
+                    };
+                }
+            }
+            !c
+        }
+        let data: Vec<u8> = (0..97u32)
+            .map(|i| (i.wrapping_mul(151) ^ (i >> 3)) as u8)
+            .collect();
+        for n in 0..data.len() {
+            let want = bitwise(&data[..n]);
+            assert_eq!(crc32(0, &data[..n]), want, "length {n}");
+            for cut in 0..=n {
+                assert_eq!(
+                    crc32(crc32(0, &data[..cut]), &data[cut..n]),
+                    want,
+                    "{n} split at {cut}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn frames_round_trip_after_garbage() {
         let mut s = std::vec![1u8, 2, 0xA5, 0x5A, 9];
@@ -357,6 +567,133 @@ mod tests {
                 other => panic!("cut {cut}: {other:?}"),
             }
         }
+    }
+
+    /// Plain calls of every size of field, a counter's extension record
+    /// and a lost-records mark between them: what goes in comes out, in
+    /// far fewer bytes for the plain calls.
+    #[test]
+    fn packed_calls_round_trip_with_other_records_among_them() {
+        use fgtrace_core::record::{ext, kind};
+        let mut recs = Vec::new();
+        for (i, &(start, depth, dur, site)) in [
+            (1_000u64, 0u32, 5u64, 0u32),
+            (900, 1, 1, 1),
+            (START_MASK, MAX_DEPTH, DUR_MAX, MAX_SITES - 1),
+            (0, 0, 0, 0),
+            (1 << 40, 3, 1 << 30, 70_000),
+            (1 << 40, 3, 128, 127),
+        ]
+        .iter()
+        .enumerate()
+        {
+            recs.push(RawCall::pack(start, depth, dur, site, false, kind::CALL));
+            if i == 1 {
+                recs.push(RawCall::ext(ext::COUNTER, 12_345, 0));
+                recs.push(RawCall::pack(77, 2, 9, 3, true, kind::POLL));
+            }
+        }
+        let mut out = [0u8; 512];
+        let (n, used) = pack_calls(&mut out, &recs);
+        assert_eq!(n, recs.len());
+        let mut back = Vec::new();
+        assert_eq!(unpack_calls(&out[..used], |r| back.push(r)), Ok(recs.len()));
+        assert_eq!(back, recs);
+
+        // The probe's usual call: a few bytes.
+        let leaf = [
+            RawCall::pack(5_000, 2, 16, 11, false, kind::CALL),
+            RawCall::pack(5_040, 2, 16, 11, false, kind::CALL),
+        ];
+        let (_, used) = pack_calls(&mut out, &leaf);
+        assert!(used <= 2 + 1 + 8 + 1 + 4, "{used} bytes for two leaf calls");
+    }
+
+    /// A full buffer takes what fits and says how much.
+    #[test]
+    fn packing_stops_where_the_frame_is_full() {
+        use fgtrace_core::record::kind;
+        let recs: Vec<RawCall> = (0..100)
+            .map(|i| RawCall::pack(i * 1_000_000, 1, 1 << 35, 5, false, kind::CALL))
+            .collect();
+        let mut out = [0u8; 100];
+        let (n, used) = pack_calls(&mut out, &recs);
+        assert!(
+            n > 0 && n < recs.len() && used <= out.len(),
+            "{n} records, {used} bytes"
+        );
+        let mut back = Vec::new();
+        assert_eq!(unpack_calls(&out[..used], |r| back.push(r)), Ok(n));
+        assert_eq!(back[..], recs[..n]);
+    }
+
+    /// The largest plain calls (every field at its widest, starts jumping
+    /// across the whole range) fill any buffer without writing past it.
+    #[test]
+    fn the_widest_records_fit_in_packed_max_bytes() {
+        use fgtrace_core::record::kind;
+        let recs: Vec<RawCall> = (0..8)
+            .map(|i| {
+                let start = if i % 2 == 0 { START_MASK } else { 0 };
+                RawCall::pack(start, MAX_DEPTH, DUR_MAX, MAX_SITES - 1, false, kind::CALL)
+            })
+            .collect();
+        let mut one = [0u8; PACKED_MAX];
+        assert_eq!(pack_calls(&mut one, &recs[..1]), (1, PACKED_MAX));
+        for len in PACKED_MAX..PACKED_MAX * 4 {
+            let mut out = std::vec![0u8; len];
+            let (n, used) = pack_calls(&mut out, &recs);
+            assert!(n >= 1 && used <= len, "{len}: {n} records in {used} bytes");
+            let mut back = Vec::new();
+            assert_eq!(unpack_calls(&out[..used], |r| back.push(r)), Ok(n));
+            assert_eq!(back[..], recs[..n]);
+        }
+    }
+
+    /// Every cut of a packed payload, and bytes no encoder writes, give an
+    /// error naming the problem, never a panic or an invented record.
+    #[test]
+    fn truncated_or_corrupt_packed_calls_give_a_clear_error() {
+        use fgtrace_core::record::{ext, kind};
+        let recs = [
+            RawCall::pack(1 << 30, 4, 300, 9, false, kind::CALL),
+            RawCall::ext(ext::VALUE, 3, 1),
+            RawCall::pack(1 << 29, 3, 1 << 20, 8, false, kind::CALL),
+        ];
+        let mut out = [0u8; 128];
+        let (_, used) = pack_calls(&mut out, &recs);
+        for cut in 1..used {
+            let mut got = 0;
+            let r = unpack_calls(&out[..cut], |_| got += 1);
+            let whole = [0, 1, 2, 3].into_iter().find(|&k| {
+                let mut o = [0u8; 128];
+                pack_calls(&mut o, &recs[..k]).1 == cut
+            });
+            match whole {
+                Some(k) => assert_eq!(r, Ok(k), "cut {cut} at a record's end"),
+                None => assert!(r.is_err(), "cut {cut}: {r:?}"),
+            }
+        }
+        let bad: [(&[u8], &str); 6] = [
+            (&[3], "unknown bits"),
+            (&[0x80], "header is cut short"),
+            (&[0xff; 11], "header is cut short"),
+            (&[0, 0x80, 0x80, 0x80, 0x10, 0, 0], "site id is past"),
+            (&[0x80, 0x10, 0, 0, 0], "depth is past"),
+            (&[0, 0, 1, 0], "start is past"),
+        ];
+        for (b, want) in bad {
+            let mut got = 0;
+            match unpack_calls(b, |_| got += 1) {
+                Err(e) => assert!(e.contains(want), "{b:?}: {e}"),
+                Ok(n) => panic!("{b:?}: {n} records"),
+            }
+            assert_eq!(got, 0, "{b:?}");
+        }
+        let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+        assert_eq!(r.varint(), None, "past 64 bits");
+        let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(r.varint(), Some(u64::MAX));
     }
 
     #[test]

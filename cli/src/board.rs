@@ -138,6 +138,9 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         stats.bad_payloads,
         stats.orphan_frames
     );
+    for why in &stats.bad_payload_reasons {
+        eprintln!("fgtrace board: bad payload: {why}");
+    }
     if sessions.is_empty() {
         return Err("no recording session in the stream".into());
     }

@@ -31,15 +31,18 @@
 //! a stale guard (a stackful coroutine resumed on another stack, a leaked
 //! guard) never pops or records somebody else's call.
 //!
-//! Boards (`irq-mask`, no `std`) differ in five places: the common entry
-//! pushes a plain frame (`enter_board`); hooks that run busy
-//! run with interrupts masked, so an interrupt handler's traced call never
-//! meets a busy probe; the exit pops and writes its record with interrupts
-//! masked (the common case in one stretch, `exit_fast`), so an interrupt's
-//! records nest in exit order; a full buffer is handed over not busy,
-//! before and after, so the board sends it while recording goes on in a
-//! second buffer; and a counted call reads its counter right after the
-//! clock and asks the platform for its further counters.
+//! Boards (`irq-mask`, no `std`) differ in six places: each hart's state
+//! and shadow stack are the core's own statics (`board`), hart 0's at a
+//! constant address; the common entry compares the site's decision word
+//! with one word of the hart's state and pushes a plain frame, no serial
+//! (`board::enter_board`); hooks that run busy run with interrupts masked,
+//! so an interrupt handler's traced call never meets a busy probe; the exit
+//! pops and writes its record with interrupts masked (the common case in
+//! one stretch, `board::exit_fast`), so an interrupt's records nest in exit
+//! order; a full buffer is handed over not busy, before and after, so the
+//! board sends it while recording goes on in a second buffer; and a counted
+//! call reads its counter right after the clock and asks the platform for
+//! its further counters.
 
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -49,6 +52,8 @@ use core::marker::PhantomData;
 use core::ptr;
 use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+pub mod board;
 mod future;
 mod inspect;
 mod values;
@@ -213,6 +218,11 @@ pub struct ThreadState {
     /// otherwise. Set by the layer above in [`Hooks::join`], alive while the
     /// thread's buffer (`owner`) is.
     pub count_only: *const CountWord,
+    /// Boards: the decision word (`generation << 3 | Record`) a site must
+    /// have for a call to take the board's plain entry, or a value no
+    /// decision word takes (`u32::MAX`). Set when the hart joins a session
+    /// whose steady state allows it (see `board`); unused elsewhere.
+    pub fast: u32,
 }
 
 impl ThreadState {
@@ -242,6 +252,7 @@ impl ThreadState {
         side: ptr::null_mut(),
         allocs: ptr::null_mut(),
         count_only: ptr::null(),
+        fast: u32::MAX,
     };
 }
 
@@ -299,15 +310,22 @@ std::thread_local! {
 /// Where the state of the running hart is, on targets without `std`.
 ///
 /// The platform (a board's firmware support) defines
-/// `#[no_mangle] fn __fgtrace_state() -> *mut ThreadState` returning the
-/// running hart's own state (one static per hart); interrupt handlers on that
-/// hart share it, which the hot path's slot reservation makes safe.
+/// `#[no_mangle] fn __fgtrace_hart() -> usize` returning the running hart's
+/// index; with `irq-mask` the core keeps each hart's state (`board::STATES`),
+/// without it the platform defines `__fgtrace_state() -> *mut ThreadState`.
+/// Interrupt handlers on a hart share its state, which the hot path's slot
+/// reservation makes safe.
 #[cfg(not(any(feature = "std", test)))]
 pub mod platform {
+    #[cfg(not(feature = "irq-mask"))]
     use super::ThreadState;
     extern "Rust" {
-        /// The running hart's state.
+        /// The running hart's state (platforms without `irq-mask`).
+        #[cfg(not(feature = "irq-mask"))]
         pub fn __fgtrace_state() -> *mut ThreadState;
+        /// The running hart's index (boards, `irq-mask`): 0 on the first.
+        #[cfg(feature = "irq-mask")]
+        pub fn __fgtrace_hart() -> usize;
         /// Masks interrupts on this hart; returns what to restore (feature `irq-mask`).
         #[cfg(feature = "irq-mask")]
         pub fn __fgtrace_irq_save() -> usize;
@@ -345,10 +363,15 @@ fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
         // reservation); the thread-local outlives this call.
         f(unsafe { &mut *st })
     }
-    #[cfg(not(any(feature = "std", test)))]
+    #[cfg(all(not(any(feature = "std", test)), not(feature = "irq-mask")))]
     {
         // SAFETY: the platform's promise (see `platform`).
         f(unsafe { &mut *platform::__fgtrace_state() })
+    }
+    #[cfg(all(not(any(feature = "std", test)), feature = "irq-mask"))]
+    {
+        // SAFETY: this hart's own state (see `board::Hart`).
+        f(unsafe { &mut *board::hart().state() })
     }
 }
 
@@ -416,14 +439,23 @@ impl Drop for Guard {
 /// Entry probe: what `#[traced]` calls first in every instrumented fn.
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
-    let c = CONTROL.load(Relaxed);
-    if c & ON_MASK == 0 {
-        return Guard::OFF;
-    }
+    // Boards test a byte of their own (a session records), which their
+    // runtime keeps with the control word: one load and a branch, no mask.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    return enter_board(site, c);
+    {
+        if !board::on() {
+            return Guard::OFF;
+        }
+        board::enter_board(site)
+    }
     #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
-    enter_out(site, c, stack_pointer(), caller_state())
+    {
+        let c = CONTROL.load(Relaxed);
+        if c & ON_MASK == 0 {
+            return Guard::OFF;
+        }
+        enter_out(site, c, stack_pointer(), caller_state())
+    }
 }
 
 /// This thread's state, read in the traced fn itself where that is cheap
@@ -467,50 +499,6 @@ fn enter_out(site: &'static Site, c: u32, sp: usize, st: *mut ThreadState) -> Gu
     // thread is.
     let st = unsafe { &mut *st };
     enter_on_state(site, c, 0, sp, st)
-}
-
-/// A board's entry: the steady state of a board session (a recorded site, no
-/// hidden subtree, no graph functions, room on the shadow stack) pushes a
-/// plain frame with none of `push`'s decisions; anything else takes the
-/// general path.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-#[inline(always)]
-fn enter_board(site: &'static Site, c: u32) -> Guard {
-    let dw = site.decision_word();
-    let id = site.known_id();
-    let gen = control::generation(c);
-    // SAFETY: the platform's promise (see `platform`).
-    let st = unsafe { &mut *platform::__fgtrace_state() };
-    if c & SESSION_ON != 0
-        && st.gen == gen
-        && dw == gen << 3 | Decision::Record as u32
-        && st.hide == 0
-        && !st.has_graph
-    {
-        if let Some(id) = id {
-            let d = st.depth;
-            if d < st.stack_cap && d < st.max_depth {
-                let serial = st.serial.wrapping_add(1) & SERIAL_MASK;
-                st.serial = serial;
-                // Reserved before it is filled, as in `push`.
-                st.depth = d + 1;
-                compiler_fence(SeqCst);
-                // SAFETY: d < stack_cap.
-                let f = unsafe { &mut *st.frames.add(d as usize) };
-                f.site = id;
-                f.tag = serial << 8;
-                f.sp = stack_pointer();
-                compiler_fence(Release);
-                f.start = ticks();
-                return Guard {
-                    slot: d + 1,
-                    serial,
-                    _not_send: PhantomData,
-                };
-            }
-        }
-    }
-    enter_other(site, c, stack_pointer(), st, 0)
 }
 
 #[inline(always)]
@@ -926,6 +914,8 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
         let counted = if st.counter.is_null() { 0 } else { GEN_COUNTED };
         let auto = if st.count_only.is_null() { 0 } else { GEN_AUTO };
         st.gen = gen | counted | auto;
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        board::set_fast(st, gen);
     }
     ok
 }
@@ -938,6 +928,12 @@ fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decis
     }
     let h = hooks()?;
     let d = busy(st, |_| (h.decide)(site, gen))?;
+    // A site the board's plain path cannot record (hidden, a graph
+    // function): every call of the hart takes the general path from now on.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    if d != Decision::Record {
+        st.fast = board::FAST_OFF;
+    }
     site.set_decision(gen, d);
     Some(d)
 }
@@ -959,20 +955,16 @@ fn exit(slot: u32, serial: u32) {
     // that runs after the record filled the buffer, before its handoff,
     // finds it full here and hands it over itself, before its own record.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    with_state(|st| {
-        if slot & COUNTED != 0 {
-            exit_board_counted(st, slot, serial, end)
-        } else if !exit_fast(st, slot, serial, end) {
-            exit_board(st, slot, serial, end)
-        }
-    })
+    board::exit_board_any(slot, serial, end)
 }
 
 /// A board's counted call: the counter first, right after the clock (see
 /// `push_counted`), then the rest.
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+// The state last: the board's plain exit calls it with the guard's fields
+// still in the argument registers they came in.
+fn exit_board_counted(slot: u32, serial: u32, end: u64, st: &mut ThreadState) {
     // All counters with interrupts masked (see `push_counted`).
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
@@ -1012,7 +1004,8 @@ fn exit_board_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 /// common exit saves few registers).
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 #[inline(never)]
-fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+// The state last, as in `exit_board_counted`.
+fn exit_board(slot: u32, serial: u32, end: u64, st: &mut ThreadState) {
     if st.count >= st.limit && !st.buf.is_null() {
         handoff(st);
     }
@@ -1024,50 +1017,6 @@ fn exit_board(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     if st.count >= st.limit && !st.buf.is_null() {
         handoff(st);
     }
-}
-
-/// A board's common exit, all of it with interrupts masked: the top frame is
-/// this guard's, without flags, long enough, and the buffer has room. Pops
-/// it and writes its record (no `writing` mark: nothing interrupts a masked
-/// write). Returns `false`, having changed nothing, for anything else.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-#[inline(always)]
-fn exit_fast(st: &mut ThreadState, slot: u32, serial: u32, end: u64) -> bool {
-    // SAFETY: the platform's functions, paired below.
-    let saved = unsafe { platform::__fgtrace_irq_save() };
-    let (i, buf) = (st.count, st.buf);
-    if st.depth == slot && i < st.limit && !buf.is_null() {
-        // SAFETY: slot <= depth <= stack_cap.
-        let f = unsafe { &*st.frames.add(slot as usize - 1) };
-        let dur = end.wrapping_sub(f.start);
-        if f.tag == serial << 8 && dur >= st.threshold {
-            let depth = slot - 1;
-            st.depth = depth;
-            // SAFETY: i & mask < capacity, as in `write`.
-            unsafe {
-                buf.add(i & st.mask).write(RawCall::pack(
-                    f.start,
-                    depth,
-                    dur,
-                    f.site,
-                    false,
-                    kind::CALL,
-                ))
-            };
-            st.count = i + 1;
-            // SAFETY: `published` is alive while `buf` is set.
-            unsafe { (*st.published).store(i + 1, Release) };
-            // SAFETY: as above.
-            unsafe { platform::__fgtrace_irq_restore(saved) };
-            if i + 1 >= st.limit {
-                handoff(st);
-            }
-            return true;
-        }
-    }
-    // SAFETY: as above.
-    unsafe { platform::__fgtrace_irq_restore(saved) };
-    false
 }
 
 #[inline(always)]
@@ -1319,7 +1268,14 @@ fn handoff(st: &mut ThreadState) {
         Some(h) => (h.handoff)(st),
         #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
         Some(h) => busy(st, |st| (h.handoff)(st)),
-        None => st.buf = ptr::null_mut(),
+        None => {
+            st.buf = ptr::null_mut();
+            // The board's plain exit checks only the limit.
+            #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+            {
+                st.limit = 0;
+            }
+        }
     }
 }
 

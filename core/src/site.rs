@@ -127,6 +127,14 @@ impl Site {
         self.id.load(Acquire).checked_sub(1)
     }
 
+    /// The id of a site whose decision for the running session is cached
+    /// (a decision is cached only once the site has its id): one plain load,
+    /// for the board's entry, which has just compared the decision word.
+    #[inline(always)]
+    pub fn id_decided(&self) -> u32 {
+        self.id.load(Relaxed).wrapping_sub(1)
+    }
+
     #[cold]
     #[inline(never)]
     fn register(&'static self) -> u32 {
