@@ -208,6 +208,11 @@ pub struct Report {
 /// with its number of calls.
 #[derive(Clone, Debug, Default)]
 pub struct Histogram {
+    /// Counts of the exact values below [`Histogram::EXACT`], by value,
+    /// grown to the largest seen (most calls of small functions land
+    /// here: no tree walk for them).
+    exact: Vec<u64>,
+    /// The buckets above.
     buckets: BTreeMap<u16, Bucket>,
     n: u64,
 }
@@ -224,6 +229,15 @@ impl Histogram {
     const SUB_BITS: u32 = 6;
 
     pub fn add(&mut self, v: u64) {
+        if v < Self::EXACT {
+            let i = v as usize;
+            if self.exact.len() <= i {
+                self.exact.resize(i + 1, 0);
+            }
+            self.exact[i] += 1;
+            self.n += 1;
+            return;
+        }
         let b = self.buckets.entry(Self::index(v)).or_insert(Bucket {
             count: 0,
             min: v,
@@ -264,6 +278,12 @@ impl Histogram {
         }
         let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
         let mut seen = 0;
+        for (v, &count) in self.exact.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return v as u64;
+            }
+        }
         for (&i, b) in &self.buckets {
             seen += b.count;
             if seen >= rank {
