@@ -469,3 +469,105 @@ async fn instrumented_async_fn_polls_are_calls_on_a_multi_thread_runtime() {
         check_fetch(v, &cap);
     }
 }
+
+// ------------------------------------------------------------ span fields as values
+
+/// A span's integer and bool fields are its call's values, named by the
+/// field names; a field recorded later (`span.record`) before the exit lands
+/// too; a string, float or `Debug` field is not recorded (a value is an
+/// integer, a bool or a char, and `tracing` has no char fields).
+fn fields_work() {
+    let span = info_span!(
+        "fields",
+        len = 83u64,
+        neg = -5i32,
+        ok = true,
+        big = 1u128 << 70
+    );
+    span.in_scope(|| parse(1));
+    let span = info_span!(
+        "later",
+        n = tracing::field::Empty,
+        s = "text",
+        f = tracing::field::Empty
+    );
+    span.in_scope(|| {
+        span.record("n", 7u32);
+        parse(2)
+    });
+}
+
+fn check_fields(cap: &Capture) {
+    let v = cap.values("fields");
+    assert_eq!(v.len(), 1, "{}", cap.graph());
+    let show = |v: &testing::CallValues| {
+        v.values
+            .iter()
+            .map(|(n, x)| format!("{n}={x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert_eq!(show(&v[0]), "len=83, neg=-5, ok=true");
+    let v = cap.values("later");
+    assert_eq!(v.len(), 1, "{}", cap.graph());
+    assert_eq!(show(&v[0]), "n=7");
+    assert_eq!(
+        shape(cap.trace(), None),
+        shape_of(&[("fields", 0), ("parse", 1), ("later", 0), ("parse", 1)]),
+        "{}",
+        cap.graph()
+    );
+    let text = graph_text(cap.trace());
+    assert!(text.contains("fields(len=83, neg=-5, ok=true) {"), "{text}");
+    assert!(text.contains("later(n=7) {"), "{text}");
+}
+
+/// The trace's function graph, as `fgtrace graph` prints it.
+fn graph_text(t: &Trace) -> String {
+    use fgtrace::view::{GraphOptions, TraceViews};
+    let mut out = Vec::new();
+    t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn layer_records_span_fields_as_values() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&d, fields_work);
+    check_fields(&cap);
+}
+
+#[test]
+fn subscriber_records_span_fields_as_values() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&d, fields_work);
+    check_fields(&cap);
+}
+
+#[test]
+fn subscriber_spans_with_fields_allocate_nothing() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let mut during = u64::MAX;
+    let cap = capture_under(&d, || {
+        let span = |i: u64| {
+            info_span!("hot_fields", i, even = i % 2 == 0).in_scope(|| black_box(parse(1)))
+        };
+        span(0);
+        during = allocations(|| {
+            for i in 1..=1000 {
+                span(i);
+            }
+        });
+    });
+    assert_eq!(during, 0, "allocations in 1000 spans with fields");
+    let v = cap.values("hot_fields");
+    assert_eq!(v.len(), 1001);
+    assert_eq!(
+        v[1000].get("i").map(|x| x.to_string()).as_deref(),
+        Some("1000")
+    );
+    assert_eq!(
+        v[1000].get("even").map(|x| x.to_string()).as_deref(),
+        Some("true")
+    );
+}

@@ -55,7 +55,7 @@ mod values;
 
 pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
-pub use values::{enter_values, ValuesFuture, ValuesGuard};
+pub use values::{enter_values, exit_with_values, ValuesFuture, ValuesGuard};
 
 /// Frame flag: one poll of an async fn.
 const F_POLL: u32 = 1;

@@ -1,7 +1,8 @@
 //! [`Layer`]: spans as calls, beside the other layers of a `Registry`.
 
+use super::values::{Collect, NONE};
 use super::{sites, stack};
-use tracing_core::span::Id;
+use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Interest, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
@@ -55,6 +56,55 @@ where
             sites::get(meta);
         }
         Interest::always()
+    }
+
+    /// Keeps the values of a span with fields for its first entry.
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
+        let Some(c) = sites::lookup(attrs.metadata()) else {
+            return;
+        };
+        if !c.has_values() {
+            return;
+        }
+        if !stack::recording() {
+            // A span of an id closed before may have left values.
+            stack::forget(self.owner, id.into_u64());
+            return;
+        }
+        let mut values = NONE;
+        attrs.record(&mut Collect {
+            callsite: c,
+            values: &mut values,
+        });
+        stack::set_pending(self.owner, id.into_u64(), &values);
+    }
+
+    /// Fields recorded after the span was made: into its open entry.
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if !stack::recording() {
+            return;
+        }
+        let Some(c) = ctx.metadata(id).and_then(sites::lookup) else {
+            return;
+        };
+        if c.has_values() {
+            stack::record(self.owner, id.into_u64(), |v| {
+                values.record(&mut Collect {
+                    callsite: c,
+                    values: v,
+                })
+            });
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if ctx
+            .metadata(&id)
+            .and_then(sites::lookup)
+            .is_some_and(|c| c.has_values())
+        {
+            stack::forget(self.owner, id.into_u64());
+        }
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {

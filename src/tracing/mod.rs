@@ -77,6 +77,7 @@ mod layer;
 mod sites;
 mod stack;
 mod subscriber;
+mod values;
 
 pub use layer::Layer;
 pub use subscriber::Subscriber;

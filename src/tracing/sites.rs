@@ -39,6 +39,29 @@ pub(crate) struct Callsite {
     /// Position in the index table: the standalone subscriber's span id is
     /// `index + 1`.
     pub(crate) index: u32,
+    /// The callsite's field index of each value slot (the site's value
+    /// names, in order); `NO_FIELD` past the last.
+    fields: [u8; SPAN_VALUES],
+}
+
+/// Values a span or event records at most: the first fields of its
+/// callsite, in order (an event's `message` left out), as many as a
+/// `#[traced]` call's named values.
+pub(crate) const SPAN_VALUES: usize = fgtrace_core::values::MAX_VALUES - 1;
+const NO_FIELD: u8 = u8::MAX;
+
+impl Callsite {
+    /// The value slot of the callsite's field `index`, if it has one.
+    #[inline(always)]
+    pub(crate) fn slot(&self, index: usize) -> Option<usize> {
+        self.fields.iter().position(|&f| f as usize == index)
+    }
+
+    /// The callsite's spans or events record values (it has fields).
+    #[inline(always)]
+    pub(crate) fn has_values(&self) -> bool {
+        !self.site.values.is_empty()
+    }
 }
 
 /// Slots of the first hash table (later ones are 4x the one before).
@@ -150,16 +173,33 @@ fn insert(meta: &'static Metadata<'static>) -> Option<&'static Callsite> {
     if index >= MAX_SITES {
         return None;
     }
+    // The value names: the first fields (field names are `'static`), made
+    // once per callsite like the site itself.
+    let mut fields = [NO_FIELD; SPAN_VALUES];
+    let mut names = Vec::new();
+    for f in meta.fields().iter() {
+        if names.len() == SPAN_VALUES || f.index() >= NO_FIELD as usize {
+            break;
+        }
+        if meta.is_event() && f.name() == "message" {
+            continue;
+        }
+        fields[names.len()] = f.index() as u8;
+        names.push(f.name());
+    }
+    let names: &'static [&'static str] = Box::leak(names.into_boxed_slice());
     let c: &'static Callsite = Box::leak(Box::new(Callsite {
-        site: Site::new(
+        site: Site::with_values(
             meta.name(),
             meta.target(),
             meta.file().unwrap_or(""),
             meta.line().unwrap_or(0),
             false,
+            names,
         ),
         meta,
         index,
+        fields,
     }));
     let cp = c as *const Callsite as *mut Callsite;
     let seg = &SEGMENTS[(index >> SEG_BITS) as usize];

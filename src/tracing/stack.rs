@@ -7,6 +7,13 @@
 //! who entered it (a layer or subscriber instance: span ids are per
 //! subscriber) and the span id.
 //!
+//! A span's values (its fields, see [`super::values`]) go with its entry:
+//! the values given when a span is made wait in a small ring of pending
+//! values, keyed like the entries, until the span is entered on this thread;
+//! a later `record` updates the open entry (or the pending values); the
+//! exit writes them after the call's record. A span made on one thread and
+//! first entered on another has no values there.
+//!
 //! An exit pops the innermost entry with its key. Spans are normally exited
 //! in the reverse order of their entries; when one is exited while spans
 //! entered after it are still open (`tracing` allows it), those are ended
@@ -15,8 +22,9 @@
 //! entry (a span entered while nothing recorded, or past the capacity) does
 //! nothing.
 
+use super::values::{Values, NONE};
 use fgtrace_core::control::{CONTROL, ON_MASK};
-use fgtrace_core::probe::{enter as probe_enter, Guard};
+use fgtrace_core::probe::{enter as probe_enter, exit_with_values, Guard};
 use fgtrace_core::site::Site;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -32,21 +40,114 @@ struct Key {
     id: u64,
 }
 
+/// Spans made on this thread whose values wait for their first entry.
+const PENDING: usize = 8;
+
+const NO_KEY: Key = Key { owner: 0, id: 0 };
+
 struct Stack {
     len: usize,
     keys: [Key; CAPACITY],
     /// `guards[..len]` are initialised.
     guards: [MaybeUninit<Guard>; CAPACITY],
+    /// The entry's site records values: its exit writes `values[i]`.
+    has_values: [bool; CAPACITY],
+    values: [Values; CAPACITY],
+    /// Values of spans made and not yet entered (owner 0: a free slot),
+    /// replaced oldest first.
+    pending_keys: [Key; PENDING],
+    pending: [Values; PENDING],
+    pending_next: usize,
+    /// Pending slots in use (none: `forget` and `take` skip the scan).
+    pending_used: usize,
 }
 
 std::thread_local! {
     static STACK: RefCell<Stack> = const {
         RefCell::new(Stack {
             len: 0,
-            keys: [Key { owner: 0, id: 0 }; CAPACITY],
+            keys: [NO_KEY; CAPACITY],
             guards: [const { MaybeUninit::uninit() }; CAPACITY],
+            has_values: [false; CAPACITY],
+            values: [NONE; CAPACITY],
+            pending_keys: [NO_KEY; PENDING],
+            pending: [NONE; PENDING],
+            pending_next: 0,
+            pending_used: 0,
         })
     };
+}
+
+impl Stack {
+    fn pending_slot(&self, key: Key) -> Option<usize> {
+        if self.pending_used == 0 {
+            return None;
+        }
+        self.pending_keys.iter().position(|k| *k == key)
+    }
+}
+
+/// Keeps `values` for the first entry of `id` on this thread (a span just
+/// made); replaces what an earlier span with the same key left.
+pub(crate) fn set_pending(owner: u32, id: u64, values: &Values) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let i = match s.pending_slot(key) {
+            Some(i) => i,
+            None => {
+                let i = s.pending_next;
+                s.pending_next = (i + 1) % PENDING;
+                if s.pending_keys[i] == NO_KEY {
+                    s.pending_used += 1;
+                }
+                s.pending_keys[i] = key;
+                i
+            }
+        };
+        s.pending[i] = *values;
+    })
+}
+
+/// Drops the pending values of `id` (a span closed, or made while nothing
+/// records: an earlier span's values must not be taken for it).
+pub(crate) fn forget(owner: u32, id: u64) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        if let Some(i) = s.pending_slot(key) {
+            s.pending_keys[i] = NO_KEY;
+            s.pending_used -= 1;
+        }
+    })
+}
+
+/// Updates the values of `id`: its innermost open entry on this thread and
+/// its pending values (kept for its later entries). Nothing if neither.
+pub(crate) fn record(owner: u32, id: u64, f: impl FnOnce(&mut Values)) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let n = s.len;
+        let open = s.keys[..n].iter().rposition(|k| *k == key);
+        let pending = s.pending_slot(key);
+        match (open, pending) {
+            (Some(i), Some(p)) => {
+                f(&mut s.pending[p]);
+                // Later entries of the span take the updated values too.
+                s.values[i] = s.pending[p];
+            }
+            (Some(i), None) if s.has_values[i] => f(&mut s.values[i]),
+            (None, Some(p)) => f(&mut s.pending[p]),
+            _ => {}
+        }
+    })
 }
 
 /// A fresh owner tag for a layer or subscriber instance (never 0).
@@ -62,7 +163,8 @@ pub(crate) fn recording() -> bool {
     CONTROL.load(Relaxed) & ON_MASK != 0
 }
 
-/// Enters `site` on the probe and keeps its guard for the exit of `id`.
+/// Enters `site` on the probe and keeps its guard for the exit of `id`
+/// (with the pending values of `id` when the site records values).
 #[inline]
 pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
     STACK.with(|s| {
@@ -75,9 +177,18 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
         if i == CAPACITY {
             return;
         }
+        let key = Key { owner, id };
+        let has = !site.values.is_empty();
+        s.has_values[i] = has;
+        if has {
+            s.values[i] = match s.pending_slot(key) {
+                Some(p) => s.pending[p],
+                None => NONE,
+            };
+        }
         // The probe reads the clock last: what follows is inside the call.
         let g = probe_enter(site);
-        s.keys[i] = Key { owner, id };
+        s.keys[i] = key;
         s.guards[i].write(g);
         s.len = i + 1;
     })
@@ -110,7 +221,11 @@ pub(crate) fn exit(owner: u32, id: u64) {
             // SAFETY: i < len was initialised; `len` no longer covers it, so
             // it is read out exactly once.
             let g = unsafe { s.guards[i].assume_init_read() };
-            drop(g);
+            if s.has_values[i] {
+                exit_with_values(g, &s.values[i]);
+            } else {
+                drop(g);
+            }
         }
     })
 }

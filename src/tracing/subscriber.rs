@@ -1,5 +1,6 @@
 //! [`Subscriber`]: spans as calls and nothing else, without a `Registry`.
 
+use super::values::{Collect, NONE};
 use super::{sites, stack};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Interest, LevelFilter, Metadata};
@@ -20,8 +21,10 @@ const UNRECORDED: u64 = u64::MAX;
 /// A span's id is its callsite's (spans of one callsite share it: `tracing`
 /// leaves id uniqueness to the subscriber), so creating, entering and
 /// exiting a span allocates nothing, takes no lock, and touches no state
-/// shared with other threads beyond reading the callsite tables. Fields and
-/// events are ignored (events are disabled at their callsite), `clone_span`
+/// shared with other threads beyond reading the callsite tables. A span's
+/// integer and bool fields are its call's values, as with the layer: kept on
+/// the thread that made it until the span of that callsite is entered there.
+/// Events are ignored (disabled at their callsite), `clone_span`
 /// and `try_close` keep no counts, and `current_span` is left unknown (the
 /// trait's default: a library that asks gets `Span::none()`, as under any
 /// subscriber that does not track it).
@@ -82,14 +85,42 @@ impl tracing_core::Subscriber for Subscriber {
     /// this subscriber does not want: it gets an id that records nothing.
     fn new_span(&self, span: &Attributes<'_>) -> Id {
         let meta = span.metadata();
-        let id = match self.wants(meta).then(|| sites::get(meta)).flatten() {
-            Some(c) => c.index as u64 + 1,
-            None => UNRECORDED,
+        let Some(c) = self.wants(meta).then(|| sites::get(meta)).flatten() else {
+            return Id::from_u64(UNRECORDED);
         };
+        let id = c.index as u64 + 1;
+        if c.has_values() {
+            // The values wait for the span's entry on this thread, keyed by
+            // the callsite: the latest span made here of that callsite.
+            if stack::recording() {
+                let mut values = NONE;
+                span.record(&mut Collect {
+                    callsite: c,
+                    values: &mut values,
+                });
+                stack::set_pending(self.owner, id, &values);
+            } else {
+                stack::forget(self.owner, id);
+            }
+        }
         Id::from_u64(id)
     }
 
-    fn record(&self, _span: &Id, _values: &Record<'_>) {}
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        if !stack::recording() {
+            return;
+        }
+        if let Some(c) = sites::by_index(span.into_u64().wrapping_sub(1)) {
+            if c.has_values() {
+                stack::record(self.owner, span.into_u64(), |v| {
+                    values.record(&mut Collect {
+                        callsite: c,
+                        values: v,
+                    })
+                });
+            }
+        }
+    }
 
     fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
 

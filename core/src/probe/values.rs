@@ -58,6 +58,18 @@ impl<const N: usize> Drop for ValuesGuard<N> {
     }
 }
 
+/// Ends the call of `g` (what dropping it does) and writes `values` after
+/// its record, as a [`ValuesGuard`] would: for callers that learn a call's
+/// values between its entry and its exit (a `tracing` span's fields, set
+/// when the span is made and by later `record` calls). Slot `i` of `values`
+/// is name `i` of the site's [`Site::values`]; absent values are not written.
+#[inline]
+pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
+    if g.slot != 0 {
+        exit_values(&mut g, values);
+    }
+}
+
 /// The exit of a call with values: the call's record, then its values.
 #[inline(never)]
 fn exit_values(g: &mut Guard, values: &[RawValue]) {
