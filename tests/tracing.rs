@@ -571,3 +571,158 @@ fn subscriber_spans_with_fields_allocate_nothing() {
         Some("true")
     );
 }
+
+// ------------------------------------------------------------ events as instant markers
+
+/// An event inside a span and one inside a `#[traced]` fn, one with a name
+/// and fields.
+#[traced]
+#[inline(never)]
+fn noted(k: u64) -> u64 {
+    tracing::info!(name: "cache_miss", key = k, hit = false, text = "no", "missed {k}");
+    parse(k as u32) as u64
+}
+
+fn events_work() {
+    serve();
+    noted(7);
+    tracing::warn!("outside every call");
+}
+
+fn check_markers(cap: &Capture) {
+    // `handle`'s `info!("handling")`, once per call, inside it, before `parse`.
+    let inside = cap.markers_inside("handle");
+    assert_eq!(inside.len(), 2, "{}", cap.graph());
+    for m in &inside {
+        assert!(
+            m.name.starts_with("event ") && m.name.contains("tracing.rs:"),
+            "{m:?}"
+        );
+        assert_eq!(m.inside.as_deref(), Some("handle"));
+        assert_eq!(m.depth, 2);
+        assert!(m.values.is_empty());
+    }
+    let handles = cap.calls_of("handle");
+    assert!(handles[0].start_ns <= inside[0].at.as_nanos() as u64);
+    assert!(inside[0].at.as_nanos() as u64 <= handles[0].end_ns());
+    let parses = cap.calls_of("parse");
+    assert!(inside[0].at.as_nanos() as u64 <= parses[0].start_ns);
+    // The named event: its integer and bool fields (not the string).
+    let miss = cap.markers("cache_miss");
+    assert_eq!(miss.len(), 1);
+    assert_eq!(miss[0].inside.as_deref(), Some("noted"));
+    assert_eq!(miss[0].depth, 1);
+    let show: Vec<String> = miss[0]
+        .values
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    assert_eq!(show, ["key=7", "hit=false"]);
+    assert_eq!(miss[0].get("key").map(|v| v.bits), Some(7));
+    // At the top level: no call around it.
+    let all = cap.all_markers();
+    assert_eq!(all.len(), 4, "{all:?}");
+    let top: Vec<_> = all.iter().filter(|m| m.depth == 0).collect();
+    assert_eq!(top.len(), 1, "{all:?}");
+    assert_eq!(top[0].inside, None);
+    // Markers are no calls.
+    assert_eq!(
+        cap.trace().calls().count(),
+        1 + 2 * 2 + 2,
+        "{}",
+        cap.graph()
+    );
+}
+
+#[test]
+fn layer_records_events_as_instant_markers() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&d, events_work);
+    check_markers(&cap);
+    check_marker_views(cap.trace());
+    // The same after a round trip through the file format.
+    let path = std::env::temp_dir().join(format!("fgtrace-markers-{}.fgt", std::process::id()));
+    cap.trace().save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(back.damage.is_none());
+    assert_eq!(
+        back.events().collect::<Vec<_>>(),
+        cap.trace().events().collect::<Vec<_>>()
+    );
+    check_marker_views(&back);
+}
+
+#[test]
+fn subscriber_records_events_as_instant_markers() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&d, events_work);
+    check_markers(&cap);
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new().with_events(false));
+    let cap = capture_under(&d, events_work);
+    assert!(cap.markers("cache_miss").is_empty());
+    assert!(cap.markers_inside("handle").is_empty());
+}
+
+/// The graph, Chrome and Perfetto exports show the markers (Firefox's: in
+/// its own tests, behind its feature).
+fn check_marker_views(t: &Trace) {
+    use fgtrace::view::HexResolve;
+    let text = graph_text(t);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in\n{text}"))
+    };
+    // In the tree: after `handle() {`, before its `parse();`, one deeper.
+    let open = at("handle(req=1) {");
+    let ev = at("/* event ");
+    assert_eq!(ev, open + 1, "{text}");
+    assert!(
+        lines[ev].contains(&format!("    /* event {}", file!())),
+        "{text}"
+    );
+    assert!(lines[ev + 1].contains("parse();"), "{text}");
+    assert!(
+        text.contains("/* cache_miss: key=7, hit=false */"),
+        "{text}"
+    );
+
+    let events = || t.events().map(Ok);
+    let mut chrome = Vec::new();
+    fgtrace::view::chrome::write_chrome(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut chrome,
+    )
+    .unwrap();
+    let chrome = String::from_utf8(chrome).unwrap();
+    assert_eq!(
+        chrome.matches("\"ph\":\"i\",\"s\":\"t\"").count(),
+        4,
+        "{chrome}"
+    );
+    assert!(
+        chrome.contains("\"cat\":\"event\",\"name\":\"cache_miss\",\"args\":{"),
+        "{chrome}"
+    );
+    assert!(chrome.contains("\"key\":7,\"hit\":false"), "{chrome}");
+
+    let mut pf = Vec::new();
+    let stats = fgtrace::view::perfetto::write_perfetto(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    assert_eq!(stats.markers, 4);
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(has(&pf, b"cache_miss"));
+    assert!(has(&pf, b"\x52\x03key"), "no `key` annotation");
+}

@@ -51,10 +51,12 @@ use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 
 mod future;
 mod inspect;
+mod marker;
 mod values;
 
 pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
+pub use marker::marker;
 pub use values::{enter_values, exit_with_values, ValuesFuture, ValuesGuard};
 
 /// Frame flag: one poll of an async fn.

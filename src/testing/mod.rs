@@ -70,6 +70,7 @@ pub mod __budget;
 mod allocs;
 mod captured;
 pub(crate) mod counters;
+mod markers;
 mod offcpu;
 mod query;
 mod render;
@@ -80,6 +81,7 @@ mod values;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
+pub use markers::Marker;
 pub use runs::{Runs, Stat, Summary};
 pub use values::{CallValues, Growth, Measure, GROWTH_TOLERANCE};
 

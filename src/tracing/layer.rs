@@ -3,7 +3,7 @@
 use super::values::{Collect, NONE};
 use super::{sites, stack};
 use tracing_core::span::{Attributes, Id, Record};
-use tracing_core::{Interest, Metadata, Subscriber};
+use tracing_core::{Event, Interest, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -52,10 +52,18 @@ where
     /// Makes the callsite's site now (once per callsite), so that span
     /// entries find it without a lock. Never narrows what other layers see.
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        if meta.is_span() {
-            sites::get(meta);
-        }
+        sites::get(meta);
         Interest::always()
+    }
+
+    /// An event: an instant marker at this point of the thread's calls,
+    /// with its integer and bool fields as values.
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if stack::recording() {
+            if let Some(c) = sites::get(event.metadata()) {
+                super::values::marker(c, event);
+            }
+        }
     }
 
     /// Keeps the values of a span with fields for its first entry.

@@ -24,7 +24,8 @@ const UNRECORDED: u64 = u64::MAX;
 /// shared with other threads beyond reading the callsite tables. A span's
 /// integer and bool fields are its call's values, as with the layer: kept on
 /// the thread that made it until the span of that callsite is entered there.
-/// Events are ignored (disabled at their callsite), `clone_span`
+/// Events are instant markers, as with the layer ([`Subscriber::with_events`]
+/// turns them off), `clone_span`
 /// and `try_close` keep no counts, and `current_span` is left unknown (the
 /// trait's default: a library that asks gets `Span::none()`, as under any
 /// subscriber that does not track it).
@@ -32,6 +33,7 @@ const UNRECORDED: u64 = u64::MAX;
 pub struct Subscriber {
     owner: u32,
     max_level: LevelFilter,
+    events: bool,
 }
 
 impl Subscriber {
@@ -40,6 +42,7 @@ impl Subscriber {
         Subscriber {
             owner: stack::new_owner(),
             max_level: LevelFilter::TRACE,
+            events: true,
         }
     }
 
@@ -51,9 +54,17 @@ impl Subscriber {
         self
     }
 
+    /// Records events (`info!(..)`) as instant markers (the default), or
+    /// not: `false` disables them at their callsite, as before a span's
+    /// timings alone mattered.
+    pub fn with_events(mut self, yes: bool) -> Subscriber {
+        self.events = yes;
+        self
+    }
+
     #[inline(always)]
     fn wants(&self, meta: &Metadata<'_>) -> bool {
-        meta.is_span() && *meta.level() <= self.max_level
+        (meta.is_span() || (self.events && meta.is_event())) && *meta.level() <= self.max_level
     }
 }
 
@@ -124,11 +135,20 @@ impl tracing_core::Subscriber for Subscriber {
 
     fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
 
-    fn event_enabled(&self, _event: &Event<'_>) -> bool {
-        false
+    fn event_enabled(&self, event: &Event<'_>) -> bool {
+        self.wants(event.metadata())
     }
 
-    fn event(&self, _event: &Event<'_>) {}
+    /// An instant marker at this point of the thread's calls, with the
+    /// event's integer and bool fields as values.
+    fn event(&self, event: &Event<'_>) {
+        if !stack::recording() || !self.wants(event.metadata()) {
+            return;
+        }
+        if let Some(c) = sites::get(event.metadata()) {
+            super::values::marker(c, event);
+        }
+    }
 
     fn enter(&self, span: &Id) {
         if !stack::recording() {

@@ -61,3 +61,16 @@ impl Visit for Collect<'_> {
 
     fn record_debug(&mut self, _field: &Field, _value: &dyn fmt::Debug) {}
 }
+
+/// Records `event` as an instant marker of its callsite, with its values.
+#[inline]
+pub(crate) fn marker(callsite: &'static Callsite, event: &tracing_core::Event<'_>) {
+    let mut values = NONE;
+    if callsite.has_values() {
+        event.record(&mut Collect {
+            callsite,
+            values: &mut values,
+        });
+    }
+    fgtrace_core::probe::marker(&callsite.site, &values);
+}
