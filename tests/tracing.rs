@@ -420,53 +420,120 @@ async fn fetch(n: u32) -> u32 {
     parse(n)
 }
 
-/// The polls of `fetch` on the capture: the first one ends at the sleep,
-/// the second runs `parse`; dropping the completed future enters the span
-/// once more (`tracing` drops the inner future inside its span).
-fn check_fetch(v: u32, cap: &Capture) {
+/// The polls of `fetch` on the capture as plain calls (the standalone
+/// subscriber, which keeps no state per span, and the first span of the
+/// callsite under the layer): the first one ends at the sleep, the second
+/// runs `parse`; dropping the completed future enters the span once more
+/// (`tracing` drops the inner future inside its span).
+fn check_fetch_calls(v: u32, cap: &Capture) {
     assert_eq!(v, 6);
     let polls = cap.calls_of("fetch");
     assert_eq!(polls.len(), 3, "{}", cap.graph());
     assert!(polls.iter().all(|c| c.depth == 0 && !c.is_poll()));
-    // Each poll is short: the 50 ms asleep are between them, not in them.
+    check_fetch_polls(cap);
+}
+
+/// What the polls of `fetch` hold either way: each is short (the 50 ms
+/// asleep are between them, not in them), and `parse` ran in the second.
+fn check_fetch_polls(cap: &Capture) {
+    let polls = cap.calls_of("fetch");
     assert!(
-        cap.max("fetch") < Duration::from_millis(50),
+        polls.iter().all(|c| c.dur_ns < 50_000_000),
         "{}",
         cap.graph()
     );
     assert!(polls[1].start_ns >= polls[0].end_ns() + 45_000_000);
-    // `parse` ran in the second poll, and only there.
     cap.assert_calls("parse", 1);
     let p = cap.calls_of("parse")[0];
     assert_eq!(p.depth, 1);
     assert!(polls[1].start_ns <= p.start_ns && p.end_ns() <= polls[1].end_ns());
 }
 
+/// `fetch` recorded as `#[traced] async fn` is: three polls (the last one
+/// its drop), each a call flagged as a poll, and one whole future from the
+/// first poll to the span's close, with the span's field as its value.
+fn check_fetch_future(v: u32, cap: &Capture) {
+    assert_eq!(v, 6);
+    let polls = cap.calls_of("fetch");
+    assert_eq!(polls.len(), 3, "{}", cap.graph());
+    assert!(
+        polls.iter().all(|c| c.depth == 0 && c.is_poll()),
+        "{polls:?}"
+    );
+    check_fetch_polls(cap);
+    // One future, counted as one call, lasting the sleep.
+    cap.assert_calls("fetch", 1);
+    let futures: Vec<_> = cap
+        .trace()
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(futures.len(), 1, "{}", cap.graph());
+    let f = futures[0];
+    assert_eq!(cap.trace().meta().site_name(f.site), "fetch");
+    assert_eq!(f.polls, 3);
+    assert!(!f.cancelled);
+    assert!(f.start_ns <= polls[0].start_ns && polls[2].end_ns() <= f.start_ns + f.dur_ns);
+    assert!(
+        cap.max("fetch") >= Duration::from_millis(45),
+        "{}",
+        cap.graph()
+    );
+    let v = cap.values("fetch");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].get("n").map(|x| x.bits), Some(3));
+}
+
+/// Runs `fetch` once under `d`, recording: the layer learns that the
+/// callsite's spans are futures (a span of it entered twice).
+fn learn_fetch(d: &Dispatch) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tracing::dispatcher::with_default(d, || rt.block_on(testing::capture_async(fetch(3))));
+}
+
 #[test]
-fn instrumented_async_fn_polls_are_calls_on_a_current_thread_runtime() {
+fn instrumented_async_fns_are_futures_on_a_current_thread_runtime() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
     let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    learn_fetch(&d);
     let (v, cap) =
         tracing::dispatcher::with_default(&d, || rt.block_on(testing::capture_async(fetch(3))));
-    check_fetch(v, &cap);
+    check_fetch_future(v, &cap);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instrumented_async_fn_polls_are_calls_on_a_multi_thread_runtime() {
-    for d in [
-        Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new())),
-        Dispatch::new(fgtrace::tracing::Subscriber::new()),
-    ] {
-        // The span is made when `fetch` is called, under `d`; entering it
-        // goes to the subscriber it was made by, on whichever worker polls.
+async fn instrumented_async_fns_are_futures_on_a_multi_thread_runtime() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    // The span is made when `fetch` is called, under `d`; entering it
+    // goes to the subscriber it was made by, on whichever worker polls.
+    // The first run teaches the layer that the callsite's spans are futures.
+    let run = || {
         let fut = tracing::dispatcher::with_default(&d, || fetch(3));
-        let (v, cap) = tokio::spawn(testing::capture_async(fut).with_subscriber(d))
+        tokio::spawn(testing::capture_async(fut).with_subscriber(d.clone()))
+    };
+    run().await.unwrap();
+    let (v, cap) = run().await.unwrap();
+    check_fetch_future(v, &cap);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscribers_async_spans_are_a_call_per_poll() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    for _ in 0..2 {
+        let fut = tracing::dispatcher::with_default(&d, || fetch(3));
+        let (v, cap) = tokio::spawn(testing::capture_async(fut).with_subscriber(d.clone()))
             .await
             .unwrap();
-        check_fetch(v, &cap);
+        check_fetch_calls(v, &cap);
     }
 }
 

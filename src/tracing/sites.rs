@@ -26,7 +26,7 @@ use fgtrace_core::record::MAX_SITES;
 use fgtrace_core::site::Site;
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
 use std::sync::{Mutex, PoisonError};
 use tracing_core::Metadata;
 
@@ -42,6 +42,9 @@ pub(crate) struct Callsite {
     /// The callsite's field index of each value slot (the site's value
     /// names, in order); `NO_FIELD` past the last.
     fields: [u8; SPAN_VALUES],
+    /// A span of this callsite was entered again after an exit: its spans
+    /// are futures (see the layer).
+    future: AtomicBool,
 }
 
 /// Values a span or event records at most: the first fields of its
@@ -55,6 +58,18 @@ impl Callsite {
     #[inline(always)]
     pub(crate) fn slot(&self, index: usize) -> Option<usize> {
         self.fields.iter().position(|&f| f as usize == index)
+    }
+
+    /// The callsite's spans are futures, entered once per poll.
+    #[inline(always)]
+    pub(crate) fn is_future(&self) -> bool {
+        self.future.load(Relaxed)
+    }
+
+    /// Its spans are futures from now on.
+    #[cold]
+    pub(crate) fn learn_future(&self) {
+        self.future.store(true, Relaxed);
     }
 
     /// The callsite's spans or events record values (it has fields).
@@ -200,6 +215,7 @@ fn insert(meta: &'static Metadata<'static>) -> Option<&'static Callsite> {
         meta,
         index,
         fields,
+        future: AtomicBool::new(false),
     }));
     let cp = c as *const Callsite as *mut Callsite;
     let seg = &SEGMENTS[(index >> SEG_BITS) as usize];

@@ -24,7 +24,7 @@
 
 use super::values::{Values, NONE};
 use fgtrace_core::control::{CONTROL, ON_MASK};
-use fgtrace_core::probe::{enter as probe_enter, exit_with_values, Guard};
+use fgtrace_core::probe::{enter as probe_enter, enter_poll, exit_with_values, Guard};
 use fgtrace_core::site::Site;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -52,6 +52,8 @@ struct Stack {
     guards: [MaybeUninit<Guard>; CAPACITY],
     /// The entry's site records values: its exit writes `values[i]`.
     has_values: [bool; CAPACITY],
+    /// The entry's callsite index (noted with its exit).
+    callsites: [u32; CAPACITY],
     values: [Values; CAPACITY],
     /// Values of spans made and not yet entered (owner 0: a free slot),
     /// replaced oldest first.
@@ -60,7 +62,14 @@ struct Stack {
     pending_next: usize,
     /// Pending slots in use (none: `forget` and `take` skip the scan).
     pending_used: usize,
+    /// The last spans exited on this thread and not closed here, with
+    /// their callsite's index (see [`exited_before`]), oldest replaced first.
+    exited: [(Key, u32); EXITED],
+    exited_next: usize,
 }
+
+/// Spans remembered as exited per thread.
+const EXITED: usize = 8;
 
 std::thread_local! {
     static STACK: RefCell<Stack> = const {
@@ -69,11 +78,14 @@ std::thread_local! {
             keys: [NO_KEY; CAPACITY],
             guards: [const { MaybeUninit::uninit() }; CAPACITY],
             has_values: [false; CAPACITY],
+            callsites: [0; CAPACITY],
             values: [NONE; CAPACITY],
             pending_keys: [NO_KEY; PENDING],
             pending: [NONE; PENDING],
             pending_next: 0,
             pending_used: 0,
+            exited: [(NO_KEY, 0); EXITED],
+            exited_next: 0,
         })
     };
 }
@@ -112,7 +124,8 @@ pub(crate) fn set_pending(owner: u32, id: u64, values: &Values) {
 }
 
 /// Drops the pending values of `id` (a span closed, or made while nothing
-/// records: an earlier span's values must not be taken for it).
+/// records: an earlier span's values must not be taken for it), and its
+/// exit (a closed span's id may be handed to a new span).
 pub(crate) fn forget(owner: u32, id: u64) {
     let key = Key { owner, id };
     STACK.with(|s| {
@@ -123,6 +136,22 @@ pub(crate) fn forget(owner: u32, id: u64) {
             s.pending_keys[i] = NO_KEY;
             s.pending_used -= 1;
         }
+        for e in s.exited.iter_mut() {
+            if e.0 == key {
+                e.0 = NO_KEY;
+            }
+        }
+    })
+}
+
+/// `id` (of callsite `callsite`) was exited on this thread, and not closed
+/// since: an entry now is its second one.
+#[inline]
+pub(crate) fn exited_before(owner: u32, id: u64, callsite: u32) -> bool {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        s.try_borrow()
+            .is_ok_and(|s| s.exited.iter().any(|e| *e == (key, callsite)))
     })
 }
 
@@ -163,10 +192,32 @@ pub(crate) fn recording() -> bool {
     CONTROL.load(Relaxed) & ON_MASK != 0
 }
 
+/// Enters one poll of `site` (a span whose callsite's spans are futures)
+/// and keeps its guard for the exit of `id`. A poll records no values (its
+/// future does).
+#[inline]
+pub(crate) fn enter_poll_of(owner: u32, id: u64, site: &'static Site, callsite: u32) {
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let i = s.len;
+        if i == CAPACITY {
+            return;
+        }
+        s.has_values[i] = false;
+        s.callsites[i] = callsite;
+        let g = enter_poll(site);
+        s.keys[i] = Key { owner, id };
+        s.guards[i].write(g);
+        s.len = i + 1;
+    })
+}
+
 /// Enters `site` on the probe and keeps its guard for the exit of `id`
 /// (with the pending values of `id` when the site records values).
 #[inline]
-pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
+pub(crate) fn enter(owner: u32, id: u64, site: &'static Site, callsite: u32) {
     STACK.with(|s| {
         // Borrowed already: a span entered from inside this module (the
         // probe's cold paths run fgtrace's own code): not recorded.
@@ -180,6 +231,7 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
         let key = Key { owner, id };
         let has = !site.values.is_empty();
         s.has_values[i] = has;
+        s.callsites[i] = callsite;
         if has {
             s.values[i] = match s.pending_slot(key) {
                 Some(p) => s.pending[p],
@@ -195,7 +247,7 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
 }
 
 /// Ends the call of the innermost entry of `id` (and of any still open
-/// above it, innermost first).
+/// above it, innermost first), and remembers the exit of `id`.
 #[inline]
 pub(crate) fn exit(owner: u32, id: u64) {
     STACK.with(|s| {
@@ -215,6 +267,10 @@ pub(crate) fn exit(owner: u32, id: u64) {
                 None => return,
             }
         };
+        // Remembered: a later entry of the same span is its second.
+        let e = s.exited_next;
+        s.exited_next = (e + 1) % EXITED;
+        s.exited[e] = (key, s.callsites[at]);
         while s.len > at {
             let i = s.len - 1;
             s.len = i;
@@ -247,7 +303,7 @@ mod tests {
         let owner = new_owner();
         // Past the capacity: the extra entries are not kept.
         for id in 1..=CAPACITY as u64 + 2 {
-            enter(owner, id, &SITE);
+            enter(owner, id, &SITE, 0);
         }
         assert_eq!(depth(), CAPACITY);
         // Unknown ids, and another owner's, change nothing.
@@ -260,7 +316,7 @@ mod tests {
         exit(owner, 5);
         assert_eq!(depth(), 4);
         // The innermost entry of a repeated id goes first.
-        enter(owner, 2, &SITE);
+        enter(owner, 2, &SITE, 0);
         exit(owner, 2);
         assert_eq!(depth(), 4);
         exit(owner, 1);

@@ -155,7 +155,7 @@ impl tracing_core::Subscriber for Subscriber {
             return;
         }
         if let Some(c) = sites::by_index(span.into_u64() - 1) {
-            stack::enter(self.owner, span.into_u64(), &c.site);
+            stack::enter(self.owner, span.into_u64(), &c.site, c.index);
         }
     }
 

@@ -85,6 +85,32 @@ fn exit_values(g: &mut Guard, values: &[RawValue]) {
     });
 }
 
+/// Entry probe of one poll of a future its caller follows itself (a
+/// `tracing` span entered once per poll): a call flagged as a poll, as
+/// [`TracedFuture`](super::TracedFuture)'s polls are; the caller records the
+/// whole future with [`record_future_values`].
+#[inline]
+pub fn enter_poll(site: &'static Site) -> Guard {
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return Guard::OFF;
+    }
+    enter_on(site, c, F_POLL, stack_pointer())
+}
+
+/// Records a whole future its caller followed (see [`enter_poll`]): from
+/// `first` (the [`ticks`] of its first poll) to now, with its poll count,
+/// then its present `values`, exactly as a [`ValuesFuture`] records its own.
+pub fn record_future_values(
+    site: &'static Site,
+    first: u64,
+    polls: u32,
+    cancelled: bool,
+    values: &[RawValue],
+) {
+    record_future(site, first, polls, cancelled, |st| write_values(st, values));
+}
+
 /// Writes the present values as extension records after the record just
 /// written (slot `i` is the index of the value's name in the site's list).
 #[inline(always)]
