@@ -793,3 +793,119 @@ fn check_marker_views(t: &Trace) {
     assert!(has(&pf, b"cache_miss"));
     assert!(has(&pf, b"\x52\x03key"), "no `key` annotation");
 }
+
+// ------------------------------------------------------------ a tokio service in a session
+
+#[traced]
+#[inline(never)]
+fn render_page(n: u64) -> u64 {
+    (0..200).fold(n, |h, i| black_box(h.rotate_left(5) ^ i))
+}
+
+#[instrument]
+async fn lookup(id: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    id * 3
+}
+
+#[instrument]
+async fn serve_request(id: u64) -> u64 {
+    let user = lookup(id).await;
+    tokio::task::yield_now().await;
+    let h = render_page(user);
+    tracing::info!(user, "served");
+    h
+}
+
+/// Several concurrent `#[instrument]` handlers on two workers, in a session:
+/// one trace in which the `#[traced]` helper is inside a poll of its handler
+/// on the thread that ran it, each handler's span after the first is a
+/// future with its polls, the events sit inside the polls, and Perfetto puts
+/// every future on a lane with its polls.
+#[test]
+fn a_tokio_service_in_a_session_nests_spans_futures_and_traced_calls() {
+    let _s = serial();
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    const N: u64 = 12;
+    let session = Session::start(Config::builtin()).expect("session");
+    rt.block_on(async {
+        let spawn = |id| {
+            let fut = tracing::dispatcher::with_default(&d, || serve_request(id));
+            tokio::spawn(fut.with_subscriber(d.clone()))
+        };
+        spawn(0).await.unwrap();
+        let tasks: Vec<_> = (1..N).map(spawn).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let trace = session.stop().expect("stop");
+    let name = |site: u32| trace.meta().site_name(site).to_string();
+    let calls: Vec<_> = trace.calls().collect();
+    // Every helper call: inside a poll of `serve_request`, one level down,
+    // on its thread.
+    let renders: Vec<_> = calls
+        .iter()
+        .filter(|c| name(c.site) == "render_page")
+        .collect();
+    assert_eq!(renders.len() as u64, N);
+    let mut in_polls = 0;
+    for r in &renders {
+        let parent = calls
+            .iter()
+            .find(|p| {
+                p.thread == r.thread
+                    && p.depth + 1 == r.depth
+                    && p.start_ns <= r.start_ns
+                    && r.end_ns() <= p.end_ns()
+            })
+            .unwrap_or_else(|| panic!("{r:?} has no parent"));
+        assert_eq!(name(parent.site), "serve_request");
+        in_polls += parent.is_poll() as u64;
+    }
+    // The first request taught the layer; the others are futures.
+    assert_eq!(in_polls, N - 1);
+    let futures: Vec<_> = trace
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let of = |n: &str| futures.iter().filter(|f| name(f.site) == n).count() as u64;
+    assert_eq!(of("serve_request"), N - 1);
+    assert_eq!(of("lookup"), N - 1);
+    for f in futures.iter().filter(|f| name(f.site) == "serve_request") {
+        // Three polls (at `lookup`'s sleep, at the yield, the rest) and the drop.
+        assert_eq!(f.polls, 4, "{f:?}");
+        assert!(f.dur_ns >= 1_000_000);
+    }
+    // The events: inside a poll of their handler, with their field.
+    let markers: Vec<_> = trace
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Marker(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(markers.len() as u64, N);
+    assert!(markers.iter().all(|m| m.depth == 1));
+    // Perfetto: a lane per future, every poll of a handler on its lane.
+    let mut pf = Vec::new();
+    let stats = fgtrace::view::perfetto::write_perfetto(
+        trace.meta(),
+        trace.events().map(Ok),
+        fgtrace::view::HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    assert_eq!(stats.futures, 2 * (N - 1));
+    assert_eq!(stats.markers, N);
+    assert!(stats.lane_polls >= 4 * (N - 1), "{stats:?}");
+}

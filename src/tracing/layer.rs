@@ -70,9 +70,14 @@ where
         Interest::always()
     }
 
-    /// Keeps the values of a span with fields for its first entry (a
-    /// future's in its extensions, for whichever thread polls it).
+    /// Keeps the values of a span with fields for its first entry; a span of
+    /// a future callsite gets its future's state (with its values) in its
+    /// extensions, for whichever thread polls it.
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        // No fields, no future callsite yet: nothing to keep.
+        if attrs.metadata().fields().is_empty() && !sites::any_future() {
+            return;
+        }
         let Some(c) = sites::lookup(attrs.metadata()) else {
             return;
         };
@@ -156,25 +161,21 @@ where
         let Some(c) = sites::get(meta) else {
             return;
         };
+        // A span made, while recording, after its callsite's spans were
+        // known to be futures has a future's state: this entry is a poll.
+        // Any other span of such a callsite (the one that taught it, one
+        // made while nothing recorded) stays calls, one per entry.
         if c.is_future() {
             if let Some(span) = ctx.span(id) {
-                let mut ext = span.extensions_mut();
-                match ext.get_mut::<FutureState>() {
-                    Some(f) => {
-                        if f.first == 0 {
-                            f.first = ticks();
-                        }
-                        f.polls = f.polls.saturating_add(1);
+                if let Some(f) = span.extensions_mut().get_mut::<FutureState>() {
+                    if f.first == 0 {
+                        f.first = ticks();
                     }
-                    None => ext.insert(FutureState {
-                        first: ticks(),
-                        polls: 1,
-                        values: NONE,
-                    }),
+                    f.polls = f.polls.saturating_add(1);
+                    stack::enter_poll_of(self.owner, id.into_u64(), &c.site, c.index);
+                    return;
                 }
             }
-            stack::enter_poll_of(self.owner, id.into_u64(), &c.site, c.index);
-            return;
         }
         if stack::exited_before(self.owner, id.into_u64(), c.index) {
             // Entered again after an exit: this callsite's spans are
@@ -194,6 +195,10 @@ where
         if !stack::recording() {
             return;
         }
+        stack::forget(self.owner, id.into_u64());
+        if !sites::any_future() {
+            return;
+        }
         let Some(span) = ctx.span(&id) else {
             return;
         };
@@ -207,7 +212,6 @@ where
                 }
             }
         }
-        stack::forget(self.owner, id.into_u64());
     }
 }
 

@@ -69,7 +69,9 @@ impl Callsite {
     /// Its spans are futures from now on.
     #[cold]
     pub(crate) fn learn_future(&self) {
-        self.future.store(true, Relaxed);
+        if !self.future.swap(true, Relaxed) {
+            ANY_FUTURE.store(true, Relaxed);
+        }
     }
 
     /// The callsite's spans or events record values (it has fields).
@@ -102,6 +104,15 @@ static SEGMENTS: [AtomicPtr<Segment>; SEGS] = [const { AtomicPtr::new(ptr::null_
 /// Callsites made so far (written under `WRITE`).
 static COUNT: AtomicU32 = AtomicU32::new(0);
 static WRITE: Mutex<()> = Mutex::new(());
+/// Some callsite's spans are futures: until one is, closing a span needs no
+/// lookup (no future record to write).
+static ANY_FUTURE: AtomicBool = AtomicBool::new(false);
+
+/// Some callsite's spans are futures (see [`Callsite::learn_future`]).
+#[inline(always)]
+pub(crate) fn any_future() -> bool {
+    ANY_FUTURE.load(Relaxed)
+}
 
 std::thread_local! {
     /// This thread is making a callsite: a span entered meanwhile (a traced
