@@ -151,7 +151,7 @@ pub(crate) fn exited_before(owner: u32, id: u64, callsite: u32) -> bool {
     let key = Key { owner, id };
     STACK.with(|s| {
         s.try_borrow()
-            .is_ok_and(|s| s.exited.iter().any(|e| *e == (key, callsite)))
+            .is_ok_and(|s| s.exited.contains(&(key, callsite)))
     })
 }
 

@@ -771,7 +771,7 @@ mod tests {
             RawCall::ext(
                 ext::VALUE,
                 9,
-                0 | (fgtrace_core::values::tag::UNSIGNED as u64) << 3,
+                (fgtrace_core::values::tag::UNSIGNED as u64) << 3,
             ),
             rec(20, 2, 0, 8),
             RawCall::ext(ext::MARKER, 0, 0),
