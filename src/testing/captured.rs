@@ -35,6 +35,15 @@ pub(super) struct Span {
     pub off: Option<crate::trace::OffTime>,
 }
 
+/// An instant marker (a `tracing` event) as the capture keeps it.
+#[derive(Clone, Debug)]
+pub(super) struct MarkerRecord {
+    pub marker: crate::trace::Marker,
+    /// The call it happened in (its span index), if any was recorded.
+    pub span: Option<usize>,
+    pub values: Vec<crate::trace::Value>,
+}
+
 /// One measured call of a query: a call of a sync fn, or a whole future of
 /// an `async fn`.
 #[derive(Clone, Copy, Debug)]
@@ -72,7 +81,7 @@ pub struct Capture {
     pub(super) future_values: std::collections::HashMap<usize, Vec<crate::trace::Value>>,
     /// Instant markers (`tracing` events), in trace order, with the span
     /// index of the call each happened in.
-    pub(super) markers: Vec<super::markers::Recorded>,
+    pub(super) markers: Vec<MarkerRecord>,
 }
 
 /// The outcome of an instruction assertion that did not fail.
@@ -159,7 +168,7 @@ impl Capture {
         let mut future_values = std::collections::HashMap::new();
         // Markers, with (thread, index among the thread's calls) of the
         // call each is in; the calls open on each thread, for that.
-        let mut markers: Vec<(super::markers::Recorded, Option<(usize, usize)>)> = Vec::new();
+        let mut markers: Vec<(MarkerRecord, Option<(usize, usize)>)> = Vec::new();
         let mut open_calls: Vec<Vec<(u32, usize)>> = vec![Vec::new(); per_thread.len()];
         let mut last_marker: Vec<Option<usize>> = vec![None; per_thread.len()];
         for e in trace.events() {
@@ -189,7 +198,7 @@ impl Capture {
                         .map(|&(_, i)| (t, i));
                     last_marker[t] = Some(markers.len());
                     markers.push((
-                        super::markers::Recorded {
+                        MarkerRecord {
                             marker: m,
                             span: None,
                             values: Vec::new(),

@@ -2,18 +2,9 @@
 //! captured code (with `fgtrace::tracing`'s layer), queried by name or by
 //! the call they happened in.
 
-use super::captured::{ns, Capture};
+use super::captured::{ns, Capture, MarkerRecord};
 use crate::trace::Value;
 use std::time::Duration;
-
-/// A marker as the capture keeps it.
-#[derive(Clone, Debug)]
-pub(super) struct Recorded {
-    pub marker: crate::trace::Marker,
-    /// The call it happened in (its span index), if any was recorded.
-    pub span: Option<usize>,
-    pub values: Vec<Value>,
-}
 
 /// One instant marker (a `tracing` event such as `info!(n = 3, "..")`).
 #[derive(Clone, Debug, PartialEq)]
@@ -75,7 +66,7 @@ impl Capture {
             .collect()
     }
 
-    fn marker(&self, m: &Recorded) -> Marker {
+    fn marker(&self, m: &MarkerRecord) -> Marker {
         let meta = self.trace.meta();
         let site = meta.sites.get(m.marker.site as usize);
         Marker {
