@@ -62,6 +62,11 @@
 //! handler on its executor's thread). Skipped with the reason where the
 //! kernel refuses `perf_event_open`.
 //!
+//! **Markers.** With `fgtrace::tracing`'s layer or subscriber, `tracing`
+//! events are instant markers: [`Capture::markers`] by the event's name,
+//! [`Capture::markers_inside`] by the call they happened in, each a
+//! [`Marker`] with its time, depth, enclosing call and values.
+//!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
 #[doc(hidden)]
