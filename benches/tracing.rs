@@ -155,6 +155,17 @@ fn spans(d: &Dispatch) -> u64 {
     })
 }
 
+/// As [`spans`], each span with two integer fields (recorded as the call's
+/// values by fgtrace's layer and subscriber).
+#[inline(never)]
+fn spans_fields(d: &Dispatch) -> u64 {
+    tracing::dispatcher::with_default(d, || {
+        (0..SPANS as u64)
+            .map(|x| info_span!("leaf_fields", i = x, len = x * 2).in_scope(|| black_box(x) + 1))
+            .sum()
+    })
+}
+
 #[fgtrace::traced]
 #[inline(never)]
 fn leaf_traced(x: u64) -> u64 {
@@ -223,5 +234,22 @@ mod span {
     fn traced(b: divan::Bencher) {
         session().resume();
         b.bench(|| (0..SPANS as u64).map(leaf_traced).sum::<u64>());
+    }
+
+    #[divan::bench]
+    fn registry_clock_2_fields() -> u64 {
+        spans_fields(dispatch("clock"))
+    }
+
+    #[divan::bench]
+    fn registry_fgtrace_2_fields(b: divan::Bencher) {
+        session().resume();
+        b.bench(|| spans_fields(dispatch("fgtrace")));
+    }
+
+    #[divan::bench]
+    fn subscriber_2_fields(b: divan::Bencher) {
+        session().resume();
+        b.bench(|| spans_fields(dispatch("subscriber")));
     }
 }

@@ -420,52 +420,492 @@ async fn fetch(n: u32) -> u32 {
     parse(n)
 }
 
-/// The polls of `fetch` on the capture: the first one ends at the sleep,
-/// the second runs `parse`; dropping the completed future enters the span
-/// once more (`tracing` drops the inner future inside its span).
-fn check_fetch(v: u32, cap: &Capture) {
+/// The polls of `fetch` on the capture as plain calls (the standalone
+/// subscriber, which keeps no state per span, and the first span of the
+/// callsite under the layer): the first one ends at the sleep, the second
+/// runs `parse`; dropping the completed future enters the span once more
+/// (`tracing` drops the inner future inside its span).
+fn check_fetch_calls(v: u32, cap: &Capture) {
     assert_eq!(v, 6);
     let polls = cap.calls_of("fetch");
     assert_eq!(polls.len(), 3, "{}", cap.graph());
     assert!(polls.iter().all(|c| c.depth == 0 && !c.is_poll()));
-    // Each poll is short: the 50 ms asleep are between them, not in them.
+    check_fetch_polls(cap);
+}
+
+/// What the polls of `fetch` hold either way: each is short (the 50 ms
+/// asleep are between them, not in them), and `parse` ran in the second.
+fn check_fetch_polls(cap: &Capture) {
+    let polls = cap.calls_of("fetch");
     assert!(
-        cap.max("fetch") < Duration::from_millis(50),
+        polls.iter().all(|c| c.dur_ns < 50_000_000),
         "{}",
         cap.graph()
     );
     assert!(polls[1].start_ns >= polls[0].end_ns() + 45_000_000);
-    // `parse` ran in the second poll, and only there.
     cap.assert_calls("parse", 1);
     let p = cap.calls_of("parse")[0];
     assert_eq!(p.depth, 1);
     assert!(polls[1].start_ns <= p.start_ns && p.end_ns() <= polls[1].end_ns());
 }
 
+/// `fetch` recorded as `#[traced] async fn` is: three polls (the last one
+/// its drop), each a call flagged as a poll, and one whole future from the
+/// first poll to the span's close, with the span's field as its value.
+fn check_fetch_future(v: u32, cap: &Capture) {
+    assert_eq!(v, 6);
+    let polls = cap.calls_of("fetch");
+    assert_eq!(polls.len(), 3, "{}", cap.graph());
+    assert!(
+        polls.iter().all(|c| c.depth == 0 && c.is_poll()),
+        "{polls:?}"
+    );
+    check_fetch_polls(cap);
+    // One future, counted as one call, lasting the sleep.
+    cap.assert_calls("fetch", 1);
+    let futures: Vec<_> = cap
+        .trace()
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(futures.len(), 1, "{}", cap.graph());
+    let f = futures[0];
+    assert_eq!(cap.trace().meta().site_name(f.site), "fetch");
+    assert_eq!(f.polls, 3);
+    assert!(!f.cancelled);
+    assert!(f.start_ns <= polls[0].start_ns && polls[2].end_ns() <= f.start_ns + f.dur_ns);
+    assert!(
+        cap.max("fetch") >= Duration::from_millis(45),
+        "{}",
+        cap.graph()
+    );
+    let v = cap.values("fetch");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].get("n").map(|x| x.bits), Some(3));
+}
+
+/// Runs `fetch` once under `d`, recording: the layer learns that the
+/// callsite's spans are futures (a span of it entered twice).
+fn learn_fetch(d: &Dispatch) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tracing::dispatcher::with_default(d, || rt.block_on(testing::capture_async(fetch(3))));
+}
+
 #[test]
-fn instrumented_async_fn_polls_are_calls_on_a_current_thread_runtime() {
+fn instrumented_async_fns_are_futures_on_a_current_thread_runtime() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
     let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    learn_fetch(&d);
     let (v, cap) =
         tracing::dispatcher::with_default(&d, || rt.block_on(testing::capture_async(fetch(3))));
-    check_fetch(v, &cap);
+    check_fetch_future(v, &cap);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instrumented_async_fn_polls_are_calls_on_a_multi_thread_runtime() {
-    for d in [
-        Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new())),
-        Dispatch::new(fgtrace::tracing::Subscriber::new()),
-    ] {
-        // The span is made when `fetch` is called, under `d`; entering it
-        // goes to the subscriber it was made by, on whichever worker polls.
+async fn instrumented_async_fns_are_futures_on_a_multi_thread_runtime() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    // The span is made when `fetch` is called, under `d`; entering it
+    // goes to the subscriber it was made by, on whichever worker polls.
+    // The first run teaches the layer that the callsite's spans are futures.
+    let run = || {
         let fut = tracing::dispatcher::with_default(&d, || fetch(3));
-        let (v, cap) = tokio::spawn(testing::capture_async(fut).with_subscriber(d))
+        tokio::spawn(testing::capture_async(fut).with_subscriber(d.clone()))
+    };
+    run().await.unwrap();
+    let (v, cap) = run().await.unwrap();
+    check_fetch_future(v, &cap);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscribers_async_spans_are_a_call_per_poll() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    for _ in 0..2 {
+        let fut = tracing::dispatcher::with_default(&d, || fetch(3));
+        let (v, cap) = tokio::spawn(testing::capture_async(fut).with_subscriber(d.clone()))
             .await
             .unwrap();
-        check_fetch(v, &cap);
+        check_fetch_calls(v, &cap);
     }
+}
+
+// ------------------------------------------------------------ span fields as values
+
+/// A span's integer and bool fields are its call's values, named by the
+/// field names; a field recorded later (`span.record`) before the exit lands
+/// too; a string, float or `Debug` field is not recorded (a value is an
+/// integer, a bool or a char, and `tracing` has no char fields).
+fn fields_work() {
+    let span = info_span!(
+        "fields",
+        len = 83u64,
+        neg = -5i32,
+        ok = true,
+        big = 1u128 << 70
+    );
+    span.in_scope(|| parse(1));
+    let span = info_span!(
+        "later",
+        n = tracing::field::Empty,
+        s = "text",
+        f = tracing::field::Empty
+    );
+    span.in_scope(|| {
+        span.record("n", 7u32);
+        parse(2)
+    });
+}
+
+fn check_fields(cap: &Capture) {
+    let v = cap.values("fields");
+    assert_eq!(v.len(), 1, "{}", cap.graph());
+    let show = |v: &testing::CallValues| {
+        v.values
+            .iter()
+            .map(|(n, x)| format!("{n}={x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert_eq!(show(&v[0]), "len=83, neg=-5, ok=true");
+    let v = cap.values("later");
+    assert_eq!(v.len(), 1, "{}", cap.graph());
+    assert_eq!(show(&v[0]), "n=7");
+    assert_eq!(
+        shape(cap.trace(), None),
+        shape_of(&[("fields", 0), ("parse", 1), ("later", 0), ("parse", 1)]),
+        "{}",
+        cap.graph()
+    );
+    let text = graph_text(cap.trace());
+    assert!(text.contains("fields(len=83, neg=-5, ok=true) {"), "{text}");
+    assert!(text.contains("later(n=7) {"), "{text}");
+}
+
+/// The trace's function graph, as `fgtrace graph` prints it.
+fn graph_text(t: &Trace) -> String {
+    use fgtrace::view::{GraphOptions, TraceViews};
+    let mut out = Vec::new();
+    t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn layer_records_span_fields_as_values() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&d, fields_work);
+    check_fields(&cap);
+}
+
+#[test]
+fn subscriber_records_span_fields_as_values() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&d, fields_work);
+    check_fields(&cap);
+}
+
+#[test]
+fn subscriber_spans_with_fields_allocate_nothing() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let mut during = u64::MAX;
+    let cap = capture_under(&d, || {
+        let span = |i: u64| {
+            info_span!("hot_fields", i, even = i % 2 == 0).in_scope(|| black_box(parse(1)))
+        };
+        span(0);
+        during = allocations(|| {
+            for i in 1..=1000 {
+                span(i);
+            }
+        });
+    });
+    assert_eq!(during, 0, "allocations in 1000 spans with fields");
+    let v = cap.values("hot_fields");
+    assert_eq!(v.len(), 1001);
+    assert_eq!(
+        v[1000].get("i").map(|x| x.to_string()).as_deref(),
+        Some("1000")
+    );
+    assert_eq!(
+        v[1000].get("even").map(|x| x.to_string()).as_deref(),
+        Some("true")
+    );
+}
+
+// ------------------------------------------------------------ events as instant markers
+
+/// An event inside a span and one inside a `#[traced]` fn, one with a name
+/// and fields.
+#[traced]
+#[inline(never)]
+fn noted(k: u64) -> u64 {
+    tracing::info!(name: "cache_miss", key = k, hit = false, text = "no", "missed {k}");
+    parse(k as u32) as u64
+}
+
+fn events_work() {
+    serve();
+    noted(7);
+    tracing::warn!("outside every call");
+}
+
+fn check_markers(cap: &Capture) {
+    // `handle`'s `info!("handling")`, once per call, inside it, before `parse`.
+    let inside = cap.markers_inside("handle");
+    assert_eq!(inside.len(), 2, "{}", cap.graph());
+    for m in &inside {
+        assert!(
+            m.name.starts_with("event ") && m.name.contains("tracing.rs:"),
+            "{m:?}"
+        );
+        assert_eq!(m.inside.as_deref(), Some("handle"));
+        assert_eq!(m.depth, 2);
+        assert!(m.values.is_empty());
+    }
+    let handles = cap.calls_of("handle");
+    assert!(handles[0].start_ns <= inside[0].at.as_nanos() as u64);
+    assert!(inside[0].at.as_nanos() as u64 <= handles[0].end_ns());
+    let parses = cap.calls_of("parse");
+    assert!(inside[0].at.as_nanos() as u64 <= parses[0].start_ns);
+    // The named event: its integer and bool fields (not the string).
+    let miss = cap.markers("cache_miss");
+    assert_eq!(miss.len(), 1);
+    assert_eq!(miss[0].inside.as_deref(), Some("noted"));
+    assert_eq!(miss[0].depth, 1);
+    let show: Vec<String> = miss[0]
+        .values
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    assert_eq!(show, ["key=7", "hit=false"]);
+    assert_eq!(miss[0].get("key").map(|v| v.bits), Some(7));
+    // At the top level: no call around it.
+    let all = cap.all_markers();
+    assert_eq!(all.len(), 4, "{all:?}");
+    let top: Vec<_> = all.iter().filter(|m| m.depth == 0).collect();
+    assert_eq!(top.len(), 1, "{all:?}");
+    assert_eq!(top[0].inside, None);
+    // Markers are no calls.
+    assert_eq!(
+        cap.trace().calls().count(),
+        1 + 2 * 2 + 2,
+        "{}",
+        cap.graph()
+    );
+}
+
+#[test]
+fn layer_records_events_as_instant_markers() {
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let cap = capture_under(&d, events_work);
+    check_markers(&cap);
+    check_marker_views(cap.trace());
+    // The same after a round trip through the file format.
+    let path = std::env::temp_dir().join(format!("fgtrace-markers-{}.fgt", std::process::id()));
+    cap.trace().save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(back.damage.is_none());
+    assert_eq!(
+        back.events().collect::<Vec<_>>(),
+        cap.trace().events().collect::<Vec<_>>()
+    );
+    check_marker_views(&back);
+}
+
+#[test]
+fn subscriber_records_events_as_instant_markers() {
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new());
+    let cap = capture_under(&d, events_work);
+    check_markers(&cap);
+    let d = Dispatch::new(fgtrace::tracing::Subscriber::new().with_events(false));
+    let cap = capture_under(&d, events_work);
+    assert!(cap.markers("cache_miss").is_empty());
+    assert!(cap.markers_inside("handle").is_empty());
+}
+
+/// The graph, Chrome and Perfetto exports show the markers (Firefox's: in
+/// its own tests, behind its feature).
+fn check_marker_views(t: &Trace) {
+    use fgtrace::view::HexResolve;
+    let text = graph_text(t);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in\n{text}"))
+    };
+    // In the tree: after `handle() {`, before its `parse();`, one deeper.
+    let open = at("handle(req=1) {");
+    let ev = at("/* event ");
+    assert_eq!(ev, open + 1, "{text}");
+    assert!(
+        lines[ev].contains(&format!("    /* event {}", file!())),
+        "{text}"
+    );
+    assert!(lines[ev + 1].contains("parse();"), "{text}");
+    assert!(
+        text.contains("/* cache_miss: key=7, hit=false */"),
+        "{text}"
+    );
+
+    let events = || t.events().map(Ok);
+    let mut chrome = Vec::new();
+    fgtrace::view::chrome::write_chrome(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut chrome,
+    )
+    .unwrap();
+    let chrome = String::from_utf8(chrome).unwrap();
+    assert_eq!(
+        chrome.matches("\"ph\":\"i\",\"s\":\"t\"").count(),
+        4,
+        "{chrome}"
+    );
+    assert!(
+        chrome.contains("\"cat\":\"event\",\"name\":\"cache_miss\",\"args\":{"),
+        "{chrome}"
+    );
+    assert!(chrome.contains("\"key\":7,\"hit\":false"), "{chrome}");
+
+    let mut pf = Vec::new();
+    let stats = fgtrace::view::perfetto::write_perfetto(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    assert_eq!(stats.markers, 4);
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(has(&pf, b"cache_miss"));
+    assert!(has(&pf, b"\x52\x03key"), "no `key` annotation");
+}
+
+// ------------------------------------------------------------ a tokio service in a session
+
+#[traced]
+#[inline(never)]
+fn render_page(n: u64) -> u64 {
+    (0..200).fold(n, |h, i| black_box(h.rotate_left(5) ^ i))
+}
+
+#[instrument]
+async fn lookup(id: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    id * 3
+}
+
+#[instrument]
+async fn serve_request(id: u64) -> u64 {
+    let user = lookup(id).await;
+    tokio::task::yield_now().await;
+    let h = render_page(user);
+    tracing::info!(user, "served");
+    h
+}
+
+/// Several concurrent `#[instrument]` handlers on two workers, in a session:
+/// one trace in which the `#[traced]` helper is inside a poll of its handler
+/// on the thread that ran it, each handler's span after the first is a
+/// future with its polls, the events sit inside the polls, and Perfetto puts
+/// every future on a lane with its polls.
+#[test]
+fn a_tokio_service_in_a_session_nests_spans_futures_and_traced_calls() {
+    let _s = serial();
+    let d = Dispatch::new(tracing_subscriber::registry().with(fgtrace::tracing::Layer::new()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    const N: u64 = 12;
+    let session = Session::start(Config::builtin()).expect("session");
+    rt.block_on(async {
+        let spawn = |id| {
+            let fut = tracing::dispatcher::with_default(&d, || serve_request(id));
+            tokio::spawn(fut.with_subscriber(d.clone()))
+        };
+        spawn(0).await.unwrap();
+        let tasks: Vec<_> = (1..N).map(spawn).collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let trace = session.stop().expect("stop");
+    let name = |site: u32| trace.meta().site_name(site).to_string();
+    let calls: Vec<_> = trace.calls().collect();
+    // Every helper call: inside a poll of `serve_request`, one level down,
+    // on its thread.
+    let renders: Vec<_> = calls
+        .iter()
+        .filter(|c| name(c.site) == "render_page")
+        .collect();
+    assert_eq!(renders.len() as u64, N);
+    let mut in_polls = 0;
+    for r in &renders {
+        let parent = calls
+            .iter()
+            .find(|p| {
+                p.thread == r.thread
+                    && p.depth + 1 == r.depth
+                    && p.start_ns <= r.start_ns
+                    && r.end_ns() <= p.end_ns()
+            })
+            .unwrap_or_else(|| panic!("{r:?} has no parent"));
+        assert_eq!(name(parent.site), "serve_request");
+        in_polls += parent.is_poll() as u64;
+    }
+    // The first request taught the layer; the others are futures.
+    assert_eq!(in_polls, N - 1);
+    let futures: Vec<_> = trace
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let of = |n: &str| futures.iter().filter(|f| name(f.site) == n).count() as u64;
+    assert_eq!(of("serve_request"), N - 1);
+    assert_eq!(of("lookup"), N - 1);
+    for f in futures.iter().filter(|f| name(f.site) == "serve_request") {
+        // Three polls (at `lookup`'s sleep, at the yield, the rest) and the drop.
+        assert_eq!(f.polls, 4, "{f:?}");
+        assert!(f.dur_ns >= 1_000_000);
+    }
+    // The events: inside a poll of their handler, with their field.
+    let markers: Vec<_> = trace
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::Marker(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(markers.len() as u64, N);
+    assert!(markers.iter().all(|m| m.depth == 1));
+    // Perfetto: a lane per future, every poll of a handler on its lane.
+    let mut pf = Vec::new();
+    let stats = fgtrace::view::perfetto::write_perfetto(
+        trace.meta(),
+        trace.events().map(Ok),
+        fgtrace::view::HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    assert_eq!(stats.futures, 2 * (N - 1));
+    assert_eq!(stats.markers, N);
+    assert!(stats.lane_polls >= 4 * (N - 1), "{stats:?}");
 }

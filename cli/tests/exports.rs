@@ -460,6 +460,73 @@ fn perfetto_counters_losses_and_exact_nesting() {
     );
 }
 
+/// An instant marker (a `tracing` event) inside a call: an instant on the
+/// thread's track between the call's nested slices, named by its site, with
+/// its value, read back with the upstream schema; in Chrome JSON a
+/// thread-scoped instant event.
+#[test]
+fn perfetto_and_chrome_put_an_instant_marker_on_its_thread() {
+    let Some(()) = perfetto_python("perfetto_and_chrome_put_an_instant_marker_on_its_thread")
+    else {
+        return;
+    };
+    let mut meta = traces::meta(&["run", "cache_miss"], &[(900, "main")]);
+    meta.duration_ns = 10_000;
+    meta.sites[1].values = vec!["key".into()];
+    let mut b = TraceBuilder::new(meta);
+    b.push(call(0, 0, 0, 1_000, 5_000));
+    b.push(Event::Marker(fgtrace_trace::Marker {
+        thread: 0,
+        site: 1,
+        depth: 1,
+        ts_ns: 2_000,
+    }));
+    b.push(Event::Values(fgtrace_trace::CallValues {
+        thread: 0,
+        values: vec![fgtrace_trace::Value {
+            slot: 0,
+            tag: 1, // unsigned
+            bits: 7,
+        }],
+    }));
+    b.push(call(0, 0, 1, 3_000, 1_000));
+    let dir = tempdir("marker");
+    let path = dir.join("marker.fgt");
+    b.finish().save(&path).unwrap();
+    let out = dir.join("marker.pftrace");
+    fgtrace(&[
+        "perfetto",
+        path.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let v = check_perfetto(&out);
+    let main = &thread_tracks(&v, 900)[&900].0;
+    assert_eq!(v["instants"][main], serde_json::json!(["cache_miss"]));
+    assert_eq!(v["slices"][main]["count"], 2);
+    assert_eq!(v["slices"][main]["max_depth"], 2);
+
+    let json = dir.join("marker.json");
+    fgtrace(&[
+        "chrome",
+        path.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    let j: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let instants: Vec<&Value> = j["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["cat"] == "event")
+        .collect();
+    assert_eq!(instants.len(), 1);
+    assert_eq!(instants[0]["name"], "cache_miss");
+    assert_eq!(instants[0]["s"], "t");
+    assert_eq!(instants[0]["args"]["key"], 7);
+    assert_eq!(instants[0]["args"]["depth"], 1);
+}
+
 // ------------------------------------------------------------ Firefox
 
 fn gunzip_json(path: &Path) -> Value {

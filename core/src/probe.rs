@@ -56,11 +56,15 @@ use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 pub mod board;
 mod future;
 mod inspect;
+mod marker;
 mod values;
 
 pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
-pub use values::{enter_values, ValuesFuture, ValuesGuard};
+pub use marker::marker;
+pub use values::{
+    enter_poll, enter_values, exit_with_values, record_future_values, ValuesFuture, ValuesGuard,
+};
 
 /// Frame flag: one poll of an async fn.
 const F_POLL: u32 = 1;

@@ -33,6 +33,10 @@ pub mod ext {
     /// names) | its tag (the next 8 bits, see [`crate::values::tag`]).
     /// Written only for calls whose site has values.
     pub const VALUE: u64 = 4;
+    /// The record just before is not a call but an instant marker (a
+    /// `tracing` event): a zero-length record at the marker's time and depth,
+    /// its site the marker's. a = b = 0. Its values follow this one.
+    pub const MARKER: u64 = 5;
 }
 
 /// Allocation figures of one call, callees included (see [`crate::alloc`]).

@@ -35,6 +35,15 @@ pub(super) struct Span {
     pub off: Option<crate::trace::OffTime>,
 }
 
+/// An instant marker (a `tracing` event) as the capture keeps it.
+#[derive(Clone, Debug)]
+pub(super) struct MarkerRecord {
+    pub marker: crate::trace::Marker,
+    /// The call it happened in (its span index), if any was recorded.
+    pub span: Option<usize>,
+    pub values: Vec<crate::trace::Value>,
+}
+
 /// One measured call of a query: a call of a sync fn, or a whole future of
 /// an `async fn`.
 #[derive(Clone, Copy, Debug)]
@@ -70,6 +79,9 @@ pub struct Capture {
     pub(super) span_values: std::collections::HashMap<usize, Vec<crate::trace::Value>>,
     /// Values recorded by `async fn`s, by index in `futures`.
     pub(super) future_values: std::collections::HashMap<usize, Vec<crate::trace::Value>>,
+    /// Instant markers (`tracing` events), in trace order, with the span
+    /// index of the call each happened in.
+    pub(super) markers: Vec<MarkerRecord>,
 }
 
 /// The outcome of an instruction assertion that did not fail.
@@ -154,12 +166,50 @@ impl Capture {
         let mut last: Vec<Option<Result<usize, usize>>> = vec![None; per_thread.len()];
         let mut call_values: Vec<(usize, usize, Vec<crate::trace::Value>)> = Vec::new();
         let mut future_values = std::collections::HashMap::new();
+        // Markers, with (thread, index among the thread's calls) of the
+        // call each is in; the calls open on each thread, for that.
+        let mut markers: Vec<(MarkerRecord, Option<(usize, usize)>)> = Vec::new();
+        let mut open_calls: Vec<Vec<(u32, usize)>> = vec![Vec::new(); per_thread.len()];
+        let mut last_marker: Vec<Option<usize>> = vec![None; per_thread.len()];
         for e in trace.events() {
             let t = e.thread() as usize;
+            if !matches!(e, Event::Values(_) | Event::Counters(_)) {
+                last_marker[t] = None;
+            }
             match e {
                 Event::Call(c) => {
+                    let o = &mut open_calls[t];
+                    while o.last().is_some_and(|&(d, _)| d >= c.depth) {
+                        o.pop();
+                    }
+                    o.push((c.depth, per_thread[t].len()));
                     last[t] = Some(Ok(per_thread[t].len()));
                     per_thread[t].push(c);
+                }
+                Event::Marker(m) => {
+                    last[t] = None;
+                    let o = &mut open_calls[t];
+                    while o.last().is_some_and(|&(d, _)| d >= m.depth) {
+                        o.pop();
+                    }
+                    let inside = o
+                        .last()
+                        .filter(|&&(d, _)| d + 1 == m.depth)
+                        .map(|&(_, i)| (t, i));
+                    last_marker[t] = Some(markers.len());
+                    markers.push((
+                        MarkerRecord {
+                            marker: m,
+                            span: None,
+                            values: Vec::new(),
+                        },
+                        inside,
+                    ));
+                }
+                Event::Values(v) if last_marker[t].is_some() => {
+                    if let Some(k) = last_marker[t].take() {
+                        markers[k].0.values = v.values;
+                    }
                 }
                 Event::Future(f) => {
                     last[t] = Some(Err(futures.len()));
@@ -272,6 +322,13 @@ impl Capture {
             .into_iter()
             .map(|(t, i, v)| (thread_base[t] + i, v))
             .collect();
+        let markers = markers
+            .into_iter()
+            .map(|(mut m, inside)| {
+                m.span = inside.map(|(t, i)| thread_base[t] + i);
+                m
+            })
+            .collect();
         Capture {
             trace,
             spans,
@@ -279,6 +336,7 @@ impl Capture {
             status,
             span_values,
             future_values,
+            markers,
         }
     }
 

@@ -62,6 +62,11 @@
 //! handler on its executor's thread). Skipped with the reason where the
 //! kernel refuses `perf_event_open`.
 //!
+//! **Markers.** With `fgtrace::tracing`'s layer or subscriber, `tracing`
+//! events are instant markers: [`Capture::markers`] by the event's name,
+//! [`Capture::markers_inside`] by the call they happened in, each a
+//! [`Marker`] with its time, depth, enclosing call and values.
+//!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
 #[doc(hidden)]
@@ -70,6 +75,7 @@ pub mod __budget;
 mod allocs;
 mod captured;
 pub(crate) mod counters;
+mod markers;
 mod offcpu;
 mod query;
 mod render;
@@ -80,6 +86,7 @@ mod values;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
+pub use markers::Marker;
 pub use runs::{Runs, Stat, Summary};
 pub use values::{CallValues, Growth, Measure, GROWTH_TOLERANCE};
 

@@ -19,11 +19,10 @@ impl Capture {
 
     pub(super) fn units(&self, name: &str) -> Vec<Unit> {
         let mask = self.site_mask(name);
-        let sites = &self.trace.meta().sites;
-        let counted = |i: usize| {
-            mask[self.spans[i].call.site as usize]
-                && !sites[self.spans[i].call.site as usize].is_async
-        };
+        // Polls count through their future (an `async fn`'s, or a `tracing`
+        // span's entered once per poll), not one by one.
+        let counted =
+            |i: usize| mask[self.spans[i].call.site as usize] && !self.spans[i].call.is_poll();
         let mut out: Vec<Unit> = (0..self.spans.len())
             .filter(|&i| counted(i))
             .map(|i| {

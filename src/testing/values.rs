@@ -90,7 +90,7 @@ impl Capture {
         };
         let mut out = Vec::new();
         for (i, s) in self.spans.iter().enumerate() {
-            if !mask[s.call.site as usize] || sites[s.call.site as usize].is_async {
+            if !mask[s.call.site as usize] || s.call.is_poll() {
                 continue;
             }
             if sites[s.call.site as usize].values.is_empty() {

@@ -42,20 +42,24 @@
 //! `graph_functions`, the depth limit and the duration threshold), and a
 //! test queries them by name: `cap.calls("handle")`.
 //!
+//! **Fields and events.** A span's integer and bool fields (the first four
+//! of its callsite) are its call's values, named by the field names, as
+//! `#[traced(values(..))]` records them; a field recorded later, before the
+//! exit, lands too. Strings, floats and `Debug` fields are not recorded. An
+//! event (`info!(..)`) is an instant marker at its point of the thread's
+//! calls, with its integer and bool fields as values.
+//!
 //! **Async.** A future under `#[instrument]` (or `.instrument(span)`) enters
 //! its span once per poll, and once more when it is dropped (`tracing` drops
-//! the inner future inside the span): each of those is a call, so
-//! `cap.calls(name)` counts them, and a callee is nested in the poll that
-//! ran it. Unlike a `#[traced] async fn` the polls are not marked as polls
-//! and there is no record of the whole future (first poll to completion):
-//! the recording core writes those only for its own `TracedFuture`. Put
-//! `#[fgtrace::traced]` on the `async fn` as well when the whole future's
-//! duration matters.
-//!
-//! **Not recorded (yet).** Span fields and `record` calls: fgtrace calls
-//! carry no per-call values. Events: the trace model has no instant event
-//! to put them in the timelines, so the layer ignores them and the
-//! subscriber disables them at their callsite.
+//! the inner future inside the span). The layer records it as a `#[traced]
+//! async fn` is recorded: every entry a poll, and the span, first entry to
+//! close, one whole future with its poll count and values. The rule: a span
+//! callsite is a future's once one of its spans is entered again after an
+//! exit on the same thread, before its close; from then on every span of
+//! that callsite made while recording is a future from its first entry (the
+//! one that taught it stays calls). The standalone subscriber keeps no state
+//! per span: its
+//! async spans stay one call per entry.
 //!
 //! **Entries and exits out of order.** A span exited while spans entered
 //! after it on the same thread are still open ends those first, innermost
@@ -68,7 +72,10 @@
 //! **Cost.** While nothing records, an entry is one relaxed load and a
 //! branch beyond what the `Registry` does. While recording, the layer adds
 //! one span lookup (for the metadata), one lock-free table lookup and the
-//! probe on entry, and the probe on exit; nothing on creation or close. The
+//! probe on entry; the probe and a note of the exit on exit; one span lookup
+//! and one table lookup on close (and a future's record); on creation, for
+//! spans with fields or of future callsites, their values (a future's state
+//! goes in the span's extensions: one allocation per future span). The
 //! standalone subscriber adds nothing but the probe and the thread-local
 //! array to what `tracing` itself costs. Figures: the README's Performance
 //! section (`cargo bench --features tracing --bench tracing`).
@@ -77,6 +84,7 @@ mod layer;
 mod sites;
 mod stack;
 mod subscriber;
+mod values;
 
 pub use layer::Layer;
 pub use subscriber::Subscriber;

@@ -26,7 +26,7 @@ use fgtrace_core::record::MAX_SITES;
 use fgtrace_core::site::Site;
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
 use std::sync::{Mutex, PoisonError};
 use tracing_core::Metadata;
 
@@ -39,6 +39,46 @@ pub(crate) struct Callsite {
     /// Position in the index table: the standalone subscriber's span id is
     /// `index + 1`.
     pub(crate) index: u32,
+    /// The callsite's field index of each value slot (the site's value
+    /// names, in order); `NO_FIELD` past the last.
+    fields: [u8; SPAN_VALUES],
+    /// A span of this callsite was entered again after an exit: its spans
+    /// are futures (see the layer).
+    future: AtomicBool,
+}
+
+/// Values a span or event records at most: the first fields of its
+/// callsite, in order (an event's `message` left out), as many as a
+/// `#[traced]` call's named values.
+pub(crate) const SPAN_VALUES: usize = fgtrace_core::values::MAX_VALUES - 1;
+const NO_FIELD: u8 = u8::MAX;
+
+impl Callsite {
+    /// The value slot of the callsite's field `index`, if it has one.
+    #[inline(always)]
+    pub(crate) fn slot(&self, index: usize) -> Option<usize> {
+        self.fields.iter().position(|&f| f as usize == index)
+    }
+
+    /// The callsite's spans are futures, entered once per poll.
+    #[inline(always)]
+    pub(crate) fn is_future(&self) -> bool {
+        self.future.load(Relaxed)
+    }
+
+    /// Its spans are futures from now on.
+    #[cold]
+    pub(crate) fn learn_future(&self) {
+        if !self.future.swap(true, Relaxed) {
+            ANY_FUTURE.store(true, Relaxed);
+        }
+    }
+
+    /// The callsite's spans or events record values (it has fields).
+    #[inline(always)]
+    pub(crate) fn has_values(&self) -> bool {
+        !self.site.values.is_empty()
+    }
 }
 
 /// Slots of the first hash table (later ones are 4x the one before).
@@ -64,6 +104,15 @@ static SEGMENTS: [AtomicPtr<Segment>; SEGS] = [const { AtomicPtr::new(ptr::null_
 /// Callsites made so far (written under `WRITE`).
 static COUNT: AtomicU32 = AtomicU32::new(0);
 static WRITE: Mutex<()> = Mutex::new(());
+/// Some callsite's spans are futures: until one is, closing a span needs no
+/// lookup (no future record to write).
+static ANY_FUTURE: AtomicBool = AtomicBool::new(false);
+
+/// Some callsite's spans are futures (see [`Callsite::learn_future`]).
+#[inline(always)]
+pub(crate) fn any_future() -> bool {
+    ANY_FUTURE.load(Relaxed)
+}
 
 std::thread_local! {
     /// This thread is making a callsite: a span entered meanwhile (a traced
@@ -150,16 +199,34 @@ fn insert(meta: &'static Metadata<'static>) -> Option<&'static Callsite> {
     if index >= MAX_SITES {
         return None;
     }
+    // The value names: the first fields (field names are `'static`), made
+    // once per callsite like the site itself.
+    let mut fields = [NO_FIELD; SPAN_VALUES];
+    let mut names = Vec::new();
+    for f in meta.fields().iter() {
+        if names.len() == SPAN_VALUES || f.index() >= NO_FIELD as usize {
+            break;
+        }
+        if meta.is_event() && f.name() == "message" {
+            continue;
+        }
+        fields[names.len()] = f.index() as u8;
+        names.push(f.name());
+    }
+    let names: &'static [&'static str] = Box::leak(names.into_boxed_slice());
     let c: &'static Callsite = Box::leak(Box::new(Callsite {
-        site: Site::new(
+        site: Site::with_values(
             meta.name(),
             meta.target(),
             meta.file().unwrap_or(""),
             meta.line().unwrap_or(0),
             false,
+            names,
         ),
         meta,
         index,
+        fields,
+        future: AtomicBool::new(false),
     }));
     let cp = c as *const Callsite as *mut Callsite;
     let seg = &SEGMENTS[(index >> SEG_BITS) as usize];

@@ -7,6 +7,13 @@
 //! who entered it (a layer or subscriber instance: span ids are per
 //! subscriber) and the span id.
 //!
+//! A span's values (its fields, see [`super::values`]) go with its entry:
+//! the values given when a span is made wait in a small ring of pending
+//! values, keyed like the entries, until the span is entered on this thread;
+//! a later `record` updates the open entry (or the pending values); the
+//! exit writes them after the call's record. A span made on one thread and
+//! first entered on another has no values there.
+//!
 //! An exit pops the innermost entry with its key. Spans are normally exited
 //! in the reverse order of their entries; when one is exited while spans
 //! entered after it are still open (`tracing` allows it), those are ended
@@ -15,8 +22,9 @@
 //! entry (a span entered while nothing recorded, or past the capacity) does
 //! nothing.
 
+use super::values::{Values, NONE};
 use fgtrace_core::control::{CONTROL, ON_MASK};
-use fgtrace_core::probe::{enter as probe_enter, Guard};
+use fgtrace_core::probe::{enter as probe_enter, enter_poll, exit_with_values, Guard};
 use fgtrace_core::site::Site;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -32,21 +40,143 @@ struct Key {
     id: u64,
 }
 
+/// Spans made on this thread whose values wait for their first entry.
+const PENDING: usize = 8;
+
+const NO_KEY: Key = Key { owner: 0, id: 0 };
+
 struct Stack {
     len: usize,
     keys: [Key; CAPACITY],
     /// `guards[..len]` are initialised.
     guards: [MaybeUninit<Guard>; CAPACITY],
+    /// The entry's site records values: its exit writes `values[i]`.
+    has_values: [bool; CAPACITY],
+    /// The entry's callsite index (noted with its exit).
+    callsites: [u32; CAPACITY],
+    values: [Values; CAPACITY],
+    /// Values of spans made and not yet entered (owner 0: a free slot),
+    /// replaced oldest first.
+    pending_keys: [Key; PENDING],
+    pending: [Values; PENDING],
+    pending_next: usize,
+    /// Pending slots in use (none: `forget` and `take` skip the scan).
+    pending_used: usize,
+    /// The last spans exited on this thread and not closed here, with
+    /// their callsite's index (see [`exited_before`]), oldest replaced first.
+    exited: [(Key, u32); EXITED],
+    exited_next: usize,
 }
+
+/// Spans remembered as exited per thread.
+const EXITED: usize = 8;
 
 std::thread_local! {
     static STACK: RefCell<Stack> = const {
         RefCell::new(Stack {
             len: 0,
-            keys: [Key { owner: 0, id: 0 }; CAPACITY],
+            keys: [NO_KEY; CAPACITY],
             guards: [const { MaybeUninit::uninit() }; CAPACITY],
+            has_values: [false; CAPACITY],
+            callsites: [0; CAPACITY],
+            values: [NONE; CAPACITY],
+            pending_keys: [NO_KEY; PENDING],
+            pending: [NONE; PENDING],
+            pending_next: 0,
+            pending_used: 0,
+            exited: [(NO_KEY, 0); EXITED],
+            exited_next: 0,
         })
     };
+}
+
+impl Stack {
+    fn pending_slot(&self, key: Key) -> Option<usize> {
+        if self.pending_used == 0 {
+            return None;
+        }
+        self.pending_keys.iter().position(|k| *k == key)
+    }
+}
+
+/// Keeps `values` for the first entry of `id` on this thread (a span just
+/// made); replaces what an earlier span with the same key left.
+pub(crate) fn set_pending(owner: u32, id: u64, values: &Values) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let i = match s.pending_slot(key) {
+            Some(i) => i,
+            None => {
+                let i = s.pending_next;
+                s.pending_next = (i + 1) % PENDING;
+                if s.pending_keys[i] == NO_KEY {
+                    s.pending_used += 1;
+                }
+                s.pending_keys[i] = key;
+                i
+            }
+        };
+        s.pending[i] = *values;
+    })
+}
+
+/// Drops the pending values of `id` (a span closed, or made while nothing
+/// records: an earlier span's values must not be taken for it), and its
+/// exit (a closed span's id may be handed to a new span).
+pub(crate) fn forget(owner: u32, id: u64) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        if let Some(i) = s.pending_slot(key) {
+            s.pending_keys[i] = NO_KEY;
+            s.pending_used -= 1;
+        }
+        for e in s.exited.iter_mut() {
+            if e.0 == key {
+                e.0 = NO_KEY;
+            }
+        }
+    })
+}
+
+/// `id` (of callsite `callsite`) was exited on this thread, and not closed
+/// since: an entry now is its second one.
+#[inline]
+pub(crate) fn exited_before(owner: u32, id: u64, callsite: u32) -> bool {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        s.try_borrow()
+            .is_ok_and(|s| s.exited.contains(&(key, callsite)))
+    })
+}
+
+/// Updates the values of `id`: its innermost open entry on this thread and
+/// its pending values (kept for its later entries). Nothing if neither.
+pub(crate) fn record(owner: u32, id: u64, f: impl FnOnce(&mut Values)) {
+    let key = Key { owner, id };
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let n = s.len;
+        let open = s.keys[..n].iter().rposition(|k| *k == key);
+        let pending = s.pending_slot(key);
+        match (open, pending) {
+            (Some(i), Some(p)) => {
+                f(&mut s.pending[p]);
+                // Later entries of the span take the updated values too.
+                s.values[i] = s.pending[p];
+            }
+            (Some(i), None) if s.has_values[i] => f(&mut s.values[i]),
+            (None, Some(p)) => f(&mut s.pending[p]),
+            _ => {}
+        }
+    })
 }
 
 /// A fresh owner tag for a layer or subscriber instance (never 0).
@@ -62,9 +192,32 @@ pub(crate) fn recording() -> bool {
     CONTROL.load(Relaxed) & ON_MASK != 0
 }
 
-/// Enters `site` on the probe and keeps its guard for the exit of `id`.
+/// Enters one poll of `site` (a span whose callsite's spans are futures)
+/// and keeps its guard for the exit of `id`. A poll records no values (its
+/// future does).
 #[inline]
-pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
+pub(crate) fn enter_poll_of(owner: u32, id: u64, site: &'static Site, callsite: u32) {
+    STACK.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return;
+        };
+        let i = s.len;
+        if i == CAPACITY {
+            return;
+        }
+        s.has_values[i] = false;
+        s.callsites[i] = callsite;
+        let g = enter_poll(site);
+        s.keys[i] = Key { owner, id };
+        s.guards[i].write(g);
+        s.len = i + 1;
+    })
+}
+
+/// Enters `site` on the probe and keeps its guard for the exit of `id`
+/// (with the pending values of `id` when the site records values).
+#[inline]
+pub(crate) fn enter(owner: u32, id: u64, site: &'static Site, callsite: u32) {
     STACK.with(|s| {
         // Borrowed already: a span entered from inside this module (the
         // probe's cold paths run fgtrace's own code): not recorded.
@@ -75,16 +228,26 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site) {
         if i == CAPACITY {
             return;
         }
+        let key = Key { owner, id };
+        let has = !site.values.is_empty();
+        s.has_values[i] = has;
+        s.callsites[i] = callsite;
+        if has {
+            s.values[i] = match s.pending_slot(key) {
+                Some(p) => s.pending[p],
+                None => NONE,
+            };
+        }
         // The probe reads the clock last: what follows is inside the call.
         let g = probe_enter(site);
-        s.keys[i] = Key { owner, id };
+        s.keys[i] = key;
         s.guards[i].write(g);
         s.len = i + 1;
     })
 }
 
 /// Ends the call of the innermost entry of `id` (and of any still open
-/// above it, innermost first).
+/// above it, innermost first), and remembers the exit of `id`.
 #[inline]
 pub(crate) fn exit(owner: u32, id: u64) {
     STACK.with(|s| {
@@ -104,13 +267,21 @@ pub(crate) fn exit(owner: u32, id: u64) {
                 None => return,
             }
         };
+        // Remembered: a later entry of the same span is its second.
+        let e = s.exited_next;
+        s.exited_next = (e + 1) % EXITED;
+        s.exited[e] = (key, s.callsites[at]);
         while s.len > at {
             let i = s.len - 1;
             s.len = i;
             // SAFETY: i < len was initialised; `len` no longer covers it, so
             // it is read out exactly once.
             let g = unsafe { s.guards[i].assume_init_read() };
-            drop(g);
+            if s.has_values[i] {
+                exit_with_values(g, &s.values[i]);
+            } else {
+                drop(g);
+            }
         }
     })
 }
@@ -132,7 +303,7 @@ mod tests {
         let owner = new_owner();
         // Past the capacity: the extra entries are not kept.
         for id in 1..=CAPACITY as u64 + 2 {
-            enter(owner, id, &SITE);
+            enter(owner, id, &SITE, 0);
         }
         assert_eq!(depth(), CAPACITY);
         // Unknown ids, and another owner's, change nothing.
@@ -145,7 +316,7 @@ mod tests {
         exit(owner, 5);
         assert_eq!(depth(), 4);
         // The innermost entry of a repeated id goes first.
-        enter(owner, 2, &SITE);
+        enter(owner, 2, &SITE, 0);
         exit(owner, 2);
         assert_eq!(depth(), 4);
         exit(owner, 1);

@@ -416,6 +416,18 @@ impl ThreadBuilder {
                 while self.open.last().is_some_and(|o| o.0 >= r.depth) {
                     self.open.pop();
                 }
+                if self.figures.is_marker(i) {
+                    self.enc.push(&Event::Marker(super::Marker {
+                        thread: t,
+                        site: r.site,
+                        depth: r.depth,
+                        ts_ns: r.start_ns,
+                    }));
+                    if let Some(e) = self.figures.values_event(t, i) {
+                        self.enc.push(&e);
+                    }
+                    continue;
+                }
                 if r.kind as u64 != kind::LOST {
                     self.open.push((r.depth, r.end_ns));
                 }
@@ -1003,6 +1015,8 @@ mod alloc_figures {
         counters: HashMap<usize, Vec<Option<u64>>>,
         /// Values by record (a call's, a poll's or a whole future's).
         values: HashMap<usize, Vec<crate::Value>>,
+        /// Records that are instant markers (their extension said so).
+        markers: std::collections::HashSet<usize>,
         last_call: Option<usize>,
         last_with_values: Option<usize>,
     }
@@ -1023,6 +1037,14 @@ mod alloc_figures {
                     _ => None,
                 };
                 return false;
+            }
+            if r.site as u64 == ext::MARKER {
+                if let Some(c) = self.last_with_values {
+                    self.markers.insert(c);
+                }
+                // A marker has no figures of its own to take.
+                self.last_call = None;
+                return true;
             }
             if r.site as u64 == ext::VALUE {
                 if let Some(c) = self.last_with_values {
@@ -1062,6 +1084,12 @@ mod alloc_figures {
                 _ => {}
             }
             true
+        }
+
+        /// The record at `i` is an instant marker (asked once, when it is
+        /// written out).
+        pub fn is_marker(&mut self, i: usize) -> bool {
+            self.markers.remove(&i)
         }
 
         /// The values event of the call (or future) recorded at `i`, if it has values.
@@ -1141,6 +1169,65 @@ mod tests {
             filters: String::new(),
             counters: Vec::new(),
         }
+    }
+
+    #[test]
+    fn markers_nest_where_they_were_recorded_and_are_no_calls() {
+        use fgtrace_core::record::ext;
+        // main(0..100) { mark@5 (v=9) a(10..40) { mark@20 } mark@50 }
+        let records = vec![
+            rec(5, 1, 0, 7),
+            RawCall::ext(ext::MARKER, 0, 0),
+            RawCall::ext(
+                ext::VALUE,
+                9,
+                (fgtrace_core::values::tag::UNSIGNED as u64) << 3,
+            ),
+            rec(20, 2, 0, 8),
+            RawCall::ext(ext::MARKER, 0, 0),
+            rec(10, 1, 30, 1),
+            rec(50, 1, 0, 7),
+            RawCall::ext(ext::MARKER, 0, 0),
+            rec(0, 0, 100, 0),
+        ];
+        let input = ThreadInput {
+            records,
+            ..ThreadInput::empty(1, "t".into())
+        };
+        let t = build(stream_base(), vec![input], |_| None);
+        let got: Vec<String> = t
+            .events()
+            .map(|e| match e {
+                Event::Call(c) => format!(
+                    "{}{}@{}{}",
+                    "  ".repeat(c.depth as usize),
+                    c.site,
+                    c.start_ns,
+                    if c.has_children() { "{" } else { "" }
+                ),
+                Event::Marker(m) => format!(
+                    "{}mark{}@{}",
+                    "  ".repeat(m.depth as usize),
+                    m.site,
+                    m.ts_ns
+                ),
+                Event::Values(v) => format!("values {}", v.values[0].bits),
+                _ => "?".into(),
+            })
+            .collect();
+        // Sites in order of first record: mark7=0, mark8=1, a=2, main=3.
+        assert_eq!(
+            got,
+            vec![
+                "3@0{",
+                "  mark0@5",
+                "values 9",
+                "  2@10{",
+                "    mark1@20",
+                "  mark0@50",
+            ]
+        );
+        assert_eq!(t.meta().threads[0].calls, 2);
     }
 
     fn rec(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {

@@ -20,12 +20,20 @@
 //! | 3 extension | subkind, then: |
 //! | 3.0 sample | zigzag(ts - prev_start), shadow depth, cut + 1 (0 = none), n, frame0, zigzag(frame_i - frame_{i-1})... |
 //! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
-//! | 3.2 values | n, then per value: slot, tag, bits (the values the previous call or future recorded) |
+//! | 3.2 values | n, then per value: slot, tag, bits (the values the previous call, future or marker recorded) |
+//! | 3.3 marker | zigzag(ts - prev_start), site, depth (an instant marker; depth state unchanged) |
+//!
+//! New kinds are added as extension subkinds without a version change: a
+//! file with them reads whole here, and a reader older than the subkind
+//! stops at the first chunk holding one (a damaged-file error naming
+//! "unknown event kind 3.N" at its offset), keeping every chunk before it.
 //!
 //! A typical call takes 4 to 6 bytes. Chunks are independent (deltas restart),
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
-use super::{Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, Value};
+use super::{
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Marker, Sample, Value,
+};
 use std::fmt;
 use std::io;
 
@@ -44,6 +52,7 @@ const EV_EXT: u64 = 3;
 const EXT_SAMPLE: u64 = 0;
 const EXT_COUNTERS: u64 = 1;
 const EXT_VALUES: u64 = 2;
+const EXT_MARKER: u64 = 3;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -229,6 +238,20 @@ impl Chunk {
                             values,
                         }));
                     }
+                    EXT_MARKER => {
+                        start = d.add_time(start)?;
+                        let site = d.u32()?;
+                        let depth = d.u32()?;
+                        if depth > fgtrace_core::record::MAX_DEPTH {
+                            return Err(d.corrupt(format!("marker at depth {depth}")));
+                        }
+                        out.push(Event::Marker(Marker {
+                            thread: self.thread,
+                            site,
+                            depth,
+                            ts_ns: start,
+                        }));
+                    }
                     k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
                 },
             }
@@ -321,6 +344,13 @@ impl ChunkEncoder {
             }
             Event::Counters(c) => self.counters(c),
             Event::Values(v) => self.values(v),
+            Event::Marker(m) => {
+                self.begin(0, m.ts_ns, EV_EXT, 0, false);
+                put_varint(&mut self.chunk.payload, EXT_MARKER);
+                self.time(m.ts_ns);
+                put_varint(&mut self.chunk.payload, m.site as u64);
+                put_varint(&mut self.chunk.payload, m.depth as u64);
+            }
             Event::Sample(s) => {
                 self.begin(0, s.ts_ns, EV_EXT, 0, false);
                 put_varint(&mut self.chunk.payload, EXT_SAMPLE);
@@ -908,5 +938,96 @@ mod tests {
         }
         let bytes = file_with_chunk(40, p);
         assert_rejected(&bytes, "call depth");
+    }
+
+    fn marker_chunk() -> (Chunk, Vec<Event>) {
+        let evs = vec![
+            Event::Call(Call {
+                thread: 0,
+                site: 0,
+                depth: 0,
+                start_ns: 100,
+                dur_ns: 50,
+                flags: flags::HAS_CHILDREN,
+            }),
+            Event::Marker(Marker {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                ts_ns: 120,
+            }),
+            Event::Values(CallValues {
+                thread: 0,
+                values: vec![Value {
+                    slot: 0,
+                    tag: fgtrace_core::values::tag::UNSIGNED,
+                    bits: 7,
+                }],
+            }),
+            Event::Call(Call {
+                thread: 0,
+                site: 2,
+                depth: 1,
+                start_ns: 130,
+                dur_ns: 5,
+                flags: 0,
+            }),
+        ];
+        let mut enc = ChunkEncoder::new(0);
+        for e in &evs {
+            enc.push(e);
+        }
+        let mut chunks = enc.finish();
+        assert_eq!(chunks.len(), 1);
+        (chunks.remove(0), evs)
+    }
+
+    #[test]
+    fn markers_round_trip_between_calls() {
+        let (c, evs) = marker_chunk();
+        assert_eq!(c.decode().unwrap(), evs);
+    }
+
+    #[test]
+    fn a_corrupt_or_truncated_marker_is_an_error_not_a_panic() {
+        let (c, _) = marker_chunk();
+        // The marker's bytes: after the first call's header, site, time, dur.
+        let at = c
+            .payload
+            .windows(2)
+            .position(|w| w == [EV_EXT as u8, EXT_MARKER as u8])
+            .expect("the marker's header and subkind");
+        // Cut anywhere inside or after the marker: an error naming the damage.
+        for cut in at + 1..c.payload.len() {
+            let mut bad = c.clone();
+            bad.payload.truncate(cut);
+            assert!(
+                matches!(bad.decode(), Err(TraceError::Corrupt { .. })),
+                "cut at {cut}"
+            );
+        }
+        // A depth past what records can say.
+        let mut enc = ChunkEncoder::new(0);
+        enc.push(&Event::Marker(Marker {
+            thread: 0,
+            site: 0,
+            depth: fgtrace_core::record::MAX_DEPTH + 1,
+            ts_ns: 5,
+        }));
+        let bad = enc.finish().remove(0);
+        match bad.decode() {
+            Err(TraceError::Corrupt { what, .. }) => {
+                assert!(what.contains("marker at depth"), "{what}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Every byte of the marker flipped to every value: never a panic.
+        for i in at..c.payload.len() {
+            for b in 0..=255u8 {
+                let mut bad = c.clone();
+                bad.payload[i] = b;
+                let _ = bad.decode();
+            }
+        }
     }
 }

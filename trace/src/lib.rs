@@ -467,6 +467,22 @@ impl CallValues {
     }
 }
 
+/// An instant marker: a point in time on a thread (a `tracing` event such as
+/// `info!(..)`), among the calls of its thread in pre-order at its time and
+/// at the depth a call made there would have (so it is a child of the call
+/// open around it). Its values, if any, follow it as [`Event::Values`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Marker {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// Index into `TraceMeta::sites` (the event's callsite).
+    pub site: u32,
+    /// The depth a call made at that point would have.
+    pub depth: u32,
+    /// Nanoseconds since session start.
+    pub ts_ns: u64,
+}
+
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -476,8 +492,11 @@ pub enum Event {
     Sample(Sample),
     /// Follows the `Call` it belongs to.
     Counters(CallCounters),
-    /// Follows the `Call` (or `Future`) it belongs to (after its `Counters`).
+    /// Follows the `Call` (or `Future`, or `Marker`) it belongs to (after
+    /// its `Counters`).
     Values(CallValues),
+    /// An instant marker, in pre-order among the calls.
+    Marker(Marker),
 }
 
 impl Event {
@@ -490,6 +509,7 @@ impl Event {
             Event::Sample(s) => s.thread,
             Event::Counters(c) => c.thread,
             Event::Values(v) => v.thread,
+            Event::Marker(m) => m.thread,
         }
     }
 }

@@ -196,6 +196,15 @@ impl Merge {
                 v.thread = v.thread.saturating_add(base);
                 Event::Values(v)
             }
+            Event::Marker(mut m) => {
+                let Some(s) = site(m.site) else {
+                    return bad(format!("a marker names site {}, which it lacks", m.site));
+                };
+                m.site = s;
+                m.thread = m.thread.saturating_add(base);
+                m.ts_ns = m.ts_ns.saturating_add(shift);
+                Event::Marker(m)
+            }
             Event::Counters(_) | Event::Sample(_) => return None,
         }))
     }

@@ -258,7 +258,7 @@ impl RawEncoder {
         let mut prev_end = 0u64;
         let mut calls = 0u64;
         let (mut last_id, mut last_site) = (u32::MAX, u32::MAX);
-        for r in recs {
+        for (n, r) in recs.iter().enumerate() {
             let k = r.kind();
             if r.is_ext() {
                 // Figures of the call before: no time, no depth change.
@@ -284,7 +284,11 @@ impl RawEncoder {
                 last_site
             };
             let depth = r.depth();
-            calls += (k == kind::CALL || k == kind::POLL) as u64;
+            // A marker (a zero-length record its extension names) is no call.
+            let marker = recs
+                .get(n + 1)
+                .is_some_and(|x| x.is_ext() && x.ext_sub() == fgtrace_core::record::ext::MARKER);
+            calls += ((k == kind::CALL || k == kind::POLL) && !marker) as u64;
             // Ticks since the origin: the 54-bit difference, sign-extended
             // (the start nearest the origin, as `full_ticks` takes it).
             let start =
@@ -458,7 +462,7 @@ pub fn decode(
         if k as u64 == kind::LOST && unwound {
             // An extension record.
             let sub = varint(&mut pos)?;
-            if sub > fgtrace_core::record::ext::VALUE || dd != 0 || same {
+            if sub > fgtrace_core::record::ext::MARKER || dd != 0 || same {
                 return Err(corrupt(at, format!("extension record {sub} is not one")));
             }
             let a = varint(&mut pos)?;

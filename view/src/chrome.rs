@@ -21,6 +21,9 @@
 //!   `args.stack`. The `stackFrames`/`samples` sections of the format are not
 //!   used: Perfetto's JSON importer skips them;
 //! - losses: instant events named `LOST N records`;
+//! - instant markers (`tracing` events): thread-scoped instant events
+//!   (`"ph":"i"`, `"s":"t"`, `cat` `event`) named after their site, args
+//!   `file`, `module`, `depth` and their values;
 //! - off-CPU time (when recorded): a track per thread, `name (off-CPU)`
 //!   (tid `0x40000000 | tid`, sorted right below its thread), with a
 //!   complete event per stretch the thread was switched out, named `blocked`
@@ -49,7 +52,7 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, TraceError,
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Marker, Sample, TraceError,
     TraceMeta,
 };
 use std::collections::HashMap;
@@ -93,6 +96,8 @@ pub struct ChromeStats {
     pub lane_polls: u64,
     /// Off-CPU stretches.
     pub off_cpu: u64,
+    /// Instant markers (`tracing` events).
+    pub markers: u64,
     /// What the window left out.
     pub left_out: LeftOut,
 }
@@ -132,6 +137,8 @@ struct Writer<'a, W: Write, R: Resolve> {
     pending: Vec<Option<(Call, u64, Option<CallCounters>)>>,
     /// The last future, until its values could follow.
     pending_future: Option<FutureSpan>,
+    /// The last instant marker, until its values could follow.
+    pending_marker: Option<Marker>,
     polls: PollMatcher,
     /// Per site: end time of each async lane's last future.
     lanes: HashMap<u32, Vec<u64>>,
@@ -345,6 +352,48 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.event()
     }
 
+    /// Writes the instant marker held until its values could follow: an
+    /// instant event on its thread (`"ph":"i","s":"t"`), category `event`.
+    fn flush_marker(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        let Some(mk) = self.pending_marker.take() else {
+            return Ok(());
+        };
+        let m = self.meta;
+        let (name, module, file) = match m.sites.get(mk.site as usize) {
+            Some(s) => (
+                s.name.as_str(),
+                s.module_path.as_str(),
+                format!("{}:{}", s.file, s.line),
+            ),
+            None => ("[unknown site]", "", String::new()),
+        };
+        let mut args = format!(
+            "\"file\":{},\"module\":{},\"depth\":{}",
+            js(&file),
+            js(module),
+            mk.depth
+        );
+        if let (Some(vs), Some(site)) = (values, m.sites.get(mk.site as usize)) {
+            for (name, v) in vs.named(site) {
+                let key = if matches!(name, "file" | "module" | "depth") {
+                    format!("value.{name}")
+                } else {
+                    name.to_string()
+                };
+                args.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
+            }
+        }
+        self.buf = format!(
+            "{{\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"cat\":\"event\",\"name\":{},\"args\":{{{args}}}}}",
+            us(mk.ts_ns),
+            self.pid,
+            self.tid(mk.thread),
+            js(name)
+        );
+        self.stats.markers += 1;
+        self.event()
+    }
+
     /// Writes the future held until its values (which follow it) were seen.
     fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
         match self.pending_future.take() {
@@ -469,6 +518,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
 
     fn finish(&mut self) -> io::Result<()> {
         self.flush_future(None)?;
+        self.flush_marker(None)?;
         for t in 0..self.pending.len() {
             self.flush_call(t as u32, None)?;
         }
@@ -501,10 +551,14 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
             Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
                 return self.flush_future(Some(v));
             }
+            Event::Values(v) if self.pending_marker.is_some_and(|m| m.thread == v.thread) => {
+                return self.flush_marker(Some(v));
+            }
             Event::Values(v) => return self.flush_call(t, Some(v)),
             _ => {}
         }
         self.flush_future(None)?;
+        self.flush_marker(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -523,6 +577,10 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
             Event::Future(f) if self.opts.futures => {
                 // Held: its values (an async fn's) may follow.
                 self.pending_future = Some(*f);
+                Ok(())
+            }
+            Event::Marker(m) => {
+                self.pending_marker = Some(*m);
                 Ok(())
             }
             Event::Sample(s) if self.opts.samples => self.sample(s),
@@ -552,6 +610,7 @@ pub fn write_chrome<W: Write, R: Resolve>(
         pid: meta.pid,
         pending: Vec::new(),
         pending_future: None,
+        pending_marker: None,
         polls: PollMatcher::new(),
         lanes: HashMap::new(),
         names: HashMap::new(),

@@ -9,7 +9,9 @@
 //! - every traced call: an interval marker named after the function on its
 //!   thread (category `Call`, fields: module, file, depth, duration), so the
 //!   marker chart shows the call graph in time and the marker table lists
-//!   every call; losses are instant markers `LOST N records`;
+//!   every call; losses are instant markers `LOST N records`; instant
+//!   markers (`tracing` events) are instant markers named after their site,
+//!   kind `event`, with their values;
 //! - async lanes: a thread `async futures` holds every future as an interval
 //!   marker named `fn #n`, and its polls (matched by [`lanes`](super::lanes))
 //!   as markers of the same name with the polling thread's tid: the marker
@@ -39,7 +41,8 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallValues, Event, FutureSpan, LossKind, Lost, OffKind, Sample, TraceError, TraceMeta,
+    Call, CallValues, Event, FutureSpan, LossKind, Lost, Marker, OffKind, Sample, TraceError,
+    TraceMeta,
 };
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
@@ -89,6 +92,8 @@ pub struct FirefoxStats {
     pub losses: u64,
     /// Off-CPU markers.
     pub off_cpu: u64,
+    /// Instant markers (`tracing` events).
+    pub markers: u64,
     /// What the window left out.
     pub left_out: LeftOut,
 }
@@ -275,6 +280,8 @@ struct Builder<'a, R: Resolve> {
     pending: Option<(Call, &'static str)>,
     /// The last future, held the same way (an async fn's values follow it).
     pending_future: Option<FutureSpan>,
+    /// An instant marker held until its values could follow.
+    pending_marker: Option<Marker>,
 }
 
 impl<R: Resolve> Builder<'_, R> {
@@ -334,6 +341,24 @@ impl<R: Resolve> Builder<'_, R> {
     fn flush_call(&mut self, values: Option<&CallValues>) {
         if let Some(f) = self.pending_future.take() {
             self.future(&f, values);
+        }
+        if let Some(mk) = self.pending_marker.take() {
+            let h = self.thread(mk.thread);
+            let as_call = Call {
+                thread: mk.thread,
+                site: mk.site,
+                depth: mk.depth,
+                start_ns: mk.ts_ns,
+                dur_ns: 0,
+                flags: 0,
+            };
+            let mut m = self.call_marker(&as_call, "event");
+            if let Some(v) = self.values_string(mk.site, values) {
+                m.values = v;
+            }
+            self.profile
+                .add_marker(h, MarkerTiming::Instant(ts(mk.ts_ns)), m);
+            self.stats.markers += 1;
         }
         let Some((c, kind)) = self.pending.take() else {
             return;
@@ -544,7 +569,8 @@ impl<R: Resolve> Consume for Builder<'_, R> {
         match ev {
             Event::Values(v)
                 if self.pending.is_some_and(|p| p.0.thread == v.thread)
-                    || self.pending_future.is_some_and(|f| f.thread == v.thread) =>
+                    || self.pending_future.is_some_and(|f| f.thread == v.thread)
+                    || self.pending_marker.is_some_and(|m| m.thread == v.thread) =>
             {
                 self.flush_call(Some(v));
                 return Ok(());
@@ -565,6 +591,7 @@ impl<R: Resolve> Consume for Builder<'_, R> {
                 self.pending = Some((*c, kind));
             }
             Event::Future(f) => self.pending_future = Some(*f),
+            Event::Marker(m) => self.pending_marker = Some(*m),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
             Event::Counters(_) | Event::Values(_) => {}
@@ -621,6 +648,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         filter: WindowFilter::new(opts.window),
         pending: None,
         pending_future: None,
+        pending_marker: None,
     };
     // Every thread of the trace, even one with nothing left after filtering.
     for t in 0..meta.threads.len() as u32 {
@@ -768,5 +796,38 @@ mod values_tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\"len=83, ret=Ok\""), "{text}");
         assert!(text.contains("\"depth=-2\""), "{text}");
+    }
+
+    #[test]
+    fn an_instant_marker_is_an_instant_event_marker_with_its_values() {
+        let mut m = meta(&["handle", "cache_miss"], &[(900, "main")]);
+        m.sites[1].values = vec!["key".into()];
+        let events = vec![
+            call(0, 0, 0, 0, 100),
+            Event::Marker(Marker {
+                thread: 0,
+                site: 1,
+                depth: 1,
+                ts_ns: 40,
+            }),
+            Event::Values(CallValues {
+                thread: 0,
+                values: vec![Value {
+                    slot: 0,
+                    tag: tag::UNSIGNED,
+                    bits: 7,
+                }],
+            }),
+        ];
+        let opts = FirefoxOptions {
+            gzip: false,
+            ..FirefoxOptions::default()
+        };
+        let mut out = Vec::new();
+        let stats = write_firefox(&m, ok_events(events), HexResolve, &opts, &mut out).unwrap();
+        assert_eq!((stats.calls, stats.markers), (1, 1));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"key=7\""), "{text}");
+        assert!(text.contains("\"event\""), "{text}");
     }
 }

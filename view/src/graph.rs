@@ -14,8 +14,11 @@
 //! and the context-switch block's number is the thread switched to.
 //! Additions: loss totals in the header, uftrace's `/* LOST N records!! */`
 //! where records are missing, and `(unwound)` on calls a panic ended (leaf:
-//! `f(); /* unwound */`, exit: `} /* f (unwound) */`). Future spans and
-//! samples are not drawn (the report shows futures).
+//! `f(); /* unwound */`, exit: `} /* f (unwound) */`), and instant markers
+//! (`tracing` events) as comment lines at their place in the tree, as
+//! ftrace prints `trace_printk` (`/* name: n=3 */`, the marker's site name
+//! and values; not in the threshold layout). Future spans and samples are
+//! not drawn (the report shows futures).
 //!
 //! `thresh_ns` reproduces `tracing_thresh`: only calls at or above it, each as
 //! its exit line `} /* name */`, in exit order (children before parents). It
@@ -29,7 +32,7 @@ use super::format::{
 };
 use crate::consume::{feed, Consume};
 use crate::threads::{shown, thread_mask, ThreadSel};
-use fgtrace_trace::{Call, Event, Lost, OffTime, TraceError, TraceMeta};
+use fgtrace_trace::{Call, Event, Lost, Marker, OffTime, TraceError, TraceMeta};
 use std::io::{self, Write};
 
 /// What the first column (ftrace's CPU column) shows.
@@ -148,6 +151,9 @@ pub struct GraphWriter<'a, W: Write> {
     /// value goes to its exit line). The line stays in the buffer until they
     /// come (right after the call, after its counters).
     vals_at: Option<(u32, u32, usize, Option<usize>)>,
+    /// A marker line kept in the buffer for its values: (thread, site,
+    /// where its values go).
+    marker_at: Option<(u32, u32, usize)>,
 }
 
 impl<'a, W: Write> GraphWriter<'a, W> {
@@ -180,6 +186,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             numbers: Vec::new(),
             due: None,
             vals_at: None,
+            marker_at: None,
         };
         g.header()?;
         Ok(g)
@@ -395,6 +402,37 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         self.end_line()
     }
 
+    /// `/* name */` at the marker's depth; its values, if they follow,
+    /// become `/* name: n=3, ok=true */`.
+    fn marker(&mut self, m: &Marker) -> io::Result<()> {
+        let o = self.opts;
+        if !self.shows(m.thread) || o.thresh_ns > 0 || (o.max_depth != 0 && m.depth >= o.max_depth)
+        {
+            return Ok(());
+        }
+        self.close_to(m.thread, m.depth)?;
+        self.prologue(m.thread, m.ts_ns)?;
+        self.no_duration();
+        self.indent(m.depth);
+        self.line.push_str("/* ");
+        self.line.push_str(self.meta.site_name(m.site));
+        let has_values = self
+            .meta
+            .sites
+            .get(m.site as usize)
+            .is_some_and(|s| !s.values.is_empty());
+        if has_values {
+            self.marker_at = Some((m.thread, m.site, self.line.len()));
+        }
+        self.line.push_str(" */");
+        if has_values {
+            // Kept in the buffer: its values may follow.
+            self.line.push('\n');
+            return Ok(());
+        }
+        self.end_line()
+    }
+
     fn lost(&mut self, l: &Lost) -> io::Result<()> {
         if !self.shows(l.thread) {
             return Ok(());
@@ -579,6 +617,21 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
     /// Renders one event (calls and losses; futures and samples are skipped).
     fn push(&mut self, ev: &Event) -> io::Result<()> {
         let due = self.due.take();
+        if let Some((t, site, at)) = self.marker_at.take() {
+            if let Event::Values(v) = ev {
+                if v.thread == t {
+                    if let Some(info) = self.meta.sites.get(site as usize) {
+                        let args: Vec<String> =
+                            v.named(info).map(|(n, x)| format!("{n}={x}")).collect();
+                        if !args.is_empty() {
+                            self.line.insert_str(at, &format!(": {}", args.join(", ")));
+                        }
+                    }
+                    return self.end_pending();
+                }
+            }
+            self.end_pending()?;
+        }
         if !matches!(ev, Event::Counters(_)) {
             // Values come right after their call (after its counters).
             if let Some(at) = self.vals_at.take() {
@@ -597,6 +650,7 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
                 Some((t, d)) if t == c.thread => self.counters(d, t, &c.values),
                 _ => Ok(()),
             },
+            Event::Marker(m) => self.marker(m),
             Event::Future(_) | Event::Sample(_) | Event::Values(_) => Ok(()),
         }
     }

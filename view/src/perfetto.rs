@@ -18,6 +18,9 @@
 //! - samples: `PerfSample` packets (pid, tid, interned callstack of
 //!   symbolized frames, root first);
 //! - losses: instant events named `LOST N records` on the thread's track;
+//! - instant markers (`tracing` events): instant events on the thread's
+//!   track, named after their site (interned like a call's name and source
+//!   location), category `event`, with `depth` and their values;
 //! - off-CPU time (when recorded): a child track `off-CPU` under each
 //!   thread's track, with a `blocked` or `preempted` slice per stretch the
 //!   thread was switched out (they may start in one call and end in another,
@@ -47,7 +50,7 @@ use crate::resolve::Resolve;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use crate::window::{LeftOut, Window, WindowFilter};
 use fgtrace_trace::{
-    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Sample, TraceError,
+    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Marker, Sample, TraceError,
     TraceMeta,
 };
 use prost::Message;
@@ -301,6 +304,8 @@ pub struct PerfettoStats {
     pub counter_values: u64,
     /// Off-CPU slices.
     pub off_cpu: u64,
+    /// Instant markers (`tracing` events) on thread tracks.
+    pub markers: u64,
     pub packets: u64,
     pub bytes: u64,
     /// What the window left out.
@@ -392,6 +397,8 @@ struct Writer<'a, W: Write, R: Resolve> {
     filter: WindowFilter,
     /// The last future, until its values (an async fn's) could follow.
     pending_future: Option<FutureSpan>,
+    /// The last instant marker, until its values could follow.
+    pending_marker: Option<Marker>,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
@@ -859,6 +866,41 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
+    /// The instant marker held until its values could follow: an instant
+    /// event on its thread's track, named after its site (interned as a
+    /// call's), category `event`, its values as annotations.
+    fn flush_marker(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+        let Some(mk) = self.pending_marker.take() else {
+            return Ok(());
+        };
+        let t = mk.thread;
+        self.thread(t)?;
+        self.close(t, mk.depth, mk.ts_ns)?;
+        let mut ann = vec![ann_u("depth", mk.depth as u64)];
+        let m = self.meta;
+        if let (Some(vs), Some(site)) = (values, m.sites.get(mk.site as usize)) {
+            for (name, v) in vs.named(site) {
+                ann.push(ann_value(name, &v));
+            }
+        }
+        let interned = self.intern_site(mk.site);
+        self.stats.markers += 1;
+        self.packet(TracePacket {
+            timestamp: Some(mk.ts_ns),
+            interned_data: interned,
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_INSTANT),
+                track_uuid: Some(thread_uuid(t)),
+                name_iid: Some(mk.site as u64 + 1),
+                source_location_iid: Some(mk.site as u64 + 1),
+                categories: vec!["event".into()],
+                debug_annotations: ann,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
     fn lost(&mut self, l: &Lost) -> io::Result<()> {
         let t = l.thread;
         self.thread(t)?;
@@ -892,6 +934,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
 
     fn finish(&mut self) -> io::Result<()> {
         self.flush_future(None)?;
+        self.flush_marker(None)?;
         for t in 0..self.threads.len() as u32 {
             self.flush_call(t, None)?;
             self.close(t, 0, u64::MAX)?;
@@ -973,10 +1016,14 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
             Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
                 return self.flush_future(Some(v));
             }
+            Event::Values(v) if self.pending_marker.is_some_and(|m| m.thread == v.thread) => {
+                return self.flush_marker(Some(v));
+            }
             Event::Values(v) => return self.flush_call(t, Some(v)),
             _ => {}
         }
         self.flush_future(None)?;
+        self.flush_marker(None)?;
         self.flush_call(t, None)?;
         match ev {
             Event::Call(c) => {
@@ -990,6 +1037,10 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
             }
             Event::Future(f) if self.opts.futures => {
                 self.pending_future = Some(*f);
+                Ok(())
+            }
+            Event::Marker(m) => {
+                self.pending_marker = Some(*m);
                 Ok(())
             }
             Event::Sample(s) if self.opts.samples => self.sample(s),
@@ -1027,6 +1078,7 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         buf: Vec::new(),
         filter: WindowFilter::new(opts.window),
         pending_future: None,
+        pending_marker: None,
     };
     w.header()?;
     let failed = feed(&mut w, events)?;

@@ -643,7 +643,7 @@ impl Consume for ReportBuilder<'_> {
             Event::Future(f) => self.future(f),
             Event::Lost(l) => self.lost(l),
             Event::Counters(c) => self.counters(c.thread, &c.values),
-            Event::Sample(_) | Event::Values(_) => {}
+            Event::Sample(_) | Event::Values(_) | Event::Marker(_) => {}
         }
         if !matches!(ev, Event::Call(_) | Event::Counters(_) | Event::Values(_)) {
             *grow(&mut self.counters_due, ev.thread() as usize) = false;

@@ -72,6 +72,7 @@ impl Window {
             Event::Future(f) => self.keeps_span(f.start_ns, f.dur_ns),
             Event::Sample(s) => self.contains(s.ts_ns),
             Event::Lost(l) => self.contains(l.at_ns),
+            Event::Marker(m) => self.contains(m.ts_ns),
             Event::Counters(_) | Event::Values(_) => true,
         }
     }
@@ -112,6 +113,8 @@ pub struct LeftOut {
     pub futures: u64,
     pub samples: u64,
     pub losses: u64,
+    /// Instant markers outside the window.
+    pub markers: u64,
     /// Off-CPU stretches outside the window.
     pub off_cpu: u64,
 }
@@ -124,6 +127,7 @@ impl LeftOut {
             (self.futures, "futures"),
             (self.samples, "samples"),
             (self.losses, "losses"),
+            (self.markers, "markers"),
             (self.off_cpu, "off-CPU stretches"),
         ]
         .iter()
@@ -171,7 +175,8 @@ impl WindowFilter {
             return !self.dropped_call.get(t).copied().unwrap_or(false);
         }
         let keep = self.window.keeps(ev);
-        if let Event::Call(_) = ev {
+        // A marker's values go with it as a call's do.
+        if let Event::Call(_) | Event::Marker(_) = ev {
             if self.dropped_call.len() <= t {
                 self.dropped_call.resize(t + 1, false);
             }
@@ -183,6 +188,7 @@ impl WindowFilter {
                 Event::Future(_) => &mut self.left_out.futures,
                 Event::Sample(_) => &mut self.left_out.samples,
                 Event::Lost(_) => &mut self.left_out.losses,
+                Event::Marker(_) => &mut self.left_out.markers,
                 Event::Counters(_) | Event::Values(_) => unreachable!("decided above"),
             };
             *n += 1;
@@ -425,6 +431,26 @@ mod tests {
         })
     }
 
+    fn marker(ts_ns: u64) -> Event {
+        Event::Marker(fgtrace_trace::Marker {
+            thread: 0,
+            site: 0,
+            depth: 1,
+            ts_ns,
+        })
+    }
+
+    fn values(bits: u64) -> Event {
+        Event::Values(fgtrace_trace::CallValues {
+            thread: 0,
+            values: vec![fgtrace_trace::Value {
+                slot: 0,
+                tag: 1,
+                bits,
+            }],
+        })
+    }
+
     /// The events `filter` admits, with the filter after.
     fn run(window: Window, events: &[Event]) -> (Vec<Event>, LeftOut) {
         let mut f = WindowFilter::new(window);
@@ -457,9 +483,12 @@ mod tests {
             lost(500),                 // out
             future(0, 999),            // out
             future(1_900, 5_000),      // kept
+            marker(1_200),             // in
+            marker(2_000),             // out
+            values(7),                 // the marker's: out with it
         ];
         let (kept, left) = run(w, &events);
-        let expect = [0, 2, 3, 4, 6, 9, 10, 12, 15];
+        let expect = [0, 2, 3, 4, 6, 9, 10, 12, 15, 16];
         assert_eq!(
             kept,
             expect
@@ -474,6 +503,7 @@ mod tests {
                 futures: 1,
                 samples: 2,
                 losses: 1,
+                markers: 1,
                 off_cpu: 0
             }
         );

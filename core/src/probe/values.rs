@@ -58,6 +58,18 @@ impl<const N: usize> Drop for ValuesGuard<N> {
     }
 }
 
+/// Ends the call of `g` (what dropping it does) and writes `values` after
+/// its record, as a [`ValuesGuard`] would: for callers that learn a call's
+/// values between its entry and its exit (a `tracing` span's fields, set
+/// when the span is made and by later `record` calls). Slot `i` of `values`
+/// is name `i` of the site's [`Site::values`]; absent values are not written.
+#[inline]
+pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
+    if g.slot != 0 {
+        exit_values(&mut g, values);
+    }
+}
+
 /// The exit of a call with values: the call's record, then its values.
 #[inline(never)]
 fn exit_values(g: &mut Guard, values: &[RawValue]) {
@@ -71,6 +83,32 @@ fn exit_values(g: &mut Guard, values: &[RawValue]) {
             write_values(st, values);
         }
     });
+}
+
+/// Entry probe of one poll of a future its caller follows itself (a
+/// `tracing` span entered once per poll): a call flagged as a poll, as
+/// [`TracedFuture`](super::TracedFuture)'s polls are; the caller records the
+/// whole future with [`record_future_values`].
+#[inline]
+pub fn enter_poll(site: &'static Site) -> Guard {
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return Guard::OFF;
+    }
+    enter_on(site, c, F_POLL, stack_pointer())
+}
+
+/// Records a whole future its caller followed (see [`enter_poll`]): from
+/// `first` (the [`ticks`] of its first poll) to now, with its poll count,
+/// then its present `values`, exactly as a [`ValuesFuture`] records its own.
+pub fn record_future_values(
+    site: &'static Site,
+    first: u64,
+    polls: u32,
+    cancelled: bool,
+    values: &[RawValue],
+) {
+    record_future(site, first, polls, cancelled, |st| write_values(st, values));
 }
 
 /// Writes the present values as extension records after the record just

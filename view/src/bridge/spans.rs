@@ -467,7 +467,7 @@ impl<R, C: FnMut(Span) -> R, F: FnMut(&mut Vec<R>)> Consume for Exporter<'_, R, 
                     }
                 }
             }
-            Event::Sample(_) | Event::Values(_) => {}
+            Event::Sample(_) | Event::Values(_) | Event::Marker(_) => {}
         }
         Ok(())
     }
