@@ -498,6 +498,17 @@ impl ThreadBuilder {
         let t = self.t;
         let mut futures = std::mem::take(&mut self.futures);
         futures.sort_by_key(|(_, r)| r.start_ns);
+        // The whole futures go in chunks of their own, placed among the
+        // threads by the latest end of them: a future's polls may run on
+        // other threads, and a view matching polls to futures (the exports'
+        // async lanes) then has every poll before its future.
+        let (sealed, latest) = self.enc.seal();
+        let key = futures
+            .iter()
+            .map(|(_, r)| r.end_ns)
+            .max()
+            .unwrap_or(0)
+            .max(latest);
         for (i, r) in &futures {
             self.enc.push(&Event::Future(FutureSpan {
                 thread: t,
@@ -511,7 +522,11 @@ impl ThreadBuilder {
                 self.enc.push(&e);
             }
         }
-        (self.enc.finish(), self.calls)
+        let mut chunks = self.enc.finish();
+        for c in chunks.iter_mut().skip(sealed) {
+            c.first_ns = key;
+        }
+        (chunks, self.calls)
     }
 }
 
@@ -1323,6 +1338,54 @@ mod tests {
                 .expect("builds");
             assert!(read == at_once, "{workers} workers");
         }
+    }
+
+    /// A future recorded on one thread whose polls ran on another: the
+    /// whole future comes after its polls in the merged stream, however early
+    /// it began, so a view matching polls to futures has them all.
+    #[test]
+    fn a_whole_future_comes_after_its_polls_on_every_thread() {
+        let mut sites = SiteMap::default();
+        let mut enc = RawEncoder::default();
+        let poll = |start: u64| RawCall::pack(1_000_000 + start, 0, 50, 0, false, kind::POLL);
+        // Thread 0: a poll at 100, the future (3 polls) from 90 to 1000.
+        let t0 = vec![
+            poll(100),
+            RawCall::pack(1_000_000 + 90, 3, 910, 0, false, kind::FUTURE),
+        ];
+        // Thread 1: its other polls, at 500 and 900.
+        let t1 = vec![poll(500), poll(900)];
+        let raw0 = enc.encode(0, &t0, 1_000_000, &mut sites, &|_| None);
+        let mut enc1 = RawEncoder::default();
+        let raw1 = enc1.encode(1, &t1, 1_000_000, &mut sites, &|_| None);
+        let thread = |raw| RecordedThread {
+            raw: vec![raw],
+            samples: Vec::new(),
+            overwritten: 0,
+        };
+        let r = Recorded {
+            ticks_per_ns: 1.0,
+            threads: vec![thread(raw0), thread(raw1)],
+        };
+        let n_sites = sites.sites.len();
+        let events = |chunks: Vec<Chunk>| -> Vec<Event> {
+            chunks.iter().flat_map(|c| c.decode().unwrap()).collect()
+        };
+        let at_once = events(r.build(n_sites, &[]).unwrap());
+        let future_at = at_once
+            .iter()
+            .position(|e| matches!(e, Event::Future(_)))
+            .expect("the future is there");
+        let polls_before = at_once[..future_at]
+            .iter()
+            .filter(|e| matches!(e, Event::Call(c) if c.flags & flags::POLL != 0))
+            .count();
+        assert_eq!(polls_before, 3, "{at_once:?}");
+        let streamed: Vec<Chunk> = r
+            .stream_on(n_sites, &[], None, 2)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(events(streamed), at_once);
     }
 
     /// Exit order in, pre-order out, with a lost parent whose children must

@@ -274,6 +274,8 @@ pub struct ChunkEncoder {
     depth: i64,
     start: i64,
     done: Vec<Chunk>,
+    /// The latest first time of the chunks taken out.
+    latest_sealed: u64,
 }
 
 impl ChunkEncoder {
@@ -287,6 +289,7 @@ impl ChunkEncoder {
             depth: 0,
             start: 0,
             done: Vec::new(),
+            latest_sealed: 0,
         }
     }
 
@@ -415,8 +418,24 @@ impl ChunkEncoder {
         self.start = 0;
     }
 
+    /// Ends the chunk being written, so what comes next starts a new one;
+    /// returns how many finished chunks are held, and the first time of
+    /// the last chunk begun (a thread's chunks begin in time order).
+    pub fn seal(&mut self) -> (usize, u64) {
+        let latest = if self.chunk.count > 0 {
+            self.chunk.first_ns
+        } else {
+            self.done.last().map_or(0, |c| c.first_ns)
+        };
+        self.flush();
+        (self.done.len(), latest.max(self.latest_sealed))
+    }
+
     /// The chunks finished so far, taken out.
     pub fn take_done(&mut self) -> Vec<Chunk> {
+        if let Some(c) = self.done.last() {
+            self.latest_sealed = self.latest_sealed.max(c.first_ns);
+        }
         std::mem::take(&mut self.done)
     }
 
