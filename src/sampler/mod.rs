@@ -26,6 +26,12 @@ pub use fgtrace_core::unwind;
 
 #[cfg(target_os = "linux")]
 pub use fgtrace_trace::maps;
+#[cfg(all(
+    target_os = "linux",
+    feature = "unwind",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod cfi;
 #[cfg(target_os = "linux")]
 mod perf;
 #[cfg(target_os = "linux")]

@@ -109,7 +109,7 @@ struct Registered {
 impl Registered {
     /// Stops the thread's timer or event and frees its buffer, keeping
     /// the samples it holds.
-    fn retire(&mut self) {
+    fn retire(&mut self, cfi: Option<&mut perf::Cfi>) {
         match std::mem::replace(&mut self.hook, Hook::Done) {
             Hook::Perf(fd) => {
                 perf::disable(&fd);
@@ -122,7 +122,7 @@ impl Registered {
             }
             Hook::Ring(mut r) => {
                 perf::disable(&r.fd);
-                self.lost += r.drain(&mut self.ring_samples);
+                self.lost += r.drain(&mut self.ring_samples, cfi);
             }
             Hook::Done => {}
         }
@@ -138,6 +138,9 @@ struct State {
     known: HashSet<u32>,
     warned_fallback: bool,
     paths: Paths,
+    /// The `.eh_frame` unwinder of ring samples' stack copies (feature
+    /// `unwind`), made when the first ring that copies stacks opens.
+    cfi: Option<perf::Cfi>,
 }
 
 /// Which path sampled how many threads, for `TraceMeta::sampler`.
@@ -261,7 +264,25 @@ fn esrch(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Bytes of stack a ring sample copies for the `.eh_frame` unwinder
+/// (feature `unwind`): see the README's Sampler figures for size against
+/// cost.
+#[cfg(feature = "unwind")]
+const STACK_COPY: u32 = 8192;
+
 impl State {
+    /// The stack copy a new ring asks for: `STACK_COPY` with the feature
+    /// `unwind` (the unwinder made on first use), else none.
+    fn stack_copy(&mut self) -> u32 {
+        #[cfg(feature = "unwind")]
+        {
+            self.cfi.get_or_insert_with(perf::Cfi::new);
+            STACK_COPY
+        }
+        #[cfg(not(feature = "unwind"))]
+        0
+    }
+
     fn register(&mut self, tid: u32, own: Option<Own>) -> io::Result<()> {
         let name = comm(tid);
         if name.starts_with("fgtrace-") {
@@ -276,7 +297,8 @@ impl State {
                 } else {
                     perf::Every::Events(s.rate)
                 };
-                let ring = perf::Ring::open(e, every, tid as i32)?;
+                let copy = self.stack_copy();
+                let ring = perf::Ring::open(e, every, tid as i32, copy)?;
                 perf::enable(&ring.fd);
                 self.paths.ring += 1;
                 (Hook::Ring(ring), None)
@@ -291,10 +313,12 @@ impl State {
                         && !s.ring
                         && self.paths.ring_refused.is_none()) =>
             {
+                let copy = self.stack_copy();
                 match perf::Ring::open(
                     perf::PerfEvent::CpuClock,
                     perf::Every::Nanos(period_ns),
                     tid as i32,
+                    copy,
                 ) {
                     Ok(ring) => {
                         perf::enable(&ring.fd);
@@ -396,7 +420,7 @@ impl State {
                 if alive(t.tid) {
                     now.insert(t.tid);
                 } else {
-                    t.retire();
+                    t.retire(self.cfi.as_mut());
                 }
             }
         }
@@ -452,6 +476,7 @@ impl State {
     }
 
     fn drain(&mut self) {
+        let mut cfi = self.cfi.as_mut();
         for t in &mut self.threads {
             if let Some(o) = &t.buf {
                 if !o.buf().ring {
@@ -459,7 +484,7 @@ impl State {
                 }
             }
             if let Hook::Ring(r) = &mut t.hook {
-                t.lost += r.drain(&mut t.ring_samples);
+                t.lost += r.drain(&mut t.ring_samples, cfi.as_deref_mut());
             }
         }
     }
@@ -532,6 +557,7 @@ impl Sampler {
             known: HashSet::new(),
             warned_fallback: false,
             paths: Paths::default(),
+            cfi: None,
         }));
         // The starting thread registers itself: exact bounds at once.
         {
@@ -643,6 +669,7 @@ impl State {
             known: HashSet::new(),
             warned_fallback: false,
             paths: Paths::default(),
+            cfi: None,
         }
     }
 }
@@ -710,12 +737,12 @@ pub(crate) fn unregister_current_thread() {
     };
     let tid = own_tid();
     let mut st = sampler.lock();
-    if let Some(t) = st
-        .threads
+    let State { threads, cfi, .. } = &mut *st;
+    if let Some(t) = threads
         .iter_mut()
         .find(|t| t.tid == tid && !matches!(t.hook, Hook::Done))
     {
-        t.retire();
+        t.retire(cfi.as_mut());
     }
 }
 
@@ -741,7 +768,7 @@ impl Drop for Sampler {
 
 fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
     for t in &mut st.threads {
-        t.retire();
+        t.retire(st.cfi.as_mut());
     }
     let description = st.sampling.describe();
     let backend = st.paths.describe(st.sampling.source);
@@ -754,6 +781,9 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
         i > 0 && a < text[i - 1].1
     };
     let mut threads: Vec<ThreadSamples> = Vec::new();
+    // Ring samples with a stack copy, and those whose `.eh_frame` chain
+    // was kept.
+    let (mut copied, mut unwound) = (0u64, 0u64);
     for t in st.threads {
         let Some(cal) = cal else { continue };
         let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
@@ -772,6 +802,20 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
             // return address outside executable code (0, a stale stack word).
             if let Some(k) = frames.iter().skip(1).position(|&a| !in_text(a)) {
                 frames.truncate(k + 1);
+            }
+            // The `.eh_frame` chain where it goes at least as far: in code
+            // without frame pointers the kernel's walk skips frames or
+            // stops; with them, a stack deeper than the copy keeps the
+            // kernel's longer chain.
+            if let Some(mut cfi) = s.unwound {
+                copied += 1;
+                if let Some(k) = cfi.iter().skip(1).position(|&a| !in_text(a)) {
+                    cfi.truncate(k + 1);
+                }
+                if cfi.len() >= frames.len() {
+                    unwound += 1;
+                    frames = cfi;
+                }
             }
             let depth = crate::trace::SHADOW_DEPTH_FROM_TRACE;
             (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
@@ -792,6 +836,12 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
             lost: t.lost,
         });
     }
+    let backend = match backend {
+        Some(b) if copied > 0 => Some(format!(
+            "{b}; {unwound} of {copied} ring samples unwound through .eh_frame"
+        )),
+        b => b,
+    };
     Sampled {
         threads,
         mappings,
