@@ -15,6 +15,7 @@ mod tools;
 
 use fgtrace::symbolize::Symbolizer;
 use fgtrace::trace::SiteInfo;
+use fgtrace::trace::{Event, TraceBuilder};
 use fgtrace::view::folded::{FoldedBuilder, FoldedOptions};
 use fgtrace::view::join::{ChainCut, Cut, SampleStack};
 use fgtrace::view::ok_events;
@@ -84,7 +85,7 @@ fn record(exe: &Path, sample: &str, test: &str) -> Option<Trace> {
     let out = Command::new(exe)
         .arg(&file)
         .arg(sample)
-        .arg("1000")
+        .arg("2000")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -93,6 +94,25 @@ fn record(exe: &Path, sample: &str, test: &str) -> Option<Trace> {
     }
     assert!(out.status.success(), "the fixture failed: {stderr}");
     let trace = Trace::load(&file).unwrap();
+    // What the samples cost in the file: its size against the same trace
+    // saved without them.
+    let bare = dir.join("bare.fgt");
+    let mut b = TraceBuilder::new(trace.meta().clone());
+    for e in trace.events() {
+        if !matches!(e, Event::Sample(_)) {
+            b.push(e);
+        }
+    }
+    b.finish().save(&bare).unwrap();
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let samples = trace
+        .events()
+        .filter(|e| matches!(e, Event::Sample(_)))
+        .count();
+    println!(
+        "{sample}: {} bytes per sample in the file ({samples} samples)",
+        (size(&file) - size(&bare)) / samples.max(1) as u64
+    );
     std::fs::remove_dir_all(&dir).ok();
     Some(trace)
 }
@@ -126,7 +146,10 @@ impl Cut for Count {
 /// Unplaced share at most 1%, and the hidden split within 4 sigma of 3:1.
 fn check(trace: &Trace, what: &str) {
     let meta = trace.meta();
-    let program = meta.mappings.iter().find(|m| m.path.ends_with("no-fp-fixture"));
+    let program = meta
+        .mappings
+        .iter()
+        .find(|m| m.path.ends_with("no-fp-fixture"));
     let mut sym = Symbolizer::new(&meta.mappings);
     let path = program.expect("the fixture's mapping").path.clone();
     assert_eq!(
@@ -170,7 +193,7 @@ fn perf_ring_samples_of_a_build_without_frame_pointers_are_joined() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let test = "perf_ring_samples_of_a_build_without_frame_pointers_are_joined";
     let exe = fixture();
-    let Some(trace) = record(&exe, "timer-ring:4000", test) else {
+    let Some(trace) = record(&exe, "timer-ring:2000", test) else {
         return;
     };
     let sampler = trace.meta().sampler.clone().unwrap_or_default();

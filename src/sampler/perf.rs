@@ -195,7 +195,9 @@ impl Ring {
         a.__bindgen_anon_2.wakeup_events = 0;
         let fd = open(&mut a, tid, event.name())?;
         let ring = match stack {
-            true => MmapRing::map(&fd, STACK_RING_PAGES).or_else(|_| MmapRing::map(&fd, RING_PAGES)),
+            true => {
+                MmapRing::map(&fd, STACK_RING_PAGES).or_else(|_| MmapRing::map(&fd, RING_PAGES))
+            }
             false => MmapRing::map(&fd, RING_PAGES),
         }?;
         Ok(Ring { fd, ring, stack })

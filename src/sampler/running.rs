@@ -838,7 +838,7 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
     }
     let backend = match backend {
         Some(b) if copied > 0 => Some(format!(
-            "{b}; {unwound} of {copied} ring samples unwound through .eh_frame"
+            "{b}; {unwound} of {copied} samples unwound through .eh_frame"
         )),
         b => b,
     };
