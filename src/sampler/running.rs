@@ -34,8 +34,15 @@ struct Owned {
 unsafe impl Send for Owned {}
 
 impl Owned {
-    fn new(s: &Sampling) -> io::Result<Owned> {
-        let buf = Box::into_raw(Box::new(SampleBuf::new(s.buffer, s.ring)));
+    /// `copies`: the handler also copies each sample's stack for the
+    /// `.eh_frame` unwinder (feature `unwind`).
+    fn new(s: &Sampling, copies: bool) -> io::Result<Owned> {
+        let buf = SampleBuf::new(s.buffer, s.ring);
+        #[cfg(feature = "unwind")]
+        let buf = if copies { buf.with_stack_copies() } else { buf };
+        #[cfg(not(feature = "unwind"))]
+        let _ = copies;
+        let buf = Box::into_raw(Box::new(buf));
         LIVE_BUFS.fetch_add(1, SeqCst);
         match signal::claim(buf) {
             Some(c) => Ok(Owned {
@@ -62,11 +69,11 @@ impl Owned {
 
     /// Takes the buffer out of the registry, waits until no handler is
     /// inside it, copies out what it holds, and frees it.
-    fn retire(self, raw: &mut Vec<RawSample>, lost: &mut u64) {
+    fn retire(self, raw: &mut Vec<RawSample>, lost: &mut u64, cfi: Option<&mut perf::Cfi>) {
         let b = self.buf();
         b.active.store(false, SeqCst);
         let free = signal::release(self.index, PATIENCE);
-        b.drain(raw);
+        b.drain(raw, cfi);
         *lost += b.lost.load(SeqCst);
         if free {
             // SAFETY: out of the registry and no handler inside: ours alone.
@@ -109,7 +116,7 @@ struct Registered {
 impl Registered {
     /// Stops the thread's timer or event and frees its buffer, keeping
     /// the samples it holds.
-    fn retire(&mut self, cfi: Option<&mut perf::Cfi>) {
+    fn retire(&mut self, mut cfi: Option<&mut perf::Cfi>) {
         match std::mem::replace(&mut self.hook, Hook::Done) {
             Hook::Perf(fd) => {
                 perf::disable(&fd);
@@ -122,12 +129,12 @@ impl Registered {
             }
             Hook::Ring(mut r) => {
                 perf::disable(&r.fd);
-                self.lost += r.drain(&mut self.ring_samples, cfi);
+                self.lost += r.drain(&mut self.ring_samples, cfi.as_deref_mut());
             }
             Hook::Done => {}
         }
         if let Some(o) = self.buf.take() {
-            o.retire(&mut self.raw, &mut self.lost);
+            o.retire(&mut self.raw, &mut self.lost, cfi);
         }
     }
 }
@@ -347,7 +354,8 @@ impl State {
                         return Err(io::Error::from_raw_os_error(libc::ESRCH));
                     }
                 }
-                let o = Owned::new(&s)?;
+                let copies = self.stack_copy() > 0;
+                let o = Owned::new(&s, copies)?;
                 prepare(&o, own);
                 match timer {
                     Ok(fd) if signal::bind_fd(fd.0, o.index) => {
@@ -373,7 +381,7 @@ impl State {
                                 (Hook::Posix(PosixTimer(t)), Some(o))
                             }
                             Err(e) => {
-                                o.retire(&mut Vec::new(), &mut 0);
+                                o.retire(&mut Vec::new(), &mut 0, None);
                                 return Err(e);
                             }
                         }
@@ -381,7 +389,8 @@ impl State {
                 }
             }
             Source::Wall => {
-                let o = Owned::new(&s)?;
+                let copies = self.stack_copy() > 0;
+                let o = Owned::new(&s, copies)?;
                 prepare(&o, own);
                 match posix_timer(libc::CLOCK_MONOTONIC, tid, &o, period_ns) {
                     Ok(t) => {
@@ -389,7 +398,7 @@ impl State {
                         (Hook::Posix(PosixTimer(t)), Some(o))
                     }
                     Err(e) => {
-                        o.retire(&mut Vec::new(), &mut 0);
+                        o.retire(&mut Vec::new(), &mut 0, None);
                         return Err(e);
                     }
                 }
@@ -480,7 +489,7 @@ impl State {
         for t in &mut self.threads {
             if let Some(o) = &t.buf {
                 if !o.buf().ring {
-                    o.buf().drain(&mut t.raw);
+                    o.buf().drain(&mut t.raw, cfi.as_deref_mut());
                 }
             }
             if let Hook::Ring(r) = &mut t.hook {
@@ -780,16 +789,37 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
         let i = text.partition_point(|r| r.0 <= a);
         i > 0 && a < text[i - 1].1
     };
+    // An `.eh_frame` chain (cleaned as above) where it goes at least as far
+    // as the frame-pointer walk: in code without frame pointers that walk
+    // skips frames or stops; with them, a stack deeper than the copy keeps
+    // the walk's longer chain.
+    let longer = |mut cfi: Vec<u64>, walk: &[u64]| {
+        if let Some(k) = cfi.iter().skip(1).position(|&a| !in_text(a)) {
+            cfi.truncate(k + 1);
+        }
+        (cfi.len() >= walk.len()).then_some(cfi)
+    };
     let mut threads: Vec<ThreadSamples> = Vec::new();
-    // Ring samples with a stack copy, and those whose `.eh_frame` chain
-    // was kept.
+    // Samples with a stack copy, and those whose `.eh_frame` chain was kept.
     let (mut copied, mut unwound) = (0u64, 0u64);
     for t in st.threads {
         let Some(cal) = cal else { continue };
         let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
             .raw
             .into_iter()
-            .map(|s| (cal.ns(s.ticks), s.shadow_depth, s.cut, s.frames))
+            .map(|s| {
+                let (mut frames, mut cut) = (s.frames, s.cut);
+                if let Some(cfi) = s.unwound {
+                    copied += 1;
+                    if let Some(cfi) = longer(cfi, &frames) {
+                        // The handler's cut indexes its own walk: the
+                        // join finds the cut in the new chain instead.
+                        unwound += 1;
+                        (frames, cut) = (cfi, None);
+                    }
+                }
+                (cal.ns(s.ticks), s.shadow_depth, cut, frames)
+            })
             .collect();
         samples.extend(t.ring_samples.into_iter().map(|s| {
             let mut frames = s.chain;
@@ -803,16 +833,9 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
             if let Some(k) = frames.iter().skip(1).position(|&a| !in_text(a)) {
                 frames.truncate(k + 1);
             }
-            // The `.eh_frame` chain where it goes at least as far: in code
-            // without frame pointers the kernel's walk skips frames or
-            // stops; with them, a stack deeper than the copy keeps the
-            // kernel's longer chain.
-            if let Some(mut cfi) = s.unwound {
+            if let Some(cfi) = s.unwound {
                 copied += 1;
-                if let Some(k) = cfi.iter().skip(1).position(|&a| !in_text(a)) {
-                    cfi.truncate(k + 1);
-                }
-                if cfi.len() >= frames.len() {
+                if let Some(cfi) = longer(cfi, &frames) {
                     unwound += 1;
                     frames = cfi;
                 }
