@@ -41,30 +41,36 @@ pub struct Regs {
 
 impl Regs {
     /// From the `PERF_SAMPLE_REGS_USER` values, in the mask's bit order.
+    #[cfg(target_arch = "x86_64")]
     pub fn from_perf(v: &[u64]) -> Option<Regs> {
-        #[cfg(target_arch = "x86_64")]
-        let r = match *v {
-            [bp, sp, ip] => Regs {
+        match *v {
+            [bp, sp, ip] => Some(Regs {
                 ip,
                 sp,
                 fp: bp,
                 lr: 0,
-            },
-            _ => return None,
-        };
-        #[cfg(target_arch = "aarch64")]
-        let r = match *v {
-            [fp, lr, sp, pc] => Regs { ip: pc, sp, fp, lr },
-            _ => return None,
-        };
-        Some(r)
+            }),
+            _ => None,
+        }
     }
 
+    /// From the `PERF_SAMPLE_REGS_USER` values, in the mask's bit order.
+    #[cfg(target_arch = "aarch64")]
+    pub fn from_perf(v: &[u64]) -> Option<Regs> {
+        match *v {
+            [fp, lr, sp, pc] => Some(Regs { ip: pc, sp, fp, lr }),
+            _ => None,
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
     fn native(&self) -> UnwindRegsNative {
-        #[cfg(target_arch = "x86_64")]
-        return UnwindRegsNative::new(self.ip, self.sp, self.fp);
-        #[cfg(target_arch = "aarch64")]
-        return UnwindRegsNative::new(self.lr, self.sp, self.fp);
+        UnwindRegsNative::new(self.ip, self.sp, self.fp)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn native(&self) -> UnwindRegsNative {
+        UnwindRegsNative::new(self.lr, self.sp, self.fp)
     }
 }
 

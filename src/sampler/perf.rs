@@ -8,6 +8,8 @@
 //! * As a sampler: any software or hardware event with
 //!   `PERF_SAMPLE_IP | TID | TIME | CALLCHAIN` into an mmap ring buffer that
 //!   a background thread drains; the kernel walks the user call chain.
+//!   With the feature `unwind` the samples also carry the user registers
+//!   and a copy of the stack, unwound through `.eh_frame` as they are drained.
 
 use perf_event_open_sys as sys;
 use std::io;
