@@ -147,10 +147,11 @@ pub struct Ring {
 }
 
 const RING_PAGES: usize = 64;
-/// With stack copies: room for about 60 samples of 8 KiB (6 ms at 10 kHz,
-/// the sampler thread drains every 5 ms); `RING_PAGES` where the locked-memory
-/// limit refuses that.
-const STACK_RING_PAGES: usize = 128;
+/// With stack copies: 1 MiB, room for about 120 samples of 8 KiB (12 ms at
+/// 10 kHz; the sampler thread drains every 5 ms); `RING_PAGES` where the
+/// locked-memory limit refuses that (then samples are lost at high rates,
+/// and counted).
+const STACK_RING_PAGES: usize = 256;
 
 /// The `.eh_frame` unwinder the ring's samples go through (feature
 /// `unwind`); without it, a type with no value.
