@@ -842,7 +842,7 @@ fn cli_flame_names_the_profile_setting_when_line_tables_are_missing() {
     };
     let dir = tempdir("flame-no-lines");
     let path = dir.join("t.fgt");
-    trace(false, None).save(&path).unwrap();
+    trace(false).save(&path).unwrap();
     let p = path.to_str().unwrap();
     let note = format!(
         "fgtrace: {BIN}: no debug line info, so inlined frames cannot be matched to traced \

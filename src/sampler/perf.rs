@@ -142,7 +142,7 @@ pub struct Ring {
     pub fd: Fd,
     ring: MmapRing,
     /// Whether samples carry the user registers and a copy of the stack
-    /// (`Ring::open`'s `stack_copy` > 0).
+    /// (`Ring::open` with a non-zero `stack_copy`).
     stack: bool,
 }
 
@@ -174,9 +174,9 @@ pub struct RingSample {
 
 impl Ring {
     /// Opens `event` on `tid` with user-space call chains, timestamps on
-    /// `CLOCK_MONOTONIC` (the trace clock's reference). With `stack_copy`
-    /// > 0, samples also carry the user registers the unwinder starts from
-    /// and the `stack_copy` bytes above the stack pointer.
+    /// `CLOCK_MONOTONIC` (the trace clock's reference). With a non-zero
+    /// `stack_copy`, samples also carry the user registers the unwinder
+    /// starts from and the `stack_copy` bytes above the stack pointer.
     pub fn open(event: PerfEvent, every: Every, tid: i32, stack_copy: u32) -> io::Result<Ring> {
         let mut a = attr(event, every);
         a.sample_type = (sys::bindings::PERF_SAMPLE_IP
