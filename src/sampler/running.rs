@@ -789,15 +789,16 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
         let i = text.partition_point(|r| r.0 <= a);
         i > 0 && a < text[i - 1].1
     };
-    // An `.eh_frame` chain (cleaned as above) where it goes at least as far
-    // as the frame-pointer walk: in code without frame pointers that walk
-    // skips frames or stops; with them, a stack deeper than the copy keeps
-    // the walk's longer chain.
+    // An `.eh_frame` chain (cleaned as above) where it goes further than
+    // the frame-pointer walk: in code without frame pointers that walk skips
+    // frames or stops. With them the walk is kept where it goes as far (the
+    // signal handler's recorded cut indexes it) or further (a stack deeper
+    // than the copy).
     let longer = |mut cfi: Vec<u64>, walk: &[u64]| {
         if let Some(k) = cfi.iter().skip(1).position(|&a| !in_text(a)) {
             cfi.truncate(k + 1);
         }
-        (cfi.len() >= walk.len()).then_some(cfi)
+        (cfi.len() > walk.len()).then_some(cfi)
     };
     let mut threads: Vec<ThreadSamples> = Vec::new();
     // Samples with a stack copy, and those whose `.eh_frame` chain was kept.
