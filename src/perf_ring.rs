@@ -151,10 +151,16 @@ impl MmapRing {
         // SAFETY: the data area follows the header page.
         let data = unsafe { self.base.add(page_size()) };
         let size = self.data_size;
+        // Two copies at most (the part before the ring's end, the rest from
+        // its start): a sample with a stack copy is kilobytes.
         let read = |off: u64, buf: &mut [u8]| {
-            for (i, b) in buf.iter_mut().enumerate() {
-                // SAFETY: index within the data area.
-                *b = unsafe { *data.add(((off + i as u64) % size) as usize) };
+            let start = (off % size) as usize;
+            let first = buf.len().min(size as usize - start);
+            // SAFETY: `start + first <= size` and `buf.len() - first <= size`
+            // (a record is smaller than the ring): both within the data area.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.add(start), buf.as_mut_ptr(), first);
+                std::ptr::copy_nonoverlapping(data, buf.as_mut_ptr().add(first), buf.len() - first);
             }
         };
         while tail + 8 <= head {

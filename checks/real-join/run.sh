@@ -21,11 +21,12 @@
 #
 #   checks/real-join/run.sh [CPU_MS]     (each thread's CPU time; default 1000)
 #
-# Fails when a run leaves more than 1% unplaced or the split is off. A third
-# build, the default profile without frame pointers (`RUSTFLAGS=""`, what a
-# project that did not set the flag gets), is reported and not gated: the
-# walk skips every function of it, and placing those samples needs an
-# unwinder that reads `.eh_frame` (not there yet). Needs
+# Both profiles are built again without frame pointers (`RUSTFLAGS=""`: what
+# a project that did not set the flag gets, cargo's default release profile
+# exactly as a user has it), with fgtrace's `unwind` feature (both sampler
+# paths copy the sampled stack and unwind it through `.eh_frame`).
+#
+# Fails when a run leaves more than 1% unplaced or the split is off. Needs
 # python3 and the crates in cargo's registry (fetched if missing). Everything
 # goes under target/real-join/.
 set -euo pipefail
@@ -78,15 +79,17 @@ cargo build -q --release -p fgtrace-cli
 fgtrace="$repo/target/release/fgtrace"
 
 status=0
-for profile in default line-tables-only default-no-fp; do
+for profile in default line-tables-only default-no-fp line-tables-only-no-fp; do
   unset CARGO_PROFILE_RELEASE_DEBUG RUSTFLAGS
-  target="$out/target" gate=1
+  target="$out/target" gate=1 features=()
   case $profile in
-    line-tables-only) export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ;;
-    default-no-fp) export RUSTFLAGS="" target="$out/target-no-fp" gate=0 ;;
+    line-tables-only*) export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ;;
+  esac
+  case $profile in
+    *-no-fp) export RUSTFLAGS="" target="$out/target-no-fp" features=(--features fgtrace/unwind) ;;
   esac
   # The crates' own warnings (newer lints than they were published with) go to a log.
-  (cd "$out/traced" && CARGO_TARGET_DIR="$target" cargo build -q --release) >"$out/build-$profile.log" 2>&1 || {
+  (cd "$out/traced" && CARGO_TARGET_DIR="$target" cargo build -q --release "${features[@]}") >"$out/build-$profile.log" 2>&1 || {
     cat "$out/build-$profile.log"; echo "real-join: the traced build ($profile) failed" >&2; exit 1; }
   for sampler in timer:999 timer-signal:999; do
     rm -rf "$out/traces"
@@ -125,7 +128,7 @@ share = a / max(a + b, 1)
 sigma4 = 4 * math.sqrt(0.75 * 0.25 / max(a + b, 1))
 notes = [l.strip() for l in open(err) if l.strip()]
 ok = unplaced <= 0.01 * samples and abs(share - 0.75) <= max(sigma4, 0.03) and a + b > 0
-print(f"{profile:17} {sampler:13} {samples:6} samples  unplaced {unplaced:4} ({100 * unplaced / max(samples, 1):.2f}%)  "
+print(f"{profile:22} {sampler:13} {samples:6} samples  unplaced {unplaced:4} ({100 * unplaced / max(samples, 1):.2f}%)  "
       f"depth mismatches {mismatches:4}  helper under a:b {a}:{b} = {share:.3f} (0.75 +- {sigma4:.3f})  "
       f"{('ok' if ok else 'FAIL') if gate == '1' else 'not gated'}")
 for n in notes:

@@ -12,7 +12,9 @@ use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
 use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions, FoldedSummary};
-use fgtrace_view::join::{missing_debug_lines_note, missing_frame_pointers_note};
+use fgtrace_view::join::{
+    eh_frame_unwinding, missing_debug_lines_note, missing_frame_pointers_note,
+};
 use fgtrace_view::offcpu::{
     self as offcpu_view, write_folded as write_offcpu_folded, OffCpuFoldedBuilder,
     OffCpuFoldedOptions,
@@ -270,8 +272,15 @@ fn note_missing_debug_lines(sym: &mut Symbolizer, meta: &TraceMeta, s: &FoldedSu
     if let Some(note) = missing_debug_lines_note(&path, has_lines, s.unmatched, s.samples) {
         eprintln!("fgtrace: {note}");
     }
+    // Samples the recorder unwound through `.eh_frame` need no frame pointers.
+    let unwound = meta
+        .sampler
+        .as_deref()
+        .and_then(eh_frame_unwinding)
+        .is_some_and(|(_, copied)| copied > 0);
     if let Some(fp) = sym.frame_pointers(&path) {
-        if let Some(note) = missing_frame_pointers_note(&path, fp, s.unmatched, s.samples) {
+        if let Some(note) = missing_frame_pointers_note(&path, fp, unwound, s.unmatched, s.samples)
+        {
             eprintln!("fgtrace: {note}");
         }
     }

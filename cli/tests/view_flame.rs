@@ -904,8 +904,9 @@ fn cli_flame_names_the_flag_when_frame_pointers_are_missing() {
         .find(|p| p.contains("/libc.so"))
         .expect("the C library is mapped")
         .to_string();
-    let trace = |joined: bool| {
+    let trace = |joined: bool, sampler: Option<&str>| {
         let mut m = meta();
+        m.sampler = sampler.map(str::to_owned);
         m.program = libc.rsplit('/').next().unwrap().into();
         m.sites = vec![site("outer"), site("inner")];
         m.mappings = vec![Mapping {
@@ -932,7 +933,7 @@ fn cli_flame_names_the_flag_when_frame_pointers_are_missing() {
     };
     let dir = tempdir("flame-no-fp");
     let path = dir.join("t.fgt");
-    trace(false).save(&path).unwrap();
+    trace(false, None).save(&path).unwrap();
     let p = path.to_str().unwrap();
     let out = fgtrace(&["flame", p, "--folded"]);
     assert!(
@@ -944,13 +945,23 @@ fn cli_flame_names_the_flag_when_frame_pointers_are_missing() {
     let note = format!(
         "fgtrace: {libc}: no frame pointers, so the stack walk skips functions and open \
          calls may have no frame in a sample; 2 of 2 samples were placed under their \
-         innermost call. Build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` (or \
-         `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in .cargo/config.toml) \
+         innermost call. Record with fgtrace's `unwind` feature (the perf-ring sampler \
+         then unwinds stacks through .eh_frame, as `perf record --call-graph dwarf` does), \
+         or build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` (or \
+         `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in .cargo/config.toml), \
          to join them."
     );
     assert_eq!(stderr.lines().filter(|l| *l == note).count(), 1, "{stderr}");
     // Every sample joined: nothing to explain.
-    trace(true).save(&path).unwrap();
+    trace(true, None).save(&path).unwrap();
+    let out = fgtrace(&["flame", p, "--folded"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("no frame pointers"), "{stderr}");
+    // Unwound through .eh_frame by the recorder (feature `unwind`): frame
+    // pointers are not what is missing, whatever stayed unplaced.
+    let sampler = "perf ring (kernel call chains); 2 of 2 samples unwound through .eh_frame";
+    trace(false, Some(sampler)).save(&path).unwrap();
     let out = fgtrace(&["flame", p, "--folded"]);
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

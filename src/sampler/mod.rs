@@ -18,6 +18,10 @@
 //! carry neither the shadow depth nor the cut: both are joined from the trace
 //! when it is read (`trace::SHADOW_DEPTH_FROM_TRACE`, and the chain join of `fgtrace-view`).
 //!
+//! With the feature `unwind`, both paths also copy each sample's registers
+//! and the top of its stack, and the sampler thread unwinds the copies
+//! through `.eh_frame` (`cfi`): stacks of code built without frame pointers.
+//!
 //! A sampler thread registers every thread of the process (rescanning
 //! `/proc/self/task`, so threads started later are sampled too), drains the
 //! buffers, and hands the samples to the session at stop.
@@ -26,6 +30,14 @@ pub use fgtrace_core::unwind;
 
 #[cfg(target_os = "linux")]
 pub use fgtrace_trace::maps;
+#[cfg(all(target_os = "linux", feature = "unwind"))]
+mod cfi;
+#[cfg(all(
+    target_os = "linux",
+    feature = "unwind",
+    not(any(target_arch = "x86_64", target_arch = "aarch64"))
+))]
+compile_error!("fgtrace's `unwind` feature unwinds x86_64 and AArch64 stacks only");
 #[cfg(target_os = "linux")]
 mod perf;
 #[cfg(target_os = "linux")]

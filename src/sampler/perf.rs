@@ -8,6 +8,8 @@
 //! * As a sampler: any software or hardware event with
 //!   `PERF_SAMPLE_IP | TID | TIME | CALLCHAIN` into an mmap ring buffer that
 //!   a background thread drains; the kernel walks the user call chain.
+//!   With the feature `unwind` the samples also carry the user registers
+//!   and a copy of the stack, unwound through `.eh_frame` as they are drained.
 
 use perf_event_open_sys as sys;
 use std::io;
@@ -139,44 +141,87 @@ pub fn open_signal_timer(event: PerfEvent, every: Every, tid: i32, signal: i32) 
 pub struct Ring {
     pub fd: Fd,
     ring: MmapRing,
+    /// Whether samples carry the user registers and a copy of the stack
+    /// (`Ring::open` with a non-zero `stack_copy`).
+    stack: bool,
 }
 
 const RING_PAGES: usize = 64;
+/// With stack copies: 1 MiB, room for about 120 samples of 8 KiB (12 ms at
+/// 10 kHz; the sampler thread drains every 5 ms); `RING_PAGES` where the
+/// locked-memory limit refuses that (then samples are lost at high rates,
+/// and counted).
+const STACK_RING_PAGES: usize = 256;
+
+/// The `.eh_frame` unwinder the ring's samples go through (feature
+/// `unwind`); without it, a type with no value.
+#[cfg(feature = "unwind")]
+pub type Cfi = super::cfi::Unwinder;
+#[cfg(not(feature = "unwind"))]
+pub enum Cfi {}
 
 /// A raw sample read from a ring.
 pub struct RingSample {
     pub ip: u64,
     pub time_mono_ns: u64,
+    /// The kernel's frame-pointer walk.
     pub chain: Vec<u64>,
+    /// The `.eh_frame` unwinder's chain over the sample's stack copy (IP
+    /// first), when the ring copies stacks and the unwinder found more
+    /// than the IP.
+    pub unwound: Option<Vec<u64>>,
 }
 
 impl Ring {
     /// Opens `event` on `tid` with user-space call chains, timestamps on
-    /// `CLOCK_MONOTONIC` (the trace clock's reference).
-    pub fn open(event: PerfEvent, every: Every, tid: i32) -> io::Result<Ring> {
+    /// `CLOCK_MONOTONIC` (the trace clock's reference). With a non-zero
+    /// `stack_copy`, samples also carry the user registers the unwinder
+    /// starts from and the `stack_copy` bytes above the stack pointer.
+    pub fn open(event: PerfEvent, every: Every, tid: i32, stack_copy: u32) -> io::Result<Ring> {
         let mut a = attr(event, every);
         a.sample_type = (sys::bindings::PERF_SAMPLE_IP
             | sys::bindings::PERF_SAMPLE_TID
             | sys::bindings::PERF_SAMPLE_TIME
             | sys::bindings::PERF_SAMPLE_CALLCHAIN) as u64;
+        #[cfg(feature = "unwind")]
+        if stack_copy > 0 {
+            a.sample_type |= (sys::bindings::PERF_SAMPLE_REGS_USER
+                | sys::bindings::PERF_SAMPLE_STACK_USER) as u64;
+            a.sample_regs_user = super::cfi::PERF_REGS_MASK;
+            // The kernel wants a multiple of 8.
+            a.sample_stack_user = stack_copy & !7;
+        }
+        let stack = cfg!(feature = "unwind") && stack_copy > 0;
         a.set_exclude_callchain_kernel(1);
         a.set_use_clockid(1);
         a.clockid = libc::CLOCK_MONOTONIC;
         a.__bindgen_anon_2.wakeup_events = 0;
         let fd = open(&mut a, tid, event.name())?;
-        let ring = MmapRing::map(&fd, RING_PAGES)?;
-        Ok(Ring { fd, ring })
+        let ring = match stack {
+            true => {
+                MmapRing::map(&fd, STACK_RING_PAGES).or_else(|_| MmapRing::map(&fd, RING_PAGES))
+            }
+            false => MmapRing::map(&fd, RING_PAGES),
+        }?;
+        Ok(Ring { fd, ring, stack })
     }
 
-    /// Reads every complete record; samples go to `out`, lost counts are summed.
-    pub fn drain(&mut self, out: &mut Vec<RingSample>) -> u64 {
+    /// Reads every complete record; samples go to `out` (their stack copies
+    /// unwound by `cfi` at once, and dropped), lost counts are summed.
+    pub fn drain(&mut self, out: &mut Vec<RingSample>, mut cfi: Option<&mut Cfi>) -> u64 {
         let mut lost = 0;
+        let stack = self.stack;
         self.ring.drain(|r| {
             if r.ty == sys::bindings::PERF_RECORD_SAMPLE {
-                // ip, pid/tid, time, nr, chain...
+                // ip, pid/tid, time, nr, chain..., then with stack copies
+                // abi, regs..., size, bytes..., dyn_size.
                 let (Some(ip), Some(time), Some(nr)) = (r.u64_at(0), r.u64_at(16), r.u64_at(24))
                 else {
                     return;
+                };
+                let unwound = match (stack, cfi.as_deref_mut()) {
+                    (true, Some(u)) => unwind(r, nr, u),
+                    _ => None,
                 };
                 let nr = nr
                     .min(1024)
@@ -193,6 +238,7 @@ impl Ring {
                     ip,
                     time_mono_ns: time,
                     chain,
+                    unwound,
                 });
             } else if r.ty == sys::bindings::PERF_RECORD_LOST {
                 lost += r.u64_at(8).unwrap_or(0);
@@ -200,6 +246,39 @@ impl Ring {
         });
         lost
     }
+}
+
+/// The registers and stack copy after a sample's `nr`-entry call chain,
+/// unwound; `None` where the record is short or holds no copy (a sample in
+/// a kernel thread context, or one the kernel could not copy).
+#[cfg(feature = "unwind")]
+fn unwind(r: &crate::perf_ring::Record<'_>, nr: u64, cfi: &mut Cfi) -> Option<Vec<u64>> {
+    use super::cfi::{Regs, PERF_REGS_MASK};
+    let mut off = usize::try_from(nr).ok()?.checked_mul(8)?.checked_add(32)?;
+    let abi = r.u64_at(off)?;
+    off += 8;
+    if abi == 0 {
+        return None; // no user registers (PERF_SAMPLE_REGS_ABI_NONE)
+    }
+    let n = PERF_REGS_MASK.count_ones() as usize;
+    let mut v = [0u64; 4];
+    for (i, x) in v.iter_mut().take(n).enumerate() {
+        *x = r.u64_at(off + i * 8)?;
+    }
+    off += n * 8;
+    let regs = Regs::from_perf(&v[..n])?;
+    let size = usize::try_from(r.u64_at(off)?).ok()?;
+    off += 8;
+    let bytes = r.body.get(off..off.checked_add(size)?)?;
+    let dyn_size = usize::try_from(r.u64_at(off + size)?).ok()?;
+    let mut frames = Vec::new();
+    cfi.unwind(regs, &bytes[..dyn_size.min(size)], &mut frames)
+        .then_some(frames)
+}
+
+#[cfg(not(feature = "unwind"))]
+fn unwind(_: &crate::perf_ring::Record<'_>, _: u64, cfi: &mut Cfi) -> Option<Vec<u64>> {
+    match *cfi {}
 }
 
 #[cfg(test)]

@@ -34,8 +34,15 @@ struct Owned {
 unsafe impl Send for Owned {}
 
 impl Owned {
-    fn new(s: &Sampling) -> io::Result<Owned> {
-        let buf = Box::into_raw(Box::new(SampleBuf::new(s.buffer, s.ring)));
+    /// `copies`: the handler also copies each sample's stack for the
+    /// `.eh_frame` unwinder (feature `unwind`).
+    fn new(s: &Sampling, copies: bool) -> io::Result<Owned> {
+        let buf = SampleBuf::new(s.buffer, s.ring);
+        #[cfg(feature = "unwind")]
+        let buf = if copies { buf.with_stack_copies() } else { buf };
+        #[cfg(not(feature = "unwind"))]
+        let _ = copies;
+        let buf = Box::into_raw(Box::new(buf));
         LIVE_BUFS.fetch_add(1, SeqCst);
         match signal::claim(buf) {
             Some(c) => Ok(Owned {
@@ -62,11 +69,11 @@ impl Owned {
 
     /// Takes the buffer out of the registry, waits until no handler is
     /// inside it, copies out what it holds, and frees it.
-    fn retire(self, raw: &mut Vec<RawSample>, lost: &mut u64) {
+    fn retire(self, raw: &mut Vec<RawSample>, lost: &mut u64, cfi: Option<&mut perf::Cfi>) {
         let b = self.buf();
         b.active.store(false, SeqCst);
         let free = signal::release(self.index, PATIENCE);
-        b.drain(raw);
+        b.drain(raw, cfi);
         *lost += b.lost.load(SeqCst);
         if free {
             // SAFETY: out of the registry and no handler inside: ours alone.
@@ -109,7 +116,7 @@ struct Registered {
 impl Registered {
     /// Stops the thread's timer or event and frees its buffer, keeping
     /// the samples it holds.
-    fn retire(&mut self) {
+    fn retire(&mut self, mut cfi: Option<&mut perf::Cfi>) {
         match std::mem::replace(&mut self.hook, Hook::Done) {
             Hook::Perf(fd) => {
                 perf::disable(&fd);
@@ -122,12 +129,12 @@ impl Registered {
             }
             Hook::Ring(mut r) => {
                 perf::disable(&r.fd);
-                self.lost += r.drain(&mut self.ring_samples);
+                self.lost += r.drain(&mut self.ring_samples, cfi.as_deref_mut());
             }
             Hook::Done => {}
         }
         if let Some(o) = self.buf.take() {
-            o.retire(&mut self.raw, &mut self.lost);
+            o.retire(&mut self.raw, &mut self.lost, cfi);
         }
     }
 }
@@ -138,6 +145,9 @@ struct State {
     known: HashSet<u32>,
     warned_fallback: bool,
     paths: Paths,
+    /// The `.eh_frame` unwinder of ring samples' stack copies (feature
+    /// `unwind`), made when the first ring that copies stacks opens.
+    cfi: Option<perf::Cfi>,
 }
 
 /// Which path sampled how many threads, for `TraceMeta::sampler`.
@@ -261,7 +271,25 @@ fn esrch(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Bytes of stack a ring sample copies for the `.eh_frame` unwinder
+/// (feature `unwind`): see the README's Sampler figures for size against
+/// cost.
+#[cfg(feature = "unwind")]
+const STACK_COPY: u32 = 8192;
+
 impl State {
+    /// The stack copy a new ring asks for: `STACK_COPY` with the feature
+    /// `unwind` (the unwinder made on first use), else none.
+    fn stack_copy(&mut self) -> u32 {
+        #[cfg(feature = "unwind")]
+        {
+            self.cfi.get_or_insert_with(perf::Cfi::new);
+            STACK_COPY
+        }
+        #[cfg(not(feature = "unwind"))]
+        0
+    }
+
     fn register(&mut self, tid: u32, own: Option<Own>) -> io::Result<()> {
         let name = comm(tid);
         if name.starts_with("fgtrace-") {
@@ -276,7 +304,8 @@ impl State {
                 } else {
                     perf::Every::Events(s.rate)
                 };
-                let ring = perf::Ring::open(e, every, tid as i32)?;
+                let copy = self.stack_copy();
+                let ring = perf::Ring::open(e, every, tid as i32, copy)?;
                 perf::enable(&ring.fd);
                 self.paths.ring += 1;
                 (Hook::Ring(ring), None)
@@ -291,10 +320,12 @@ impl State {
                         && !s.ring
                         && self.paths.ring_refused.is_none()) =>
             {
+                let copy = self.stack_copy();
                 match perf::Ring::open(
                     perf::PerfEvent::CpuClock,
                     perf::Every::Nanos(period_ns),
                     tid as i32,
+                    copy,
                 ) {
                     Ok(ring) => {
                         perf::enable(&ring.fd);
@@ -323,7 +354,8 @@ impl State {
                         return Err(io::Error::from_raw_os_error(libc::ESRCH));
                     }
                 }
-                let o = Owned::new(&s)?;
+                let copies = self.stack_copy() > 0;
+                let o = Owned::new(&s, copies)?;
                 prepare(&o, own);
                 match timer {
                     Ok(fd) if signal::bind_fd(fd.0, o.index) => {
@@ -349,7 +381,7 @@ impl State {
                                 (Hook::Posix(PosixTimer(t)), Some(o))
                             }
                             Err(e) => {
-                                o.retire(&mut Vec::new(), &mut 0);
+                                o.retire(&mut Vec::new(), &mut 0, None);
                                 return Err(e);
                             }
                         }
@@ -357,7 +389,8 @@ impl State {
                 }
             }
             Source::Wall => {
-                let o = Owned::new(&s)?;
+                let copies = self.stack_copy() > 0;
+                let o = Owned::new(&s, copies)?;
                 prepare(&o, own);
                 match posix_timer(libc::CLOCK_MONOTONIC, tid, &o, period_ns) {
                     Ok(t) => {
@@ -365,7 +398,7 @@ impl State {
                         (Hook::Posix(PosixTimer(t)), Some(o))
                     }
                     Err(e) => {
-                        o.retire(&mut Vec::new(), &mut 0);
+                        o.retire(&mut Vec::new(), &mut 0, None);
                         return Err(e);
                     }
                 }
@@ -396,7 +429,7 @@ impl State {
                 if alive(t.tid) {
                     now.insert(t.tid);
                 } else {
-                    t.retire();
+                    t.retire(self.cfi.as_mut());
                 }
             }
         }
@@ -452,14 +485,15 @@ impl State {
     }
 
     fn drain(&mut self) {
+        let mut cfi = self.cfi.as_mut();
         for t in &mut self.threads {
             if let Some(o) = &t.buf {
                 if !o.buf().ring {
-                    o.buf().drain(&mut t.raw);
+                    o.buf().drain(&mut t.raw, cfi.as_deref_mut());
                 }
             }
             if let Hook::Ring(r) = &mut t.hook {
-                t.lost += r.drain(&mut t.ring_samples);
+                t.lost += r.drain(&mut t.ring_samples, cfi.as_deref_mut());
             }
         }
     }
@@ -532,6 +566,7 @@ impl Sampler {
             known: HashSet::new(),
             warned_fallback: false,
             paths: Paths::default(),
+            cfi: None,
         }));
         // The starting thread registers itself: exact bounds at once.
         {
@@ -643,6 +678,7 @@ impl State {
             known: HashSet::new(),
             warned_fallback: false,
             paths: Paths::default(),
+            cfi: None,
         }
     }
 }
@@ -710,12 +746,12 @@ pub(crate) fn unregister_current_thread() {
     };
     let tid = own_tid();
     let mut st = sampler.lock();
-    if let Some(t) = st
-        .threads
+    let State { threads, cfi, .. } = &mut *st;
+    if let Some(t) = threads
         .iter_mut()
         .find(|t| t.tid == tid && !matches!(t.hook, Hook::Done))
     {
-        t.retire();
+        t.retire(cfi.as_mut());
     }
 }
 
@@ -741,7 +777,7 @@ impl Drop for Sampler {
 
 fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
     for t in &mut st.threads {
-        t.retire();
+        t.retire(st.cfi.as_mut());
     }
     let description = st.sampling.describe();
     let backend = st.paths.describe(st.sampling.source);
@@ -753,13 +789,38 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
         let i = text.partition_point(|r| r.0 <= a);
         i > 0 && a < text[i - 1].1
     };
+    // An `.eh_frame` chain (cleaned as above) where it goes further than
+    // the frame-pointer walk: in code without frame pointers that walk skips
+    // frames or stops. With them the walk is kept where it goes as far (the
+    // signal handler's recorded cut indexes it) or further (a stack deeper
+    // than the copy).
+    let longer = |mut cfi: Vec<u64>, walk: &[u64]| {
+        if let Some(k) = cfi.iter().skip(1).position(|&a| !in_text(a)) {
+            cfi.truncate(k + 1);
+        }
+        (cfi.len() > walk.len()).then_some(cfi)
+    };
     let mut threads: Vec<ThreadSamples> = Vec::new();
+    // Samples with a stack copy, and those whose `.eh_frame` chain was kept.
+    let (mut copied, mut unwound) = (0u64, 0u64);
     for t in st.threads {
         let Some(cal) = cal else { continue };
         let mut samples: Vec<(u64, u32, Option<u32>, Vec<u64>)> = t
             .raw
             .into_iter()
-            .map(|s| (cal.ns(s.ticks), s.shadow_depth, s.cut, s.frames))
+            .map(|s| {
+                let (mut frames, mut cut) = (s.frames, s.cut);
+                if let Some(cfi) = s.unwound {
+                    copied += 1;
+                    if let Some(cfi) = longer(cfi, &frames) {
+                        // The handler's cut indexes its own walk: the
+                        // join finds the cut in the new chain instead.
+                        unwound += 1;
+                        (frames, cut) = (cfi, None);
+                    }
+                }
+                (cal.ns(s.ticks), s.shadow_depth, cut, frames)
+            })
             .collect();
         samples.extend(t.ring_samples.into_iter().map(|s| {
             let mut frames = s.chain;
@@ -772,6 +833,13 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
             // return address outside executable code (0, a stale stack word).
             if let Some(k) = frames.iter().skip(1).position(|&a| !in_text(a)) {
                 frames.truncate(k + 1);
+            }
+            if let Some(cfi) = s.unwound {
+                copied += 1;
+                if let Some(cfi) = longer(cfi, &frames) {
+                    unwound += 1;
+                    frames = cfi;
+                }
             }
             let depth = crate::trace::SHADOW_DEPTH_FROM_TRACE;
             (cal.mono_to_ns(s.time_mono_ns), depth, None, frames)
@@ -792,6 +860,12 @@ fn finish(mut st: State, cal: Option<&Calibration>) -> Sampled {
             lost: t.lost,
         });
     }
+    let backend = match backend {
+        Some(b) if copied > 0 => Some(format!(
+            "{b}; {unwound} of {copied} samples unwound through .eh_frame"
+        )),
+        b => b,
+    };
     Sampled {
         threads,
         mappings,

@@ -15,6 +15,7 @@
 //! `setitimer`, a `kill`) goes to the handler that was installed before
 //! fgtrace's, as `sigaction` returned it.
 
+use super::perf::Cfi;
 use super::unwind::{self, Regs, StackBounds};
 use crate::clock::ticks;
 use fgtrace_core::probe::ThreadState;
@@ -47,6 +48,31 @@ pub struct SampleBuf {
     /// saw them, for the sampler thread to look the bounds up.
     pub seen_self: AtomicUsize,
     pub seen_sp: AtomicU64,
+    /// Stack copies for the `.eh_frame` unwinder (feature `unwind`, stop
+    /// mode only): sample `h` copies into entry `h % COPIES`, which the
+    /// drainer reads while sample `h` still owns it. Empty: no copies.
+    #[cfg(feature = "unwind")]
+    copies: Box<[UnsafeCell<StackCopy>]>,
+}
+
+/// Bytes of stack a signal sample copies from its SP up (feature `unwind`).
+#[cfg(feature = "unwind")]
+pub const STACK_COPY: usize = 8192;
+/// Stack copies per thread: 2 MiB, about 25 ms of samples at 10 kHz (the
+/// sampler thread drains every 5 ms). A sample whose copy was overwritten
+/// before the drain keeps the handler's frame-pointer walk.
+#[cfg(feature = "unwind")]
+const COPIES: usize = 256;
+
+/// One sample's registers and top of stack, a seqlock: `seq` is the sample
+/// number + 1 once written, 0 while the handler writes it.
+#[cfg(feature = "unwind")]
+pub struct StackCopy {
+    seq: AtomicU64,
+    /// IP, SP, FP, LR (0 where the architecture has none).
+    regs: [u64; 4],
+    len: u64,
+    bytes: [u8; STACK_COPY],
 }
 
 // SAFETY: slots below `head` are only read after the release store of
@@ -59,18 +85,26 @@ pub struct RawSample {
     pub shadow_depth: u32,
     pub cut: Option<u32>,
     pub frames: Vec<u64>,
+    /// The `.eh_frame` chain of the sample's stack copy (feature `unwind`).
+    pub unwound: Option<Vec<u64>>,
 }
 
 /// `n` zeroed slots straight from the allocator (`calloc`: fresh pages are
 /// zero already), so registering a thread does not write 4 MiB.
 fn zeroed_slots(n: usize) -> Box<[UnsafeCell<[u64; SLOT_WORDS]>]> {
-    let layout = std::alloc::Layout::array::<UnsafeCell<[u64; SLOT_WORDS]>>(n.max(1))
-        .expect("sample buffer size");
-    // SAFETY: a non-zero-sized layout; all-zero bytes are valid `u64`s, and
-    // `UnsafeCell` has the layout of what it holds; the Box frees it with
-    // the same layout.
+    // SAFETY: all-zero bytes are valid `u64`s.
+    unsafe { zeroed(n) }
+}
+
+/// # Safety
+/// All-zero bytes are a valid `T`.
+unsafe fn zeroed<T>(n: usize) -> Box<[UnsafeCell<T>]> {
+    let layout = std::alloc::Layout::array::<UnsafeCell<T>>(n.max(1)).expect("sample buffer size");
+    // SAFETY: a non-zero-sized layout; all-zero bytes are a valid `T` (the
+    // caller's word), and `UnsafeCell` has the layout of what it holds; the
+    // Box frees it with the same layout.
     unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut UnsafeCell<[u64; SLOT_WORDS]>;
+        let p = std::alloc::alloc_zeroed(layout) as *mut UnsafeCell<T>;
         if p.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
@@ -93,7 +127,73 @@ impl SampleBuf {
             state: AtomicPtr::new(std::ptr::null_mut()),
             seen_self: AtomicUsize::new(0),
             seen_sp: AtomicU64::new(0),
+            #[cfg(feature = "unwind")]
+            copies: Box::new([]),
         }
+    }
+
+    /// The buffer with stack copies for the `.eh_frame` unwinder (not in
+    /// ring mode: its samples wait for the stop, the copies would not).
+    #[cfg(feature = "unwind")]
+    pub fn with_stack_copies(mut self) -> SampleBuf {
+        if !self.ring {
+            // SAFETY: all-zero bytes are a valid `StackCopy` (seq 0: empty).
+            self.copies = unsafe { zeroed(COPIES) };
+        }
+        self
+    }
+
+    /// Handler side: copies the stack from `regs.sp` up to the end of the
+    /// thread's stack (`hi`, at most `STACK_COPY` bytes) and the registers
+    /// for sample `h`. Reads only `[sp, hi)`, inside the thread's bounds.
+    #[cfg(feature = "unwind")]
+    unsafe fn copy_stack(&self, h: u64, regs: &Regs, hi: u64) {
+        if self.copies.is_empty() || hi <= regs.sp {
+            return;
+        }
+        let c = &mut *self.copies[(h % self.copies.len() as u64) as usize].get();
+        c.seq.store(0, Relaxed);
+        std::sync::atomic::fence(Release);
+        let len = ((hi - regs.sp) as usize).min(STACK_COPY);
+        std::ptr::copy_nonoverlapping(regs.sp as *const u8, c.bytes.as_mut_ptr(), len);
+        c.regs = [regs.pc, regs.sp, regs.fp, regs.lr.unwrap_or(0)];
+        c.len = len as u64;
+        c.seq.store(h + 1, Release);
+    }
+
+    /// Drainer side: sample `h`'s stack copy unwound by `cfi`, if the copy
+    /// is still sample `h`'s (not overwritten by a later one meanwhile).
+    #[cfg(feature = "unwind")]
+    fn unwind_copy(&self, h: u64, cfi: &mut Cfi, scratch: &mut Vec<u8>) -> Option<Vec<u64>> {
+        if self.copies.is_empty() {
+            return None;
+        }
+        let c = self.copies[(h % self.copies.len() as u64) as usize].get();
+        // SAFETY: a seqlock read: the fields are copied out, then the
+        // sequence is checked again; a copy torn by a handler writing
+        // meanwhile is thrown away.
+        let regs = unsafe {
+            if (*c).seq.load(Acquire) != h + 1 {
+                return None;
+            }
+            let regs = std::ptr::read_volatile(&(*c).regs);
+            let len = (std::ptr::read_volatile(&(*c).len) as usize).min(STACK_COPY);
+            scratch.clear();
+            scratch.extend_from_slice(std::slice::from_raw_parts((*c).bytes.as_ptr(), len));
+            std::sync::atomic::fence(Acquire);
+            if (*c).seq.load(Relaxed) != h + 1 {
+                return None;
+            }
+            regs
+        };
+        let regs = super::cfi::Regs {
+            ip: regs[0],
+            sp: regs[1],
+            fp: regs[2],
+            lr: regs[3],
+        };
+        let mut frames = Vec::new();
+        cfi.unwind(regs, scratch, &mut frames).then_some(frames)
     }
 
     /// The thread's real stack bounds (its own `pthread_getattr_np`).
@@ -138,7 +238,11 @@ impl SampleBuf {
 
     /// Drainer side: copies out complete samples (stop mode), or at stop the
     /// newest `cap` ones (ring mode, with the overwritten ones counted lost).
-    pub fn drain(&self, out: &mut Vec<RawSample>) {
+    /// With `cfi` (feature `unwind`), samples whose stack copy is intact
+    /// also carry its `.eh_frame` chain (`RawSample::unwound`).
+    pub fn drain(&self, out: &mut Vec<RawSample>, mut cfi: Option<&mut Cfi>) {
+        #[cfg(feature = "unwind")]
+        let mut scratch = Vec::new();
         let head = self.head.load(Acquire);
         let mut tail = self.tail.load(Relaxed);
         if self.ring && head - tail > self.cap() {
@@ -151,11 +255,19 @@ impl SampleBuf {
             let meta = s[1];
             let n = (meta & 0xffff) as usize;
             let cut = ((meta >> 16) & 0xffff) as u32;
+            #[cfg(feature = "unwind")]
+            let unwound = match cfi.as_deref_mut() {
+                Some(u) => self.unwind_copy(tail, u, &mut scratch),
+                None => None,
+            };
+            #[cfg(not(feature = "unwind"))]
+            let unwound = cfi.as_deref_mut().map(|u| match *u {});
             out.push(RawSample {
                 ticks: s[0],
                 shadow_depth: (meta >> 32) as u32,
                 cut: cut.checked_sub(1),
                 frames: s[2..2 + n.min(MAX_FRAMES)].to_vec(),
+                unwound,
             });
             tail += 1;
         }
@@ -595,6 +707,8 @@ unsafe fn fill(buf: &SampleBuf, t: u64, uc: *mut libc::c_void) {
     } else {
         cut.map_or(0, |c| c as u64 + 1).min(0xffff)
     };
+    #[cfg(feature = "unwind")]
+    buf.copy_stack(h, &regs, bounds.hi);
     header[0] = t;
     header[1] = (depth as u64) << 32 | cut << 16 | walk.len as u64;
     // Publish only if nobody reset the buffer meanwhile.
@@ -757,7 +871,7 @@ mod tests {
             }
         }
         let mut out = Vec::new();
-        b.drain(&mut out);
+        b.drain(&mut out, None);
         assert_eq!(out.len(), 16);
         assert_eq!(b.lost.load(Relaxed), 4);
         let r = SampleBuf::new(16, true);
@@ -769,7 +883,7 @@ mod tests {
             r.head.store(h + 1, Release);
         }
         let mut out = Vec::new();
-        r.drain(&mut out);
+        r.drain(&mut out, None);
         assert_eq!(
             out.iter().map(|s| s.ticks).collect::<Vec<_>>(),
             (4..20).collect::<Vec<_>>()

@@ -630,26 +630,44 @@ pub fn missing_debug_lines_note(
     ))
 }
 
+/// What `TraceMeta::sampler` says of `.eh_frame` unwinding (fgtrace's
+/// feature `unwind` in the recorded program): `(unwound, copied)`, the
+/// samples whose unwound chain was kept and those that carried a stack
+/// copy. `None`: the recorder copied no stacks.
+pub fn eh_frame_unwinding(sampler: &str) -> Option<(u64, u64)> {
+    let end = sampler.find(" samples unwound through .eh_frame")?;
+    let head = &sampler[..end];
+    let (u, c) = head.rsplit_once(' ')?;
+    let copied = c.parse().ok()?;
+    let unwound = u.strip_suffix(" of")?.rsplit(' ').next()?.parse().ok()?;
+    Some((unwound, copied))
+}
+
 /// The line to show once per combined view when samples were not joined and
 /// the traced program's file (`binary`) has no frame pointers in most of its
 /// functions: the sampler's walk follows them, so it skips every function
 /// without one, and an open call's frame may be one of those. `None` when
-/// the file has them or every sample was joined.
+/// the file has them, when the recorder unwound the samples through
+/// `.eh_frame` instead (`unwound`, see [`eh_frame_unwinding`]), or every
+/// sample was joined.
 pub fn missing_frame_pointers_note(
     binary: &str,
     has_frame_pointers: bool,
+    unwound: bool,
     unjoined: u64,
     total: u64,
 ) -> Option<String> {
-    if has_frame_pointers || unjoined == 0 {
+    if has_frame_pointers || unwound || unjoined == 0 {
         return None;
     }
     Some(format!(
         "{binary}: no frame pointers, so the stack walk skips functions and open calls \
          may have no frame in a sample; {unjoined} of {total} sample{} {} placed under \
-         their innermost call. Build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` \
+         their innermost call. Record with fgtrace's `unwind` feature (the perf-ring \
+         sampler then unwinds stacks through .eh_frame, as `perf record --call-graph \
+         dwarf` does), or build with `RUSTFLAGS=\"-C force-frame-pointers=yes\"` \
          (or `[build] rustflags = [\"-C\", \"force-frame-pointers=yes\"]` in \
-         .cargo/config.toml) to join them.",
+         .cargo/config.toml), to join them.",
         if total == 1 { "" } else { "s" },
         if unjoined == 1 { "was" } else { "were" },
     ))
@@ -661,14 +679,38 @@ mod tests {
 
     #[test]
     fn the_missing_frame_pointers_note_only_when_it_explains_something() {
-        assert_eq!(missing_frame_pointers_note("/bin/app", true, 5, 10), None);
-        assert_eq!(missing_frame_pointers_note("/bin/app", false, 0, 10), None);
-        let note = missing_frame_pointers_note("/bin/app", false, 3, 10).unwrap();
+        assert_eq!(
+            missing_frame_pointers_note("/bin/app", true, false, 5, 10),
+            None
+        );
+        assert_eq!(
+            missing_frame_pointers_note("/bin/app", false, false, 0, 10),
+            None
+        );
+        // Unwound through .eh_frame: frame pointers are not what is missing.
+        assert_eq!(
+            missing_frame_pointers_note("/bin/app", false, true, 5, 10),
+            None
+        );
+        let note = missing_frame_pointers_note("/bin/app", false, false, 3, 10).unwrap();
         assert!(note.starts_with("/bin/app: no frame pointers"), "{note}");
         assert!(note.contains("3 of 10 samples were placed"), "{note}");
         assert!(note.contains("force-frame-pointers=yes"), "{note}");
-        let one = missing_frame_pointers_note("app", false, 1, 1).unwrap();
+        assert!(note.contains("`unwind` feature"), "{note}");
+        let one = missing_frame_pointers_note("app", false, false, 1, 1).unwrap();
         assert!(one.contains("; 1 of 1 sample was placed"), "{one}");
+    }
+
+    #[test]
+    fn eh_frame_unwinding_is_read_from_the_sampler_line() {
+        let s = "perf ring (kernel call chains; shadow depth and cut joined from the trace); \
+                 1890 of 1993 samples unwound through .eh_frame";
+        assert_eq!(eh_frame_unwinding(s), Some((1890, 1993)));
+        assert_eq!(eh_frame_unwinding("perf ring (kernel call chains)"), None);
+        assert_eq!(
+            eh_frame_unwinding("x samples unwound through .eh_frame"),
+            None
+        );
     }
 
     #[test]

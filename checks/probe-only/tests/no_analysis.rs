@@ -61,6 +61,9 @@ fn default_features_build_no_analysis_code() {
         "indicatif",
         "fgtrace-view",
         "fgtrace-cli",
+        // The `.eh_frame` unwinder of fgtrace's `unwind` feature.
+        "framehop",
+        "gimli",
         // Its `PartialEq<Value>` impls for std types change type
         // inference in the user's crate (see checks/inference).
         "serde_json",
