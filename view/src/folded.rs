@@ -145,7 +145,7 @@ pub(crate) struct Node {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Tree {
     pub(crate) nodes: Vec<Node>,
-    index: HashMap<(u32, u32, Origin), u32>,
+    index: rustc_hash::FxHashMap<(u32, u32, Origin), u32>,
     pub(crate) names: Vec<String>,
     name_ids: HashMap<String, u32>,
 }
