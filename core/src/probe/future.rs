@@ -3,8 +3,8 @@
 //! completion (or drop), on whichever thread finishes it.
 
 use super::{
-    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard, F_POLL,
-    GEN_BUSY, GEN_DEAD, GEN_TAGS,
+    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard,
+    ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
 use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -14,6 +14,33 @@ use core::future::Future;
 use core::pin::Pin;
 use core::sync::atomic::Ordering::Relaxed;
 use core::task::{Context, Poll};
+
+/// The id of `site` when a record of it made now, at this thread's current
+/// depth, is kept: by a capture, or by the session under its filters (the
+/// site's decision, a hidden subtree, graph functions, the depth limit);
+/// `None` otherwise. The cold records (whole futures, markers) share it.
+pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Option<u32> {
+    if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+        return None;
+    }
+    let (id, d) = if st.capture {
+        (capture_site_id(site, false), Decision::Record)
+    } else {
+        let gen = control::generation(c);
+        if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
+            return None;
+        }
+        (site.id(), decision(st, site, gen)?)
+    };
+    if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
+        return None;
+    }
+    match d {
+        Decision::Skip | Decision::Hide => None,
+        Decision::Record if st.has_graph && st.graph == 0 => None,
+        _ => Some(id),
+    }
+}
 
 /// Records an async fn's whole future (first poll to completion or drop),
 /// under the same filters as a call at the current depth, with no allocation
@@ -34,30 +61,9 @@ pub(super) fn record_future(
         return;
     }
     with_state(|st| {
-        if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+        let Some(id) = kept_site(st, site, c) else {
             return;
-        }
-        let (id, d) = if st.capture {
-            (capture_site_id(site, false), Decision::Record)
-        } else {
-            let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
-                return;
-            }
-            let id = site.id();
-            match decision(st, site, gen) {
-                Some(d) => (id, d),
-                None => return,
-            }
         };
-        if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
-            return;
-        }
-        match d {
-            Decision::Skip | Decision::Hide => return,
-            Decision::Record if st.has_graph && st.graph == 0 => return,
-            _ => {}
-        }
         let dur = end.wrapping_sub(start);
         if dur < st.threshold {
             return;

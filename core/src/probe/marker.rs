@@ -7,11 +7,13 @@
 //! that says the record before it is a marker, then its values
 //! ([`ext::VALUE`]). Nothing is pushed on the shadow stack.
 
-use super::{capture_site_id, decision, join, with_state, write, GEN_BUSY, GEN_DEAD, GEN_TAGS};
+use super::future::kept_site;
+use super::values::write_values;
+use super::{with_state, write};
 use crate::clock::ticks;
-use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{ext, kind, RawCall, MAX_SITES};
-use crate::site::{Decision, Site};
+use crate::control::{CONTROL, ON_MASK};
+use crate::record::{ext, kind, RawCall};
+use crate::site::Site;
 use crate::values::RawValue;
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -34,30 +36,9 @@ pub fn marker(site: &'static Site, values: &[RawValue]) {
 #[inline(never)]
 fn marker_on(site: &'static Site, c: u32, values: &[RawValue]) {
     with_state(|st| {
-        if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
+        let Some(id) = kept_site(st, site, c) else {
             return;
-        }
-        let (id, d) = if st.capture {
-            (capture_site_id(site, false), Decision::Record)
-        } else {
-            let gen = control::generation(c);
-            if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
-                return;
-            }
-            let id = site.id();
-            match decision(st, site, gen) {
-                Some(d) => (id, d),
-                None => return,
-            }
         };
-        if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
-            return;
-        }
-        match d {
-            Decision::Skip | Decision::Hide => return,
-            Decision::Record if st.has_graph && st.graph == 0 => return,
-            _ => {}
-        }
         let (count, buf) = (st.count, st.buf);
         write(
             st,
@@ -67,13 +48,6 @@ fn marker_on(site: &'static Site, c: u32, values: &[RawValue]) {
             return; // not written: neither is the rest
         }
         write(st, RawCall::ext(ext::MARKER, 0, 0));
-        for (i, v) in values.iter().enumerate() {
-            if !v.is_absent() {
-                write(
-                    st,
-                    RawCall::ext(ext::VALUE, v.bits, i as u64 | (v.tag as u64) << 3),
-                );
-            }
-        }
+        write_values(st, values);
     })
 }

@@ -114,7 +114,7 @@ pub fn record_future_values(
 /// Writes the present values as extension records after the record just
 /// written (slot `i` is the index of the value's name in the site's list).
 #[inline(always)]
-fn write_values(st: &mut ThreadState, values: &[RawValue]) {
+pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
     for (i, v) in values.iter().enumerate() {
         if !v.is_absent() {
             write(
