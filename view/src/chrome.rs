@@ -295,14 +295,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         };
         let counters = counters.as_ref();
         let m = self.meta;
-        let (name, module, file) = match m.sites.get(c.site as usize) {
-            Some(s) => (
-                s.name.as_str(),
-                s.module_path.as_str(),
-                format!("{}:{}", s.file, s.line),
-            ),
-            None => ("[unknown site]", "", String::new()),
-        };
+        let (name, module, file) = site_head(m, c.site);
         let mut args = format!(
             "\"file\":{},\"module\":{},\"depth\":{},\"unwound\":{}",
             js(&file),
@@ -326,20 +319,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
                 args.push_str(&format!(",{}:{v}", js(&key)));
             }
         }
-        if let (Some(vs), Some(site)) = (values, m.sites.get(c.site as usize)) {
-            for (name, v) in vs.named(site) {
-                let taken = matches!(
-                    name,
-                    "file" | "module" | "depth" | "unwound" | "poll" | "poll_id"
-                ) || m.counters.iter().any(|k| k == name);
-                let key = if taken {
-                    format!("value.{name}")
-                } else {
-                    name.to_string()
-                };
-                args.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
-            }
-        }
+        value_args(&mut args, m, c.site, values, |name| {
+            matches!(
+                name,
+                "file" | "module" | "depth" | "unwound" | "poll" | "poll_id"
+            ) || m.counters.iter().any(|k| k == name)
+        });
         self.buf = format!(
             "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"cat\":\"call\",\"name\":{},\"args\":{{{args}}}}}",
             us(c.start_ns),
@@ -359,30 +344,16 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             return Ok(());
         };
         let m = self.meta;
-        let (name, module, file) = match m.sites.get(mk.site as usize) {
-            Some(s) => (
-                s.name.as_str(),
-                s.module_path.as_str(),
-                format!("{}:{}", s.file, s.line),
-            ),
-            None => ("[unknown site]", "", String::new()),
-        };
+        let (name, module, file) = site_head(m, mk.site);
         let mut args = format!(
             "\"file\":{},\"module\":{},\"depth\":{}",
             js(&file),
             js(module),
             mk.depth
         );
-        if let (Some(vs), Some(site)) = (values, m.sites.get(mk.site as usize)) {
-            for (name, v) in vs.named(site) {
-                let key = if matches!(name, "file" | "module" | "depth") {
-                    format!("value.{name}")
-                } else {
-                    name.to_string()
-                };
-                args.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
-            }
-        }
+        value_args(&mut args, m, mk.site, values, |name| {
+            matches!(name, "file" | "module" | "depth")
+        });
         self.buf = format!(
             "{{\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"cat\":\"event\",\"name\":{},\"args\":{{{args}}}}}",
             us(mk.ts_ns),
@@ -623,6 +594,41 @@ pub fn write_chrome<W: Write, R: Resolve>(
     w.finish()?;
     w.stats.left_out = w.filter.left_out.clone();
     failed.map_or(Ok(w.stats), Err)
+}
+
+/// A site's name, module and `file:line` (`[unknown site]` for an index
+/// the metadata does not have).
+fn site_head(m: &TraceMeta, site: u32) -> (&str, &str, String) {
+    match m.sites.get(site as usize) {
+        Some(s) => (
+            s.name.as_str(),
+            s.module_path.as_str(),
+            format!("{}:{}", s.file, s.line),
+        ),
+        None => ("[unknown site]", "", String::new()),
+    }
+}
+
+/// Appends a call's or a marker's values to its args, each under its name,
+/// or `value.NAME` where `taken` says the event's own args use that name.
+fn value_args(
+    args: &mut String,
+    m: &TraceMeta,
+    site: u32,
+    values: Option<&CallValues>,
+    taken: impl Fn(&str) -> bool,
+) {
+    let (Some(vs), Some(info)) = (values, m.sites.get(site as usize)) else {
+        return;
+    };
+    for (name, v) in vs.named(info) {
+        let key = if taken(name) {
+            format!("value.{name}")
+        } else {
+            name.to_string()
+        };
+        args.push_str(&format!(",{}:{}", js(&key), value_json(&v)));
+    }
 }
 
 #[cfg(test)]
