@@ -386,9 +386,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         let folded: Folded;
         match kind {
             Kind::Traced => {
-                let mut b = FoldedBuilder::traced(&meta, &fopts);
-                read = b.extend(events);
-                folded = b.finish();
+                (folded, read) = FoldedBuilder::traced_on_cores(&meta, &fopts, events);
             }
             Kind::Sampled => {
                 let mut b = FoldedBuilder::sampled(&meta, &fopts, &mut sym);

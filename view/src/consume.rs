@@ -67,3 +67,138 @@ pub fn ok_events<I: IntoIterator<Item = Event>>(
 ) -> impl Iterator<Item = Result<Event, TraceError>> {
     events.into_iter().map(Ok)
 }
+
+/// Events handed to a sink on another thread at a time: a few hundred KB,
+/// so the cost of a channel send is spread over many events.
+const BATCH: usize = 4096;
+
+/// [`collect`] into one sink per group of the trace's threads, each group's
+/// sink fed on a core of its own: thread `t`'s events go to sink
+/// `t % groups`, in their order, so a view whose state is per thread (an
+/// open call stack, say) builds the same state as one sink fed everything.
+/// The sinks come back in group order for the caller to merge; the read
+/// error, if any, comes back after everything before it was fed.
+///
+/// With one group (or a sink thread that cannot start) the events are fed
+/// on the calling thread.
+pub fn collect_by_thread<S, I>(mut sinks: Vec<S>, events: I) -> (Vec<S>, Result<(), TraceError>)
+where
+    S: Consume<Error = Infallible> + Send,
+    I: IntoIterator<Item = Result<Event, TraceError>>,
+{
+    let groups = sinks.len();
+    if groups <= 1 {
+        let read = match sinks.first_mut() {
+            Some(s) => collect(s, events),
+            None => events.into_iter().find_map(Result::err).map_or(Ok(()), Err),
+        };
+        return (sinks, read);
+    }
+    use std::sync::mpsc;
+    std::thread::scope(|scope| {
+        // Per group: where its batches go (a thread of its own, or here
+        // when the thread did not start), and the emptied batches that
+        // come back to be filled again.
+        enum To<S> {
+            There(mpsc::SyncSender<Vec<Event>>),
+            Here(S),
+        }
+        let mut to = Vec::with_capacity(groups);
+        let mut handles = Vec::with_capacity(groups);
+        let (back_tx, back) = mpsc::channel::<Vec<Event>>();
+        for sink in sinks.drain(..) {
+            let (tx, rx) = mpsc::sync_channel::<Vec<Event>>(2);
+            // The sink moves to its thread through this slot, so that it is
+            // still here if the thread cannot start.
+            let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(sink)));
+            let taken = slot.clone();
+            let back_tx = back_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("fgtrace-view".into())
+                .spawn_scoped(scope, move || {
+                    let mut sink = taken.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+                    for mut batch in rx {
+                        for ev in &batch {
+                            let Ok(()) = sink.push(ev);
+                        }
+                        batch.clear();
+                        let _ = back_tx.send(batch);
+                    }
+                    Some(sink)
+                });
+            match spawned {
+                Ok(h) => {
+                    handles.push(Some(h));
+                    to.push(To::There(tx));
+                }
+                Err(_) => {
+                    handles.push(None);
+                    let sink = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    to.push(To::Here(
+                        sink.expect("a thread that did not start took nothing"),
+                    ));
+                }
+            }
+        }
+        drop(back_tx);
+        let mut bufs: Vec<Vec<Event>> = (0..groups).map(|_| Vec::new()).collect();
+        let mut read = Ok(());
+        let send = |to: &mut To<S>, buf: &mut Vec<Event>| {
+            let full = std::mem::replace(buf, back.try_recv().unwrap_or_default());
+            match to {
+                To::There(tx) => {
+                    // A sink thread that stopped (it panicked) shows when
+                    // it is joined.
+                    let _ = tx.send(full);
+                }
+                To::Here(s) => {
+                    for ev in &full {
+                        let Ok(()) = s.push(ev);
+                    }
+                }
+            }
+        };
+        for ev in events {
+            match ev {
+                Ok(ev) => {
+                    let g = ev.thread() as usize % groups;
+                    let buf = &mut bufs[g];
+                    if buf.capacity() == 0 {
+                        buf.reserve(BATCH);
+                    }
+                    buf.push(ev);
+                    if buf.len() >= BATCH {
+                        send(&mut to[g], buf);
+                    }
+                }
+                Err(e) => {
+                    read = Err(e);
+                    break;
+                }
+            }
+        }
+        for (g, buf) in bufs.iter_mut().enumerate() {
+            if !buf.is_empty() {
+                send(&mut to[g], buf);
+            }
+        }
+        let mut out = Vec::with_capacity(groups);
+        for (t, h) in to.into_iter().zip(handles) {
+            match (t, h) {
+                (To::Here(s), _) => out.push(s),
+                (To::There(tx), Some(h)) => {
+                    drop(tx);
+                    match h.join() {
+                        Ok(Some(s)) => out.push(s),
+                        // The sink panicked: the caller's view panics too,
+                        // as it would have on one thread.
+                        Ok(None) => unreachable!("a started thread takes its sink"),
+                        Err(p) => std::panic::resume_unwind(p),
+                    }
+                }
+                (To::There(_), None) => unreachable!("a channel only for a started thread"),
+            }
+        }
+        (out, read)
+    })
+}

@@ -456,6 +456,40 @@ impl<'a> FoldedBuilder<'a> {
     pub fn traced(meta: &'a TraceMeta, opts: &FoldedOptions) -> Self {
         Self::new(meta, opts, Mode::Traced, HexResolve)
     }
+
+    /// The traced stacks of `events`, built on up to
+    /// [`threads`](fgtrace_trace::parallel::threads) cores: one builder per
+    /// group of the trace's threads (a builder's state is per thread), merged
+    /// at the end. The lines and numbers are those of one builder on one
+    /// core. Everything read before a read error is kept, and the error
+    /// comes back beside it.
+    pub fn traced_on_cores(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    ) -> (Folded, Result<(), TraceError>) {
+        let groups = fgtrace_trace::parallel::threads().min(meta.threads.len());
+        Self::traced_in_groups(meta, opts, events, groups)
+    }
+
+    /// [`FoldedBuilder::traced_on_cores`] with `groups` builders.
+    fn traced_in_groups(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+        groups: usize,
+    ) -> (Folded, Result<(), TraceError>) {
+        let sinks = (0..groups.max(1))
+            .map(|_| Self::traced(meta, opts))
+            .collect();
+        let (sinks, read) = crate::consume::collect_by_thread(sinks, events);
+        let mut sinks = sinks.into_iter();
+        let mut all = sinks.next().unwrap_or_else(|| Self::traced(meta, opts));
+        for s in sinks {
+            all.absorb(s);
+        }
+        (all.finish(), read)
+    }
 }
 
 impl<'a, R: Resolve> FoldedBuilder<'a, R> {
@@ -827,6 +861,55 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         }
     }
 
+    /// Adds what `other` built (from other threads' events) to this
+    /// builder: its calls are closed, and its stacks join the same stacks
+    /// here. The lines and numbers [`finish`](Self::finish) gives are then
+    /// those of one builder fed both streams.
+    fn absorb(&mut self, mut other: Self) {
+        for t in 0..other.threads.len() {
+            other.pop_to(t as u32, 0);
+        }
+        let names: Vec<u32> = other
+            .tree
+            .names
+            .iter()
+            .map(|n| self.tree.intern(n))
+            .collect();
+        // Parents come before their children, so each parent is mapped
+        // by the time a child needs it.
+        let mut map: Vec<u32> = Vec::with_capacity(other.tree.nodes.len());
+        for n in &other.tree.nodes {
+            let parent = if n.parent == NONE {
+                NONE
+            } else {
+                map[n.parent as usize]
+            };
+            let id = self.tree.child(parent, names[n.name as usize], n.origin);
+            let m = &mut self.tree.nodes[id as usize];
+            m.calls += n.calls;
+            m.total_ns = m.total_ns.saturating_add(n.total_ns);
+            m.self_ns = m.self_ns.saturating_add(n.self_ns);
+            m.own_samples += n.own_samples;
+            if n.anchor != NONE {
+                m.anchor = map[n.anchor as usize];
+            }
+            map.push(id);
+        }
+        let (s, o) = (&mut self.summary, &other.summary);
+        s.calls += o.calls;
+        s.samples += o.samples;
+        s.unmatched += o.unmatched;
+        s.untraced += o.untraced;
+        s.depth_mismatches += o.depth_mismatches;
+        s.late_exits += o.late_exits;
+        if self.lost_events.len() < other.lost_events.len() {
+            self.lost_events.resize(other.lost_events.len(), 0);
+        }
+        for (a, b) in self.lost_events.iter_mut().zip(&other.lost_events) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
     /// Closes the open calls, shares self time out to samples, sums subtrees.
     /// Reads `events`, then writes the folded text to `out`: everything read
     /// before a stream error is written, then the error is returned.
@@ -1093,6 +1176,77 @@ mod tests {
         let lines_exit = f.stats(&["app::run", "app::child", "exit", "ticks"]);
         assert_eq!(lines_exit.map(|s| s.samples), Some(1), "{:?}", f.lines());
         assert_eq!((s.samples, s.late_exits, s.depth_mismatches), (4, 2, 2));
+    }
+
+    /// Folding each group of threads on a core of its own and merging gives
+    /// the lines and the summary of one builder fed everything, per thread
+    /// or not, with a read error kept after what came before it.
+    #[test]
+    fn stacks_folded_by_thread_group_are_those_folded_at_once() {
+        use crate::test_traces::{call, meta};
+        use fgtrace_trace::{LossKind, Lost};
+        let m = meta(
+            &["run", "parse;line", "emit"],
+            &[(1, "main"), (2, "w1"), (3, "w2"), (4, "w3")],
+        );
+        let mut events = Vec::new();
+        for round in 0..40u64 {
+            for t in 0..4u32 {
+                let at = round * 10_000 + u64::from(t) * 7;
+                events.push(Some(call(t, 0, 0, at, 5_000 + u64::from(t))));
+                events.push(Some(call(t, 1, 1, at + 10, 1_000 + round)));
+                if (round + u64::from(t)) % 3 == 0 {
+                    events.push(Some(call(t, 2, 2, at + 20, 100)));
+                }
+                events.push(Some(call(t, 2, 1, at + 2_000, 300 + u64::from(t))));
+                if round == 7 && t == 2 {
+                    events.push(Some(Event::Lost(Lost {
+                        thread: t,
+                        depth: 1,
+                        at_ns: at + 3_000,
+                        count: 5,
+                        kind: LossKind::Dropped,
+                    })));
+                }
+            }
+        }
+        // A read error near the end: `None` here.
+        events.insert(events.len() - 9, None);
+        let stream = || {
+            events.iter().map(|e| {
+                e.clone().ok_or(TraceError::Truncated {
+                    offset: 99,
+                    what: "chunk",
+                })
+            })
+        };
+        for per_thread in [false, true] {
+            let opts = FoldedOptions {
+                per_thread,
+                ..FoldedOptions::default()
+            };
+            let one = FoldedBuilder::traced_in_groups(&m, &opts, stream(), 1);
+            assert!(matches!(
+                one.1,
+                Err(TraceError::Truncated { offset: 99, .. })
+            ));
+            assert_eq!(one.0.summary().records_lost, 5);
+            assert!(one.0.summary().calls > 400, "{:?}", one.0.summary());
+            for groups in [2, 3, 4, 8] {
+                let got = FoldedBuilder::traced_in_groups(&m, &opts, stream(), groups);
+                assert_eq!(got.0.lines(), one.0.lines(), "{groups} groups");
+                assert_eq!(got.0.summary(), one.0.summary(), "{groups} groups");
+                assert_eq!(got.0.total(), one.0.total());
+                assert_eq!(
+                    got.0.stats(&["run", "parse,line"]),
+                    one.0.stats(&["run", "parse,line"])
+                );
+                assert!(matches!(
+                    got.1,
+                    Err(TraceError::Truncated { offset: 99, .. })
+                ));
+            }
+        }
     }
 
     #[test]
