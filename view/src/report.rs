@@ -10,7 +10,7 @@
 //! recursive function's total can exceed the session.
 
 use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
-use crate::consume::{feed, Consume};
+use crate::consume::Consume;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, FutureSpan, Lost, OffTime, TraceError, TraceMeta};
 use serde::Serialize;
@@ -198,6 +198,35 @@ pub struct Report {
     pub off_cpu: Option<Result<(), String>>,
 }
 
+/// Unsigned 256-bit numbers as (high, low) halves: just what an exact
+/// variance needs.
+mod wide {
+    pub type U256 = (u128, u128);
+
+    /// `a * b`, exactly.
+    pub fn mul(a: u128, b: u128) -> U256 {
+        let (a1, a0) = (a >> 64, a & u128::from(u64::MAX));
+        let (b1, b0) = (b >> 64, b & u128::from(u64::MAX));
+        let (mid, carry_mid) = (a0 * b1).overflowing_add(a1 * b0);
+        let (lo, carry_lo) = (a0 * b0).overflowing_add(mid << 64);
+        let hi = a1 * b1 + (mid >> 64) + (u128::from(carry_mid) << 64) + u128::from(carry_lo);
+        (hi, lo)
+    }
+
+    /// `a - b`, or 0 when `b` is larger.
+    pub fn sub(a: U256, b: U256) -> U256 {
+        if a < b {
+            return (0, 0);
+        }
+        let (lo, borrow) = a.1.overflowing_sub(b.1);
+        (a.0 - b.0 - u128::from(borrow), lo)
+    }
+
+    pub fn to_f64(a: U256) -> f64 {
+        a.0 as f64 * 2f64.powi(128) + a.1 as f64
+    }
+}
+
 /// Log-linear histogram for percentiles in bounded memory: values below 128 ns
 /// are exact; above, each power of two is split in 64 buckets, so a bucket is
 /// at most 1/64 of its lower bound wide and its midpoint is within 1/128
@@ -249,6 +278,30 @@ impl Histogram {
         self.n += 1;
     }
 
+    /// Adds every value of `o`.
+    pub fn merge(&mut self, o: &Histogram) {
+        if self.exact.len() < o.exact.len() {
+            self.exact.resize(o.exact.len(), 0);
+        }
+        for (a, b) in self.exact.iter_mut().zip(&o.exact) {
+            *a += b;
+        }
+        for (&i, b) in &o.buckets {
+            match self.buckets.entry(i) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(*b);
+                }
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    let m = e.get_mut();
+                    m.count += b.count;
+                    m.min = m.min.min(b.min);
+                    m.max = m.max.max(b.max);
+                }
+            }
+        }
+        self.n += o.n;
+    }
+
     fn index(v: u64) -> u16 {
         if v < Self::EXACT {
             return v as u16;
@@ -295,15 +348,21 @@ impl Histogram {
 }
 
 /// Streaming accumulator of one duration series.
+///
+/// The variance comes from exact integer sums (of the durations and of
+/// their squares), so it does not depend on the order the durations came
+/// in: a series accumulated in parts on several cores and merged gives the
+/// same figure, to the bit, as one accumulated in order.
 #[derive(Clone, Debug, Default)]
 struct Durations {
     n: u64,
     total: u64,
     min: u64,
     max: u64,
-    /// Welford's running mean and sum of squared deviations (stable in f64).
-    mean: f64,
-    m2: f64,
+    /// Σx and Σx² (the latter saturates past 2^128 ns², a sum no real
+    /// series reaches: 2^28 calls of 12 days each).
+    sum: u128,
+    sum_sq: u128,
     hist: Histogram,
 }
 
@@ -313,19 +372,39 @@ impl Durations {
         self.max = self.max.max(ns);
         self.n += 1;
         self.total = self.total.saturating_add(ns);
-        let x = ns as f64;
-        let d = x - self.mean;
-        self.mean += d / self.n as f64;
-        self.m2 += d * (x - self.mean);
+        let x = u128::from(ns);
+        self.sum += x;
+        self.sum_sq = self.sum_sq.saturating_add(x * x);
         self.hist.add(ns);
     }
 
+    /// Adds another series of the same function.
+    fn merge(&mut self, o: &Durations) {
+        if o.n == 0 {
+            return;
+        }
+        self.min = if self.n == 0 {
+            o.min
+        } else {
+            self.min.min(o.min)
+        };
+        self.max = self.max.max(o.max);
+        self.n += o.n;
+        self.total = self.total.saturating_add(o.total);
+        self.sum += o.sum;
+        self.sum_sq = self.sum_sq.saturating_add(o.sum_sq);
+        self.hist.merge(&o.hist);
+    }
+
+    /// The sample variance, (nΣx² − (Σx)²) / (n(n − 1)), its numerator
+    /// computed exactly in 256 bits.
     fn variance(&self) -> f64 {
         if self.n < 2 {
-            0.0
-        } else {
-            self.m2 / (self.n - 1) as f64
+            return 0.0;
         }
+        let n = u128::from(self.n);
+        let num = wide::sub(wide::mul(n, self.sum_sq), wide::mul(self.sum, self.sum));
+        wide::to_f64(num) / (self.n as f64 * (self.n - 1) as f64)
     }
 
     fn quantile(&self, q: f64) -> u64 {
@@ -350,6 +429,27 @@ struct FutureAcc {
     d: Durations,
     polls: u64,
     cancelled: u64,
+}
+
+impl SiteAcc {
+    fn merge(&mut self, o: &SiteAcc) {
+        self.d.merge(&o.d);
+        self.self_ns = self.self_ns.saturating_add(o.self_ns);
+        self.unwound += o.unwound;
+        add_all(&mut self.counters, &o.counters);
+        add_all(&mut self.self_counters, &o.self_counters);
+        self.off.total.add(o.off.total);
+        self.off.self_.add(o.off.self_);
+        self.off_missing |= o.off_missing;
+    }
+}
+
+impl FutureAcc {
+    fn merge(&mut self, o: &FutureAcc) {
+        self.d.merge(&o.d);
+        self.polls += o.polls;
+        self.cancelled += o.cancelled;
+    }
 }
 
 /// An open call on a thread's stack: its self time is final when it is popped.
@@ -404,6 +504,60 @@ impl<'a> ReportBuilder<'a> {
             calls: 0,
             counters_due: Vec::new(),
         }
+    }
+
+    /// The report of `events`, built on up to
+    /// [`threads`](fgtrace_trace::parallel::threads) cores: one builder per
+    /// group of the trace's threads (a builder's open calls are per thread),
+    /// merged at the end. Every figure is that of one builder on one core.
+    /// Everything read before a read error is kept, and the error comes
+    /// back beside it.
+    pub fn on_cores(
+        meta: &'a TraceMeta,
+        opts: &'a ReportOptions,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    ) -> (Report, Result<(), TraceError>) {
+        let groups = fgtrace_trace::parallel::threads().min(meta.threads.len());
+        Self::in_groups(meta, opts, events, groups)
+    }
+
+    /// [`ReportBuilder::on_cores`] with `groups` builders.
+    fn in_groups(
+        meta: &'a TraceMeta,
+        opts: &'a ReportOptions,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+        groups: usize,
+    ) -> (Report, Result<(), TraceError>) {
+        let sinks = (0..groups.max(1)).map(|_| Self::new(meta, opts)).collect();
+        let (sinks, read) = crate::consume::collect_by_thread(sinks, events);
+        let mut sinks = sinks.into_iter();
+        let mut all = sinks.next().unwrap_or_else(|| Self::new(meta, opts));
+        for s in sinks {
+            all.absorb(s);
+        }
+        (all.finish(), read)
+    }
+
+    /// Adds what `other` built (from other threads' events): its open
+    /// calls are closed first.
+    fn absorb(&mut self, mut other: Self) {
+        for t in 0..other.stacks.len() {
+            other.pop_to(t as u32, 0);
+        }
+        for (i, s) in other.sites.iter().enumerate() {
+            grow(&mut self.sites, i).merge(s);
+        }
+        for (i, f) in other.futures.iter().enumerate() {
+            grow(&mut self.futures, i).merge(f);
+        }
+        for (i, &n) in other.lost_events.iter().enumerate() {
+            let l = grow(&mut self.lost_events, i);
+            *l = l.saturating_add(n);
+        }
+        for (i, &a) in other.active.iter().enumerate() {
+            *grow(&mut self.active, i) |= a;
+        }
+        self.calls = self.calls.saturating_add(other.calls);
     }
 
     /// The counters of the thread's last call.
@@ -1080,10 +1234,9 @@ pub fn write_report<W: Write>(
     opts: &ReportOptions,
     w: W,
 ) -> Result<(), TraceError> {
-    let mut b = ReportBuilder::new(meta, opts);
-    let Ok(failed) = feed(&mut b, events);
-    b.finish().write(opts.style, io::BufWriter::new(w))?;
-    failed.map_or(Ok(()), Err)
+    let (report, read) = ReportBuilder::on_cores(meta, opts, events);
+    report.write(opts.style, io::BufWriter::new(w))?;
+    read
 }
 
 #[cfg(test)]

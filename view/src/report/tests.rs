@@ -486,3 +486,125 @@ fn instructions_over_a_cycle_clock_show_ipc_inclusive_and_self() {
     r.write(ReportStyle::Table, &mut out).unwrap();
     assert!(!String::from_utf8(out).unwrap().contains("IPC"));
 }
+
+/// A report built per group of threads on cores of their own and merged is
+/// the report of one builder, to the bit: counts, self times, counters,
+/// futures, losses, percentiles and variances, in every style.
+#[test]
+fn reports_built_by_thread_group_are_the_report_built_at_once() {
+    let mut m = meta(&["run", "parse", "emit", "serve"]);
+    m.counters = vec!["instructions".into()];
+    for (tid, name) in [(102, "w2"), (103, "w3")] {
+        m.threads.push(ThreadInfo {
+            tid,
+            name: name.into(),
+            ..Default::default()
+        });
+    }
+    let counters = |t: u32, v: u64| {
+        Event::Counters(fgtrace_trace::CallCounters {
+            thread: t,
+            values: vec![v],
+        })
+    };
+    // `None`: a read error at that point.
+    let mut evs: Vec<Option<Event>> = Vec::new();
+    for round in 0..300u64 {
+        for t in 0..4u32 {
+            let at = round * 100_000 + u64::from(t) * 13;
+            // Durations that differ by thread and round, so that the
+            // variance of each function mixes every thread's.
+            let d = 20_000 + (round * 7919 + u64::from(t) * 104_729) % 50_000;
+            evs.push(Some(call(t, 0, 0, at, d)));
+            evs.push(Some(counters(t, 3 * d)));
+            evs.push(Some(call(t, 1, 1, at + 10, d / 3 + round % 11)));
+            evs.push(Some(counters(t, d)));
+            if (round + u64::from(t)) % 4 == 0 {
+                evs.push(Some(call(t, 2, 2, at + 20, 100 + u64::from(t))));
+            }
+            if round % 50 == 7 {
+                evs.push(Some(Event::Lost(Lost {
+                    thread: t,
+                    depth: 1,
+                    at_ns: at + 15_000,
+                    count: 3,
+                    kind: LossKind::Dropped,
+                })));
+            }
+        }
+        evs.push(Some(Event::Future(FutureSpan {
+            thread: (round % 4) as u32,
+            site: 3,
+            start_ns: round * 100_000,
+            dur_ns: 90_000 + round * 31,
+            polls: 3,
+            cancelled: round % 9 == 0,
+        })));
+    }
+    evs.insert(evs.len() - 17, None);
+    let stream = || {
+        evs.iter().map(|e| {
+            e.clone().ok_or(TraceError::Truncated {
+                offset: 7,
+                what: "chunk",
+            })
+        })
+    };
+    let opts = ReportOptions::default();
+    let text = |r: &Report| {
+        [ReportStyle::Table, ReportStyle::Ftrace].map(|s| {
+            let mut out = Vec::new();
+            r.write(s, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        })
+    };
+    let (one, read) = ReportBuilder::in_groups(&m, &opts, stream(), 1);
+    assert!(matches!(read, Err(TraceError::Truncated { offset: 7, .. })));
+    assert!(one.calls > 2_000 && one.futures.len() == 1, "{one:?}");
+    assert!(row(&one, "run").variance_ns2 > 0.0);
+    // Each thread lost 6 times 3 calls (more than the metadata's 5).
+    assert_eq!(one.losses.iter().map(|l| l.lost).sum::<u64>(), 4 * 6 * 3);
+    for groups in [2, 3, 4, 7] {
+        let (got, read) = ReportBuilder::in_groups(&m, &opts, stream(), groups);
+        assert!(matches!(read, Err(TraceError::Truncated { offset: 7, .. })));
+        assert_eq!(got, one, "{groups} groups");
+        assert_eq!(text(&got), text(&one), "{groups} groups");
+    }
+}
+
+/// The variance from exact sums is the two-pass variance of the durations,
+/// and does not depend on their order.
+#[test]
+fn variance_is_exact_and_independent_of_order() {
+    let durs: Vec<u64> = (0..2000u64).map(|i| 1_000 + (i * 7919) % 3001).collect();
+    let n = durs.len() as f64;
+    let mean = durs.iter().sum::<u64>() as f64 / n;
+    let want = durs.iter().map(|&d| (d as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let mut a = Durations::default();
+    durs.iter().for_each(|&d| a.add(d));
+    let mut b = Durations::default();
+    durs.iter().rev().for_each(|&d| b.add(d));
+    let (mut c, mut c2) = (Durations::default(), Durations::default());
+    durs[..700].iter().for_each(|&d| c.add(d));
+    durs[700..].iter().for_each(|&d| c2.add(d));
+    c.merge(&c2);
+    assert!(
+        (a.variance() - want).abs() / want < 1e-12,
+        "{} vs {want}",
+        a.variance()
+    );
+    assert_eq!(a.variance().to_bits(), b.variance().to_bits());
+    assert_eq!(a.variance().to_bits(), c.variance().to_bits());
+    // {1000, 3000}: exactly 2,000,000 ns².
+    let mut two = Durations::default();
+    two.add(1_000);
+    two.add(3_000);
+    assert_eq!(two.variance(), 2_000_000.0);
+    // Days-long durations: (Σx)² is far past 128 bits, and the variance
+    // is still exact.
+    let mut big = Durations::default();
+    for d in [1u64 << 50, (1 << 50) + 2, (1 << 50) + 4] {
+        big.add(d);
+    }
+    assert_eq!(big.variance(), 4.0);
+}
