@@ -15,7 +15,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[traced]
+#[traced(values(x, ret))]
 #[inline(never)]
 fn leaf(x: u64) -> u64 {
     std::hint::black_box(x) + 1
@@ -92,6 +92,22 @@ fn the_file_holds_what_a_session_in_memory_returns() {
     let a: Vec<_> = from_session.calls().collect();
     let b: Vec<_> = loaded.calls().collect();
     assert_eq!(a, b);
+    // A view's reader (whose rebuilt chunks keep their events instead of
+    // encoding them) reads the events the loaded trace decodes, values
+    // included, in the same order, on one core or several.
+    let all: Vec<Event> = loaded.events().collect();
+    assert!(all.iter().any(|e| matches!(e, Event::Values(_))));
+    let read: Vec<Event> = fgtrace::trace::TraceReader::open(&path)
+        .unwrap()
+        .events()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        read == all,
+        "{} events read, {} loaded",
+        read.len(),
+        all.len()
+    );
     // Saving the trace writes an ordinary (pre-order) file with the same calls.
     let saved = tmp("saved.fgt");
     loaded.save(&saved).unwrap();

@@ -309,6 +309,14 @@ impl ThreadBuilder {
         }
     }
 
+    /// Keeps the built chunks' events decoded (see
+    /// [`ChunkEncoder::decoded`]): before the first push.
+    pub fn keep_events(&mut self) {
+        if !self.enc.keeps_events() {
+            self.enc = ChunkEncoder::decoded(self.t);
+        }
+    }
+
     /// The next records of the thread, in the order they were written.
     pub fn push(&mut self, recs: &[Rec]) {
         for r in recs {
@@ -367,7 +375,7 @@ impl ThreadBuilder {
         }
         self.started = true;
         if self.overwritten > 0 {
-            self.enc.push(&Event::Lost(Lost {
+            self.enc.push_event(Event::Lost(Lost {
                 thread: self.t,
                 depth: 0,
                 at_ns: self.first_start.unwrap_or(0),
@@ -391,7 +399,7 @@ impl ThreadBuilder {
             } else {
                 s.1
             };
-            self.enc.push(&Event::Sample(super::Sample {
+            self.enc.push_event(Event::Sample(super::Sample {
                 thread: self.t,
                 ts_ns: s.0.min(recorded::MAX_NS),
                 shadow_depth,
@@ -417,14 +425,14 @@ impl ThreadBuilder {
                     self.open.pop();
                 }
                 if self.figures.is_marker(i) {
-                    self.enc.push(&Event::Marker(super::Marker {
+                    self.enc.push_event(Event::Marker(super::Marker {
                         thread: t,
                         site: r.site,
                         depth: r.depth,
                         ts_ns: r.start_ns,
                     }));
                     if let Some(e) = self.figures.values_event(t, i) {
-                        self.enc.push(&e);
+                        self.enc.push_event(e);
                     }
                     continue;
                 }
@@ -432,7 +440,7 @@ impl ThreadBuilder {
                     self.open.push((r.depth, r.end_ns));
                 }
                 match r.kind as u64 {
-                    kind::LOST => self.enc.push(&Event::Lost(Lost {
+                    kind::LOST => self.enc.push_event(Event::Lost(Lost {
                         thread: t,
                         depth: r.depth,
                         at_ns: r.start_ns,
@@ -451,7 +459,7 @@ impl ThreadBuilder {
                         if self.size[k as usize] > 1 {
                             fl |= flags::HAS_CHILDREN;
                         }
-                        self.enc.push(&Event::Call(Call {
+                        self.enc.push_event(Event::Call(Call {
                             thread: t,
                             site: r.site,
                             depth: r.depth,
@@ -460,10 +468,10 @@ impl ThreadBuilder {
                             flags: fl,
                         }));
                         if let Some(e) = self.figures.event(t, i, self.layout) {
-                            self.enc.push(&e);
+                            self.enc.push_event(e);
                         }
                         if let Some(e) = self.figures.values_event(t, i) {
-                            self.enc.push(&e);
+                            self.enc.push_event(e);
                         }
                     }
                 }
@@ -510,7 +518,7 @@ impl ThreadBuilder {
             .unwrap_or(0)
             .max(latest);
         for (i, r) in &futures {
-            self.enc.push(&Event::Future(FutureSpan {
+            self.enc.push_event(Event::Future(FutureSpan {
                 thread: t,
                 site: r.site,
                 start_ns: r.start_ns,
@@ -519,7 +527,7 @@ impl ThreadBuilder {
                 cancelled: r.unwound,
             }));
             if let Some(e) = self.figures.values_event(t, *i) {
-                self.enc.push(&e);
+                self.enc.push_event(e);
             }
         }
         let mut chunks = self.enc.finish();
@@ -873,6 +881,9 @@ enum Feed {
 /// order. Built on up to [`crate::parallel::threads`] cores while the reader
 /// takes them; the order does not depend on how many.
 pub struct Built {
+    /// Until the first chunk is asked for: the threads and the cores to
+    /// build them on (so the reader can still choose decoded chunks).
+    waiting: Option<(Vec<ThreadStream>, usize)>,
     feeds: Vec<Feed>,
     heads: Vec<Option<Chunk>>,
     /// Threads with nothing more to give.
@@ -886,6 +897,32 @@ const MAX_PRODUCERS: usize = 256;
 
 impl Built {
     fn new(streams: Vec<ThreadStream>, workers: usize) -> Built {
+        let n = streams.len();
+        Built {
+            waiting: Some((streams, workers)),
+            feeds: Vec::new(),
+            heads: vec![None; n],
+            ended: vec![false; n],
+            producers: Vec::new(),
+        }
+    }
+
+    /// The chunks keep their events decoded ([`Chunk::events`]) rather
+    /// than encoded, for a reader that only wants the events: neither
+    /// encoded here nor decoded there. Only before the first chunk is taken.
+    pub fn keep_events(&mut self) {
+        if let Some((streams, _)) = &mut self.waiting {
+            for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
+                b.keep_events();
+            }
+        }
+    }
+
+    /// Starts building, on the first chunk asked for.
+    fn start(&mut self) {
+        let Some((streams, workers)) = self.waiting.take() else {
+            return;
+        };
         let n = streams.len();
         let mut producers = Vec::new();
         let feeds = if workers > 1 && (1..=MAX_PRODUCERS).contains(&n) {
@@ -945,18 +982,15 @@ impl Built {
                 .map(|s| Feed::Here(Box::new(s)))
                 .collect()
         };
-        Built {
-            feeds,
-            heads: vec![None; n],
-            ended: vec![false; n],
-            producers,
-        }
+        self.feeds = feeds;
+        self.producers = producers;
     }
 }
 
 impl Iterator for Built {
     type Item = Result<Chunk, TraceError>;
     fn next(&mut self) -> Option<Self::Item> {
+        self.start();
         for t in 0..self.feeds.len() {
             if self.heads[t].is_some() || self.ended[t] {
                 continue;
@@ -1338,6 +1372,25 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .expect("builds");
             assert!(read == at_once, "{workers} workers");
+            // Chunks that keep their events decoded are cut at the same
+            // events, with the same first times, and hold what the encoded
+            // ones decode to.
+            let (r, _) = recorded();
+            let mut built = r.stream_on(n_sites, &[], None, workers);
+            built.keep_events();
+            let kept: Vec<Chunk> = built.collect::<Result<_, _>>().expect("builds");
+            assert_eq!(kept.len(), at_once.len());
+            for (k, e) in kept.iter().zip(&at_once) {
+                assert!(k.is_decoded() && k.payload.is_empty());
+                assert_eq!(
+                    (k.thread, k.count, k.first_ns),
+                    (e.thread, e.count, e.first_ns)
+                );
+                assert!(
+                    k.events == e.decode().expect("decodes"),
+                    "{workers} workers"
+                );
+            }
         }
     }
 

@@ -565,6 +565,7 @@ impl<R: Read> TraceReader<R> {
                             first_ns: 0,
                             payload: payload[d.pos..].to_vec(),
                             offset: base + d.pos as u64,
+                            events: Vec::new(),
                         };
                         for e in c.decode()? {
                             if let Event::Sample(s) = e {
@@ -839,6 +840,7 @@ impl<R: Read> TraceReader<R> {
             first_ns,
             payload,
             offset: payload_at,
+            events: Vec::new(),
         }))
     }
 
@@ -854,7 +856,12 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// [`TraceReader::events`] decoding on `workers` threads (1: on the caller's).
-    fn events_on(self, workers: usize) -> Events<R> {
+    fn events_on(mut self, workers: usize) -> Events<R> {
+        // A recorded file's rebuilt chunks are read here only: they keep
+        // their events rather than being encoded to be decoded again.
+        if let Some(built) = &mut self.served {
+            built.keep_events();
+        }
         Events {
             reader: self,
             pending: Vec::new(),
@@ -1011,6 +1018,10 @@ impl Ahead {
     fn next<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Option<Decoded> {
         while !self.ended && self.sent - self.next < self.window {
             match reader.next_chunk() {
+                Ok(Some(c)) if c.is_decoded() => {
+                    self.ready.insert(self.sent, c.into_events(Vec::new()));
+                    self.sent += 1;
+                }
                 Ok(Some(c)) => {
                     let buf = self.spare.pop().unwrap_or_default();
                     let sent = self.jobs.as_ref().map(|j| j.send((self.sent, c, buf)));
@@ -1079,7 +1090,7 @@ impl<R: Read> Iterator for Events<R> {
                 None => self
                     .reader
                     .next_chunk()
-                    .and_then(|c| c.map(|c| c.decode()).transpose())
+                    .and_then(|c| c.map(|c| c.into_events(Vec::new())).transpose())
                     .transpose(),
             };
             match next {

@@ -105,6 +105,10 @@ pub struct Chunk {
     pub payload: Vec<u8>,
     /// Byte offset of the payload in the file it came from (0 if built in memory).
     pub offset: u64,
+    /// The events themselves, when the chunk was built in this process only
+    /// to be read (a recorded file rebuilt for a view: see
+    /// [`ChunkEncoder::decoded`]); its payload is then empty. Never written.
+    pub events: Vec<Event>,
 }
 
 impl Chunk {
@@ -114,10 +118,28 @@ impl Chunk {
         self.decode_into(&mut out).map(|()| out)
     }
 
+    /// The chunk holds its events already decoded (and no payload).
+    pub fn is_decoded(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// The chunk's events: those it holds decoded, as they are, or its
+    /// payload decoded into `buf`'s storage.
+    pub fn into_events(self, mut buf: Vec<Event>) -> Result<Vec<Event>, TraceError> {
+        if self.is_decoded() {
+            return Ok(self.events);
+        }
+        self.decode_into(&mut buf).map(|()| buf)
+    }
+
     /// Decodes the chunk's events into `out` (emptied first), so a reader
     /// can reuse one buffer for chunk after chunk.
     pub fn decode_into(&self, out: &mut Vec<Event>) -> Result<(), TraceError> {
         out.clear();
+        if self.is_decoded() {
+            out.extend_from_slice(&self.events);
+            return Ok(());
+        }
         out.reserve(self.count as usize);
         let mut d = Decoder {
             buf: &self.payload,
@@ -270,6 +292,8 @@ impl Chunk {
 /// Builds chunks from a thread's events, in order.
 pub struct ChunkEncoder {
     thread: u32,
+    /// Keep the events as they are rather than encode them.
+    keep: bool,
     chunk: Chunk,
     depth: i64,
     start: i64,
@@ -282,6 +306,7 @@ impl ChunkEncoder {
     pub fn new(thread: u32) -> Self {
         ChunkEncoder {
             thread,
+            keep: false,
             chunk: Chunk {
                 thread,
                 ..Chunk::default()
@@ -293,13 +318,53 @@ impl ChunkEncoder {
         }
     }
 
-    fn begin(&mut self, depth: u32, t: u64, kind: u64, fl: u8, changes_depth: bool) {
+    /// An encoder whose chunks keep their events decoded ([`Chunk::events`])
+    /// instead of encoding them: for chunks built in this process only to be
+    /// read, which then cost neither the encoding nor the decoding. They are
+    /// cut where encoded chunks would be, with the same first times, so a
+    /// reader interleaves threads the same way.
+    pub fn decoded(thread: u32) -> Self {
+        ChunkEncoder {
+            keep: true,
+            ..ChunkEncoder::new(thread)
+        }
+    }
+
+    /// Whether the chunks keep their events decoded.
+    pub fn keeps_events(&self) -> bool {
+        self.keep
+    }
+
+    /// Starts an event at time `t` that may start a new chunk.
+    fn start_event(&mut self, t: u64) {
         if self.chunk.count as usize >= CHUNK_EVENTS {
             self.flush();
         }
         if self.chunk.count == 0 {
             self.chunk.first_ns = t;
         }
+    }
+
+    /// Takes an event by value: kept as it is, or encoded.
+    pub fn push_event(&mut self, ev: Event) {
+        if !self.keep {
+            return self.push(&ev);
+        }
+        match &ev {
+            // Counters and values stay in their call's chunk, as encoded.
+            Event::Counters(_) | Event::Values(_) => {}
+            Event::Call(c) => self.start_event(c.start_ns),
+            Event::Future(f) => self.start_event(f.start_ns),
+            Event::Lost(l) => self.start_event(l.at_ns),
+            Event::Marker(m) => self.start_event(m.ts_ns),
+            Event::Sample(s) => self.start_event(s.ts_ns),
+        }
+        self.chunk.count += 1;
+        self.chunk.events.push(ev);
+    }
+
+    fn begin(&mut self, depth: u32, t: u64, kind: u64, fl: u8, changes_depth: bool) {
+        self.start_event(t);
         let dd = if changes_depth {
             depth as i64 - self.depth
         } else {
@@ -321,6 +386,9 @@ impl ChunkEncoder {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        if self.keep {
+            return self.push_event(ev.clone());
+        }
         match ev {
             Event::Call(c) => {
                 self.begin(c.depth, c.start_ns, EV_CALL, c.flags, true);
@@ -732,6 +800,7 @@ mod tests {
             // ext, values, n = 1, slot 9, tag 1, bits 0
             payload: vec![3, 2, 1, 9, 1, 0],
             offset: 100,
+            events: Vec::new(),
         };
         let e = c.decode().unwrap_err().to_string();
         assert!(e.contains("value slot 9"), "{e}");
@@ -853,6 +922,7 @@ mod tests {
             first_ns: 0,
             payload,
             offset: 0,
+            events: Vec::new(),
         });
         let mut bytes = Vec::new();
         write_trace(&mut bytes, &t.meta, &chunks).unwrap();
