@@ -10,11 +10,28 @@ use std::sync::Arc;
 /// A trace's events, from one file or several.
 pub type Events = Box<dyn Iterator<Item = Result<Event, TraceError>>>;
 
+/// Where the events come from: one file's reader (which a view may read
+/// thread by thread), or several files merged into one stream.
+pub enum Source {
+    One(Box<crate::progress::Reader>),
+    Merged(Events),
+}
+
+impl Source {
+    /// The events in trace order.
+    pub fn events(self) -> Events {
+        match self {
+            Source::One(r) => Box::new(r.events()),
+            Source::Merged(e) => e,
+        }
+    }
+}
+
 /// What the files hold: their (merged) metadata and events, and how to
 /// name them in messages.
 pub struct Inputs {
     pub meta: TraceMeta,
-    pub events: Events,
+    pub source: Source,
     /// The file, or `N files`.
     pub label: PathBuf,
     /// Several files were merged (samples left out).
@@ -28,7 +45,7 @@ pub fn open(files: &[PathBuf]) -> Result<Inputs, String> {
         let r = open_one(file)?;
         return Ok(Inputs {
             meta: r.meta().clone(),
-            events: Box::new(r.events()),
+            source: Source::One(Box::new(r)),
             label: file.clone(),
             merged: false,
         });
@@ -52,7 +69,7 @@ pub fn open(files: &[PathBuf]) -> Result<Inputs, String> {
     let streams: Vec<_> = readers.into_iter().map(|r| r.events()).collect();
     Ok(Inputs {
         meta,
-        events: Box::new(merge.events(streams)),
+        source: Source::Merged(Box::new(merge.events(streams))),
         label: PathBuf::from(format!("{} files", files.len())),
         merged: true,
     })

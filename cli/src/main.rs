@@ -279,8 +279,8 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                     threads: threads(&a.threads),
                     max_rows: 0,
                 };
-                return view::by_value::write_by_value(&meta, input.events, &opts, out).map_err(
-                    |e| match e {
+                return view::by_value::write_by_value(&meta, input.source.events(), &opts, out)
+                    .map_err(|e| match e {
                         view::by_value::ByValueError::Trace(e) => io_err(&input.label, e),
                         view::by_value::ByValueError::Io(e)
                             if e.kind() == io::ErrorKind::BrokenPipe =>
@@ -288,8 +288,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                             None
                         }
                         e => Some(format!("{}: {e}", input.label.display())),
-                    },
-                );
+                    });
             }
             let opts = ReportOptions {
                 sort_by,
@@ -308,8 +307,11 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 },
             };
             let mut out = out;
-            view::write_report(&meta, input.events, &opts, &mut out)
-                .map_err(|e| io_err(&input.label, e))?;
+            match input.source {
+                inputs::Source::One(r) => view::write_report_from(&meta, *r, &opts, &mut out),
+                inputs::Source::Merged(e) => view::write_report(&meta, e, &opts, &mut out),
+            }
+            .map_err(|e| io_err(&input.label, e))?;
             if opts.style == ReportStyle::Json || input.merged {
                 // Samples are not part of the JSON report, nor of a merge
                 // (each process's addresses are its own).

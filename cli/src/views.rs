@@ -335,7 +335,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     }
     let input = crate::inputs::open(&files)?;
     let meta = input.meta;
-    let events = input.events;
+    let source = input.source;
     let kind = if input.merged {
         Kind::Traced
     } else {
@@ -369,7 +369,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     let read: Result<(), TraceError>;
     if a.chart {
         let mut b = ChartBuilder::new(&meta, &fopts);
-        read = b.extend(events);
+        read = b.extend(source.events());
         let chart = b.finish();
         let draw = |svg: &mut Vec<u8>| {
             flame.count_name = "ns".into();
@@ -386,16 +386,23 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         let folded: Folded;
         match kind {
             Kind::Traced => {
-                (folded, read) = FoldedBuilder::traced_on_cores(&meta, &fopts, events);
+                (folded, read) = match source {
+                    crate::inputs::Source::One(r) => {
+                        FoldedBuilder::traced_from_reader(&meta, &fopts, *r)
+                    }
+                    crate::inputs::Source::Merged(e) => {
+                        FoldedBuilder::traced_on_cores(&meta, &fopts, e)
+                    }
+                };
             }
             Kind::Sampled => {
                 let mut b = FoldedBuilder::sampled(&meta, &fopts, &mut sym);
-                read = b.extend(events);
+                read = b.extend(source.events());
                 folded = b.finish();
             }
             Kind::Combined => {
                 let mut b = FoldedBuilder::combined(&meta, &fopts, &mut sym);
-                read = b.extend(events);
+                read = b.extend(source.events());
                 folded = b.finish();
                 note_missing_debug_lines(&mut sym, &meta, folded.summary());
             }

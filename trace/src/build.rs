@@ -918,6 +918,96 @@ impl Built {
         }
     }
 
+    /// Feeds every thread's events to `sinks[t % sinks.len()]`, each
+    /// sink on a thread of its own (but one: the calling thread's), a
+    /// sink's threads one after another, each in its own order: for views
+    /// whose state is per thread, which then need no merge by time. Each
+    /// thread is read up to its own damage, whatever the number of sinks;
+    /// the error that comes back is that of the lowest-numbered thread that
+    /// has one. `Err` gives everything back when building has started
+    /// already.
+    #[allow(clippy::type_complexity)]
+    pub fn feed_threads<S: Send>(
+        mut self,
+        sinks: Vec<S>,
+        push: impl Fn(&mut S, &Event) + Sync,
+    ) -> Result<(Vec<S>, Result<(), TraceError>), Box<(Built, Vec<S>)>> {
+        let Some((streams, _)) = self.waiting.take().filter(|_| !sinks.is_empty()) else {
+            return Err(Box::new((self, sinks)));
+        };
+        let groups = sinks.len();
+        let mut by_group: Vec<Vec<(usize, ThreadStream)>> =
+            (0..groups).map(|_| Vec::new()).collect();
+        for (t, mut st) in streams.into_iter().enumerate() {
+            if let Some(b) = st.builder.as_mut() {
+                b.keep_events();
+            }
+            by_group[t % groups].push((t, st));
+        }
+        let push = &push;
+        let run = move |mut sink: S, threads: Vec<(usize, ThreadStream)>| {
+            let mut failed: Option<(usize, TraceError)> = None;
+            for (t, st) in threads {
+                for chunk in st {
+                    let evs = match chunk.and_then(|c| c.into_events(Vec::new())) {
+                        Ok(evs) => evs,
+                        Err(e) => {
+                            if failed.is_none() {
+                                failed = Some((t, e));
+                            }
+                            break;
+                        }
+                    };
+                    for ev in &evs {
+                        push(&mut sink, ev);
+                    }
+                }
+            }
+            (sink, failed)
+        };
+        let results: Vec<(S, Option<(usize, TraceError)>)> = std::thread::scope(|scope| {
+            let mut work = sinks.into_iter().zip(by_group);
+            let here = work.next();
+            let handles: Vec<_> = work
+                .map(|(sink, threads)| {
+                    // A thread that cannot start leaves its work to this one.
+                    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some((sink, threads))));
+                    let taken = slot.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("fgtrace-view".into())
+                        .spawn_scoped(scope, move || {
+                            let job = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                            job.map(|(sink, threads)| run(sink, threads))
+                        });
+                    (spawned.ok(), slot)
+                })
+                .collect();
+            let mut out = Vec::with_capacity(groups);
+            out.extend(here.map(|(sink, threads)| run(sink, threads)));
+            for (h, slot) in handles {
+                let done = match h.map(|h| h.join()) {
+                    Some(Ok(done)) => done,
+                    Some(Err(p)) => std::panic::resume_unwind(p),
+                    None => None,
+                };
+                let job = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                out.extend(done.or_else(|| job.map(|(sink, threads)| run(sink, threads))));
+            }
+            out
+        });
+        let mut first: Option<(usize, TraceError)> = None;
+        let mut sinks = Vec::with_capacity(groups);
+        for (sink, failed) in results {
+            sinks.push(sink);
+            if let Some((t, e)) = failed {
+                if first.as_ref().is_none_or(|f| t < f.0) {
+                    first = Some((t, e));
+                }
+            }
+        }
+        Ok((sinks, first.map_or(Ok(()), |(_, e)| Err(e))))
+    }
+
     /// Starts building, on the first chunk asked for.
     fn start(&mut self) {
         let Some((streams, workers)) = self.waiting.take() else {

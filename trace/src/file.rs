@@ -855,6 +855,27 @@ impl<R: Read> TraceReader<R> {
         self.events_on(crate::parallel::threads())
     }
 
+    /// For a recorded file (version 2) none of whose events were read: every
+    /// thread's events fed to `sinks[t % sinks.len()]`, each sink on a core
+    /// of its own, one thread after another (see
+    /// [`Built::feed_threads`](crate::build::Built::feed_threads)). Other
+    /// files come back with the sinks, to be read with [`events`](Self::events).
+    #[allow(clippy::type_complexity)]
+    pub fn feed_threads<S: Send>(
+        mut self,
+        sinks: Vec<S>,
+        push: impl Fn(&mut S, &Event) + Sync,
+    ) -> Result<(Vec<S>, Result<(), TraceError>), Box<(Self, Vec<S>)>> {
+        let Some(built) = self.served.take() else {
+            return Err(Box::new((self, sinks)));
+        };
+        built.feed_threads(sinks, push).map_err(|back| {
+            let (built, sinks) = *back;
+            self.served = Some(built);
+            Box::new((self, sinks))
+        })
+    }
+
     /// [`TraceReader::events`] decoding on `workers` threads (1: on the caller's).
     fn events_on(mut self, workers: usize) -> Events<R> {
         // A recorded file's rebuilt chunks are read here only: they keep
@@ -1290,6 +1311,108 @@ mod tests {
         let evs: Vec<_> = r.events().collect();
         assert_eq!(calls(&evs), 200);
         assert!(evs.iter().all(|e| e.is_ok()));
+    }
+
+    /// A recorded file's threads fed apart, to any number of sinks: each
+    /// sink gets its threads' events in their order, the events the merged
+    /// stream has for those threads; a thread with an undecodable raw chunk
+    /// is read up to it while the others are read whole, and its error
+    /// comes back, the same with any number of sinks.
+    #[test]
+    fn threads_fed_apart_are_the_merged_streams_threads_each_to_its_own_damage() {
+        use crate::recorded::{RawChunk, RawEncoder, SiteMap};
+        use fgtrace_core::record::{kind, RawCall};
+        let mut sites = SiteMap::default();
+        let mut enc = RawEncoder::default();
+        let mut meta = header();
+        let mut raw: Vec<RawChunk> = Vec::new();
+        for t in 0..3u32 {
+            for c in 0..4u64 {
+                let recs: Vec<RawCall> = (0..100u64)
+                    .map(|k| {
+                        let at = 1_000 + (c * 100 + k) * 50 + u64::from(t) * 7;
+                        RawCall::pack(at, 0, 20 + u64::from(t), 0, false, kind::CALL)
+                    })
+                    .collect();
+                raw.push(enc.encode(t, &recs, 1_000, &mut sites, &|_| None));
+            }
+        }
+        meta.sites = sites.sites.clone();
+        let write = |bad_thread: Option<u32>| {
+            let mut w = RecordingWriter::new(Vec::new(), &meta).unwrap();
+            w.site(0, &meta.sites[0]).unwrap();
+            for t in 0..3u32 {
+                w.thread(t, 11 + t, &format!("t{t}")).unwrap();
+            }
+            for (i, c) in raw.iter().enumerate() {
+                if Some(c.thread) == bad_thread && i % 4 == 2 {
+                    w.raw(&RawChunk {
+                        thread: c.thread,
+                        count: 5,
+                        payload: vec![0xff; 4].into(),
+                        offset: 0,
+                    })
+                    .unwrap();
+                }
+                w.raw(c).unwrap();
+            }
+            let mut fin = meta.clone();
+            fin.threads = (0..3u32)
+                .map(|t| crate::ThreadInfo {
+                    tid: 11 + t,
+                    name: format!("t{t}"),
+                    calls: 400,
+                    ..Default::default()
+                })
+                .collect();
+            w.finish(&fin).unwrap()
+        };
+        let whole = write(None);
+        let merged: Vec<Event> = TraceReader::new(&whole[..])
+            .unwrap()
+            .events()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let of = |evs: &[Event], t: u32| -> Vec<Event> {
+            evs.iter().filter(|e| e.thread() == t).cloned().collect()
+        };
+        let feed = |bytes: &[u8], groups: usize| {
+            let r = TraceReader::new(bytes).unwrap();
+            let sinks = vec![Vec::<Event>::new(); groups];
+            match r.feed_threads(sinks, |s, e| s.push(e.clone())) {
+                Ok(done) => done,
+                Err(_) => panic!("a recorded file is fed by thread"),
+            }
+        };
+        for groups in [1, 2, 3, 5] {
+            let (sinks, read) = feed(&whole, groups);
+            assert!(read.is_ok());
+            for t in 0..3u32 {
+                let sink = &sinks[t as usize % groups];
+                assert_eq!(of(sink, t), of(&merged, t), "thread {t}, {groups} sinks");
+                assert_eq!(of(sink, t).len(), 400);
+            }
+        }
+        // Thread 1 damaged: threads 0 and 2 whole, thread 1 up to its
+        // damage (two raw chunks: 200 calls), with any number of sinks.
+        let damaged = write(Some(1));
+        for groups in [1, 2, 3] {
+            let (sinks, read) = feed(&damaged, groups);
+            let e = read.expect_err("the damage comes back").to_string();
+            assert!(e.contains("corrupt"), "{e}");
+            let got: Vec<Event> = sinks.concat();
+            assert_eq!(of(&got, 0), of(&merged, 0));
+            assert_eq!(of(&got, 2), of(&merged, 2));
+            assert_eq!(
+                of(&got, 1),
+                of(&merged, 1)[..200].to_vec(),
+                "{groups} sinks"
+            );
+        }
+        // Any other file comes back to be read in order.
+        let pre_order = ten_chunks(false, false);
+        let r = TraceReader::new(&pre_order[..]).unwrap();
+        assert!(r.feed_threads(vec![0u32; 2], |_, _| {}).is_err());
     }
 
     fn header() -> TraceMeta {

@@ -202,3 +202,27 @@ where
         (out, read)
     })
 }
+
+/// [`collect_by_thread`] from a trace file's reader: a recorded file's
+/// threads are read apart, each group's on its own core with no merge by
+/// time ([`TraceReader::feed_threads`](fgtrace_trace::TraceReader::feed_threads));
+/// any other file's events are read in order and handed out by thread.
+pub fn collect_reader_by_thread<S, R>(
+    sinks: Vec<S>,
+    reader: fgtrace_trace::TraceReader<R>,
+) -> (Vec<S>, Result<(), TraceError>)
+where
+    S: Consume<Error = Infallible> + Send,
+    R: std::io::Read,
+{
+    let push = |s: &mut S, ev: &Event| {
+        let Ok(()) = s.push(ev);
+    };
+    match reader.feed_threads(sinks, push) {
+        Ok(done) => done,
+        Err(back) => {
+            let (reader, sinks) = *back;
+            collect_by_thread(sinks, reader.events())
+        }
+    }
+}

@@ -472,6 +472,38 @@ impl<'a> FoldedBuilder<'a> {
         Self::traced_in_groups(meta, opts, events, groups)
     }
 
+    /// [`FoldedBuilder::traced_on_cores`] from a trace file's reader: a
+    /// recorded file with threads to spread is read thread by thread on
+    /// every core (no merge by time; see
+    /// [`collect_reader_by_thread`](crate::consume::collect_reader_by_thread)).
+    pub fn traced_from_reader<R: std::io::Read>(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        reader: fgtrace_trace::TraceReader<R>,
+    ) -> (Folded, Result<(), TraceError>) {
+        if meta.threads.len() < 2 {
+            // One thread to read: its rebuilding and this view overlap
+            // best as the two ends of the event stream.
+            return Self::traced_in_groups(meta, opts, reader.events(), 1);
+        }
+        // Several: each read whole by the builder of its group, which
+        // takes less work than merging them by time even on one core.
+        let groups = fgtrace_trace::parallel::threads().min(meta.threads.len());
+        let sinks = (0..groups).map(|_| Self::traced(meta, opts)).collect();
+        let (sinks, read) = crate::consume::collect_reader_by_thread(sinks, reader);
+        (Self::merged(sinks, meta, opts), read)
+    }
+
+    /// One builder's stacks from several, the first's first.
+    fn merged(sinks: Vec<Self>, meta: &'a TraceMeta, opts: &FoldedOptions) -> Folded {
+        let mut sinks = sinks.into_iter();
+        let mut all = sinks.next().unwrap_or_else(|| Self::traced(meta, opts));
+        for s in sinks {
+            all.absorb(s);
+        }
+        all.finish()
+    }
+
     /// [`FoldedBuilder::traced_on_cores`] with `groups` builders.
     fn traced_in_groups(
         meta: &'a TraceMeta,
@@ -483,12 +515,7 @@ impl<'a> FoldedBuilder<'a> {
             .map(|_| Self::traced(meta, opts))
             .collect();
         let (sinks, read) = crate::consume::collect_by_thread(sinks, events);
-        let mut sinks = sinks.into_iter();
-        let mut all = sinks.next().unwrap_or_else(|| Self::traced(meta, opts));
-        for s in sinks {
-            all.absorb(s);
-        }
-        (all.finish(), read)
+        (Self::merged(sinks, meta, opts), read)
     }
 }
 

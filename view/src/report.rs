@@ -521,6 +521,38 @@ impl<'a> ReportBuilder<'a> {
         Self::in_groups(meta, opts, events, groups)
     }
 
+    /// [`ReportBuilder::on_cores`] from a trace file's reader: a recorded
+    /// file with threads to spread is read thread by thread on every core
+    /// (no merge by time; see
+    /// [`collect_reader_by_thread`](crate::consume::collect_reader_by_thread)).
+    pub fn from_reader<R: std::io::Read>(
+        meta: &'a TraceMeta,
+        opts: &'a ReportOptions,
+        reader: fgtrace_trace::TraceReader<R>,
+    ) -> (Report, Result<(), TraceError>) {
+        if meta.threads.len() < 2 {
+            // One thread to read: its rebuilding and this view overlap
+            // best as the two ends of the event stream.
+            return Self::in_groups(meta, opts, reader.events(), 1);
+        }
+        // Several: each read whole by the builder of its group, which
+        // takes less work than merging them by time even on one core.
+        let groups = fgtrace_trace::parallel::threads().min(meta.threads.len());
+        let sinks = (0..groups).map(|_| Self::new(meta, opts)).collect();
+        let (sinks, read) = crate::consume::collect_reader_by_thread(sinks, reader);
+        (Self::merged(sinks, meta, opts), read)
+    }
+
+    /// One builder's report from several, the first's first.
+    fn merged(sinks: Vec<Self>, meta: &'a TraceMeta, opts: &'a ReportOptions) -> Report {
+        let mut sinks = sinks.into_iter();
+        let mut all = sinks.next().unwrap_or_else(|| Self::new(meta, opts));
+        for s in sinks {
+            all.absorb(s);
+        }
+        all.finish()
+    }
+
     /// [`ReportBuilder::on_cores`] with `groups` builders.
     fn in_groups(
         meta: &'a TraceMeta,
@@ -530,12 +562,7 @@ impl<'a> ReportBuilder<'a> {
     ) -> (Report, Result<(), TraceError>) {
         let sinks = (0..groups.max(1)).map(|_| Self::new(meta, opts)).collect();
         let (sinks, read) = crate::consume::collect_by_thread(sinks, events);
-        let mut sinks = sinks.into_iter();
-        let mut all = sinks.next().unwrap_or_else(|| Self::new(meta, opts));
-        for s in sinks {
-            all.absorb(s);
-        }
-        (all.finish(), read)
+        (Self::merged(sinks, meta, opts), read)
     }
 
     /// Adds what `other` built (from other threads' events): its open
@@ -1224,6 +1251,18 @@ impl Report {
             out.push('\n');
         }
     }
+}
+
+/// [`write_report`] from a trace file's reader (see [`ReportBuilder::from_reader`]).
+pub fn write_report_from<R: std::io::Read, W: Write>(
+    meta: &TraceMeta,
+    reader: fgtrace_trace::TraceReader<R>,
+    opts: &ReportOptions,
+    w: W,
+) -> Result<(), TraceError> {
+    let (report, read) = ReportBuilder::from_reader(meta, opts, reader);
+    report.write(opts.style, io::BufWriter::new(w))?;
+    read
 }
 
 /// Reads `events` and writes the report into `w`. On a read error, the report
