@@ -6,7 +6,7 @@ use fgtrace_trace::{TraceError, TraceMeta};
 use fgtrace_view::chart::ChartBuilder;
 use fgtrace_view::chrome::{write_chrome, ChromeOptions};
 use fgtrace_view::diff::{
-    diff_with_error, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
+    diff_readers, differential_folded, differential_svg, DiffOptions, DiffSort, Limit, Metric,
 };
 use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
@@ -631,30 +631,16 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
     let (ra, rb) = (ra?, rb?);
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
     let (mut err_a, mut err_b) = (None, None);
-    let events_a = ra
-        .events()
-        .map_while(|e| e.map_err(|e| err_a = Some(e)).ok().map(Ok));
-    let events_b = rb
-        .events()
-        .map_while(|e| e.map_err(|e| err_b = Some(e)).ok().map(Ok));
     let path = a.output.as_deref();
     if a.flame || a.folded {
         let fopts = FoldedOptions {
             threads: threads(&a.threads),
             ..FoldedOptions::default()
         };
-        fn fold(
-            meta: &TraceMeta,
-            opts: &FoldedOptions,
-            events: impl IntoIterator<Item = Result<fgtrace_trace::Event, TraceError>>,
-        ) -> fgtrace_view::folded::Folded {
-            let mut b = FoldedBuilder::traced(meta, opts);
-            b.extend(events).ok();
-            b.finish()
-        }
-        let (before, after) = std::thread::scope(|s| {
-            let after = s.spawn(|| fold(&mb, &fopts, events_b));
-            let before = fold(&ma, &fopts, events_a);
+        // Each file's threads, if recorded, are read apart on every core.
+        let ((before, read_a), (after, read_b)) = std::thread::scope(|s| {
+            let after = s.spawn(|| FoldedBuilder::traced_from_reader(&mb, &fopts, rb));
+            let before = FoldedBuilder::traced_from_reader(&ma, &fopts, ra);
             (
                 before,
                 after
@@ -662,6 +648,7 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
                     .unwrap_or_else(|p| std::panic::resume_unwind(p)),
             )
         });
+        (err_a, err_b) = (read_a.err(), read_b.err());
         let mut out = output(path, &mut stdout, a.flame)?;
         if a.folded {
             differential_folded(&before, &after, &mut out).map_err(|e| write_err(path, e))?;
@@ -706,7 +693,7 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             threads: threads(&a.threads),
         };
         let mut out = output(path, &mut stdout, false)?;
-        let (d, failed) = diff_with_error(&ma, events_a, &mb, events_b, &opts);
+        let (d, failed) = diff_readers(&ma, ra, &mb, rb, &opts);
         let gate = (!limits.is_empty()).then(|| d.gate(metric, &limits));
         let written = if json {
             d.write_json(gate.as_ref(), &mut out)

@@ -1088,6 +1088,61 @@ impl Drop for Ahead {
     }
 }
 
+impl<R: Read> Events<R> {
+    /// The rest of the current chunk's events, or the next chunk's, handed
+    /// over whole: for a reader that takes events a chunk at a time rather
+    /// than one by one (each moved out of the chunk). `None` after the last;
+    /// a read error comes after every event before it, as from the iterator.
+    pub fn next_batch(&mut self) -> Option<Result<Vec<Event>, TraceError>> {
+        loop {
+            if self.pos < self.pending.len() {
+                let mut v = std::mem::take(&mut self.pending);
+                v.drain(..self.pos);
+                self.pos = 0;
+                return Some(Ok(v));
+            }
+            match self.fill()? {
+                Ok(()) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Reads the next chunk's events into `pending`: `None` at the end.
+    fn fill(&mut self) -> Option<Result<(), TraceError>> {
+        if self.failed {
+            return None;
+        }
+        let next = match &mut self.ahead {
+            Some(a) => {
+                let mut done = std::mem::take(&mut self.pending);
+                if a.spare.len() < 4 && done.capacity() > 0 {
+                    done.clear();
+                    a.spare.push(done);
+                }
+                a.next(&mut self.reader)
+            }
+            None => self
+                .reader
+                .next_chunk()
+                .and_then(|c| c.map(|c| c.into_events(Vec::new())).transpose())
+                .transpose(),
+        };
+        match next {
+            Some(Ok(evs)) => {
+                self.pending = evs;
+                self.pos = 0;
+                Some(Ok(()))
+            }
+            None => None,
+            Some(Err(e)) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
 impl<R: Read> Iterator for Events<R> {
     type Item = Result<Event, TraceError>;
     fn next(&mut self) -> Option<Self::Item> {
@@ -1096,34 +1151,9 @@ impl<R: Read> Iterator for Events<R> {
                 self.pos += 1;
                 return Some(Ok(std::mem::replace(e, TAKEN)));
             }
-            if self.failed {
-                return None;
-            }
-            let next = match &mut self.ahead {
-                Some(a) => {
-                    let mut done = std::mem::take(&mut self.pending);
-                    if a.spare.len() < 4 && done.capacity() > 0 {
-                        done.clear();
-                        a.spare.push(done);
-                    }
-                    a.next(&mut self.reader)
-                }
-                None => self
-                    .reader
-                    .next_chunk()
-                    .and_then(|c| c.map(|c| c.into_events(Vec::new())).transpose())
-                    .transpose(),
-            };
-            match next {
-                Some(Ok(evs)) => {
-                    self.pending = evs;
-                    self.pos = 0;
-                }
-                None => return None,
-                Some(Err(e)) => {
-                    self.failed = true;
-                    return Some(Err(e));
-                }
+            match self.fill()? {
+                Ok(()) => {}
+                Err(e) => return Some(Err(e)),
             }
         }
     }

@@ -350,6 +350,11 @@ impl ChunkEncoder {
         if !self.keep {
             return self.push(&ev);
         }
+        if self.chunk.events.capacity() == 0 {
+            // A chunk's worth at once (and a few for the figures after its
+            // last call), not grown by doubling and copying.
+            self.chunk.events.reserve_exact(CHUNK_EVENTS + 8);
+        }
         match &ev {
             // Counters and values stay in their call's chunk, as encoded.
             Event::Counters(_) | Event::Values(_) => {}

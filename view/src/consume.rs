@@ -220,9 +220,34 @@ where
     };
     match reader.feed_threads(sinks, push) {
         Ok(done) => done,
-        Err(back) => {
-            let (reader, sinks) = *back;
-            collect_by_thread(sinks, reader.events())
+        Err(back) => match *back {
+            (reader, mut sinks) if sinks.len() == 1 => {
+                let read = collect_batches(&mut sinks[0], reader.events());
+                (sinks, read)
+            }
+            (reader, sinks) => collect_by_thread(sinks, reader.events()),
+        },
+    }
+}
+
+/// [`collect`] from a trace file's events a chunk at a time
+/// ([`Events::next_batch`](fgtrace_trace::Events::next_batch)): each event
+/// is handed to `sink` where it lies rather than moved out on its own.
+pub fn collect_batches<C, R>(
+    sink: &mut C,
+    mut events: fgtrace_trace::Events<R>,
+) -> Result<(), TraceError>
+where
+    C: Consume<Error = Infallible> + ?Sized,
+    R: std::io::Read,
+{
+    while let Some(batch) = events.next_batch() {
+        for ev in &batch? {
+            let Ok(()) = sink.push(ev);
+            if sink.done() {
+                return Ok(());
+            }
         }
     }
+    Ok(())
 }

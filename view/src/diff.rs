@@ -133,7 +133,28 @@ fn side(
     };
     let mut b = ReportBuilder::new(meta, &ropts);
     let Ok(failed) = feed(&mut b, events);
-    let report = b.finish();
+    let (by_name, summary) = side_of(meta, &b.finish());
+    (by_name, summary, failed)
+}
+
+/// [`side`] from a trace file's reader, whose threads a recorded file has
+/// read apart ([`ReportBuilder::from_reader`]).
+fn side_from<R: std::io::Read>(
+    meta: &TraceMeta,
+    reader: fgtrace_trace::TraceReader<R>,
+    threads: &[ThreadSel],
+) -> (BTreeMap<String, Side>, DiffSummary, Option<TraceError>) {
+    let ropts = ReportOptions {
+        threads: threads.to_vec(),
+        ..ReportOptions::default()
+    };
+    let (report, read) = ReportBuilder::from_reader(meta, &ropts, reader);
+    let (by_name, summary) = side_of(meta, &report);
+    (by_name, summary, read.err())
+}
+
+/// Per full name, the summed rows of `report`.
+fn side_of(meta: &TraceMeta, report: &crate::Report) -> (BTreeMap<String, Side>, DiffSummary) {
     let mut by_name: BTreeMap<String, Side> = BTreeMap::new();
     for f in &report.functions {
         let name = meta
@@ -164,7 +185,34 @@ fn side(
         calls: report.calls,
         duration_ns: meta.duration_ns,
     };
-    (by_name, summary, failed)
+    (by_name, summary)
+}
+
+/// [`diff_with_error`] of two trace files' readers: each file's threads,
+/// if it is a recorded file, are read apart on every core.
+pub fn diff_readers<RA: std::io::Read, RB: std::io::Read + Send>(
+    meta_a: &TraceMeta,
+    reader_a: fgtrace_trace::TraceReader<RA>,
+    meta_b: &TraceMeta,
+    reader_b: fgtrace_trace::TraceReader<RB>,
+    opts: &DiffOptions,
+) -> (Diff, Option<TraceError>) {
+    let ((a, sa, ea), (b, sb, eb)) = if fgtrace_trace::parallel::threads() > 1 {
+        std::thread::scope(|s| {
+            let after = s.spawn(|| side_from(meta_b, reader_b, &opts.threads));
+            let before = side_from(meta_a, reader_a, &opts.threads);
+            let after = after
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (before, after)
+        })
+    } else {
+        (
+            side_from(meta_a, reader_a, &opts.threads),
+            side_from(meta_b, reader_b, &opts.threads),
+        )
+    };
+    (compare(a, sa, b, sb, opts), ea.or(eb))
 }
 
 /// Compares two event streams. On a read error in either, the comparison of
@@ -192,6 +240,17 @@ pub fn diff_with_error(
             side(meta_b, events_b, &opts.threads),
         )
     };
+    (compare(a, sa, b, sb, opts), ea.or(eb))
+}
+
+/// The rows of two sides, sorted as `opts` asks.
+fn compare(
+    a: BTreeMap<String, Side>,
+    sa: DiffSummary,
+    b: BTreeMap<String, Side>,
+    sb: DiffSummary,
+    opts: &DiffOptions,
+) -> Diff {
     let mut rows: Vec<DiffRow> = Vec::new();
     let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
     names.sort();
@@ -211,14 +270,11 @@ pub fn diff_with_error(
         };
         primary.then_with(|| x.name.cmp(&y.name))
     });
-    (
-        Diff {
-            before: sa,
-            after: sb,
-            rows,
-        },
-        ea.or(eb),
-    )
+    Diff {
+        before: sa,
+        after: sb,
+        rows,
+    }
 }
 
 /// Compares two event streams; fails on the first read error.

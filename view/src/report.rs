@@ -531,13 +531,18 @@ impl<'a> ReportBuilder<'a> {
         reader: fgtrace_trace::TraceReader<R>,
     ) -> (Report, Result<(), TraceError>) {
         if meta.threads.len() < 2 {
-            // One thread to read: its rebuilding and this view overlap
-            // best as the two ends of the event stream.
-            return Self::in_groups(meta, opts, reader.events(), 1);
+            // One thread: it is rebuilt on one core while this view takes
+            // its events a chunk at a time on another.
+            let mut b = Self::new(meta, opts);
+            let read = crate::consume::collect_batches(&mut b, reader.events());
+            return (b.finish(), read);
         }
-        // Several: each read whole by the builder of its group, which
-        // takes less work than merging them by time even on one core.
-        let groups = fgtrace_trace::parallel::threads().min(meta.threads.len());
+        // Several: each is read whole by the builder of its group, which is
+        // less work than merging them by time, even on one core, and each
+        // event is taken while it is still in that core's cache.
+        let groups = fgtrace_trace::parallel::threads()
+            .min(meta.threads.len())
+            .max(1);
         let sinks = (0..groups).map(|_| Self::new(meta, opts)).collect();
         let (sinks, read) = crate::consume::collect_reader_by_thread(sinks, reader);
         (Self::merged(sinks, meta, opts), read)
