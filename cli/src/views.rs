@@ -2,6 +2,7 @@
 //! library's options, one clear line on error.
 
 use super::{io_err, open, threads};
+use fgtrace_trace::parallel;
 use fgtrace_trace::{TraceError, TraceMeta};
 use fgtrace_view::chart::ChartBuilder;
 use fgtrace_view::chrome::{write_chrome, ChromeOptions};
@@ -620,14 +621,20 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
         ));
     }
     // Both files are opened (and a recorded file's calls rebuilt) at once.
-    let (ra, rb) = std::thread::scope(|s| {
-        let rb = s.spawn(|| open(&a.after));
-        let ra = open(&a.before);
-        (
-            ra,
-            rb.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
-    });
+    // Each file gets half the cores, to be opened and then read with.
+    let half = (parallel::threads() / 2).max(1);
+    let (ra, rb) = if parallel::threads() > 1 {
+        std::thread::scope(|s| {
+            let rb = s.spawn(|| parallel::within(half, || open(&a.after)));
+            let ra = parallel::within(half, || open(&a.before));
+            (
+                ra,
+                rb.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            )
+        })
+    } else {
+        (open(&a.before), open(&a.after))
+    };
     let (ra, rb) = (ra?, rb?);
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
     let (mut err_a, mut err_b) = (None, None);
@@ -638,16 +645,22 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             ..FoldedOptions::default()
         };
         // Each file's threads, if recorded, are read apart on every core.
-        let ((before, read_a), (after, read_b)) = std::thread::scope(|s| {
-            let after = s.spawn(|| FoldedBuilder::traced_from_reader(&mb, &fopts, rb));
-            let before = FoldedBuilder::traced_from_reader(&ma, &fopts, ra);
-            (
-                before,
-                after
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            )
-        });
+        let fold =
+            |m, r| parallel::within(half, || FoldedBuilder::traced_from_reader(m, &fopts, r));
+        let ((before, read_a), (after, read_b)) = if parallel::threads() > 1 {
+            std::thread::scope(|s| {
+                let after = s.spawn(|| fold(&mb, rb));
+                let before = fold(&ma, ra);
+                (
+                    before,
+                    after
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                )
+            })
+        } else {
+            (fold(&ma, ra), fold(&mb, rb))
+        };
         (err_a, err_b) = (read_a.err(), read_b.err());
         let mut out = output(path, &mut stdout, a.flame)?;
         if a.folded {

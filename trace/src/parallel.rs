@@ -8,9 +8,35 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
+std::thread_local! {
+    /// A bound [`within`] set on this thread.
+    static BOUND: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`threads`] at most `n` on the calling thread: for a caller
+/// that splits the cores between jobs of its own (two files read at once
+/// each get half).
+pub fn within<R>(n: usize, f: impl FnOnce() -> R) -> R {
+    let before = BOUND.with(|b| b.replace(Some(n.max(1))));
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BOUND.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    f()
+}
+
 /// The threads a reader may use: `FGTRACE_THREADS`, or the machine's
-/// available parallelism; at least 1.
+/// available parallelism (at most the bound [`within`] set on this
+/// thread); at least 1.
 pub fn threads() -> usize {
+    let n = configured();
+    BOUND.with(|b| b.get()).map_or(n, |b| n.min(b))
+}
+
+fn configured() -> usize {
     match std::env::var("FGTRACE_THREADS") {
         Ok(v) => v
             .trim()
@@ -142,6 +168,24 @@ pub fn pipeline<T: Sync, R: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bound holds on its thread only, inside its call, nested bounds
+    /// restore the outer one, and it never raises the configured number.
+    #[test]
+    fn a_bound_holds_on_its_thread_inside_its_call() {
+        let n = configured();
+        assert_eq!(threads(), n);
+        within(1, || {
+            assert_eq!(threads(), 1);
+            within(n + 5, || assert_eq!(threads(), n));
+            assert_eq!(threads(), 1);
+            let other = std::thread::spawn(threads).join().unwrap();
+            assert_eq!(other, n);
+        });
+        assert_eq!(threads(), n);
+        let _ = std::panic::catch_unwind(|| within(1, || panic!("inside")));
+        assert_eq!(threads(), n, "restored after a panic");
+    }
 
     #[test]
     fn results_come_back_in_the_items_order_whatever_finishes_first() {

@@ -197,10 +197,14 @@ pub fn diff_readers<RA: std::io::Read, RB: std::io::Read + Send>(
     reader_b: fgtrace_trace::TraceReader<RB>,
     opts: &DiffOptions,
 ) -> (Diff, Option<TraceError>) {
-    let ((a, sa, ea), (b, sb, eb)) = if fgtrace_trace::parallel::threads() > 1 {
+    use fgtrace_trace::parallel::{threads, within};
+    // Each file gets half the cores: two readers on one core each take
+    // less work than two on every core (no handing events between cores).
+    let half = (threads() / 2).max(1);
+    let ((a, sa, ea), (b, sb, eb)) = if threads() > 1 {
         std::thread::scope(|s| {
-            let after = s.spawn(|| side_from(meta_b, reader_b, &opts.threads));
-            let before = side_from(meta_a, reader_a, &opts.threads);
+            let after = s.spawn(|| within(half, || side_from(meta_b, reader_b, &opts.threads)));
+            let before = within(half, || side_from(meta_a, reader_a, &opts.threads));
             let after = after
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
