@@ -311,9 +311,9 @@ impl ThreadBuilder {
 
     /// Keeps the built chunks' events decoded (see
     /// [`ChunkEncoder::decoded`]): before the first push.
-    pub fn keep_events(&mut self) {
+    pub fn keep_events(&mut self, buffers: &super::format::EventBuffers) {
         if !self.enc.keeps_events() {
-            self.enc = ChunkEncoder::decoded(self.t);
+            self.enc = ChunkEncoder::decoded(self.t, buffers.clone());
         }
     }
 
@@ -910,12 +910,15 @@ impl Built {
     /// The chunks keep their events decoded ([`Chunk::events`]) rather
     /// than encoded, for a reader that only wants the events: neither
     /// encoded here nor decoded there. Only before the first chunk is taken.
-    pub fn keep_events(&mut self) {
-        if let Some((streams, _)) = &mut self.waiting {
-            for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
-                b.keep_events();
-            }
+    ///
+    /// Returns where the reader gives the emptied buffers back.
+    pub fn keep_events(&mut self) -> Option<super::format::EventBuffers> {
+        let (streams, _) = self.waiting.as_mut()?;
+        let buffers = super::format::EventBuffers::default();
+        for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
+            b.keep_events(&buffers);
         }
+        Some(buffers)
     }
 
     /// Feeds every thread's events to `sinks[t % sinks.len()]`, each
@@ -936,15 +939,17 @@ impl Built {
             return Err(Box::new((self, sinks)));
         };
         let groups = sinks.len();
+        let buffers = super::format::EventBuffers::default();
         let mut by_group: Vec<Vec<(usize, ThreadStream)>> =
             (0..groups).map(|_| Vec::new()).collect();
         for (t, mut st) in streams.into_iter().enumerate() {
             if let Some(b) = st.builder.as_mut() {
-                b.keep_events();
+                b.keep_events(&buffers);
             }
             by_group[t % groups].push((t, st));
         }
         let push = &push;
+        let buffers = &buffers;
         let run = move |mut sink: S, threads: Vec<(usize, ThreadStream)>| {
             let mut failed: Option<(usize, TraceError)> = None;
             for (t, st) in threads {
@@ -961,6 +966,7 @@ impl Built {
                     for ev in &evs {
                         push(&mut sink, ev);
                     }
+                    buffers.give(evs);
                 }
             }
             (sink, failed)

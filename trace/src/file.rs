@@ -880,10 +880,9 @@ impl<R: Read> TraceReader<R> {
     fn events_on(mut self, workers: usize) -> Events<R> {
         // A recorded file's rebuilt chunks are read here only: they keep
         // their events rather than being encoded to be decoded again.
-        if let Some(built) = &mut self.served {
-            built.keep_events();
-        }
+        let buffers = self.served.as_mut().and_then(|b| b.keep_events());
         Events {
+            buffers,
             reader: self,
             pending: Vec::new(),
             pos: 0,
@@ -947,6 +946,8 @@ impl<R: Read> TraceReader<R> {
 /// Iterator over a file's events (see [`TraceReader::events`]).
 pub struct Events<R> {
     reader: TraceReader<R>,
+    /// Where the buffers of kept chunks go back once read.
+    buffers: Option<crate::format::EventBuffers>,
     /// The current chunk's events; those before `pos` were handed out.
     pending: Vec<Event>,
     pos: usize,
@@ -1089,6 +1090,23 @@ impl Drop for Ahead {
 }
 
 impl<R: Read> Events<R> {
+    /// Gives a batch's buffer back once its events were taken
+    /// ([`Events::next_batch`]), to be filled again.
+    pub fn recycle(&mut self, v: Vec<Event>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        match (&self.buffers, &mut self.ahead) {
+            (Some(b), _) => b.give(v),
+            (None, Some(a)) if a.spare.len() < 4 => {
+                let mut v = v;
+                v.clear();
+                a.spare.push(v);
+            }
+            _ => {}
+        }
+    }
+
     /// The rest of the current chunk's events, or the next chunk's, handed
     /// over whole: for a reader that takes events a chunk at a time rather
     /// than one by one (each moved out of the chunk). `None` after the last;
@@ -1113,15 +1131,10 @@ impl<R: Read> Events<R> {
         if self.failed {
             return None;
         }
+        let done = std::mem::take(&mut self.pending);
+        self.recycle(done);
         let next = match &mut self.ahead {
-            Some(a) => {
-                let mut done = std::mem::take(&mut self.pending);
-                if a.spare.len() < 4 && done.capacity() > 0 {
-                    done.clear();
-                    a.spare.push(done);
-                }
-                a.next(&mut self.reader)
-            }
+            Some(a) => a.next(&mut self.reader),
             None => self
                 .reader
                 .next_chunk()

@@ -289,11 +289,47 @@ impl Chunk {
     }
 }
 
+/// Emptied event buffers, handed back by whoever read a kept chunk's events
+/// to the encoders that keep them ([`ChunkEncoder::decoded`]): the next
+/// chunk's events then go into memory already mapped, and often still in
+/// cache, rather than a fresh half-megabyte allocation per chunk (which the
+/// allocator maps and unmaps, and which one thread allocates and another
+/// frees).
+#[derive(Clone, Debug, Default)]
+pub struct EventBuffers(std::sync::Arc<std::sync::Mutex<Vec<Vec<Event>>>>);
+
+impl EventBuffers {
+    /// Most buffers kept waiting: a few chunks per core.
+    const KEEP: usize = 16;
+
+    /// An empty buffer, reused if one was given back.
+    pub fn take(&self) -> Vec<Event> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Gives `v` back, emptied, to be reused (dropped when enough wait).
+    pub fn give(&self, mut v: Vec<Event>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        v.clear();
+        let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < Self::KEEP {
+            pool.push(v);
+        }
+    }
+}
+
 /// Builds chunks from a thread's events, in order.
 pub struct ChunkEncoder {
     thread: u32,
-    /// Keep the events as they are rather than encode them.
-    keep: bool,
+    /// Keep the events as they are rather than encode them, in buffers
+    /// from here.
+    keep: Option<EventBuffers>,
     chunk: Chunk,
     depth: i64,
     start: i64,
@@ -306,7 +342,7 @@ impl ChunkEncoder {
     pub fn new(thread: u32) -> Self {
         ChunkEncoder {
             thread,
-            keep: false,
+            keep: None,
             chunk: Chunk {
                 thread,
                 ..Chunk::default()
@@ -323,16 +359,17 @@ impl ChunkEncoder {
     /// read, which then cost neither the encoding nor the decoding. They are
     /// cut where encoded chunks would be, with the same first times, so a
     /// reader interleaves threads the same way.
-    pub fn decoded(thread: u32) -> Self {
+    /// Their buffers come from `buffers` when a reader gave some back.
+    pub fn decoded(thread: u32, buffers: EventBuffers) -> Self {
         ChunkEncoder {
-            keep: true,
+            keep: Some(buffers),
             ..ChunkEncoder::new(thread)
         }
     }
 
     /// Whether the chunks keep their events decoded.
     pub fn keeps_events(&self) -> bool {
-        self.keep
+        self.keep.is_some()
     }
 
     /// Starts an event at time `t` that may start a new chunk.
@@ -347,13 +384,14 @@ impl ChunkEncoder {
 
     /// Takes an event by value: kept as it is, or encoded.
     pub fn push_event(&mut self, ev: Event) {
-        if !self.keep {
+        let Some(buffers) = &self.keep else {
             return self.push(&ev);
-        }
+        };
         if self.chunk.events.capacity() == 0 {
             // A chunk's worth at once (and a few for the figures after its
             // last call), not grown by doubling and copying.
-            self.chunk.events.reserve_exact(CHUNK_EVENTS + 8);
+            self.chunk.events = buffers.take();
+            self.chunk.events.reserve(CHUNK_EVENTS + 8);
         }
         match &ev {
             // Counters and values stay in their call's chunk, as encoded.
@@ -391,7 +429,7 @@ impl ChunkEncoder {
     }
 
     pub fn push(&mut self, ev: &Event) {
-        if self.keep {
+        if self.keep.is_some() {
             return self.push_event(ev.clone());
         }
         match ev {

@@ -242,12 +242,14 @@ where
     R: std::io::Read,
 {
     while let Some(batch) = events.next_batch() {
-        for ev in &batch? {
+        let batch = batch?;
+        for ev in &batch {
             let Ok(()) = sink.push(ev);
             if sink.done() {
                 return Ok(());
             }
         }
+        events.recycle(batch);
     }
     Ok(())
 }
