@@ -154,7 +154,12 @@ impl Capture {
             String::new(),
             Vec::new(),
         );
-        let mut trace = build::build(base, inputs, build::registered_site);
+        let mut trace = build::build(
+            base,
+            inputs,
+            build::registered_site,
+            Some(build::registered_text()),
+        );
         trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
         let with_allocs = trace.meta().counters == crate::alloc::NAMES;

@@ -22,6 +22,7 @@
 //! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
 //! | 3.2 values | n, then per value: slot, tag, bits (the values the previous call, future or marker recorded) |
 //! | 3.3 marker | zigzag(ts - prev_start), site, depth (an instant marker; depth state unchanged) |
+//! | 3.4 values with strings | as 3.2; a string value's bits index `TraceMeta::strings` (so a reader older than string values stops at it instead of showing an index) |
 //!
 //! New kinds are added as extension subkinds without a version change: a
 //! file with them reads whole here, and a reader older than the subkind
@@ -53,6 +54,7 @@ const EXT_SAMPLE: u64 = 0;
 const EXT_COUNTERS: u64 = 1;
 const EXT_VALUES: u64 = 2;
 const EXT_MARKER: u64 = 3;
+const EXT_STR_VALUES: u64 = 4;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -214,7 +216,7 @@ impl Chunk {
                             values,
                         }));
                     }
-                    EXT_VALUES => {
+                    EXT_VALUES | EXT_STR_VALUES => {
                         let n = d.varint()?;
                         if n > fgtrace_core::values::MAX_VALUES as u64 {
                             return Err(d.corrupt(format!("{n} values on one call")));
@@ -394,7 +396,14 @@ impl ChunkEncoder {
         // As counters: they stay in their call's chunk.
         self.chunk.count += 1;
         put_varint(&mut self.chunk.payload, EV_EXT);
-        put_varint(&mut self.chunk.payload, EXT_VALUES);
+        let strings = v
+            .values
+            .iter()
+            .any(|x| x.tag & fgtrace_core::values::tag::TYPE == fgtrace_core::values::tag::STR);
+        put_varint(
+            &mut self.chunk.payload,
+            if strings { EXT_STR_VALUES } else { EXT_VALUES },
+        );
         put_varint(&mut self.chunk.payload, v.values.len() as u64);
         for x in &v.values {
             put_varint(&mut self.chunk.payload, x.slot as u64);
@@ -710,7 +719,7 @@ mod tests {
         let evs: Vec<Event> = back.events().collect();
         assert_eq!(evs, vec![call, Event::Values(values.clone())]);
         assert_eq!(
-            values.split_display(&t.meta().sites[0]),
+            values.split_display(&t.meta().sites[0], &t.meta().strings),
             ("len=83".to_string(), Some("Ok(-2)".to_string()))
         );
         // A site as files written before values existed spell it: no list.

@@ -200,7 +200,7 @@ impl BoardSession {
             counters: s.counters,
         };
         let sites = self.sites;
-        let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());
+        let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned(), None);
         trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
         trace.meta.mappings = mappings;
         trace
@@ -733,7 +733,7 @@ mod tests {
             .events()
             .filter_map(|e| match e {
                 fgtrace_trace::Event::Values(v) => Some(
-                    v.named(&t.meta().sites[0])
+                    v.named(&t.meta().sites[0], &t.meta().strings)
                         .map(|(n, v)| (n.to_string(), v.bits))
                         .collect::<Vec<_>>(),
                 ),

@@ -621,8 +621,10 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
             if let Event::Values(v) = ev {
                 if v.thread == t {
                     if let Some(info) = self.meta.sites.get(site as usize) {
-                        let args: Vec<String> =
-                            v.named(info).map(|(n, x)| format!("{n}={x}")).collect();
+                        let args: Vec<String> = v
+                            .named(info, &self.meta.strings)
+                            .map(|(n, x)| format!("{n}={x}"))
+                            .collect();
                         if !args.is_empty() {
                             self.line.insert_str(at, &format!(": {}", args.join(", ")));
                         }
@@ -665,7 +667,7 @@ impl<W: Write> GraphWriter<'_, W> {
         v: &fgtrace_trace::CallValues,
     ) -> io::Result<()> {
         if let Some(info) = self.meta.sites.get(site as usize) {
-            let (args, ret) = v.split_display(info);
+            let (args, ret) = v.split_display(info, &self.meta.strings);
             match (semi, ret) {
                 (Some(at), Some(r)) => self.line.insert_str(at, &format!(" = {r}")),
                 (None, Some(r)) => {

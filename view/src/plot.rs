@@ -248,7 +248,10 @@ pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> Str
         thread: 0,
         values: values.to_vec(),
     };
-    let parts: Vec<String> = v.named(info).map(|(n, v)| format!("{n}={v}")).collect();
+    let parts: Vec<String> = v
+        .named(info, &meta.strings)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
     parts.join(", ")
 }
 

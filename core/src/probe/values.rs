@@ -119,7 +119,11 @@ pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
         if !v.is_absent() {
             write(
                 st,
-                RawCall::ext(ext::VALUE, v.bits, i as u64 | (v.tag as u64) << 3),
+                RawCall::ext(
+                    ext::VALUE,
+                    v.bits(),
+                    i as u64 | (v.tag() as u64) << 3 | (v.len() as u64) << 11,
+                ),
             );
         }
     }
