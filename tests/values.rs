@@ -611,3 +611,21 @@ fn string_values_show_in_graph_chrome_perfetto_and_by_value_and_survive_the_file
     assert_eq!(graph(&back), text);
     assert_eq!(by(&back), table);
 }
+
+/// Returns a borrow of its argument inside a `Result`: not a `&'static str`,
+/// so only the variant is recorded (and the fn still compiles).
+#[traced(ret)]
+fn first_word(s: &str) -> Result<usize, &str> {
+    s.find(' ').ok_or(s)
+}
+
+#[test]
+fn an_inner_str_that_is_not_static_records_only_its_variant() {
+    let owned = String::from("no-space");
+    let cap = capture(|| {
+        let _ = first_word("two words");
+        let _ = first_word(&owned);
+    });
+    assert_eq!(value_strings(&cap, "first_word"), ["ret=Ok(3)", "ret=Err"]);
+    assert!(cap.trace().meta.strings.is_empty());
+}
