@@ -428,6 +428,14 @@ fn info(
             with_values.join(", ")
         )?;
     }
+    if !m.strings.is_empty() {
+        writeln!(
+            out,
+            "strings:   {} distinct string value{} (`&'static str`)",
+            m.strings.len(),
+            if m.strings.len() == 1 { "" } else { "s" }
+        )?;
+    }
     writeln!(
         out,
         "calls:     {} ({} lost, {} overruns)",

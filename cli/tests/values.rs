@@ -153,3 +153,69 @@ fn a_recorded_trace_shows_values_in_info_graph_report_and_plot() {
     assert_one_line_failure(&none, "records no values, so none named `len`");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A tokenizer step that records a string (`kind`) and returns one on error.
+#[fgtrace::traced(values(kind), ret)]
+fn token(kind: &'static str, input: &str) -> Result<u32, &'static str> {
+    input.parse().map_err(|_| "bad digit")
+}
+
+#[test]
+fn string_values_in_a_file_written_while_recording_show_in_info_graph_report_and_fail_plot() {
+    let dir = tempdir("strvalues");
+    let live = dir.join("live.fgt");
+    // The session writes the file as it records (version 2: the string
+    // table goes as sections beside the raw chunks).
+    let _ = cli_support::record_as(
+        &dir,
+        "saved.fgt",
+        fgtrace::Config::builtin().output(&live),
+        || {
+            for (kind, input) in [("ident", "1"), ("number", "x"), ("ident", "2")] {
+                let _ = black_box(token(kind, input));
+            }
+        },
+    );
+    for file in [live, dir.join("saved.fgt")] {
+        let p = file.to_str().unwrap();
+        let info = text(&fgtrace_ok(&["info", p]).stdout);
+        assert!(
+            info.contains("strings:   3 distinct string values (`&'static str`)"),
+            "{p}: {info}"
+        );
+        let graph = text(&fgtrace_ok(&["graph", p]).stdout);
+        assert!(
+            graph.contains(r#"token(kind="number") = Err("bad digit");"#),
+            "{p}: {graph}"
+        );
+        assert!(
+            graph.contains(r#"token(kind="ident") = Ok(2);"#),
+            "{p}: {graph}"
+        );
+        let by = text(&fgtrace_ok(&["report", p, "--by", "kind"]).stdout);
+        assert!(by.contains("token by kind: 3 calls"), "{p}: {by}");
+        let row = |k: &str| {
+            by.lines()
+                .find(|l| l.trim_start().starts_with(k))
+                .unwrap_or_else(|| panic!("no row {k} in {by}"))
+                .split_whitespace()
+                .nth(1)
+                .map(String::from)
+        };
+        assert_eq!(row("\"ident\"").as_deref(), Some("2"), "{by}");
+        assert_eq!(row("\"number\"").as_deref(), Some("1"), "{by}");
+        let svg = dir.join("kind.svg");
+        let bad = fgtrace(&[
+            "plot",
+            p,
+            "-f",
+            "token",
+            "--x",
+            "kind",
+            "-o",
+            svg.to_str().unwrap(),
+        ]);
+        assert_one_line_failure(&bad, "value `kind` is a string, not a number");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
