@@ -176,6 +176,21 @@ fn string_values_in_a_file_written_while_recording_show_in_info_graph_report_and
             }
         },
     );
+    // The same file cut before its final metadata (a recording killed
+    // before it stopped): the string table comes from its sections.
+    let bytes = std::fs::read(&live).unwrap();
+    let final_meta = bytes
+        .windows(10)
+        .rposition(|w| w == b"{\"program\"")
+        .unwrap();
+    assert!(final_meta > 16, "no final metadata after the header's");
+    let cut = dir.join("cut.fgt");
+    std::fs::write(&cut, &bytes[..final_meta - 1]).unwrap();
+    let graph = text(&fgtrace_ok(&["graph", cut.to_str().unwrap()]).stdout);
+    assert!(
+        graph.contains(r#"token(kind="number") = Err("bad digit");"#),
+        "cut: {graph}"
+    );
     for file in [live, dir.join("saved.fgt")] {
         let p = file.to_str().unwrap();
         let info = text(&fgtrace_ok(&["info", p]).stdout);
