@@ -179,7 +179,7 @@ pub struct RawChunk {
 /// Reads the text of a string value from its address and length (at most
 /// [`MAX_STR`](fgtrace_core::values::MAX_STR) bytes of it): `Err` holds the
 /// placeholder shown instead when the address cannot be read.
-pub type TextOf = Box<dyn Fn(u64, u32) -> Result<String, String> + Send>;
+pub type TextOf = Box<dyn Fn(u64, u32) -> Result<String, String> + Send + Sync>;
 
 /// Registry site ids to the trace's site indices, in order of first use;
 /// and the trace's string table (the texts of string values, in order of
