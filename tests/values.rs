@@ -629,3 +629,73 @@ fn an_inner_str_that_is_not_static_records_only_its_variant() {
     assert_eq!(value_strings(&cap, "first_word"), ["ret=Ok(3)", "ret=Err"]);
     assert!(cap.trace().meta.strings.is_empty());
 }
+
+/// Two polls: it yields once before it returns.
+#[traced(values(id), ret)]
+async fn fetch(id: u32) -> Result<u32, &'static str> {
+    tokio::task::yield_now().await;
+    if id == 0 {
+        Err("not found")
+    } else {
+        Ok(id * 100)
+    }
+}
+
+#[test]
+fn graph_prints_an_async_fns_values_on_its_first_poll_and_ret_on_its_last() {
+    use fgtrace::view::{GraphOptions, TraceViews};
+    let cap = capture(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            fetch(3).await.ok();
+            fetch(0).await.ok();
+            parse_async("42".into()).await;
+        });
+    });
+    let t = cap.trace();
+    let graph = |t: &fgtrace::Trace| {
+        let mut out = Vec::new();
+        t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let text = graph(t);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
+        .filter(|f| f.starts_with("fetch") || f.starts_with("parse_async"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "fetch(id=3);",
+            r#"fetch() = Ok(300);"#,
+            "fetch(id=0);",
+            r#"fetch() = Err("not found");"#,
+            // One poll: both on it.
+            "parse_async(len=2) = Some(42);"
+        ],
+        "{text}"
+    );
+    // Without the first pass, the polls show none.
+    let mut out = Vec::new();
+    fgtrace::view::write_graph(
+        t.meta(),
+        t.events().map(Ok),
+        &GraphOptions::default(),
+        &mut out,
+    )
+    .unwrap();
+    let plain = String::from_utf8(out).unwrap();
+    assert!(
+        plain.contains("fetch();") && !plain.contains("id=3"),
+        "{plain}"
+    );
+    // The same from the file.
+    let path = std::env::temp_dir().join(format!("fgtrace-asyncvals-{}.fgt", std::process::id()));
+    t.save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(graph(&back), text);
+}

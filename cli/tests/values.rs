@@ -234,3 +234,68 @@ fn string_values_in_a_file_written_while_recording_show_in_info_graph_report_and
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Pending once, then ready: an `async fn` awaiting it is polled twice.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+#[fgtrace::traced(values(id), ret)]
+async fn fetch(id: u32) -> Result<u32, &'static str> {
+    YieldOnce(false).await;
+    if id == 0 {
+        Err("not found")
+    } else {
+        Ok(id * 100)
+    }
+}
+
+/// Polls `f` to completion on this thread.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn graph_prints_an_async_fns_values_on_its_polls_from_a_file() {
+    let dir = tempdir("asyncvalues");
+    let (_, path) = cli_support::record(&dir, || {
+        block_on(fetch(3)).ok();
+        block_on(fetch(0)).ok();
+    });
+    let graph = text(&fgtrace_ok(&["graph", path.to_str().unwrap()]).stdout);
+    let lines: Vec<&str> = graph
+        .lines()
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
+        .filter(|f| f.starts_with("fetch"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "fetch(id=3);",
+            "fetch() = Ok(300);",
+            "fetch(id=0);",
+            r#"fetch() = Err("not found");"#
+        ],
+        "{graph}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
