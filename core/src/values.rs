@@ -97,7 +97,7 @@ impl RawValue {
 
     /// A string value's length in bytes (saturating at `u32::MAX`); 0 otherwise.
     #[inline(always)]
-    pub const fn len(self) -> u32 {
+    pub const fn str_len(self) -> u32 {
         self.len
     }
 
@@ -376,9 +376,9 @@ mod tests {
         let v = value(&TEXT);
         assert_eq!(v.tag(), tag::STR);
         assert_eq!(v.bits(), TEXT.as_ptr() as usize as u64);
-        assert_eq!(v.len(), 9);
+        assert_eq!(v.str_len(), 9);
         assert_eq!(value(&&TEXT), v);
-        assert_eq!(v.in_variant(tag::ERR).len(), 9);
+        assert_eq!(v.in_variant(tag::ERR).str_len(), 9);
         assert_eq!(v.in_variant(tag::ERR).tag(), tag::ERR | tag::STR);
         assert!(RawValue::new(0x1000, tag::STR).is_absent());
         assert!(RawValue::new(0x1000, tag::SOME | tag::STR).is_absent());

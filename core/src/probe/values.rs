@@ -157,48 +157,6 @@ fn unmask(saved: usize) {
     let _ = saved;
 }
 
-/// A simulated interrupt for the core's tests: a handler (traced code) that
-/// [`arm`](irq_sim::arm) sets runs at the next [`point`](irq_sim::point) where
-/// interrupts are not masked, as a board's interrupt would land there.
-#[cfg(test)]
-pub(super) mod irq_sim {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        static MASKED: Cell<u32> = const { Cell::new(0) };
-        static PENDING: Cell<Option<fn()>> = const { Cell::new(None) };
-    }
-
-    /// The next unmasked [`point`] runs `handler`.
-    pub(in crate::probe) fn arm(handler: fn()) {
-        PENDING.with(|p| p.set(Some(handler)));
-    }
-
-    /// Where an interrupt may land: runs the pending handler unless masked.
-    pub(in crate::probe) fn point() {
-        if MASKED.with(|m| m.get()) == 0 {
-            if let Some(h) = PENDING.with(|p| p.take()) {
-                h();
-            }
-        }
-    }
-
-    /// Masks (nests); returns what [`unmask`] takes.
-    pub(in crate::probe) fn mask() -> u32 {
-        MASKED.with(|m| {
-            m.set(m.get() + 1);
-            m.get() - 1
-        })
-    }
-
-    /// Restores what [`mask`] returned; a handler that became pending while
-    /// masked runs now, as a real one would once unmasked.
-    pub(in crate::probe) fn unmask(saved: u32) {
-        MASKED.with(|m| m.set(saved));
-        point();
-    }
-}
-
 /// Entry probe of one poll of a future its caller follows itself (a
 /// `tracing` span entered once per poll): a call flagged as a poll, as
 /// [`TracedFuture`](super::TracedFuture)'s polls are; the caller records the
@@ -236,7 +194,7 @@ pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
                 RawCall::ext(
                     ext::VALUE,
                     v.bits(),
-                    i as u64 | (v.tag() as u64) << 3 | (v.len() as u64) << 11,
+                    i as u64 | (v.tag() as u64) << 3 | (v.str_len() as u64) << 11,
                 ),
             );
         }
@@ -327,5 +285,47 @@ impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
                 })
             });
         }
+    }
+}
+
+/// A simulated interrupt for the core's tests: a handler (traced code) that
+/// [`arm`](irq_sim::arm) sets runs at the next [`point`](irq_sim::point) where
+/// interrupts are not masked, as a board's interrupt would land there.
+#[cfg(test)]
+pub(super) mod irq_sim {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static MASKED: Cell<u32> = const { Cell::new(0) };
+        static PENDING: Cell<Option<fn()>> = const { Cell::new(None) };
+    }
+
+    /// The next unmasked [`point`] runs `handler`.
+    pub(in crate::probe) fn arm(handler: fn()) {
+        PENDING.with(|p| p.set(Some(handler)));
+    }
+
+    /// Where an interrupt may land: runs the pending handler unless masked.
+    pub(in crate::probe) fn point() {
+        if MASKED.with(|m| m.get()) == 0 {
+            if let Some(h) = PENDING.with(|p| p.take()) {
+                h();
+            }
+        }
+    }
+
+    /// Masks (nests); returns what [`unmask`] takes.
+    pub(in crate::probe) fn mask() -> u32 {
+        MASKED.with(|m| {
+            m.set(m.get() + 1);
+            m.get() - 1
+        })
+    }
+
+    /// Restores what [`mask`] returned; a handler that became pending while
+    /// masked runs now, as a real one would once unmasked.
+    pub(in crate::probe) fn unmask(saved: u32) {
+        MASKED.with(|m| m.set(saved));
+        point();
     }
 }
