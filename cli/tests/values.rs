@@ -232,6 +232,24 @@ fn string_values_in_a_file_written_while_recording_show_in_info_graph_report_and
         ]);
         assert_one_line_failure(&bad, "value `kind` is a string, not a number");
     }
+    // Firefox's markers and the HTML report's slowest calls carry them too.
+    let p = dir.join("saved.fgt");
+    let p = p.to_str().unwrap();
+    let ff = dir.join("ff.json");
+    fgtrace_ok(&["firefox", p, "--json", "-o", ff.to_str().unwrap()]);
+    let ff = std::fs::read_to_string(&ff).unwrap();
+    assert!(
+        ff.contains(r#"kind=\"number\", ret=Err(\"bad digit\")"#),
+        "no string values in the Firefox markers"
+    );
+    let html = dir.join("run.html");
+    fgtrace_ok(&["html", p, "-o", html.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains("token(kind=&quot;number&quot;, ret=Err(&quot;bad digit&quot;))")
+            || html.contains(r#"token(kind="number", ret=Err("bad digit"))"#),
+        "no string values in the HTML slowest calls"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
