@@ -100,4 +100,13 @@ mod leaf {
         session().resume();
         b.bench(|| (0..CALLS).map(|x| str_and_ret(x).unwrap_or(0)).sum::<u64>());
     }
+
+    /// `a_no_values` again, last: the first bench of a run also pays the
+    /// session's warm-up (its buffers' first pages), so the baseline is
+    /// measured at both ends.
+    #[divan::bench]
+    fn f_no_values_again(b: divan::Bencher) {
+        session().resume();
+        b.bench(|| (0..CALLS).map(no_values).sum::<u64>());
+    }
 }
