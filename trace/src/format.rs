@@ -717,10 +717,49 @@ mod tests {
         let back = Trace::read_from(&bytes[..]).unwrap();
         assert_eq!(back.meta().sites, t.meta().sites);
         let evs: Vec<Event> = back.events().collect();
-        assert_eq!(evs, vec![call, Event::Values(values.clone())]);
+        assert_eq!(evs, vec![call.clone(), Event::Values(values.clone())]);
         assert_eq!(
             values.split_display(&t.meta().sites[0], &t.meta().strings),
             ("len=83".to_string(), Some("Ok(-2)".to_string()))
+        );
+        // No string: the event is 3.2, as before string values; the
+        // metadata has no string table.
+        let payload = |v: &CallValues| {
+            let mut enc = ChunkEncoder::new(0);
+            enc.push(&Event::Values(v.clone()));
+            enc.finish().remove(0).payload
+        };
+        assert_eq!(payload(&values)[..2], [EV_EXT as u8, EXT_VALUES as u8]);
+        assert!(!crate::json::to_string(t.meta())
+            .unwrap()
+            .contains("strings"));
+        // A string: 3.4 (an older reader stops there), and the table in the
+        // metadata, both read back.
+        let mut with_str = values.clone();
+        with_str.values[1] = Value {
+            slot: 1,
+            tag: tag::ERR | tag::STR,
+            bits: 0,
+        };
+        assert_eq!(
+            payload(&with_str)[..2],
+            [EV_EXT as u8, EXT_STR_VALUES as u8]
+        );
+        let mut meta = t.meta().clone();
+        meta.strings = vec!["bad digit".into()];
+        let mut enc = ChunkEncoder::new(0);
+        enc.push(&call);
+        enc.push(&Event::Values(with_str.clone()));
+        let t2 = Trace::from_chunks(meta, enc.finish());
+        let mut bytes = Vec::new();
+        t2.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta().strings, ["bad digit"]);
+        let evs: Vec<Event> = back.events().collect();
+        assert_eq!(evs[1], Event::Values(with_str.clone()));
+        assert_eq!(
+            with_str.split_display(&back.meta().sites[0], &back.meta().strings),
+            ("len=83".to_string(), Some("Err(\"bad digit\")".to_string()))
         );
         // A site as files written before values existed spell it: no list.
         let old = r#"{"name":"f","module_path":"m","file":"f.rs","line":3,"is_async":false}"#;

@@ -309,6 +309,45 @@ mod tests {
     }
 
     #[test]
+    fn string_values_index_the_merged_string_table() {
+        use fgtrace_core::values::tag;
+        let mut a = meta("a", 1, 1_000, vec![site("lex", 1)]);
+        a.strings = vec!["ident".into(), "number".into()];
+        let mut b = meta("b", 2, 1_000, vec![site("lex", 1)]);
+        b.strings = vec!["number".into(), "bad digit".into()];
+        let m = Merge::new(&[a, b]);
+        assert_eq!(m.meta().strings, ["ident", "number", "bad digit"]);
+        let values = |bits: u64| {
+            Event::Values(crate::CallValues {
+                thread: 0,
+                values: vec![crate::Value {
+                    slot: 0,
+                    tag: tag::ERR | tag::STR,
+                    bits,
+                }],
+            })
+        };
+        let text = |ev: Event| match ev {
+            Event::Values(v) => v.values[0].shown(&m.meta().strings).to_string(),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            text(m.map(1, values(0)).unwrap().unwrap()),
+            "Err(\"number\")"
+        );
+        assert_eq!(
+            text(m.map(1, values(1)).unwrap().unwrap()),
+            "Err(\"bad digit\")"
+        );
+        assert_eq!(
+            text(m.map(0, values(0)).unwrap().unwrap()),
+            "Err(\"ident\")"
+        );
+        // An index its trace's table lacks stays unresolved, never another string.
+        assert!(text(m.map(1, values(7)).unwrap().unwrap()).starts_with("Err(<str #"));
+    }
+
+    #[test]
     fn the_same_function_in_two_traces_is_one_site_and_threads_stay_apart() {
         let a = meta("a", 1, 1_000, vec![site("parse", 1), site("run", 9)]);
         let b = meta("b", 2, 1_500, vec![site("run", 9), site("other", 3)]);
