@@ -515,6 +515,16 @@ fn static_str_values_are_recorded_and_read_back_as_text() {
     for s in ["ident", "number", "bad digit"] {
         assert_eq!(strings.iter().filter(|t| *t == s).count(), 1, "{strings:?}");
     }
+    // Growth against a string is refused, naming it.
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_growth("parse_token", "kind", Growth::Linear);
+    }))
+    .expect_err("a growth fitted against a string");
+    let msg = err.downcast_ref::<String>().unwrap();
+    assert!(
+        msg.contains(r#"`parse_token`'s `kind` is "ident", not a number"#),
+        "{msg}"
+    );
     // Cut at the documented cap, with a marker.
     let long = cap.values("long_label")[0].text("s").unwrap().to_string();
     assert_eq!(long.chars().count(), fgtrace::__private::MAX_STR + 1);

@@ -225,7 +225,8 @@ impl Capture {
             };
             let Some(x) = v.number() else {
                 fail(format!(
-                    "assert_growth: `{name}`'s `{value}` is {v}, not a number"
+                    "assert_growth: `{name}`'s `{value}` is {}, not a number",
+                    c.shown(value).unwrap_or_default()
                 ));
             };
             points.push((x, y(c).unwrap_or(0.0)));
@@ -252,7 +253,7 @@ impl Capture {
             );
             for (i, ratio) in furthest_above(&points, &fit, 5) {
                 let c = &calls[i];
-                let vals: Vec<String> = c.values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                let vals = c.pairs();
                 msg.push_str(&format!(
                     "\n  {name}({}): {what} {} ({ratio:.1}x the fit)",
                     vals.join(", "),
