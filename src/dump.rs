@@ -119,7 +119,8 @@ fn snapshot_inner(active: &Active, open: Option<(u32, Vec<crate::buffer::RawCall
         base,
         inputs,
         build::registered_site,
-        Some(build::registered_text()),
+        // SAFETY: the records are this process's probes' (its buffers).
+        Some(unsafe { build::registered_text() }),
     )
 }
 

@@ -102,13 +102,14 @@ impl RawValue {
     }
 
     /// The same value under a `Result`/`Option` variant (one of [`tag`]'s
-    /// variant constants).
+    /// variant constants; only its variant bits count, so the value's type
+    /// stays what it was).
     #[inline(always)]
     pub const fn in_variant(self, variant: u8) -> RawValue {
         RawValue {
             bits: self.bits,
             len: self.len,
-            tag: self.tag & tag::TYPE | variant,
+            tag: self.tag & tag::TYPE | variant & tag::VARIANT,
         }
     }
 
@@ -383,5 +384,8 @@ mod tests {
         assert!(RawValue::new(0x1000, tag::STR).is_absent());
         assert!(RawValue::new(0x1000, tag::SOME | tag::STR).is_absent());
         assert_eq!(RawValue::new(7, tag::UNSIGNED).bits(), 7);
+        // Nor through a variant: it cannot change a value's type.
+        let forged = RawValue::new(0x1000, tag::UNSIGNED).in_variant(tag::STR);
+        assert_eq!(forged.tag(), tag::UNSIGNED);
     }
 }

@@ -87,7 +87,9 @@ impl Gathered {
     pub(super) fn new(origin: u64, out: Option<Output>) -> Gathered {
         Gathered {
             origin,
-            sites: SiteMap::with_text(build::registered_text()),
+            // SAFETY: the collector encodes only the batches of this
+            // process's probes.
+            sites: SiteMap::with_text(unsafe { build::registered_text() }),
             threads: Vec::new(),
             out,
             auto: None,

@@ -158,7 +158,8 @@ impl Capture {
             base,
             inputs,
             build::registered_site,
-            Some(build::registered_text()),
+            // SAFETY: a capture's records are this process's probes'.
+            Some(unsafe { build::registered_text() }),
         );
         trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 

@@ -149,10 +149,15 @@ pub fn registered_site(id: u32) -> Option<SiteInfo> {
 
 /// Reads a string value recorded in this process: the text of the
 /// `&'static str` whose address and length it holds (see [`text_of_bytes`]).
-/// For [`SiteMap::with_text`] where the records come from this process's
-/// probes: only `Value`'s impl for `&'static str` makes a string value, so the
-/// address is one of a string that lives as long as the process.
-pub fn registered_text() -> super::recorded::TextOf {
+///
+/// # Safety
+///
+/// The reader may only see records this process's probes wrote (its
+/// buffers, through the collector, a capture or a dump): only `Value`'s impl
+/// for `&'static str` makes a string value there, so the address is one of
+/// a string that lives as long as the process. Records from anywhere else (a
+/// board, a file, records made by hand) may hold any address.
+pub unsafe fn registered_text() -> super::recorded::TextOf {
     Box::new(|addr, len| {
         let n = (len as usize).min(fgtrace_core::values::MAX_STR);
         // SAFETY: see above: `addr` is the start of a `&'static str` of
