@@ -414,6 +414,7 @@ impl Session {
         let mut meta = TraceMeta {
             count_only,
             sites: std::mem::take(&mut g.sites.sites),
+            strings: std::mem::take(&mut g.sites.strings),
             threads: infos,
             sampling,
             sampler,

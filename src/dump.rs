@@ -115,7 +115,13 @@ fn snapshot_inner(active: &Active, open: Option<(u32, Vec<crate::buffer::RawCall
             .map(|c| c.name().to_string())
             .collect(),
     );
-    build::build(base, inputs, build::registered_site)
+    build::build(
+        base,
+        inputs,
+        build::registered_site,
+        // SAFETY: the records are this process's probes' (its buffers).
+        Some(unsafe { build::registered_text() }),
+    )
 }
 
 /// [`snapshot_of`], plus the calls still open on the calling thread (the

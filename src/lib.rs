@@ -82,7 +82,7 @@ pub mod __private {
     pub use fgtrace_core::probe::{enter, enter_values, Guard, TracedFuture, ValuesFuture};
     pub use fgtrace_core::site::Site;
     pub use fgtrace_core::values::{
-        call_once, shape, tag, value, Inner, InnerOther, InnerValue, RawValue, Shape,
+        call_once, shape, tag, value, Inner, InnerOther, InnerValue, RawValue, Shape, MAX_STR,
     };
 
     /// Sessions whose state is still allocated, and shadow stacks alive in

@@ -445,3 +445,267 @@ fn ret_works_on_methods_returning_borrows_of_self() {
     assert_eq!(b.bytes, [8]);
     assert_eq!(value_strings(&cap, "first_mut"), ["ret=Some"]);
 }
+
+/// Strings a tokenizer names its token kinds and errors with.
+#[traced(values(kind), ret)]
+fn parse_token(kind: &'static str, input: &str) -> Result<u32, &'static str> {
+    input.parse().map_err(|_| "bad digit")
+}
+
+#[traced(ret)]
+fn token_name(i: u32) -> Option<&'static str> {
+    ["ident", "number"].get(i as usize).copied()
+}
+
+/// A string longer than the cap the host keeps.
+static LONG: &str = concat!(
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "tail that is cut"
+);
+
+#[traced(values(s))]
+fn long_label(s: &'static str) -> usize {
+    s.len()
+}
+
+fn string_trace() -> fgtrace::testing::Capture {
+    capture(|| {
+        for (kind, input) in [
+            ("ident", "12"),
+            ("number", "x"),
+            ("ident", "y"),
+            ("ident", "7"),
+        ] {
+            let _ = parse_token(kind, input);
+        }
+        token_name(0);
+        token_name(5);
+        long_label(LONG);
+    })
+}
+
+#[test]
+fn static_str_values_are_recorded_and_read_back_as_text() {
+    let cap = string_trace();
+    let calls = cap.values("parse_token");
+    let shown: Vec<String> = calls.iter().map(|c| c.pairs().join(" ")).collect();
+    assert_eq!(
+        shown,
+        [
+            r#"kind="ident" ret=Ok(12)"#,
+            r#"kind="number" ret=Err("bad digit")"#,
+            r#"kind="ident" ret=Err("bad digit")"#,
+            r#"kind="ident" ret=Ok(7)"#
+        ]
+    );
+    assert_eq!(calls[1].text("kind"), Some("number"));
+    assert_eq!(calls[1].text("ret"), Some("bad digit"));
+    assert_eq!(calls[0].text("ret"), None, "Ok(12) is no string");
+    let names: Vec<String> = cap
+        .values("token_name")
+        .iter()
+        .map(|c| c.shown("ret").unwrap())
+        .collect();
+    assert_eq!(names, [r#"Some("ident")"#, "None"]);
+    // Each distinct text once in the trace's string table.
+    let strings = &cap.trace().meta.strings;
+    for s in ["ident", "number", "bad digit"] {
+        assert_eq!(strings.iter().filter(|t| *t == s).count(), 1, "{strings:?}");
+    }
+    // Growth against a string is refused, naming it.
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_growth("parse_token", "kind", Growth::Linear);
+    }))
+    .expect_err("a growth fitted against a string");
+    let msg = err.downcast_ref::<String>().unwrap();
+    assert!(
+        msg.contains(r#"`parse_token`'s `kind` is "ident", not a number"#),
+        "{msg}"
+    );
+    // Cut at the documented cap, with a marker.
+    let long = cap.values("long_label")[0].text("s").unwrap().to_string();
+    assert_eq!(long.chars().count(), fgtrace::__private::MAX_STR + 1);
+    assert!(long.ends_with('…') && LONG.starts_with(long.trim_end_matches('…')));
+}
+
+#[test]
+fn string_values_show_in_graph_chrome_perfetto_and_by_value_and_survive_the_file() {
+    use fgtrace::view::{GraphOptions, HexResolve, TraceViews};
+    let t = string_trace().trace().clone();
+    let graph = |t: &fgtrace::Trace| {
+        let mut out = Vec::new();
+        t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let text = graph(&t);
+    assert!(
+        text.contains(r#"parse_token(kind="number") = Err("bad digit");"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"parse_token(kind="ident") = Ok(12);"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"token_name() = Some("ident");"#), "{text}");
+    let events = || t.events().map(Ok);
+    let mut chrome = Vec::new();
+    fgtrace::view::chrome::write_chrome(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut chrome,
+    )
+    .unwrap();
+    let chrome = String::from_utf8(chrome).unwrap();
+    assert!(chrome.contains(r#""kind":"number""#), "{chrome}");
+    assert!(chrome.contains(r#""ret":"Err(\"bad digit\")""#), "{chrome}");
+    let mut pf = Vec::new();
+    fgtrace::view::perfetto::write_perfetto(
+        t.meta(),
+        events(),
+        HexResolve,
+        &Default::default(),
+        &mut pf,
+    )
+    .unwrap();
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    // A string annotation: field 6 (string_value), length 6, "number".
+    assert!(has(&pf, b"\x32\x06number"), "no `number` string annotation");
+    assert!(
+        has(&pf, br#"Err("bad digit")"#),
+        "no Err(\"bad digit\") annotation"
+    );
+    // `--by kind`: a row per distinct string.
+    let by = |t: &fgtrace::Trace| {
+        let mut out = Vec::new();
+        fgtrace::view::by_value::write_by_value(
+            t.meta(),
+            t.events().map(Ok),
+            &fgtrace::view::by_value::ByValueOptions {
+                value: "kind".into(),
+                function: Some("parse_token".into()),
+                threads: Vec::new(),
+                max_rows: 0,
+            },
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let table = by(&t);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+            .to_string()
+    };
+    assert!(
+        row("\"ident\"").split_whitespace().any(|w| w == "3"),
+        "{table}"
+    );
+    assert!(
+        row("\"number\"").split_whitespace().any(|w| w == "1"),
+        "{table}"
+    );
+    // The same after a round trip through the file format.
+    let path = std::env::temp_dir().join(format!("fgtrace-strvalues-{}.fgt", std::process::id()));
+    t.save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(back.meta.strings, t.meta.strings);
+    assert_eq!(graph(&back), text);
+    assert_eq!(by(&back), table);
+}
+
+/// Returns a borrow of its argument inside a `Result`: not a `&'static str`,
+/// so only the variant is recorded (and the fn still compiles).
+#[traced(ret)]
+fn first_word(s: &str) -> Result<usize, &str> {
+    s.find(' ').ok_or(s)
+}
+
+#[test]
+fn an_inner_str_that_is_not_static_records_only_its_variant() {
+    let owned = String::from("no-space");
+    let cap = capture(|| {
+        let _ = first_word("two words");
+        let _ = first_word(&owned);
+    });
+    assert_eq!(value_strings(&cap, "first_word"), ["ret=Ok(3)", "ret=Err"]);
+    assert!(cap.trace().meta.strings.is_empty());
+}
+
+/// Two polls: it yields once before it returns.
+#[traced(values(id), ret)]
+async fn fetch(id: u32) -> Result<u32, &'static str> {
+    tokio::task::yield_now().await;
+    if id == 0 {
+        Err("not found")
+    } else {
+        Ok(id * 100)
+    }
+}
+
+#[test]
+fn graph_prints_an_async_fns_values_on_its_first_poll_and_ret_on_its_last() {
+    use fgtrace::view::{GraphOptions, TraceViews};
+    let cap = capture(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            fetch(3).await.ok();
+            fetch(0).await.ok();
+            parse_async("42".into()).await;
+        });
+    });
+    let t = cap.trace();
+    let graph = |t: &fgtrace::Trace| {
+        let mut out = Vec::new();
+        t.write_graph(&GraphOptions::default(), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let text = graph(t);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
+        .filter(|f| f.starts_with("fetch") || f.starts_with("parse_async"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "fetch(id=3);",
+            r#"fetch() = Ok(300);"#,
+            "fetch(id=0);",
+            r#"fetch() = Err("not found");"#,
+            // One poll: both on it.
+            "parse_async(len=2) = Some(42);"
+        ],
+        "{text}"
+    );
+    // Without the first pass, the polls show none.
+    let mut out = Vec::new();
+    fgtrace::view::write_graph(
+        t.meta(),
+        t.events().map(Ok),
+        &GraphOptions::default(),
+        &mut out,
+    )
+    .unwrap();
+    let plain = String::from_utf8(out).unwrap();
+    assert!(
+        plain.contains("fetch();") && !plain.contains("id=3"),
+        "{plain}"
+    );
+    // The same from the file.
+    let path = std::env::temp_dir().join(format!("fgtrace-asyncvals-{}.fgt", std::process::id()));
+    t.save(&path).unwrap();
+    let back = fgtrace::Trace::load(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert_eq!(graph(&back), text);
+}

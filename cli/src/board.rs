@@ -3,7 +3,8 @@
 //! sends it host commands, prints its console text, and writes each
 //! recording session as an ordinary trace.
 
-use fgtrace_view::board_stream::{elf_mappings, Decoder, Output};
+use fgtrace_trace::recorded::TextOf;
+use fgtrace_view::board_stream::{elf_mappings, Decoder, ElfStrings, Output};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,10 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         Some(elf) => elf_mappings(elf)?,
         None => Vec::new(),
     };
+    // Checked now, so a bad ELF fails before the board runs.
+    if let Some(elf) = &args.elf {
+        ElfStrings::read(elf)?;
+    }
     let mut commands = String::new();
     for c in &args.commands {
         if c.contains('\n') || c.len() > 60 {
@@ -153,7 +158,14 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         };
         let ended = s.ended();
         let id = s.id();
-        let trace = s.into_trace(mappings.clone());
+        // String values are read from the firmware's read-only data.
+        let text_of = match &args.elf {
+            Some(elf) => Some(ElfStrings::read(elf)?.text_of()),
+            None => Some(Box::new(|addr, len| {
+                Err(format!("<str {addr:#x}+{len}: give --elf to read it>"))
+            }) as TextOf),
+        };
+        let trace = s.into_trace_with(mappings.clone(), text_of);
         let meta = trace.meta();
         let lost = meta.total_lost();
         let samples = meta.total_samples();

@@ -264,6 +264,16 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 max_depth: a.depth,
                 thresh_ns: a.thresh.unwrap_or(0),
                 off_cpu: a.offcpu,
+                // An `async fn`'s values go on its polls: a first pass over
+                // the file finds them (only when there are any).
+                poll_values: if view::graph::PollValues::wanted(&meta) {
+                    Some(std::sync::Arc::new(view::graph::PollValues::collect(
+                        &meta,
+                        open(&a.file)?.events(),
+                    )))
+                } else {
+                    None
+                },
                 ..GraphOptions::default()
             };
             view::write_graph(&meta, r.events(), &opts, out).map_err(|e| io_err(&a.file, e))
@@ -428,6 +438,14 @@ fn info(
             with_values.len(),
             if with_values.len() == 1 { "" } else { "s" },
             with_values.join(", ")
+        )?;
+    }
+    if !m.strings.is_empty() {
+        writeln!(
+            out,
+            "strings:   {} distinct string value{} (`&'static str`)",
+            m.strings.len(),
+            if m.strings.len() == 1 { "" } else { "s" }
         )?;
     }
     writeln!(

@@ -153,3 +153,167 @@ fn a_recorded_trace_shows_values_in_info_graph_report_and_plot() {
     assert_one_line_failure(&none, "records no values, so none named `len`");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A tokenizer step that records a string (`kind`) and returns one on error.
+#[fgtrace::traced(values(kind), ret)]
+fn token(kind: &'static str, input: &str) -> Result<u32, &'static str> {
+    input.parse().map_err(|_| "bad digit")
+}
+
+#[test]
+fn string_values_in_a_file_written_while_recording_show_in_info_graph_report_and_fail_plot() {
+    let dir = tempdir("strvalues");
+    let live = dir.join("live.fgt");
+    // The session writes the file as it records (version 2: the string
+    // table goes as sections beside the raw chunks).
+    let _ = cli_support::record_as(
+        &dir,
+        "saved.fgt",
+        fgtrace::Config::builtin().output(&live),
+        || {
+            for (kind, input) in [("ident", "1"), ("number", "x"), ("ident", "2")] {
+                let _ = black_box(token(kind, input));
+            }
+        },
+    );
+    // The same file cut before its final metadata (a recording killed
+    // before it stopped): the string table comes from its sections.
+    let bytes = std::fs::read(&live).unwrap();
+    let final_meta = bytes
+        .windows(10)
+        .rposition(|w| w == b"{\"program\"")
+        .unwrap();
+    assert!(final_meta > 16, "no final metadata after the header's");
+    let cut = dir.join("cut.fgt");
+    std::fs::write(&cut, &bytes[..final_meta - 1]).unwrap();
+    let graph = text(&fgtrace_ok(&["graph", cut.to_str().unwrap()]).stdout);
+    assert!(
+        graph.contains(r#"token(kind="number") = Err("bad digit");"#),
+        "cut: {graph}"
+    );
+    for file in [live, dir.join("saved.fgt")] {
+        let p = file.to_str().unwrap();
+        let info = text(&fgtrace_ok(&["info", p]).stdout);
+        assert!(
+            info.contains("strings:   3 distinct string values (`&'static str`)"),
+            "{p}: {info}"
+        );
+        let graph = text(&fgtrace_ok(&["graph", p]).stdout);
+        assert!(
+            graph.contains(r#"token(kind="number") = Err("bad digit");"#),
+            "{p}: {graph}"
+        );
+        assert!(
+            graph.contains(r#"token(kind="ident") = Ok(2);"#),
+            "{p}: {graph}"
+        );
+        let by = text(&fgtrace_ok(&["report", p, "--by", "kind"]).stdout);
+        assert!(by.contains("token by kind: 3 calls"), "{p}: {by}");
+        let row = |k: &str| {
+            by.lines()
+                .find(|l| l.trim_start().starts_with(k))
+                .unwrap_or_else(|| panic!("no row {k} in {by}"))
+                .split_whitespace()
+                .nth(1)
+                .map(String::from)
+        };
+        assert_eq!(row("\"ident\"").as_deref(), Some("2"), "{by}");
+        assert_eq!(row("\"number\"").as_deref(), Some("1"), "{by}");
+        let svg = dir.join("kind.svg");
+        let bad = fgtrace(&[
+            "plot",
+            p,
+            "-f",
+            "token",
+            "--x",
+            "kind",
+            "-o",
+            svg.to_str().unwrap(),
+        ]);
+        assert_one_line_failure(&bad, "value `kind` is a string, not a number");
+    }
+    // Firefox's markers and the HTML report's slowest calls carry them too.
+    let p = dir.join("saved.fgt");
+    let p = p.to_str().unwrap();
+    let ff = dir.join("ff.json");
+    fgtrace_ok(&["firefox", p, "--json", "-o", ff.to_str().unwrap()]);
+    let ff = std::fs::read_to_string(&ff).unwrap();
+    assert!(
+        ff.contains(r#"kind=\"number\", ret=Err(\"bad digit\")"#),
+        "no string values in the Firefox markers"
+    );
+    let html = dir.join("run.html");
+    fgtrace_ok(&["html", p, "-o", html.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains("token(kind=&quot;number&quot;, ret=Err(&quot;bad digit&quot;))")
+            || html.contains(r#"token(kind="number", ret=Err("bad digit"))"#),
+        "no string values in the HTML slowest calls"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Pending once, then ready: an `async fn` awaiting it is polled twice.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+#[fgtrace::traced(values(id), ret)]
+async fn fetch(id: u32) -> Result<u32, &'static str> {
+    YieldOnce(false).await;
+    if id == 0 {
+        Err("not found")
+    } else {
+        Ok(id * 100)
+    }
+}
+
+/// Polls `f` to completion on this thread.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn graph_prints_an_async_fns_values_on_its_polls_from_a_file() {
+    let dir = tempdir("asyncvalues");
+    let (_, path) = cli_support::record(&dir, || {
+        block_on(fetch(3)).ok();
+        block_on(fetch(0)).ok();
+    });
+    let graph = text(&fgtrace_ok(&["graph", path.to_str().unwrap()]).stdout);
+    let lines: Vec<&str> = graph
+        .lines()
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
+        .filter(|f| f.starts_with("fetch"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "fetch(id=3);",
+            "fetch() = Ok(300);",
+            "fetch(id=0);",
+            r#"fetch() = Err("not found");"#
+        ],
+        "{graph}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -30,7 +30,8 @@ pub mod ext {
     pub const COUNTER: u64 = 3;
     /// a = the bits of one value `#[traced(values(..))]` recorded for the
     /// call, b = its slot (low 3 bits: an index into the site's value
-    /// names) | its tag (the next 8 bits, see [`crate::values::tag`]).
+    /// names) | its tag (the next 8 bits, see [`crate::values::tag`]) | a
+    /// string's length (the next 32 bits; a string's `a` is its address).
     /// Written only for calls whose site has values.
     pub const VALUE: u64 = 4;
     /// The record just before is not a call but an instant marker (a

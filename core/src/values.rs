@@ -8,7 +8,10 @@
 //! [`crate::site::Site::values`]; a value record says its slot there.
 //!
 //! The accepted types are the ones [`Value`] is implemented for: integers up
-//! to 64 bits, `bool` and `char` (and references to them). A return value
+//! to 64 bits, `bool`, `char` and `&'static str` (and references to them). A
+//! string is recorded as its address and length, never copied: the host
+//! reads the text later (the collector in the process, from the string
+//! itself; a board's host, from the firmware's ELF). A return value
 //! (`ret`) may also be a `Result` or an `Option` ([`Ret`]): its variant, with
 //! the inner value when that is one of the accepted types. Anything else is a
 //! compile error at the expression, naming the accepted types.
@@ -29,6 +32,10 @@ pub mod tag {
     pub const BOOL: u8 = 3;
     /// A `char` (its scalar value).
     pub const CHAR: u8 = 4;
+    /// A `&'static str`: in a [`RawValue`](super::RawValue), its address
+    /// (the length beside it); in a trace, an index into the trace's string
+    /// table.
+    pub const STR: u8 = 5;
     /// Mask of the type bits.
     pub const TYPE: u8 = 0x0f;
     /// Variant `Ok(..)` of a returned `Result`.
@@ -43,26 +50,66 @@ pub mod tag {
     pub const VARIANT: u8 = 0xf0;
 }
 
-/// One recorded value: 64 bits and a [`tag`].
+/// The longest string value a host keeps, in bytes: a longer one is cut (at
+/// a character boundary) and marked with `…`.
+pub const MAX_STR: usize = 256;
+
+/// One recorded value: 64 bits and a [`tag`] (a string's length beside).
+///
+/// The fields are private: a string value's address is read by the host as
+/// a `&'static str`, so only [`Value`]'s impl for `&'static str` may make one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RawValue {
-    /// The value's bits (see [`tag`]).
-    pub bits: u64,
-    /// What the bits are.
-    pub tag: u8,
+    bits: u64,
+    len: u32,
+    tag: u8,
 }
 
 impl RawValue {
     /// No value.
-    pub const ABSENT: RawValue = RawValue { bits: 0, tag: 0 };
+    pub const ABSENT: RawValue = RawValue {
+        bits: 0,
+        len: 0,
+        tag: 0,
+    };
+
+    /// A value of `bits` and `tag` (any tag but [`tag::STR`], which gives
+    /// [`RawValue::ABSENT`]: a string value is made from a `&'static str`).
+    #[inline(always)]
+    pub const fn new(bits: u64, tag: u8) -> RawValue {
+        if tag & tag::TYPE == tag::STR {
+            return RawValue::ABSENT;
+        }
+        RawValue { bits, len: 0, tag }
+    }
+
+    /// The value's bits (see [`tag`]; a string's address).
+    #[inline(always)]
+    pub const fn bits(self) -> u64 {
+        self.bits
+    }
+
+    /// What the bits are (see [`tag`]).
+    #[inline(always)]
+    pub const fn tag(self) -> u8 {
+        self.tag
+    }
+
+    /// A string value's length in bytes (saturating at `u32::MAX`); 0 otherwise.
+    #[inline(always)]
+    pub const fn str_len(self) -> u32 {
+        self.len
+    }
 
     /// The same value under a `Result`/`Option` variant (one of [`tag`]'s
-    /// variant constants).
+    /// variant constants; only its variant bits count, so the value's type
+    /// stays what it was).
     #[inline(always)]
     pub const fn in_variant(self, variant: u8) -> RawValue {
         RawValue {
             bits: self.bits,
-            tag: self.tag & tag::TYPE | variant,
+            len: self.len,
+            tag: self.tag & tag::TYPE | variant & tag::VARIANT,
         }
     }
 
@@ -77,8 +124,8 @@ impl RawValue {
     message = "`#[traced(values(..))]` cannot record a value of type `{Self}`",
     label = "this expression is a `{Self}`",
     note = "a recorded value is an integer (i8, i16, i32, i64, isize, u8, u16, u32, u64, usize), \
-            a `bool` or a `char` (or a reference to one); record what matters of it instead, \
-            e.g. `len = input.len()`"
+            a `bool`, a `char` or a `&'static str` (or a reference to one); record what matters \
+            of it instead, e.g. `len = input.len()`"
 )]
 pub trait Value {
     /// The value's bits and tag.
@@ -90,9 +137,10 @@ macro_rules! values {
         impl Value for $t {
             #[inline(always)]
             fn raw(&self) -> RawValue {
-                RawValue { bits: *self as $conv as u64, tag: $tag }
+                RawValue { bits: *self as $conv as u64, len: 0, tag: $tag }
             }
         }
+        impl Plain for $t {}
         impl Ret for $t {
             type Ok = ();
             type Err = ();
@@ -116,6 +164,43 @@ impl<T: Value + ?Sized> Value for &T {
     }
 }
 
+/// A string: its address and length (saturating at `u32::MAX`; the host
+/// keeps at most [`MAX_STR`] bytes anyway). `'static` because the host reads
+/// it after the call, possibly after the thread ended.
+impl Value for &'static str {
+    #[inline(always)]
+    fn raw(&self) -> RawValue {
+        let len = self.len();
+        RawValue {
+            bits: self.as_ptr() as usize as u64,
+            len: if len > u32::MAX as usize {
+                u32::MAX
+            } else {
+                len as u32
+            },
+            tag: tag::STR,
+        }
+    }
+}
+
+impl Ret for &'static str {
+    type Ok = ();
+    type Err = ();
+    #[inline(always)]
+    fn shape(&self) -> Shape<'_, (), ()> {
+        Shape::Plain(self.raw())
+    }
+}
+
+/// The [`Value`] types but `&'static str`: the inner values of a
+/// `Result`/`Option` that [`Inner`] picks by type. A string inside one is
+/// recorded only where the return type spells it `&'static str` (the
+/// expansion then calls [`value`]): picking it by type would also pick a
+/// `&'a str`, and turn a fn that returns one into a borrow error.
+pub trait Plain: Value {}
+
+impl<T: Plain + ?Sized> Plain for &T {}
+
 /// What a returned value is: a plain value, or a variant with maybe an inner one.
 pub enum Shape<'a, O, E> {
     /// One of the [`Value`] types.
@@ -137,8 +222,8 @@ pub enum Shape<'a, O, E> {
     message = "`#[traced(ret)]` cannot record a return value of type `{Self}`",
     label = "this fn returns a `{Self}`",
     note = "a recorded return value is an integer (i8, i16, i32, i64, isize, u8, u16, u32, u64, \
-            usize), a `bool`, a `char`, or a `Result`/`Option` (recorded as its variant, with the \
-            inner value when it is one of those)"
+            usize), a `bool`, a `char`, a `&'static str`, or a `Result`/`Option` (recorded as its \
+            variant, with the inner value when it is one of those)"
 )]
 pub trait Ret {
     /// The `Ok`/`Some` type (`()` otherwise).
@@ -204,7 +289,7 @@ pub fn call_once<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Inner values of a `Result`/`Option`: `(&&Inner(x)).inner()` is the value
-/// of `x` when its type is a [`Value`] type ([`InnerValue`]), and
+/// of `x` when its type is a [`Plain`] type ([`InnerValue`]), and
 /// [`RawValue::ABSENT`] for any other type ([`InnerOther`]), chosen by
 /// method resolution (auto-ref) where the expansion names the concrete type.
 pub struct Inner<'a, T>(pub &'a T);
@@ -215,7 +300,7 @@ pub trait InnerValue {
     fn inner(&self) -> RawValue;
 }
 
-impl<T: Value> InnerValue for &Inner<'_, T> {
+impl<T: Plain> InnerValue for &Inner<'_, T> {
     #[inline(always)]
     fn inner(&self) -> RawValue {
         self.0.raw()
@@ -245,6 +330,7 @@ mod tests {
             value(&-3i32),
             RawValue {
                 bits: -3i64 as u64,
+                len: 0,
                 tag: tag::SIGNED
             }
         );
@@ -254,6 +340,7 @@ mod tests {
             value(&true),
             RawValue {
                 bits: 1,
+                len: 0,
                 tag: tag::BOOL
             }
         );
@@ -277,6 +364,28 @@ mod tests {
             Shape::Err(e) => (&&Inner(e)).inner().in_variant(tag::ERR),
             _ => unreachable!(),
         };
-        assert_eq!(v.tag, tag::ERR, "an &str inner value is not recorded");
+        assert_eq!(
+            v.tag,
+            tag::ERR,
+            "an &str inner value is not picked by type (only where the type spells `&'static str`)"
+        );
+    }
+
+    #[test]
+    fn a_static_str_is_its_address_and_length_and_cannot_be_forged() {
+        static TEXT: &str = "bad digit";
+        let v = value(&TEXT);
+        assert_eq!(v.tag(), tag::STR);
+        assert_eq!(v.bits(), TEXT.as_ptr() as usize as u64);
+        assert_eq!(v.str_len(), 9);
+        assert_eq!(value(&&TEXT), v);
+        assert_eq!(v.in_variant(tag::ERR).str_len(), 9);
+        assert_eq!(v.in_variant(tag::ERR).tag(), tag::ERR | tag::STR);
+        assert!(RawValue::new(0x1000, tag::STR).is_absent());
+        assert!(RawValue::new(0x1000, tag::SOME | tag::STR).is_absent());
+        assert_eq!(RawValue::new(7, tag::UNSIGNED).bits(), 7);
+        // Nor through a variant: it cannot change a value's type.
+        let forged = RawValue::new(0x1000, tag::UNSIGNED).in_variant(tag::STR);
+        assert_eq!(forged.tag(), tag::UNSIGNED);
     }
 }

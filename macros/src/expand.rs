@@ -419,15 +419,31 @@ fn instrument_values(
     }
     let ret_of = |r: &Ident, ty: &Type| -> TokenStream {
         let shape = quote_spanned!(ty.span()=> #krate::__private::shape::<#ty>(#r));
+        // An inner `&'static str` (spelled so in the return type) is recorded
+        // as a string; any other inner type is picked by type (`Inner`).
+        let (ok_static, err_static) = static_str_args(ty);
+        let inner = |x: &Ident, is_str: bool| {
+            if is_str {
+                quote!(#krate::__private::value(#x))
+            } else {
+                quote!((&&__FgtraceInner(#x)).inner())
+            }
+        };
+        let (o, e) = (
+            Ident::new("o", Span::call_site()),
+            Ident::new("e", Span::call_site()),
+        );
+        let ok = inner(&o, ok_static);
+        let err = inner(&e, err_static);
         quote! {{
             #[allow(unused_imports)]
             use #krate::__private::{InnerOther as _, InnerValue as _};
             use #krate::__private::{tag as __fgtrace_tag, Inner as __FgtraceInner, Shape as __FgtraceShape};
             match #shape {
                 __FgtraceShape::Plain(v) => v,
-                __FgtraceShape::Ok(o) => (&&__FgtraceInner(o)).inner().in_variant(__fgtrace_tag::OK),
-                __FgtraceShape::Err(e) => (&&__FgtraceInner(e)).inner().in_variant(__fgtrace_tag::ERR),
-                __FgtraceShape::Some(o) => (&&__FgtraceInner(o)).inner().in_variant(__fgtrace_tag::SOME),
+                __FgtraceShape::Ok(#o) => #ok.in_variant(__fgtrace_tag::OK),
+                __FgtraceShape::Err(#e) => #err.in_variant(__fgtrace_tag::ERR),
+                __FgtraceShape::Some(#o) => #ok.in_variant(__fgtrace_tag::SOME),
                 __FgtraceShape::None => #krate::__private::RawValue::ABSENT.in_variant(__fgtrace_tag::NONE),
             }
         }}
@@ -482,6 +498,33 @@ fn instrument_values(
         }
     }
     Ok(())
+}
+
+/// Whether a `Result<A, B>` / `Option<A>` return type spells its inner
+/// types `&'static str`: (A is, B is).
+fn static_str_args(ty: &Type) -> (bool, bool) {
+    let Type::Path(p) = ty else {
+        return (false, false);
+    };
+    let Some(last) = p.path.segments.last() else {
+        return (false, false);
+    };
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return (false, false);
+    };
+    if last.ident != "Result" && last.ident != "Option" {
+        return (false, false);
+    }
+    let is_static_str = |a: Option<&syn::GenericArgument>| {
+        let Some(syn::GenericArgument::Type(Type::Reference(r))) = a else {
+            return false;
+        };
+        r.mutability.is_none()
+            && r.lifetime.as_ref().is_some_and(|l| l.ident == "static")
+            && matches!(&*r.elem, Type::Path(p) if p.qself.is_none() && p.path.is_ident("str"))
+    };
+    let mut it = args.args.iter();
+    (is_static_str(it.next()), is_static_str(it.next()))
 }
 
 /// A never-taken `return` that fixes an async block's output type to the

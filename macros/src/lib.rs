@@ -39,10 +39,11 @@ mod tests;
 /// `#[traced(values(len = input.len(), depth))]` records up to 4 values with
 /// every call (`name = expression`, or an argument's bare name), evaluated at
 /// entry; `ret` (alone or inside `values(..)`) records the return value. A
-/// value is an integer up to 64 bits, a `bool` or a `char` (or a reference to
-/// one); a return value may also be a `Result` or `Option` (its variant, with
-/// the inner value when it is one of those). Any other type is a compile
-/// error at the expression. On an `impl` block they go on each method; on an
+/// value is an integer up to 64 bits, a `bool`, a `char` or a `&'static str`
+/// (or a reference to one); a return value may also be a `Result` or `Option`
+/// (its variant, with the inner value when it is one of those; an inner
+/// string where the return type spells it `&'static str`). Any other type is
+/// a compile error at the expression. On an `impl` block they go on each method; on an
 /// `async fn` the values are taken at the first poll, the return value at
 /// completion. A fn without them expands exactly as before.
 ///

@@ -61,6 +61,8 @@ pub(super) struct Output {
     pub(super) w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
     pub(super) path: PathBuf,
     pub(super) sites_written: usize,
+    /// String table entries written so far.
+    pub(super) strings_written: usize,
     pub(super) threads_written: usize,
     /// The first write that failed; nothing is written after it.
     pub(super) error: Option<String>,
@@ -85,7 +87,9 @@ impl Gathered {
     pub(super) fn new(origin: u64, out: Option<Output>) -> Gathered {
         Gathered {
             origin,
-            sites: SiteMap::default(),
+            // SAFETY: the collector encodes only the batches of this
+            // process's probes.
+            sites: SiteMap::with_text(unsafe { build::registered_text() }),
             threads: Vec::new(),
             out,
             auto: None,
@@ -196,6 +200,13 @@ impl Gathered {
                         o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
                     o.sites_written += 1;
                 }
+                while r.is_ok() && o.strings_written < self.sites.strings.len() {
+                    r = o.w.string(
+                        o.strings_written as u32,
+                        &self.sites.strings[o.strings_written],
+                    );
+                    o.strings_written += 1;
+                }
                 let r = r
                     .and_then(|_| Self::announce(o, i, who))
                     .and_then(|_| o.w.raw(&c));
@@ -295,6 +306,7 @@ pub(super) fn open_output(
         w,
         path: path.to_path_buf(),
         sites_written: 0,
+        strings_written: 0,
         threads_written: 0,
         error: None,
         dirty: false,
@@ -318,6 +330,11 @@ pub(super) fn finish_output(
         r =
             o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
         o.sites_written += 1;
+    }
+    while r.is_ok() && o.strings_written < meta.strings.len() {
+        r =
+            o.w.string(o.strings_written as u32, &meta.strings[o.strings_written]);
+        o.strings_written += 1;
     }
     while r.is_ok() && o.threads_written < meta.threads.len() {
         let t = &meta.threads[o.threads_written];

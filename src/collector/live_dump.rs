@@ -148,6 +148,7 @@ fn dumped_trace(
     let mut meta = TraceMeta {
         count_only,
         sites: g.sites.sites.clone(),
+        strings: g.sites.strings.clone(),
         threads: infos,
         ..meta_of(
             &cal,

@@ -154,7 +154,13 @@ impl Capture {
             String::new(),
             Vec::new(),
         );
-        let mut trace = build::build(base, inputs, build::registered_site);
+        let mut trace = build::build(
+            base,
+            inputs,
+            build::registered_site,
+            // SAFETY: a capture's records are this process's probes'.
+            Some(unsafe { build::registered_text() }),
+        );
         trace.meta.off_cpu = super::switches::to_meta(&cal, trace.meta.duration_ns, off);
 
         let with_allocs = trace.meta().counters == crate::alloc::NAMES;

@@ -17,12 +17,34 @@ pub struct CallValues {
     pub allocations: Option<u64>,
     /// Retired instructions, callees included (where counted).
     pub instructions: Option<u64>,
+    /// The trace's string table, which string values index.
+    strings: std::sync::Arc<[String]>,
 }
 
 impl CallValues {
     /// The value named `name`.
     pub fn get(&self, name: &str) -> Option<Value> {
         self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// The text of the string value named `name` (a `&'static str`, also
+    /// inside `Ok`/`Err`/`Some`).
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.get(name)?.text(&self.strings)
+    }
+
+    /// The value named `name` as the graph prints it: `83`, `Ok(3)`,
+    /// strings as Rust spells them (`"ident"`, `Err("bad digit")`).
+    pub fn shown(&self, name: &str) -> Option<String> {
+        Some(self.get(name)?.shown(&self.strings).to_string())
+    }
+
+    /// `name=value` for each value, as [`CallValues::shown`] prints them.
+    pub fn pairs(&self) -> Vec<String> {
+        self.values
+            .iter()
+            .map(|(n, v)| format!("{n}={}", v.shown(&self.strings)))
+            .collect()
     }
 }
 
@@ -76,6 +98,7 @@ impl Capture {
     pub fn values(&self, name: &str) -> Vec<CallValues> {
         let mask = self.site_mask(name);
         let sites = &self.trace.meta().sites;
+        let strings: std::sync::Arc<[String]> = self.trace.meta().strings.clone().into();
         let named = |site: u32, vals: &[Value]| -> Vec<(String, Value)> {
             let names = &sites[site as usize].values;
             vals.iter()
@@ -99,6 +122,7 @@ impl Capture {
                     values: Vec::new(),
                     allocations: s.allocs.map(|a| a.allocs),
                     instructions: s.instr,
+                    strings: strings.clone(),
                 });
                 continue;
             }
@@ -110,6 +134,7 @@ impl Capture {
                 values: named(s.call.site, v),
                 allocations: s.allocs.map(|a| a.allocs),
                 instructions: s.instr,
+                strings: strings.clone(),
             });
         }
         for (i, f) in self.futures.iter().enumerate() {
@@ -122,6 +147,7 @@ impl Capture {
                     values: named(f.site, v),
                     allocations: None,
                     instructions: None,
+                    strings: strings.clone(),
                 });
             }
         }
@@ -199,7 +225,8 @@ impl Capture {
             };
             let Some(x) = v.number() else {
                 fail(format!(
-                    "assert_growth: `{name}`'s `{value}` is {v}, not a number"
+                    "assert_growth: `{name}`'s `{value}` is {}, not a number",
+                    c.shown(value).unwrap_or_default()
                 ));
             };
             points.push((x, y(c).unwrap_or(0.0)));
@@ -226,7 +253,7 @@ impl Capture {
             );
             for (i, ratio) in furthest_above(&points, &fit, 5) {
                 let c = &calls[i];
-                let vals: Vec<String> = c.values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                let vals = c.pairs();
                 msg.push_str(&format!(
                     "\n  {name}({}): {what} {} ({ratio:.1}x the fit)",
                     vals.join(", "),

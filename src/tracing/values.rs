@@ -29,7 +29,7 @@ impl Collect<'_> {
     #[inline]
     fn set(&mut self, field: &Field, bits: u64, tag: u8) {
         if let Some(slot) = self.callsite.slot(field.index()) {
-            self.values[slot] = RawValue { bits, tag };
+            self.values[slot] = RawValue::new(bits, tag);
         }
     }
 }

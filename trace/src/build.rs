@@ -147,6 +147,46 @@ pub fn registered_site(id: u32) -> Option<SiteInfo> {
     fgtrace_core::site::site_by_id(id).map(site_info)
 }
 
+/// Reads a string value recorded in this process: the text of the
+/// `&'static str` whose address and length it holds (see [`text_of_bytes`]).
+///
+/// # Safety
+///
+/// The reader may only see records this process's probes wrote (its
+/// buffers, through the collector, a capture or a dump): only `Value`'s impl
+/// for `&'static str` makes a string value there, so the address is one of
+/// a string that lives as long as the process. Records from anywhere else (a
+/// board, a file, records made by hand) may hold any address.
+pub unsafe fn registered_text() -> super::recorded::TextOf {
+    Box::new(|addr, len| {
+        let n = (len as usize).min(fgtrace_core::values::MAX_STR);
+        // SAFETY: see above: `addr` is the start of a `&'static str` of
+        // `len` bytes or more, so its first `n` bytes are readable for ever.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, n) };
+        Ok(text_of_bytes(bytes, len))
+    })
+}
+
+/// The text of a string value from its first bytes (at most
+/// [`MAX_STR`](fgtrace_core::values::MAX_STR)) and its whole length: cut at
+/// the last whole character, with `…` when the string was longer. Bytes
+/// that are not UTF-8 (an address that was not a string's) are replaced.
+pub fn text_of_bytes(bytes: &[u8], len: u32) -> String {
+    let bytes = &bytes[..bytes.len().min(fgtrace_core::values::MAX_STR)];
+    let mut text = match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        // A character cut by the limit: keep what is whole.
+        Err(e) if e.error_len().is_none() => {
+            String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned()
+        }
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    };
+    if len as usize > bytes.len() {
+        text.push('…');
+    }
+    text
+}
+
 fn site_info(s: &Site) -> SiteInfo {
     SiteInfo {
         name: s.name.to_string(),
@@ -160,15 +200,20 @@ fn site_info(s: &Site) -> SiteInfo {
 
 /// `site_of` names the sites that records refer to by id (the process's
 /// registry, or a site table that came with the records).
+///
+/// `text_of` reads the texts of string values ([`registered_text`] for
+/// records of this process; `None`: they are placeholders).
 pub fn build(
     base: MetaBase,
     inputs: Vec<ThreadInput>,
     site_of: impl Fn(u32) -> Option<SiteInfo>,
+    text_of: Option<super::recorded::TextOf>,
 ) -> Trace {
     let cal = base.cal;
     let origin = cal.origin.ticks;
     let scale = TickScale::new(cal.ticks_per_ns);
     let mut sites = SiteMap::default();
+    sites.text_of = text_of;
     let mut threads = Vec::new();
     let mut chunks = Vec::new();
     let with_allocs = alloc_figures::recorded(&inputs);
@@ -196,11 +241,13 @@ pub fn build(
             samples_lost: input.samples_lost,
         });
     }
-    let meta = TraceMeta {
+    let mut meta = TraceMeta {
         sites: sites.sites,
         threads,
+        strings: sites.strings,
         ..head
     };
+    meta.note_unreadable_strings(sites.strings_unreadable);
     Trace::from_chunks(meta, format::interleave(chunks))
 }
 
@@ -1340,7 +1387,7 @@ mod tests {
             records,
             ..ThreadInput::empty(1, "t".into())
         };
-        let t = build(stream_base(), vec![input], |_| None);
+        let t = build(stream_base(), vec![input], |_| None, None);
         let got: Vec<String> = t
             .events()
             .map(|e| match e {
@@ -1558,7 +1605,7 @@ mod tests {
             dropped: 7,
             ..ThreadInput::empty(1, "t".into())
         };
-        let t = build(stream_base(), vec![input], |_| None);
+        let t = build(stream_base(), vec![input], |_| None, None);
         let got: Vec<String> = t
             .events()
             .map(|e| match e {
@@ -1617,7 +1664,7 @@ mod tests {
             samples,
             ..ThreadInput::empty(1, "t".into())
         };
-        let t = build(stream_base(), vec![input], |_| None);
+        let t = build(stream_base(), vec![input], |_| None, None);
         let got: Vec<(u64, u32)> = t.samples().map(|s| (s.ts_ns, s.shadow_depth)).collect();
         assert_eq!(
             got,

@@ -14,6 +14,10 @@
 //!                thread's off-CPU intervals closed since its last such
 //!                section (times in ns; `gap` from the previous interval's
 //!                end, the first from 0; kind 0 blocked, 1 preempted)
+//!              9 string: index, UTF-8 text (an entry of the string table
+//!                string values index, written before the first raw chunk
+//!                that refers to it; readers older than string values stop
+//!                at it: "unknown section kind 0x09")
 //! end          kind=0xFF u8, section_count varint, "END!"
 //! ```
 //!
@@ -132,6 +136,7 @@ const SEC_SAMPLES: u8 = 5;
 const SEC_META: u8 = 6;
 const SEC_OVERWRITTEN: u8 = 7;
 const SEC_OFFCPU: u8 = 8;
+const SEC_STRING: u8 = 9;
 
 pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
     let json = crate::json::to_vec(meta)?;
@@ -211,6 +216,11 @@ impl<W: Write> RecordingWriter<W> {
     pub fn site(&mut self, index: u32, info: &super::SiteInfo) -> io::Result<()> {
         let json = crate::json::to_vec(info)?;
         self.section(SEC_SITE, &[index as u64], &json)
+    }
+
+    /// Entry `index` of the string table.
+    pub fn string(&mut self, index: u32, text: &str) -> io::Result<()> {
+        self.section(SEC_STRING, &[index as u64], text.as_bytes())
     }
 
     pub fn thread(&mut self, index: u32, tid: u32, name: &str) -> io::Result<()> {
@@ -434,6 +444,7 @@ impl<R: Read> TraceReader<R> {
             threads: Vec::new(),
         };
         let mut sites: Vec<super::SiteInfo> = Vec::new();
+        let mut strings: Vec<String> = Vec::new();
         let mut threads: Vec<super::ThreadInfo> = Vec::new();
         let mut final_meta: Option<TraceMeta> = None;
         // Off-CPU sections, by thread (used where the final metadata is missing).
@@ -498,6 +509,16 @@ impl<R: Read> TraceReader<R> {
                         let info = crate::json::from_slice(&payload[d.pos..])
                             .map_err(|e| d.corrupt(format!("site is not valid: {e}")))?;
                         sites.push(info);
+                    }
+                    SEC_STRING => {
+                        let i = d.varint()?;
+                        if i != strings.len() as u64 {
+                            return Err(d.corrupt(format!(
+                                "string {i} announced after {} strings",
+                                strings.len()
+                            )));
+                        }
+                        strings.push(String::from_utf8_lossy(&payload[d.pos..]).into_owned());
                     }
                     SEC_THREAD => {
                         let i = d.varint()?;
@@ -715,6 +736,7 @@ impl<R: Read> TraceReader<R> {
             Some(m) if failure.is_none() => meta = m,
             _ => {
                 meta.sites = sites;
+                meta.strings = strings;
                 for (t, c) in threads.iter_mut().zip(&calls) {
                     t.calls = *c;
                 }

@@ -22,6 +22,7 @@
 //! | 3.1 counters | n, value... (entry-to-exit deltas of the previous call) |
 //! | 3.2 values | n, then per value: slot, tag, bits (the values the previous call, future or marker recorded) |
 //! | 3.3 marker | zigzag(ts - prev_start), site, depth (an instant marker; depth state unchanged) |
+//! | 3.4 values with strings | as 3.2; a string value's bits index `TraceMeta::strings` (so a reader older than string values stops at it instead of showing an index) |
 //!
 //! New kinds are added as extension subkinds without a version change: a
 //! file with them reads whole here, and a reader older than the subkind
@@ -53,6 +54,7 @@ const EXT_SAMPLE: u64 = 0;
 const EXT_COUNTERS: u64 = 1;
 const EXT_VALUES: u64 = 2;
 const EXT_MARKER: u64 = 3;
+const EXT_STR_VALUES: u64 = 4;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -236,7 +238,7 @@ impl Chunk {
                             values,
                         }));
                     }
-                    EXT_VALUES => {
+                    EXT_VALUES | EXT_STR_VALUES => {
                         let n = d.varint()?;
                         if n > fgtrace_core::values::MAX_VALUES as u64 {
                             return Err(d.corrupt(format!("{n} values on one call")));
@@ -505,7 +507,14 @@ impl ChunkEncoder {
         // As counters: they stay in their call's chunk.
         self.chunk.count += 1;
         put_varint(&mut self.chunk.payload, EV_EXT);
-        put_varint(&mut self.chunk.payload, EXT_VALUES);
+        let strings = v
+            .values
+            .iter()
+            .any(|x| x.tag & fgtrace_core::values::tag::TYPE == fgtrace_core::values::tag::STR);
+        put_varint(
+            &mut self.chunk.payload,
+            if strings { EXT_STR_VALUES } else { EXT_VALUES },
+        );
         put_varint(&mut self.chunk.payload, v.values.len() as u64);
         for x in &v.values {
             put_varint(&mut self.chunk.payload, x.slot as u64);
@@ -819,10 +828,49 @@ mod tests {
         let back = Trace::read_from(&bytes[..]).unwrap();
         assert_eq!(back.meta().sites, t.meta().sites);
         let evs: Vec<Event> = back.events().collect();
-        assert_eq!(evs, vec![call, Event::Values(values.clone())]);
+        assert_eq!(evs, vec![call.clone(), Event::Values(values.clone())]);
         assert_eq!(
-            values.split_display(&t.meta().sites[0]),
+            values.split_display(&t.meta().sites[0], &t.meta().strings),
             ("len=83".to_string(), Some("Ok(-2)".to_string()))
+        );
+        // No string: the event is 3.2, as before string values; the
+        // metadata has no string table.
+        let payload = |v: &CallValues| {
+            let mut enc = ChunkEncoder::new(0);
+            enc.push(&Event::Values(v.clone()));
+            enc.finish().remove(0).payload
+        };
+        assert_eq!(payload(&values)[..2], [EV_EXT as u8, EXT_VALUES as u8]);
+        assert!(!crate::json::to_string(t.meta())
+            .unwrap()
+            .contains("strings"));
+        // A string: 3.4 (an older reader stops there), and the table in the
+        // metadata, both read back.
+        let mut with_str = values.clone();
+        with_str.values[1] = Value {
+            slot: 1,
+            tag: tag::ERR | tag::STR,
+            bits: 0,
+        };
+        assert_eq!(
+            payload(&with_str)[..2],
+            [EV_EXT as u8, EXT_STR_VALUES as u8]
+        );
+        let mut meta = t.meta().clone();
+        meta.strings = vec!["bad digit".into()];
+        let mut enc = ChunkEncoder::new(0);
+        enc.push(&call);
+        enc.push(&Event::Values(with_str.clone()));
+        let t2 = Trace::from_chunks(meta, enc.finish());
+        let mut bytes = Vec::new();
+        t2.write_to(&mut bytes).unwrap();
+        let back = Trace::read_from(&bytes[..]).unwrap();
+        assert_eq!(back.meta().strings, ["bad digit"]);
+        let evs: Vec<Event> = back.events().collect();
+        assert_eq!(evs[1], Event::Values(with_str.clone()));
+        assert_eq!(
+            with_str.split_display(&back.meta().sites[0], &back.meta().strings),
+            ("len=83".to_string(), Some("Err(\"bad digit\")".to_string()))
         );
         // A site as files written before values existed spell it: no list.
         let old = r#"{"name":"f","module_path":"m","file":"f.rs","line":3,"is_async":false}"#;

@@ -159,6 +159,11 @@ pub struct TraceMeta {
     /// auto-exclude (and in every file written before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub count_only: Vec<CountOnly>,
+    /// The texts of the string values calls recorded (`&'static str`): a
+    /// string [`Value`]'s bits index this table. Empty without string
+    /// values (and in every file written before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strings: Vec<String>,
 }
 
 /// One function switched to count-only on one thread: after the switch its
@@ -204,6 +209,17 @@ pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
 
 /// Totals saturate: the counts come from a file and may be anything.
 impl TraceMeta {
+    /// Says in the warnings that `n` string values could not be read (their
+    /// placeholders stand in the string table instead).
+    pub fn note_unreadable_strings(&mut self, n: u64) {
+        if n > 0 {
+            self.warnings.push(format!(
+                "{n} string value{} could not be read (shown as `<str ADDRESS+LEN ..>`)",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+    }
+
     /// The program and its pid as the views title a trace: `prog (pid 42)`,
     /// or the program alone for a merged trace (pid 0: several processes,
     /// each named with its pid in `program`).
@@ -400,12 +416,35 @@ impl Value {
     }
 }
 
-impl std::fmt::Display for Value {
-    /// As Rust spells it: `83`, `-5`, `true`, `'x'`, `Ok(3)`, `Err`, `None`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Value {
+    /// A string value's text, from the trace's string table
+    /// ([`TraceMeta::strings`]); `None` for other values (and an index the
+    /// table does not have).
+    pub fn text<'a>(&self, strings: &'a [String]) -> Option<&'a str> {
+        use fgtrace_core::values::tag;
+        if self.tag & tag::TYPE != tag::STR {
+            return None;
+        }
+        strings.get(self.bits as usize).map(String::as_str)
+    }
+
+    /// The value with the trace's string table, to print it: a string as
+    /// Rust spells it (`"bad digit"`, `Err("bad digit")`).
+    pub fn shown(self, strings: &[String]) -> Shown<'_> {
+        Shown {
+            value: self,
+            strings,
+        }
+    }
+
+    fn fmt_in(&self, f: &mut std::fmt::Formatter<'_>, strings: &[String]) -> std::fmt::Result {
         use fgtrace_core::values::tag;
         let inner = |f: &mut std::fmt::Formatter<'_>| -> std::fmt::Result {
             match self.tag & tag::TYPE {
+                tag::STR => match self.text(strings) {
+                    Some(t) => write!(f, "{t:?}"),
+                    None => write!(f, "<str #{}>", self.bits),
+                },
                 tag::SIGNED => write!(f, "{}", self.bits as i64),
                 tag::UNSIGNED => write!(f, "{}", self.bits),
                 tag::BOOL => write!(f, "{}", self.bits != 0),
@@ -433,6 +472,43 @@ impl std::fmt::Display for Value {
     }
 }
 
+impl std::fmt::Display for Value {
+    /// As Rust spells it: `83`, `-5`, `true`, `'x'`, `Ok(3)`, `Err`, `None`;
+    /// a string, which needs the trace's string table ([`Value::shown`]),
+    /// as `<str #index>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.fmt_in(f, &[])
+    }
+}
+
+/// A [`Value`] with the trace's string table: prints strings as their text.
+#[derive(Clone, Copy, Debug)]
+pub struct Shown<'a> {
+    pub value: Value,
+    strings: &'a [String],
+}
+
+impl Shown<'_> {
+    /// A string value's text (see [`Value::text`]).
+    pub fn text(&self) -> Option<&str> {
+        self.value.text(self.strings)
+    }
+}
+
+impl std::ops::Deref for Shown<'_> {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
+impl std::fmt::Display for Shown<'_> {
+    /// As [`Value`]'s, with strings as Rust spells them: `"ident"`, `Err("bad digit")`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt_in(f, self.strings)
+    }
+}
+
 /// The values the call just before this event on the same thread recorded
 /// (`#[traced(values(..))]`), in slot order; present only for calls that have
 /// values. Follows a `Call` or a `Future` (an `async fn`'s values belong to
@@ -444,19 +520,24 @@ pub struct CallValues {
 }
 
 impl CallValues {
-    /// `name=value` pairs, with the names of `site`. A value whose slot the
+    /// `name=value` pairs, with the names of `site` (and the trace's string
+    /// table, [`TraceMeta::strings`], to show strings). A value whose slot the
     /// site does not name (a board's site table carries no names) is left out.
-    pub fn named<'a>(&'a self, site: &'a SiteInfo) -> impl Iterator<Item = (&'a str, Value)> + 'a {
-        self.values
-            .iter()
-            .filter_map(move |v| Some((site.values.get(v.slot as usize)?.as_str(), *v)))
+    pub fn named<'a>(
+        &'a self,
+        site: &'a SiteInfo,
+        strings: &'a [String],
+    ) -> impl Iterator<Item = (&'a str, Shown<'a>)> + 'a {
+        self.values.iter().filter_map(move |v| {
+            Some((site.values.get(v.slot as usize)?.as_str(), v.shown(strings)))
+        })
     }
 
     /// `len=83, depth=2` and, apart, the return value (`Ok`), as `graph` prints them.
-    pub fn split_display(&self, site: &SiteInfo) -> (String, Option<String>) {
+    pub fn split_display(&self, site: &SiteInfo, strings: &[String]) -> (String, Option<String>) {
         let mut args = Vec::new();
         let mut ret = None;
-        for (n, v) in self.named(site) {
+        for (n, v) in self.named(site, strings) {
             if n == "ret" && v.slot as usize + 1 == site.values.len() {
                 ret = Some(v.to_string());
             } else {

@@ -18,6 +18,8 @@ pub struct Merge {
     meta: TraceMeta,
     /// Per trace: its site index -> the merged index.
     sites: Vec<Vec<u32>>,
+    /// Per trace: its string table index -> the merged one.
+    strings: Vec<Vec<u32>>,
     /// Per trace: the merged index of its first thread.
     thread_base: Vec<u32>,
     /// Per trace: nanoseconds added to its times.
@@ -65,6 +67,8 @@ impl Merge {
         let mut by_key: HashMap<(String, String, String, u32, bool), u32> = HashMap::new();
         let (mut sites, mut thread_base, mut shift_ns) = (Vec::new(), Vec::new(), Vec::new());
         let mut samples_left_out = 0u64;
+        let mut by_text: HashMap<String, u32> = HashMap::new();
+        let mut strings = Vec::new();
         for (m, name) in metas.iter().zip(&names) {
             let map: Vec<u32> = m
                 .sites
@@ -83,6 +87,17 @@ impl Merge {
                     })
                 })
                 .collect();
+            let string_map: Vec<u32> = m
+                .strings
+                .iter()
+                .map(|t| {
+                    *by_text.entry(t.clone()).or_insert_with(|| {
+                        meta.strings.push(t.clone());
+                        (meta.strings.len() - 1) as u32
+                    })
+                })
+                .collect();
+            strings.push(string_map);
             let base = meta.threads.len() as u32;
             let shift = m.clock.start_unix_ns.saturating_sub(origin);
             // Count-only functions, on the merged threads and sites (an
@@ -134,6 +149,7 @@ impl Merge {
         Merge {
             meta,
             sites,
+            strings,
             thread_base,
             shift_ns,
             keep_counters,
@@ -194,6 +210,14 @@ impl Merge {
             }
             Event::Values(mut v) => {
                 v.thread = v.thread.saturating_add(base);
+                for x in &mut v.values {
+                    if x.tag & fgtrace_core::values::tag::TYPE == fgtrace_core::values::tag::STR {
+                        // An index its trace's table lacks stays out of the merged table's range.
+                        x.bits = self.strings[i]
+                            .get(x.bits as usize)
+                            .map_or(u64::MAX, |&s| s as u64);
+                    }
+                }
                 Event::Values(v)
             }
             Event::Marker(mut m) => {
@@ -282,6 +306,45 @@ mod tests {
             dur_ns: 5,
             flags: 0,
         })
+    }
+
+    #[test]
+    fn string_values_index_the_merged_string_table() {
+        use fgtrace_core::values::tag;
+        let mut a = meta("a", 1, 1_000, vec![site("lex", 1)]);
+        a.strings = vec!["ident".into(), "number".into()];
+        let mut b = meta("b", 2, 1_000, vec![site("lex", 1)]);
+        b.strings = vec!["number".into(), "bad digit".into()];
+        let m = Merge::new(&[a, b]);
+        assert_eq!(m.meta().strings, ["ident", "number", "bad digit"]);
+        let values = |bits: u64| {
+            Event::Values(crate::CallValues {
+                thread: 0,
+                values: vec![crate::Value {
+                    slot: 0,
+                    tag: tag::ERR | tag::STR,
+                    bits,
+                }],
+            })
+        };
+        let text = |ev: Event| match ev {
+            Event::Values(v) => v.values[0].shown(&m.meta().strings).to_string(),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            text(m.map(1, values(0)).unwrap().unwrap()),
+            "Err(\"number\")"
+        );
+        assert_eq!(
+            text(m.map(1, values(1)).unwrap().unwrap()),
+            "Err(\"bad digit\")"
+        );
+        assert_eq!(
+            text(m.map(0, values(0)).unwrap().unwrap()),
+            "Err(\"ident\")"
+        );
+        // An index its trace's table lacks stays unresolved, never another string.
+        assert!(text(m.map(1, values(7)).unwrap().unwrap()).starts_with("Err(<str #"));
     }
 
     #[test]

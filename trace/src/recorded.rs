@@ -22,6 +22,7 @@
 use super::format::{unzigzag, zigzag, TraceError};
 use super::SiteInfo;
 use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, START_MASK};
+use fgtrace_core::values::tag;
 
 /// One record, decoded: times in nanoseconds since the session start, the
 /// site as the trace's index.
@@ -175,14 +176,65 @@ pub struct RawChunk {
     pub offset: u64,
 }
 
-/// Registry site ids to the trace's site indices, in order of first use.
+/// Reads the text of a string value from its address and length (at most
+/// [`MAX_STR`](fgtrace_core::values::MAX_STR) bytes of it): `Err` holds the
+/// placeholder shown instead when the address cannot be read.
+pub type TextOf = Box<dyn Fn(u64, u32) -> Result<String, String> + Send + Sync>;
+
+/// Registry site ids to the trace's site indices, in order of first use;
+/// and the trace's string table (the texts of string values, in order of
+/// first use), which records refer to by index once encoded.
 #[derive(Default)]
 pub struct SiteMap {
     index: Vec<u32>,
     pub sites: Vec<SiteInfo>,
+    /// The trace's string table ([`TraceMeta::strings`](super::TraceMeta::strings)).
+    pub strings: Vec<String>,
+    /// String values whose text could not be read (see [`TextOf`]).
+    pub strings_unreadable: u64,
+    /// How string values' texts are read; `None`: none can be (each is a placeholder).
+    pub text_of: Option<TextOf>,
+    by_addr: std::collections::HashMap<(u64, u32), u32>,
+    by_text: std::collections::HashMap<String, u32>,
 }
 
 impl SiteMap {
+    /// A map that reads string values with `text_of`.
+    pub fn with_text(text_of: TextOf) -> SiteMap {
+        SiteMap {
+            text_of: Some(text_of),
+            ..SiteMap::default()
+        }
+    }
+
+    /// The string table index of the string value at `addr` (`len` bytes
+    /// long): its text is read the first time the address is seen.
+    #[cold]
+    pub fn string(&mut self, addr: u64, len: u32) -> u32 {
+        if let Some(&i) = self.by_addr.get(&(addr, len)) {
+            return i;
+        }
+        let text = match &self.text_of {
+            Some(f) => f(addr, len),
+            None => Err(format!("<str {addr:#x}+{len} unreadable>")),
+        };
+        let text = text.unwrap_or_else(|placeholder| {
+            self.strings_unreadable += 1;
+            placeholder
+        });
+        let i = match self.by_text.get(&text) {
+            Some(&i) => i,
+            None => {
+                self.strings.push(text.clone());
+                let i = self.strings.len() as u32 - 1;
+                self.by_text.insert(text, i);
+                i
+            }
+        };
+        self.by_addr.insert((addr, len), i);
+        i
+    }
+
     #[inline]
     pub fn map(&mut self, id: u32, site_of: &impl Fn(u32) -> Option<SiteInfo>) -> u32 {
         match self.index.get(id as usize) {
@@ -262,7 +314,13 @@ impl RawEncoder {
             let k = r.kind();
             if r.is_ext() {
                 // Figures of the call before: no time, no depth change.
-                let (a, b) = r.ext_values();
+                let (mut a, b) = r.ext_values();
+                if r.ext_sub() == fgtrace_core::record::ext::VALUE
+                    && (b >> 3) as u8 & tag::TYPE == tag::STR
+                {
+                    // A string's address becomes its index in the string table.
+                    a = sites.string(a, (b >> 11) as u32) as u64;
+                }
                 // SAFETY: as below.
                 unsafe {
                     put_raw(&mut p, 1 << 2 | kind::LOST);

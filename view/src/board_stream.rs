@@ -13,7 +13,7 @@ use fgtrace_board::wire::{self, Reader, Scan};
 use fgtrace_core::record::RawCall;
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};
 use fgtrace_trace::clock::{Calibration, ClockPoint};
-use fgtrace_trace::recorded::full_ticks;
+use fgtrace_trace::recorded::{full_ticks, TextOf};
 use fgtrace_trace::{Mapping, RecordMode, SiteInfo, Trace};
 use std::collections::{BTreeMap, HashMap};
 
@@ -116,8 +116,17 @@ impl BoardSession {
 
     /// The trace: one thread per hart, calls in pre-order, samples, losses;
     /// `mappings` lets the views symbolize sampled addresses (the firmware's
-    /// ELF, see [`elf_mappings`]).
+    /// ELF, see [`elf_mappings`]). String values are placeholders (see
+    /// [`BoardSession::into_trace_with`]).
     pub fn into_trace(self, mappings: Vec<Mapping>) -> Trace {
+        self.into_trace_with(mappings, None)
+    }
+
+    /// [`BoardSession::into_trace`], with the texts of string values read
+    /// by `text_of` (the firmware's ELF, [`ElfStrings::text_of`]); `None`:
+    /// each is a placeholder naming its address and length, counted in
+    /// the trace's warnings.
+    pub fn into_trace_with(self, mappings: Vec<Mapping>, text_of: Option<TextOf>) -> Trace {
         let s = self.session;
         let tps = s.ticks_per_sec.max(1);
         let ticks_per_ns = tps as f64 / 1e9;
@@ -200,7 +209,7 @@ impl BoardSession {
             counters: s.counters,
         };
         let sites = self.sites;
-        let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned());
+        let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned(), text_of);
         trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
         trace.meta.mappings = mappings;
         trace
@@ -496,6 +505,56 @@ impl Decoder {
     }
 }
 
+/// The read-only loadable segments of a firmware ELF (link addresses and
+/// file bytes): where the host reads a board's string values, which the
+/// board records as the address and length of a `&'static str` (in
+/// `.rodata`, or wherever the linker put it in a segment that is not
+/// writable).
+pub struct ElfStrings {
+    segments: Vec<(u64, Vec<u8>)>,
+}
+
+impl ElfStrings {
+    /// The read-only loadable segments of the ELF at `path`.
+    pub fn read(path: &std::path::Path) -> Result<ElfStrings, String> {
+        use object::{Object, ObjectSegment, SegmentFlags};
+        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let obj = object::File::parse(&*data)
+            .map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
+        const PF_W: u32 = 2;
+        let segments = obj
+            .segments()
+            .filter(|s| !matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_W != 0))
+            .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
+        Ok(ElfStrings { segments })
+    }
+
+    /// The text of the string at `addr`, `len` bytes long (at most
+    /// [`MAX_STR`](fgtrace_core::values::MAX_STR) of them, cut with `…`);
+    /// `Err` with the placeholder `<str 0x...+N not in ELF>` when the whole
+    /// string is not inside one read-only segment.
+    pub fn text(&self, addr: u64, len: u32) -> Result<String, String> {
+        for (start, data) in &self.segments {
+            let Some(off) = addr.checked_sub(*start) else {
+                continue;
+            };
+            if off.saturating_add(len as u64) <= data.len() as u64 {
+                let off = off as usize;
+                let n = (len as usize).min(fgtrace_core::values::MAX_STR);
+                return Ok(build::text_of_bytes(&data[off..off + n], len));
+            }
+        }
+        Err(format!("<str {addr:#x}+{len} not in ELF>"))
+    }
+
+    /// [`ElfStrings::text`] as the trace builder takes it.
+    pub fn text_of(self) -> TextOf {
+        Box::new(move |addr, len| self.text(addr, len))
+    }
+}
+
 /// The firmware ELF's loadable segments as mappings (address = link
 /// address), so the views symbolize sampled addresses against it.
 pub fn elf_mappings(path: &std::path::Path) -> Result<Vec<Mapping>, String> {
@@ -733,7 +792,7 @@ mod tests {
             .events()
             .filter_map(|e| match e {
                 fgtrace_trace::Event::Values(v) => Some(
-                    v.named(&t.meta().sites[0])
+                    v.named(&t.meta().sites[0], &t.meta().strings)
                         .map(|(n, v)| (n.to_string(), v.bits))
                         .collect::<Vec<_>>(),
                 ),
@@ -755,6 +814,147 @@ mod tests {
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert!(t.meta().sites[0].values.is_empty());
         assert_eq!(t.calls().count(), 1);
+    }
+
+    /// A minimal 64-bit little-endian ELF with two loadable segments: `ro`
+    /// (read-only) at 0x1000 and `rw` (writable) at 0x2000.
+    fn tiny_elf(ro: &[u8], rw: &[u8]) -> Vec<u8> {
+        let mut e = Vec::new();
+        e.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+        e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        e.extend_from_slice(&0xf3u16.to_le_bytes()); // RISC-V
+        e.extend_from_slice(&1u32.to_le_bytes());
+        e.extend_from_slice(&0u64.to_le_bytes()); // entry
+        e.extend_from_slice(&64u64.to_le_bytes()); // program headers
+        e.extend_from_slice(&0u64.to_le_bytes()); // no section headers
+        e.extend_from_slice(&0u32.to_le_bytes());
+        for h in [64u16, 56, 2, 64, 0, 0] {
+            e.extend_from_slice(&h.to_le_bytes());
+        }
+        let data_at = 64 + 2 * 56;
+        let segs = [
+            (4u32, 0x1000u64, ro, data_at),
+            (6, 0x2000, rw, data_at + ro.len()),
+        ];
+        for (flags, addr, bytes, off) in segs {
+            e.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+            e.extend_from_slice(&flags.to_le_bytes());
+            for v in [
+                off as u64,
+                addr,
+                addr,
+                bytes.len() as u64,
+                bytes.len() as u64,
+                8,
+            ] {
+                e.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        e.extend_from_slice(ro);
+        e.extend_from_slice(rw);
+        e
+    }
+
+    #[test]
+    fn string_values_are_read_from_the_elfs_read_only_data_or_shown_as_placeholders() {
+        use fgtrace_core::values::tag;
+        let ro = b"....bad digitident";
+        let elf_path = std::env::temp_dir().join(format!("fgtrace-elf-{}", std::process::id()));
+        std::fs::write(&elf_path, tiny_elf(ro, b"mutable")).unwrap();
+        let elf = ElfStrings::read(&elf_path).unwrap();
+        std::fs::remove_file(&elf_path).ok();
+        // (address, length): in .rodata, twice the same; another; in the
+        // writable segment; running past the read-only segment's end; nowhere.
+        let strs = [
+            (0x1004u64, 9u32),
+            (0x1004, 9),
+            (0x100d, 5),
+            (0x2000, 7),
+            (0x100d, 6),
+            (0x9000_0000, 3),
+        ];
+        let stream = stream_of(&[
+            (wire::META, &|w| {
+                w.u8(2)
+                    .u8(wire::MODE_STREAM)
+                    .u8(1)
+                    .u64(1_000_000_000)
+                    .u64(1000)
+                    .u32(1)
+                    .u32(0)
+                    .str("mcycle")
+                    .u8(0)
+                    .bytes(b"demo");
+            }),
+            (wire::SITE, &|w| {
+                w.u32(0)
+                    .u32(7)
+                    .u8(0)
+                    .str("lex")
+                    .str("demo")
+                    .str("main.rs")
+                    .u8(1)
+                    .str("kind");
+            }),
+            (wire::CALLS, &|w| {
+                w.u64(0);
+                for (i, (addr, len)) in strs.iter().enumerate() {
+                    let call = RawCall::pack(1010 + i as u64 * 100, 0, 40, 0, false, 0);
+                    let b = (tag::STR as u64) << 3 | (*len as u64) << 11;
+                    let v = RawCall::ext(fgtrace_core::record::ext::VALUE, *addr, b);
+                    for r in [call, v] {
+                        w.u64(r.0).u64(r.1);
+                    }
+                }
+            }),
+            (wire::END, &|w| {
+                w.u32(1);
+            }),
+        ]);
+        let shown = |t: &Trace| -> Vec<String> {
+            t.events()
+                .filter_map(|e| match e {
+                    fgtrace_trace::Event::Values(v) => Some(
+                        v.named(&t.meta().sites[0], &t.meta().strings)
+                            .map(|(_, v)| v.to_string())
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => None,
+                })
+                .flatten()
+                .collect()
+        };
+        let (sessions, _, _) = decode(&stream, 13);
+        let t = sessions
+            .into_iter()
+            .next()
+            .unwrap()
+            .into_trace_with(Vec::new(), Some(elf.text_of()));
+        assert_eq!(
+            shown(&t),
+            [
+                "\"bad digit\"",
+                "\"bad digit\"",
+                "\"ident\"",
+                "\"<str 0x2000+7 not in ELF>\"",
+                "\"<str 0x100d+6 not in ELF>\"",
+                "\"<str 0x90000000+3 not in ELF>\""
+            ]
+        );
+        assert_eq!(t.meta().strings.len(), 5, "{:?}", t.meta().strings);
+        assert!(
+            t.meta()
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("3 string values could not be read")),
+            "{:?}",
+            t.meta().warnings
+        );
+        // Without an ELF: every string a placeholder, counted, never a panic.
+        let (sessions, _, _) = decode(&stream, 64);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(shown(&t)[0], "\"<str 0x1004+9 unreadable>\"");
+        assert!(t.meta().warnings[0].starts_with("5 string values could not be read"));
     }
 
     /// The small stream with its CALLS frame sent as CALLS_PACKED (what

@@ -107,7 +107,9 @@ impl Stats {
     }
 }
 
-struct Builder {
+struct Builder<'a> {
+    /// The trace's string table (string values are grouped by their text).
+    strings: &'a [String],
     /// Per site: the slot of the value, for the sites grouped.
     slot: Vec<Option<u8>>,
     mask: Vec<bool>,
@@ -119,7 +121,7 @@ struct Builder {
     without: u64,
 }
 
-impl Consume for Builder {
+impl Consume for Builder<'_> {
     type Error = Infallible;
     fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
         let t = ev.thread() as usize;
@@ -136,7 +138,7 @@ impl Consume for Builder {
                 if let Some((site, dur)) = self.pending[t].take() {
                     let slot = self.slot[site as usize];
                     match v.values.iter().find(|x| Some(x.slot) == slot) {
-                        Some(x) => self.rows.entry(key(x)).or_default().add(dur),
+                        Some(x) => self.rows.entry(key(x, self.strings)).or_default().add(dur),
                         None => self.without += 1,
                     }
                 }
@@ -158,13 +160,13 @@ impl Consume for Builder {
     }
 }
 
-fn key(v: &Value) -> Key {
+fn key(v: &Value, strings: &[String]) -> Key {
     use fgtrace_core::values::tag;
     match (v.tag & tag::VARIANT, v.integer()) {
         (0, Some(i)) if v.tag & tag::TYPE != tag::CHAR && v.tag & tag::TYPE != tag::BOOL => {
             Key::Int(i)
         }
-        _ => Key::Text(v.to_string()),
+        _ => Key::Text(v.shown(strings).to_string()),
     }
 }
 
@@ -225,6 +227,7 @@ pub fn write_by_value(
         });
     }
     let mut b = Builder {
+        strings: &meta.strings,
         slot,
         mask: thread_mask(meta, &opts.threads),
         filtered: !opts.threads.is_empty(),

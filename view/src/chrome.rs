@@ -110,13 +110,17 @@ fn us(ns: u64) -> String {
     format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
-/// A recorded value as JSON: integers and `bool`s as they are, the rest
-/// (`'x'`, `Ok(3)`, `None`) as strings.
-pub fn value_json(v: &fgtrace_trace::Value) -> String {
+/// A recorded value as JSON: integers and `bool`s as they are, a string as
+/// its text, the rest (`'x'`, `Ok(3)`, `Err("bad digit")`, `None`) as strings.
+pub fn value_json(v: &fgtrace_trace::Shown<'_>) -> String {
     use fgtrace_core::values::tag;
     match (v.tag & tag::VARIANT, v.tag & tag::TYPE) {
         (0, tag::BOOL) => (v.bits != 0).to_string(),
         (0, tag::SIGNED | tag::UNSIGNED) => v.to_string(),
+        (0, tag::STR) => match v.text() {
+            Some(t) => js(t),
+            None => js(&v.to_string()),
+        },
         _ => js(&v.to_string()),
     }
 }
@@ -391,7 +395,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         let tid = self.tid(f.thread);
         let mut vals = String::new();
         if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
-            for (n, v) in vs.named(site) {
+            for (n, v) in vs.named(site, &self.meta.strings) {
                 let key = if matches!(n, "polls" | "cancelled") {
                     format!("value.{n}")
                 } else {
@@ -621,7 +625,7 @@ fn value_args(
     let (Some(vs), Some(info)) = (values, m.sites.get(site as usize)) else {
         return;
     };
-    for (name, v) in vs.named(info) {
+    for (name, v) in vs.named(info, &m.strings) {
         let key = if taken(name) {
             format!("value.{name}")
         } else {

@@ -366,7 +366,10 @@ impl<R: Resolve> Builder<'_, R> {
         let h = self.thread(c.thread);
         let mut m = self.call_marker(&c, kind);
         if let (Some(v), Some(site)) = (values, self.meta.sites.get(c.site as usize)) {
-            let text: Vec<String> = v.named(site).map(|(n, v)| format!("{n}={v}")).collect();
+            let text: Vec<String> = v
+                .named(site, &self.meta.strings)
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
             m.values = self.profile.intern_string(&text.join(", "));
         }
         self.profile
@@ -377,7 +380,10 @@ impl<R: Resolve> Builder<'_, R> {
     /// `len=83, ret=Ok(3)` of a call or future of `site`.
     fn values_string(&mut self, site: u32, values: Option<&CallValues>) -> Option<StringHandle> {
         let (v, info) = (values?, self.meta.sites.get(site as usize)?);
-        let text: Vec<String> = v.named(info).map(|(n, v)| format!("{n}={v}")).collect();
+        let text: Vec<String> = v
+            .named(info, &self.meta.strings)
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
         Some(self.profile.intern_string(&text.join(", ")))
     }
 

@@ -18,7 +18,9 @@
 //! (`tracing` events) as comment lines at their place in the tree, as
 //! ftrace prints `trace_printk` (`/* name: n=3 */`, the marker's site name
 //! and values; not in the threshold layout). Future spans and samples are
-//! not drawn (the report shows futures).
+//! not drawn (the report shows futures); an `async fn`'s values, which
+//! belong to its whole future, go on its polls ([`PollValues`]): its
+//! arguments on the first poll's line, its return value on the last's.
 //!
 //! `thresh_ns` reproduces `tracing_thresh`: only calls at or above it, each as
 //! its exit line `} /* name */`, in exit order (children before parents). It
@@ -74,6 +76,112 @@ pub struct GraphOptions {
     /// ends in `/* wall W, off-CPU X (blocked B, preempted P) */`. Where the
     /// trace has no off-CPU time the header says why and durations stay wall.
     pub off_cpu: bool,
+    /// The values of `async fn`s' futures, to print on their polls (see
+    /// [`PollValues`]); `None`: polls show none. [`crate::TraceViews::write_graph`]
+    /// and `fgtrace graph` collect them when the trace has such values.
+    pub poll_values: Option<std::sync::Arc<PollValues>>,
+}
+
+/// The values an `async fn` recorded, which belong to its whole future
+/// (its arguments at the first poll, `ret` at completion), put on the
+/// future's polls, which are what the graph draws: the first poll's line
+/// carries the arguments (`fetch(id=3) {`), the last one's the return value
+/// (`} /* fetch = Ok(200) */`). Futures come at their thread's end, after
+/// every poll, so this is a first pass over the trace ([`PollValues::collect`])
+/// before the graph's own; polls are matched to their future as the Chrome
+/// export's async lanes match them ([`PollMatcher`](crate::lanes::PollMatcher)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PollValues {
+    /// (thread, site, start) of a poll -> the values its line shows.
+    by_poll: std::collections::HashMap<(u32, u32, u64), fgtrace_trace::CallValues>,
+}
+
+impl PollValues {
+    /// Whether any `async fn` in the trace records values (otherwise there is
+    /// nothing to collect, and no reason to read the trace twice).
+    pub fn wanted(meta: &TraceMeta) -> bool {
+        meta.sites
+            .iter()
+            .any(|s| s.is_async && !s.values.is_empty())
+    }
+
+    /// Reads `events` (up to a read error, which the graph's own pass reports).
+    pub fn collect(
+        meta: &TraceMeta,
+        events: impl IntoIterator<Item = Result<Event, TraceError>>,
+    ) -> PollValues {
+        let wanted: Vec<bool> = meta
+            .sites
+            .iter()
+            .map(|s| s.is_async && !s.values.is_empty())
+            .collect();
+        let wants = |site: u32| wanted.get(site as usize).copied().unwrap_or(false);
+        let mut polls = crate::lanes::PollMatcher::new();
+        let mut futures: Vec<(fgtrace_trace::FutureSpan, Option<fgtrace_trace::CallValues>)> =
+            Vec::new();
+        // Per thread: the future just before, waiting for its values.
+        let mut last_future: Vec<Option<usize>> = Vec::new();
+        for ev in events {
+            let Ok(ev) = ev else { break };
+            let t = ev.thread() as usize;
+            if last_future.len() <= t {
+                last_future.resize(t + 1, None);
+            }
+            let waiting = last_future[t].take();
+            match ev {
+                Event::Call(c) if c.is_poll() && wants(c.site) => {
+                    polls.poll(&c);
+                }
+                Event::Future(f) if wants(f.site) => {
+                    futures.push((f, None));
+                    last_future[t] = Some(futures.len() - 1);
+                }
+                Event::Values(v) => {
+                    if let Some(i) = waiting {
+                        futures[i].1 = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = PollValues::default();
+        for (f, values) in futures {
+            let found = polls.future(&f);
+            let (Some(values), Some(info)) = (values, meta.sites.get(f.site as usize)) else {
+                continue;
+            };
+            let ret_slot = (info.values.last().map(String::as_str) == Some("ret"))
+                .then(|| info.values.len() as u8 - 1);
+            let (ret, args): (Vec<_>, Vec<_>) =
+                values.values.iter().partition(|v| Some(v.slot) == ret_slot);
+            let mut put = |p: &crate::lanes::PendingPoll, vals: &[fgtrace_trace::Value]| {
+                out.by_poll
+                    .entry((p.call.thread, p.call.site, p.call.start_ns))
+                    .or_insert_with(|| fgtrace_trace::CallValues {
+                        thread: p.call.thread,
+                        values: Vec::new(),
+                    })
+                    .values
+                    .extend_from_slice(vals);
+            };
+            if let Some(first) = found.first() {
+                put(first, &args);
+            }
+            // The last poll is known for a future that completed, once all
+            // of its polls were found (or its only one).
+            if !f.cancelled && (found.len() >= 2 || f.polls == 1) {
+                if let Some(last) = found.last() {
+                    put(last, &ret);
+                }
+            }
+        }
+        out
+    }
+
+    /// The values the poll `c` shows.
+    fn of(&self, c: &Call) -> Option<&fgtrace_trace::CallValues> {
+        self.by_poll.get(&(c.thread, c.site, c.start_ns))
+    }
 }
 
 impl Default for GraphOptions {
@@ -89,6 +197,7 @@ impl Default for GraphOptions {
             max_depth: 0,
             thresh_ns: 0,
             off_cpu: false,
+            poll_values: None,
         }
     }
 }
@@ -341,11 +450,18 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             ret: None,
             off,
         };
-        let has_values = self
-            .meta
-            .sites
-            .get(c.site as usize)
-            .is_some_and(|s| !s.values.is_empty());
+        // A poll has no values of its own (its future has), so none follow
+        // it; those of its future it shows are known already.
+        let has_values = !c.is_poll()
+            && self
+                .meta
+                .sites
+                .get(c.site as usize)
+                .is_some_and(|s| !s.values.is_empty());
+        let poll_values = match (&o.poll_values, c.is_poll()) {
+            (Some(p), true) => p.of(c),
+            _ => None,
+        };
         if o.thresh_ns > 0 {
             if c.dur_ns >= o.thresh_ns {
                 self.stack(c.thread).push(open);
@@ -364,6 +480,9 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.line.push_str(") {");
             self.stack(c.thread).push(open);
             self.due = Some((c.thread, Due::Open));
+            if let Some(v) = poll_values {
+                self.insert_values(c.thread, c.site, args_at, None, v);
+            }
             if has_values {
                 self.vals_at = Some((c.thread, c.site, args_at, None));
                 self.line.push('\n');
@@ -379,6 +498,10 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             if has_values {
                 let semi = self.line.len() - 1;
                 self.vals_at = Some((c.thread, c.site, args_at, Some(semi)));
+            }
+            if let Some(v) = poll_values {
+                let semi = self.line.len() - 1;
+                self.insert_values(c.thread, c.site, args_at, Some(semi), v);
             }
             if c.unwound() {
                 self.line.push_str(" /* unwound */");
@@ -621,8 +744,10 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
             if let Event::Values(v) = ev {
                 if v.thread == t {
                     if let Some(info) = self.meta.sites.get(site as usize) {
-                        let args: Vec<String> =
-                            v.named(info).map(|(n, x)| format!("{n}={x}")).collect();
+                        let args: Vec<String> = v
+                            .named(info, &self.meta.strings)
+                            .map(|(n, x)| format!("{n}={x}"))
+                            .collect();
                         if !args.is_empty() {
                             self.line.insert_str(at, &format!(": {}", args.join(", ")));
                         }
@@ -664,8 +789,21 @@ impl<W: Write> GraphWriter<'_, W> {
         (t, site, args_at, semi): (u32, u32, usize, Option<usize>),
         v: &fgtrace_trace::CallValues,
     ) -> io::Result<()> {
+        self.insert_values(t, site, args_at, semi, v);
+        self.end_pending()
+    }
+
+    /// Puts `v` on the line just drawn (see [`Self::values`]).
+    fn insert_values(
+        &mut self,
+        t: u32,
+        site: u32,
+        args_at: usize,
+        semi: Option<usize>,
+        v: &fgtrace_trace::CallValues,
+    ) {
         if let Some(info) = self.meta.sites.get(site as usize) {
-            let (args, ret) = v.split_display(info);
+            let (args, ret) = v.split_display(info, &self.meta.strings);
             match (semi, ret) {
                 (Some(at), Some(r)) => self.line.insert_str(at, &format!(" = {r}")),
                 (None, Some(r)) => {
@@ -677,7 +815,6 @@ impl<W: Write> GraphWriter<'_, W> {
             }
             self.line.insert_str(args_at, &args);
         }
-        self.end_pending()
     }
 
     /// Flushes a line kept in the buffer for values that did not come.

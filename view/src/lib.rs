@@ -92,6 +92,17 @@ pub trait TraceViews {
 
 impl TraceViews for fgtrace_trace::Trace {
     fn write_graph(&self, opts: &GraphOptions, w: impl io::Write) -> io::Result<()> {
+        if opts.poll_values.is_none() && graph::PollValues::wanted(self.meta()) {
+            // An `async fn`'s values go on its polls: a first pass finds them.
+            let opts = GraphOptions {
+                poll_values: Some(std::sync::Arc::new(graph::PollValues::collect(
+                    self.meta(),
+                    ok_events(self.events()),
+                ))),
+                ..opts.clone()
+            };
+            return write_graph(self.meta(), ok_events(self.events()), &opts, w).map_err(into_io);
+        }
         write_graph(self.meta(), ok_events(self.events()), opts, w).map_err(into_io)
     }
 

@@ -343,8 +343,9 @@ fn ann_u(name: &str, v: u64) -> DebugAnnotation {
     }
 }
 
-/// A recorded value: integers and `bool`s typed, the rest (`'x'`, `Ok(3)`) as strings.
-fn ann_value(name: &str, v: &fgtrace_trace::Value) -> DebugAnnotation {
+/// A recorded value: integers and `bool`s typed, a string as its text, the
+/// rest (`'x'`, `Ok(3)`, `Err("bad digit")`) as strings.
+fn ann_value(name: &str, v: &fgtrace_trace::Shown<'_>) -> DebugAnnotation {
     use fgtrace_core::values::tag;
     let mut a = DebugAnnotation {
         name: Some(name.into()),
@@ -354,6 +355,7 @@ fn ann_value(name: &str, v: &fgtrace_trace::Value) -> DebugAnnotation {
         (0, tag::BOOL) => a.bool_value = Some(v.bits != 0),
         (0, tag::SIGNED) => a.int_value = Some(v.bits as i64),
         (0, tag::UNSIGNED) => a.uint_value = Some(v.bits),
+        (0, tag::STR) if v.text().is_some() => a.string_value = v.text().map(String::from),
         _ => a.string_value = Some(v.to_string()),
     }
     a
@@ -628,7 +630,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         }
         if let (Some(vs), Some(site)) = (values, m.sites.get(c.site as usize)) {
             // Under their own names (`len`, `ret`), as the JSON export has them.
-            for (name, v) in vs.named(site) {
+            for (name, v) in vs.named(site, &m.strings) {
                 ann.push(ann_value(name, &v));
             }
         }
@@ -700,7 +702,10 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
     fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
         let mut vals = Vec::new();
         if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
-            vals.extend(vs.named(site).map(|(n, v)| ann_value(n, &v)));
+            vals.extend(
+                vs.named(site, &self.meta.strings)
+                    .map(|(n, v)| ann_value(n, &v)),
+            );
         }
         self.stats.futures += 1;
         let n = self.stats.futures;
@@ -879,7 +884,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         let mut ann = vec![ann_u("depth", mk.depth as u64)];
         let m = self.meta;
         if let (Some(vs), Some(site)) = (values, m.sites.get(mk.site as usize)) {
-            for (name, v) in vs.named(site) {
+            for (name, v) in vs.named(site, &m.strings) {
                 ann.push(ann_value(name, &v));
             }
         }

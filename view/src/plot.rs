@@ -82,6 +82,12 @@ pub enum PlotError {
         /// The values it does record.
         recorded: Vec<String>,
     },
+    /// `--x VALUE`: the value is a string (`&'static str`) in every call
+    /// that records it, so there is no axis to put it on.
+    NotANumber {
+        name: String,
+        value: String,
+    },
     /// The trace stream failed (after what was read had been drawn).
     Trace(TraceError),
     /// plotters could not draw.
@@ -124,6 +130,11 @@ impl fmt::Display for PlotError {
                 f,
                 "`{name}` records no value named `{value}` (it records {})",
                 quoted(recorded)
+            ),
+            PlotError::NotANumber { name, value } => write!(
+                f,
+                "`{name}`'s value `{value}` is a string, not a number: `plot --x` needs a \
+                 number (group the calls by it with `report --by {value}` instead)"
             ),
             PlotError::Trace(e) => write!(f, "{e}"),
             PlotError::Draw(e) => write!(f, "cannot draw the plot: {e}"),
@@ -248,7 +259,10 @@ pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> Str
         thread: 0,
         values: values.to_vec(),
     };
-    let parts: Vec<String> = v.named(info).map(|(n, v)| format!("{n}={v}")).collect();
+    let parts: Vec<String> = v
+        .named(info, &meta.strings)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
     parts.join(", ")
 }
 

@@ -455,3 +455,48 @@ fn count_only_composes_with_a_per_call_counter() {
         COUNTER.with(|c| c.set(core::ptr::null()));
     });
 }
+
+static VALUED: Site = Site::with_values("valued", "t", "t.rs", 30, false, &["n", "ret"]);
+static HANDLER: Site = Site::new("handler", "t", "t.rs", 31, false);
+
+/// A traced interrupt handler.
+fn handler() {
+    let _h = enter(&HANDLER);
+}
+
+/// (name or `value`) of every record this thread wrote since `first`.
+fn names_since(first: usize) -> Vec<String> {
+    let raw: Vec<RawCall> =
+        unsafe { with_thread_state(|st| (first..st.count).map(|i| *st.buf.add(i)).collect()) };
+    raw.iter()
+        .map(|r| {
+            if r.is_ext() {
+                format!("value {}", r.ext_values().0)
+            } else {
+                crate::site::site_by_id(r.site())
+                    .map_or("?", |s| s.name)
+                    .to_string()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn an_interrupt_at_a_calls_exit_never_lands_between_its_record_and_its_values() {
+    use crate::values::{value, RawValue};
+    on_own_thread(|| {
+        let first = unsafe { with_thread_state(|st| st.count) };
+        {
+            let mut g = values::enter_values(&VALUED, [value(&7u32), RawValue::ABSENT]);
+            g.set_ret(value(&9u32));
+            // The handler lands where the exit would let it first.
+            values::irq_sim::arm(handler);
+        }
+        // The handler ran (after the call's values, not between the call's
+        // record and them: there, the values would be the handler's).
+        assert_eq!(
+            names_since(first),
+            ["valued", "value 7", "value 9", "handler"]
+        );
+    });
+}

@@ -71,18 +71,90 @@ pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
 }
 
 /// The exit of a call with values: the call's record, then its values.
+///
+/// On a board both go in one stretch with interrupts masked, as a counted
+/// call's record and counters do: a traced interrupt handler that ran
+/// between them would write its own record there, and the values would
+/// read as the handler's. Room for all of them is made first (a buffer
+/// close to full is handed over, with interrupts as they were), so that no
+/// handoff runs masked and they go out together. Elsewhere nothing is
+/// masked (a host's signal handlers make no traced calls).
 #[inline(never)]
 fn exit_values(g: &mut Guard, values: &[RawValue]) {
     let (slot, serial) = (g.slot, g.serial);
     // The plain guard's own drop does nothing now.
     g.slot = 0;
-    let before = with_state(|st| (st.count, st.buf));
-    exit(slot, serial);
+    // The record, its values and, for a counted call on a board, its counters.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    let records = 1
+        + values.len()
+        + if slot & super::COUNTED != 0 {
+            1 + super::platform::MORE_COUNTERS
+        } else {
+            0
+        };
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    let records = 1 + values.len();
+    one_stretch(records, || {
+        let before = with_state(|st| (st.count, st.buf));
+        exit(slot, serial);
+        #[cfg(test)]
+        irq_sim::point();
+        with_state(|st| {
+            if (st.count, st.buf) != before {
+                write_values(st, values);
+            }
+        });
+    });
+}
+
+/// Runs `write` (which writes at most `records` records) with interrupts
+/// masked on a board, after making room for them (see [`exit_values`]), and
+/// hands a full buffer over after; elsewhere, just runs it.
+#[inline(always)]
+fn one_stretch(records: usize, write: impl FnOnce()) {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
-        if (st.count, st.buf) != before {
-            write_values(st, values);
+        if st.count + records > st.limit && !st.buf.is_null() {
+            super::handoff(st);
         }
     });
+    let _ = records;
+    let saved = mask();
+    write();
+    unmask(saved);
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    with_state(|st| {
+        if st.count >= st.limit && !st.buf.is_null() {
+            super::handoff(st);
+        }
+    });
+}
+
+/// Masks interrupts on a board (see [`exit_values`]); returns what
+/// [`unmask`] restores. Nothing elsewhere.
+#[inline(always)]
+fn mask() -> usize {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: the platform's function, paired with `unmask`.
+    return unsafe { super::platform::__fgtrace_irq_save() };
+    #[cfg(test)]
+    return irq_sim::mask() as usize;
+    #[allow(unreachable_code)]
+    0
+}
+
+/// Restores what [`mask`] returned.
+#[inline(always)]
+fn unmask(saved: usize) {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    // SAFETY: as in `mask`.
+    unsafe {
+        super::platform::__fgtrace_irq_restore(saved)
+    };
+    #[cfg(test)]
+    irq_sim::unmask(saved as u32);
+    let _ = saved;
 }
 
 /// Entry probe of one poll of a future its caller follows itself (a
@@ -119,7 +191,11 @@ pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
         if !v.is_absent() {
             write(
                 st,
-                RawCall::ext(ext::VALUE, v.bits, i as u64 | (v.tag as u64) << 3),
+                RawCall::ext(
+                    ext::VALUE,
+                    v.bits(),
+                    i as u64 | (v.tag() as u64) << 3 | (v.str_len() as u64) << 11,
+                ),
             );
         }
     }
@@ -185,9 +261,13 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
                 *last = ret(out);
             }
             if this.first != 0 {
+                // The whole future's record and its values in one stretch,
+                // as a call's (see `exit_values`).
                 let values = &this.values;
-                record_future(this.site, this.first, this.polls, false, |st| {
-                    write_values(st, values)
+                one_stretch(1 + N, || {
+                    record_future(this.site, this.first, this.polls, false, |st| {
+                        write_values(st, values)
+                    })
                 });
             }
         }
@@ -199,9 +279,53 @@ impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
     fn drop(&mut self) {
         if !self.done && self.first != 0 {
             let values = &self.values;
-            record_future(self.site, self.first, self.polls, true, |st| {
-                write_values(st, values)
+            one_stretch(1 + N, || {
+                record_future(self.site, self.first, self.polls, true, |st| {
+                    write_values(st, values)
+                })
             });
         }
+    }
+}
+
+/// A simulated interrupt for the core's tests: a handler (traced code) that
+/// [`arm`](irq_sim::arm) sets runs at the next [`point`](irq_sim::point) where
+/// interrupts are not masked, as a board's interrupt would land there.
+#[cfg(test)]
+pub(super) mod irq_sim {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static MASKED: Cell<u32> = const { Cell::new(0) };
+        static PENDING: Cell<Option<fn()>> = const { Cell::new(None) };
+    }
+
+    /// The next unmasked [`point`] runs `handler`.
+    pub(in crate::probe) fn arm(handler: fn()) {
+        PENDING.with(|p| p.set(Some(handler)));
+    }
+
+    /// Where an interrupt may land: runs the pending handler unless masked.
+    pub(in crate::probe) fn point() {
+        if MASKED.with(|m| m.get()) == 0 {
+            if let Some(h) = PENDING.with(|p| p.take()) {
+                h();
+            }
+        }
+    }
+
+    /// Masks (nests); returns what [`unmask`] takes.
+    pub(in crate::probe) fn mask() -> u32 {
+        MASKED.with(|m| {
+            m.set(m.get() + 1);
+            m.get() - 1
+        })
+    }
+
+    /// Restores what [`mask`] returned; a handler that became pending while
+    /// masked runs now, as a real one would once unmasked.
+    pub(in crate::probe) fn unmask(saved: u32) {
+        MASKED.with(|m| m.set(saved));
+        point();
     }
 }

@@ -11,7 +11,8 @@ use plotters::prelude::*;
 use std::io::{self, Write};
 
 /// Each call's `(value, duration ns)` for the value named `value`; calls
-/// without it (or whose value is not a number) are left out.
+/// without it (or whose value is not a number) are left out. A value that
+/// is a string in every call that records it is an error.
 pub fn growth_points(
     d: &CallDurations,
     meta: &TraceMeta,
@@ -39,14 +40,24 @@ pub fn growth_points(
         });
     }
     let mut out = Vec::new();
+    let mut strings = 0u64;
     for (i, (c, vals)) in d.calls.iter().zip(&d.values).enumerate() {
-        if let Some(x) = vals
-            .iter()
-            .find(|v| slots.contains(&v.slot))
-            .and_then(|v| v.number())
-        {
-            out.push((i, x, c.dur_ns as f64));
+        let Some(v) = vals.iter().find(|v| slots.contains(&v.slot)) else {
+            continue;
+        };
+        match v.number() {
+            Some(x) => out.push((i, x, c.dur_ns as f64)),
+            None if v.tag & fgtrace_core::values::tag::TYPE == fgtrace_core::values::tag::STR => {
+                strings += 1
+            }
+            None => {}
         }
+    }
+    if out.is_empty() && strings > 0 {
+        return Err(PlotError::NotANumber {
+            name: d.name.clone(),
+            value: value.to_string(),
+        });
     }
     Ok(out)
 }
