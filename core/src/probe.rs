@@ -435,6 +435,13 @@ impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.slot != 0 {
+            // Boards: the first hart's plain exit is inlined into the traced
+            // fn's epilogue (no call frame, no hart lookup).
+            #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+            if board::is_first(self.serial) {
+                board::exit_first(self.slot);
+                return;
+            }
             exit(self.slot, self.serial);
         }
     }

@@ -42,8 +42,19 @@ pub const HARTS: usize = 4;
 pub const STACK_DEPTH: usize = 64;
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by `enter_board` (its frame's tag is 0).
-pub(super) const FAST: u32 = 1 << 31;
+/// A guard's serial bit: pushed by `enter_board` on any hart but the first
+/// (its frame's tag is 0).
+pub(super) const FAST: u32 = 1 << 30;
+/// A guard's serial bit: pushed by `enter_board` on the first hart, whose
+/// exit the guard's drop inlines (the sign bit: one branch tells it).
+pub(super) const FAST0: u32 = 1 << 31;
+
+/// The guard's serial says its frame was pushed by the first hart's plain
+/// entry.
+#[inline(always)]
+pub(super) fn is_first(serial: u32) -> bool {
+    (serial as i32) < 0
+}
 
 /// One hart's state and shadow stack.
 #[repr(C)]
@@ -170,7 +181,7 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        enter_on(&STATES[0], site)
+        enter_on(&STATES[0], site, FAST0)
     } else {
         enter_other_hart(h, site)
     }
@@ -181,11 +192,12 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
 #[cold]
 #[inline(never)]
 fn enter_other_hart(h: usize, site: &'static Site) -> Guard {
-    enter_on(&STATES[h.min(HARTS - 1)], site)
+    enter_on(&STATES[h.min(HARTS - 1)], site, FAST)
 }
 
+/// `fast`: the guard's serial bit for this hart ([`FAST0`] or [`FAST`]).
 #[inline(always)]
-fn enter_on(h: &'static Hart, site: &'static Site) -> Guard {
+fn enter_on(h: &'static Hart, site: &'static Site, fast: u32) -> Guard {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
     if site.decision_word() == st.fast {
@@ -210,7 +222,7 @@ fn enter_on(h: &'static Hart, site: &'static Site) -> Guard {
             f.start = ticks();
             return Guard {
                 slot: d + 1,
-                serial: FAST,
+                serial: fast,
                 _not_send: PhantomData,
             };
         }
@@ -255,9 +267,32 @@ fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
 fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     // SAFETY: this hart's own state.
     let st = unsafe { &mut *h.st.get() };
-    if serial & FAST != 0 && exit_fast(st, h.frames(), slot, end) {
+    if serial & (FAST | FAST0) != 0 && exit_fast(st, h.frames(), slot, end) {
         return;
     }
+    exit_general(st, slot, serial, end)
+}
+
+/// The exit of a guard the first hart's plain entry pushed: the clock, then
+/// the plain exit on the first hart's state (a constant address: no hart
+/// lookup, no serial to test), or the general one. A call does not move
+/// between harts.
+///
+/// Out of line: inlined, the guard's drop grows past what the compiler
+/// inlines into the traced fn, which then calls the drop for every call,
+/// recording or not.
+#[inline(never)]
+pub(super) fn exit_first(slot: u32) {
+    let end = ticks();
+    // SAFETY: this hart's own state.
+    let st = unsafe { &mut *STATES[0].st.get() };
+    if !exit_fast(st, STATES[0].frames(), slot, end) {
+        exit_general(st, slot, FAST0, end)
+    }
+}
+
+#[inline(always)]
+fn exit_general(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     let serial = serial & SERIAL_MASK;
     if slot & COUNTED != 0 {
         super::exit_board_counted(slot, serial, end, st)
