@@ -92,12 +92,24 @@ pub const DUR_MAX: u64 = (1 << DUR_BITS) - 1;
 /// Most sites a process can have (site ids fit in 18 bits).
 pub const MAX_SITES: u32 = 1 << SITE_BITS;
 
+/// Whether plain calls take the board layout (see [`RawCall`]): a board's
+/// build (`irq-mask` without `std`), where the board runtime alone reads its
+/// buffers.
+const BOARD_LAYOUT: bool = cfg!(all(feature = "irq-mask", not(any(feature = "std", test))));
+
 /// One call as the hot path writes it: 16 bytes.
 ///
 /// * word 0: entry ticks (low 54 bits; the collector restores the high bits
 ///   from the session origin) | depth (10 bits)
 /// * word 1: duration in ticks (43 bits, about 49 minutes at 3 GHz; longer
 ///   calls saturate) | site id (18 bits) | unwound (1 bit) | kind (2 bits)
+///
+/// On a board (`irq-mask` without `std`) a plain call (kind CALL, not
+/// unwound) keeps word 0 as `start << 10 | depth` instead: the same bits,
+/// two instructions to pack where the mask and the shift at bit 54 take
+/// seven. Only the board runtime reads a board's buffers, through these
+/// accessors, and it sends plain calls as varints and every other record
+/// (whose layout is the common one) as its 16 bytes, so no host sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct RawCall(pub u64, pub u64);
@@ -106,19 +118,66 @@ impl RawCall {
     /// Packs the fields; the duration saturates at [`DUR_MAX`].
     #[inline(always)]
     pub fn pack(start: u64, depth: u32, dur: u64, site: u32, unwound: bool, kind: u64) -> RawCall {
+        Self::pack_in::<BOARD_LAYOUT>(start, depth, dur, site, unwound, kind)
+    }
+    #[inline(always)]
+    fn pack_in<const BOARD: bool>(
+        start: u64,
+        depth: u32,
+        dur: u64,
+        site: u32,
+        unwound: bool,
+        kind: u64,
+    ) -> RawCall {
         let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
+        if BOARD && kind == kind::CALL && !unwound {
+            return Self::board_call(start, depth & MAX_DEPTH, dur, site);
+        }
         RawCall(
             (start & START_MASK) | ((depth as u64) << START_BITS),
             dur | ((site as u64) << DUR_BITS) | ((unwound as u64) << 61) | (kind << 62),
         )
     }
+    /// A plain call in the board layout, for a board's plain exit: `depth`
+    /// at most [`MAX_DEPTH`], `dur` at most [`DUR_MAX`], `site` below
+    /// [`MAX_SITES`].
+    #[inline(always)]
+    pub fn board_call(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
+        // Sign-extended: the depth fits in 10 bits, so this is the
+        // zero-extended depth, and 64-bit RISC-V needs no instructions for it.
+        RawCall(
+            start << DEPTH_BITS | depth as i32 as i64 as u64,
+            dur | (site as u64) << DUR_BITS,
+        )
+    }
+    /// A plain call (kind CALL, not unwound), whose layout differs on boards.
+    #[inline(always)]
+    fn board_layout<const BOARD: bool>(self) -> bool {
+        BOARD && self.1 >> 61 == 0
+    }
     /// The low [`START_MASK`] bits of the entry ticks.
     pub fn start_low(self) -> u64 {
-        self.0 & START_MASK
+        self.start_low_in::<BOARD_LAYOUT>()
+    }
+    #[inline(always)]
+    fn start_low_in<const BOARD: bool>(self) -> u64 {
+        if self.board_layout::<BOARD>() {
+            self.0 >> DEPTH_BITS
+        } else {
+            self.0 & START_MASK
+        }
     }
     /// Shadow-stack depth of the call (poll count of a future).
     pub fn depth(self) -> u32 {
-        (self.0 >> START_BITS) as u32
+        self.depth_in::<BOARD_LAYOUT>()
+    }
+    #[inline(always)]
+    fn depth_in<const BOARD: bool>(self) -> u32 {
+        if self.board_layout::<BOARD>() {
+            (self.0 & MAX_DEPTH as u64) as u32
+        } else {
+            (self.0 >> START_BITS) as u32
+        }
     }
     /// Duration in ticks (a count for [`kind::LOST`]).
     pub fn dur(self) -> u64 {
@@ -183,6 +242,47 @@ mod tests {
             DUR_MAX
         );
         assert_eq!(core::mem::size_of::<RawCall>(), 16);
+    }
+
+    #[test]
+    fn the_board_layout_keeps_every_field_of_a_plain_call_and_no_other() {
+        let start = 0xffff_ffff_ffff_1234;
+        let r = RawCall::pack_in::<true>(start, 1000, 1 << 42, MAX_SITES - 1, false, kind::CALL);
+        assert_eq!(r.start_low_in::<true>(), start & START_MASK);
+        assert_eq!(r.depth_in::<true>(), 1000);
+        assert_eq!(r.dur(), 1 << 42);
+        assert_eq!(r.site(), MAX_SITES - 1);
+        assert!(!r.unwound());
+        assert_eq!(r.kind(), kind::CALL);
+        assert_eq!(r, RawCall::board_call(start, 1000, 1 << 42, MAX_SITES - 1));
+        // The common layout's word 0 would differ: the layout did change.
+        assert_ne!(
+            r.0,
+            RawCall::pack_in::<false>(start, 1000, 1, 0, false, kind::CALL).0
+        );
+        // A depth past the record's bits keeps its low bits, as the common
+        // layout does, and leaves the start alone.
+        let deep = RawCall::pack_in::<true>(7, MAX_DEPTH + 3, 1, 0, false, kind::CALL);
+        assert_eq!(
+            (deep.start_low_in::<true>(), deep.depth_in::<true>()),
+            (7, 2)
+        );
+        // Every other record keeps the common layout, which hosts read.
+        for (unwound, k) in [
+            (true, kind::CALL),
+            (false, kind::POLL),
+            (false, kind::FUTURE),
+            (false, kind::LOST),
+        ] {
+            let a = RawCall::pack_in::<true>(start, 513, 9, 3, unwound, k);
+            assert_eq!(a, RawCall::pack_in::<false>(start, 513, 9, 3, unwound, k));
+            assert_eq!(
+                (a.start_low_in::<true>(), a.depth_in::<true>()),
+                (start & START_MASK, 513)
+            );
+        }
+        let e = RawCall::ext(ext::FREES, 5, 6);
+        assert_eq!(e.depth_in::<true>(), e.depth_in::<false>());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::clock::ticks;
 use crate::control::CONTROL;
-use crate::record::{kind, RawCall, DUR_MAX};
+use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -40,6 +40,7 @@ use core::sync::atomic::{compiler_fence, AtomicBool, Ordering::*};
 pub const HARTS: usize = 4;
 /// Shadow-stack depth per hart.
 pub const STACK_DEPTH: usize = 64;
+const _: () = assert!(STACK_DEPTH <= MAX_DEPTH as usize + 1);
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
 /// A guard's serial bit: pushed by `enter_board` on any hart but the first
@@ -326,8 +327,10 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
         }
         let depth = slot - 1;
         st.depth = depth;
-        // Its saturation is dead code here: the duration fits.
-        let rec = RawCall::pack(f.start, depth, dur, f.site, false, kind::CALL);
+        // A plain call in the board's layout (what `RawCall::pack` makes
+        // of it there): the duration fits, and the depth, below
+        // STACK_DEPTH, too.
+        let rec = RawCall::board_call(f.start, depth, dur, f.site);
         // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
         // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
         unsafe { st.buf.add(i & st.mask).write(rec) };
