@@ -143,12 +143,15 @@ impl RawCall {
     /// [`MAX_SITES`].
     #[inline(always)]
     pub fn board_call(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
-        // Sign-extended: the depth fits in 10 bits, so this is the
-        // zero-extended depth, and 64-bit RISC-V needs no instructions for it.
-        RawCall(
-            start << DEPTH_BITS | depth as i32 as i64 as u64,
-            dur | (site as u64) << DUR_BITS,
-        )
+        // Sign-extended on 64-bit targets: the depth fits in 10 bits, so
+        // this is the zero-extended depth, and 64-bit RISC-V needs no
+        // instructions for it (32-bit targets need none to zero-extend).
+        let depth = if cfg!(target_pointer_width = "64") {
+            depth as i32 as i64 as u64
+        } else {
+            depth as u64
+        };
+        RawCall(start << DEPTH_BITS | depth, dur | (site as u64) << DUR_BITS)
     }
     /// A plain call (kind CALL, not unwound), whose layout differs on boards.
     #[inline(always)]

@@ -234,9 +234,14 @@ fn enter_on(h: &'static Hart, site: &'static Site, fast: u32) -> Guard {
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
 fn site_word(id: u32) -> u64 {
-    // Sign-extended: ids are below `MAX_SITES` (2^18), so this is the
-    // zero-extended id, and 64-bit RISC-V needs no instructions for it.
-    let id = id as i32 as i64 as u64;
+    // Sign-extended on 64-bit targets: ids are below `MAX_SITES` (2^18), so
+    // this is the zero-extended id, and 64-bit RISC-V needs no instructions
+    // for it (32-bit targets need none to zero-extend).
+    let id = if cfg!(target_pointer_width = "64") {
+        id as i32 as i64 as u64
+    } else {
+        id as u64
+    };
     if cfg!(target_endian = "little") {
         id
     } else {
