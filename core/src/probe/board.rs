@@ -18,12 +18,16 @@
 //!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
 //!   a guard whose frame is not on top takes the general path, which finds
 //!   its frame by slot (the fast frames' tag is 0, their guards' serial
-//!   the `FAST` bit with serial 0).
+//!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order), then the
 //!   buffer's handoff with interrupts as they were, as before. Anything
 //!   else (a counted call, a frame not on top, a full buffer) takes the
-//!   general board exit.
+//!   general board exit. A guard the first hart's plain entry pushed
+//!   (`FAST0`, the sign bit) exits through `exit_first`: no hart lookup,
+//!   the state at a constant address. The record is written in the
+//!   board's layout of a plain call (`RawCall::board_call`: word 0 is
+//!   `start << 10 | depth`), which packs in two instructions.
 use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
