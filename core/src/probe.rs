@@ -438,10 +438,8 @@ impl Drop for Guard {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup).
             #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-            if board::is_first(self.serial) {
-                board::exit_first(self.slot);
-                return;
-            }
+            board::exit_inline(self.slot, self.serial);
+            #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
             exit(self.slot, self.serial);
         }
     }

@@ -283,22 +283,30 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     exit_general(st, slot, serial, end)
 }
 
-/// The exit of a guard the first hart's plain entry pushed: the clock, then
-/// the plain exit on the first hart's state (a constant address: no hart
-/// lookup, no serial to test), or the general one. A call does not move
-/// between harts.
-///
-/// Out of line: inlined, the guard's drop grows past what the compiler
-/// inlines into the traced fn, which then calls the drop for every call,
-/// recording or not.
-#[inline(never)]
-pub(super) fn exit_first(slot: u32) {
+/// A board's exit, inlined into the traced fn: the clock, then, for a guard
+/// the first hart's plain entry pushed, the plain exit on the first hart's
+/// state (a constant address: no hart lookup; a call does not move between
+/// harts), or else [`exit_end`]'s, out of line.
+#[inline(always)]
+pub(super) fn exit_inline(slot: u32, serial: u32) {
     let end = ticks();
-    // SAFETY: this hart's own state.
-    let st = unsafe { &mut *STATES[0].st.get() };
-    if !exit_fast(st, STATES[0].frames(), slot, end) {
-        exit_general(st, slot, FAST0, end)
+    if is_first(serial) {
+        let h = &STATES[0];
+        // SAFETY: this hart's own state.
+        if exit_fast(unsafe { &mut *h.st.get() }, h.frames(), slot, end) {
+            return;
+        }
     }
+    exit_end(slot, serial, end)
+}
+
+/// Any exit but the first hart's plain one (out of line, so that the traced
+/// fn keeps no more registers for it): the hart's state, the plain exit if
+/// the guard is a plain one, else the general one.
+#[cold]
+#[inline(never)]
+fn exit_end(slot: u32, serial: u32, end: u64) {
+    exit_board_any(slot, serial, end)
 }
 
 #[inline(always)]
@@ -312,28 +320,28 @@ fn exit_general(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 }
 
 /// The common exit, all of it with interrupts masked: this guard's frame on
-/// top, room in the buffer. Pops it and writes its record. Returns `false`,
-/// having changed nothing, for anything else.
+/// top, room in the buffer, a duration the record holds. Pops it and writes
+/// its record. Returns `false`, having changed nothing, for anything else.
+///
+/// A record that fills the buffer leaves its handoff to the next exit, which
+/// finds no room and takes the general exit (it hands the buffer over, then
+/// records), or to the runtime's flush: the plain exit then calls nothing.
 #[inline(always)]
 fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
     let i = st.count;
     // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed, so
-    // the hart's own stack (`join` sets `frames` to it on boards); read
-    // only once `depth == slot` says it is this guard's.
+    // the hart's own stack (`join` sets `frames` to it on boards); its
+    // fields are used only once `depth == slot` says it is this guard's.
     // (Sign-extended: a plain guard's slot is at most STACK_DEPTH, so this
     // is the slot, and 64-bit RISC-V needs no instructions for it.)
     let f = unsafe { &*frames.offset(slot as i32 as isize - 1) };
-    if st.depth == slot && i < st.limit {
-        let dur = end.wrapping_sub(f.start);
-        // A duration the record cannot hold (hours) saturates on the
-        // general path.
-        if dur > DUR_MAX {
-            // SAFETY: as below.
-            unsafe { platform::__fgtrace_irq_restore(saved) };
-            return false;
-        }
+    let dur = end.wrapping_sub(f.start);
+    // A duration the record cannot hold (hours) saturates on the general
+    // path.
+    let ok = (st.depth == slot) & (i < st.limit) & (dur <= DUR_MAX);
+    if ok {
         let depth = slot - 1;
         st.depth = depth;
         // A plain call in the board's layout (what `RawCall::pack` makes
@@ -344,14 +352,8 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
         // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
         unsafe { st.buf.add(i & st.mask).write(rec) };
         st.count = i + 1;
-        // SAFETY: as above.
-        unsafe { platform::__fgtrace_irq_restore(saved) };
-        if i + 1 >= st.limit {
-            super::handoff(st);
-        }
-        return true;
     }
     // SAFETY: as above.
     unsafe { platform::__fgtrace_irq_restore(saved) };
-    false
+    ok
 }
