@@ -180,29 +180,26 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
     };
 }
 
-/// A board's entry once the control word says something records.
+/// A board's entry once the control word says something records: the
+/// first hart's plain push inline, anything else out of line through
+/// [`enter_out`].
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        enter_on(&STATES[0], site, FAST0)
-    } else {
-        enter_other_hart(h, site)
+        if let Some(g) = enter_plain(&STATES[0], site, FAST0, stack_pointer()) {
+            return g;
+        }
     }
+    enter_out(site, stack_pointer())
 }
 
-/// `enter_board` on any hart but the first: out of line, so that a traced
-/// fn keeps no value in a saved register around a call for it.
-#[cold]
-#[inline(never)]
-fn enter_other_hart(h: usize, site: &'static Site) -> Guard {
-    enter_on(&STATES[h.min(HARTS - 1)], site, FAST)
-}
-
-/// `fast`: the guard's serial bit for this hart ([`FAST0`] or [`FAST`]).
+/// The plain push on hart `h`, if its state and the site allow it. `fast`:
+/// the guard's serial bit for this hart ([`FAST0`] or [`FAST`]); `sp`: the
+/// traced fn's stack pointer.
 #[inline(always)]
-fn enter_on(h: &'static Hart, site: &'static Site, fast: u32) -> Guard {
+fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> Option<Guard> {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
     if site.decision_word() == st.fast {
@@ -222,18 +219,298 @@ fn enter_on(h: &'static Hart, site: &'static Site, fast: u32) -> Guard {
             unsafe {
                 (core::ptr::addr_of_mut!(f.site) as *mut u64).write(site_word(site.id_decided()))
             };
-            f.sp = stack_pointer();
+            f.sp = sp;
             compiler_fence(Release);
             f.start = ticks();
-            return Guard {
+            return Some(Guard {
                 slot: d + 1,
                 serial: fast,
                 _not_send: PhantomData,
-            };
+            });
         }
     }
-    enter_other(site, CONTROL.load(Relaxed), stack_pointer(), st, 0)
+    None
 }
+
+/// Every entry but the first hart's plain one: the plain push on another
+/// hart, else the general entry. Its guard comes back as one word, `slot |
+/// serial << 32` (two registers on 32-bit targets), through
+/// [`enter_out`]'s trampoline.
+extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
+    // SAFETY: the platform's function, no preconditions.
+    let h = unsafe { platform::__fgtrace_hart() };
+    let hs = &STATES[h.min(HARTS - 1)];
+    let plain = if h != 0 {
+        enter_plain(hs, site, FAST, sp)
+    } else {
+        None
+    };
+    // SAFETY: this hart's own state.
+    let g = plain.unwrap_or_else(|| {
+        enter_other(
+            site,
+            CONTROL.load(Relaxed),
+            sp,
+            unsafe { &mut *hs.st.get() },
+            0,
+        )
+    });
+    let v = g.slot as u64 | (g.serial as u64) << 32;
+    // Its drop is the traced fn's, once rebuilt from the word.
+    core::mem::forget(g);
+    v
+}
+
+/// The exit of every guard but the first hart's plain ones, and of those
+/// whose plain exit declined: the hart's state, the plain exit if the guard
+/// is a plain one, else the general one.
+extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
+    exit_board_any(slot, serial, end)
+}
+
+/// `asm!` for a call through a trampoline on RISC-V: with the D or F
+/// extension, the FP registers the C ABI lets the callee change are
+/// clobbered too (the trampoline saves only integer registers).
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! fp_clobbering_call {
+    ($($t:tt)*) => {{
+        #[cfg(target_feature = "f")]
+        core::arch::asm!(
+            $($t)*
+            out("ft0") _, out("ft1") _, out("ft2") _, out("ft3") _, out("ft4") _,
+            out("ft5") _, out("ft6") _, out("ft7") _, out("ft8") _, out("ft9") _,
+            out("ft10") _, out("ft11") _, out("fa0") _, out("fa1") _, out("fa2") _,
+            out("fa3") _, out("fa4") _, out("fa5") _, out("fa6") _, out("fa7") _,
+        );
+        #[cfg(not(target_feature = "f"))]
+        core::arch::asm!($($t)*);
+    }};
+}
+
+/// [`enter_general`], called so that the traced fn keeps every register
+/// but the argument ones across it: a trampoline saves and restores the
+/// others. A call the compiler sees would make the traced fn keep its live
+/// values in saved registers, whose saving and restoring every call pays,
+/// recording or not.
+#[inline(always)]
+fn enter_out(site: &'static Site, sp: usize) -> Guard {
+    let (slot, serial): (u32, u32);
+    #[cfg(target_arch = "riscv64")]
+    {
+        let v: u64;
+        // SAFETY: the trampoline keeps every register but a0, a1 and ra
+        // (and, with the D extension, the caller-saved FP registers).
+        unsafe {
+            fp_clobbering_call!(
+                "call {t}",
+                t = sym __fgtrace_enter_tramp,
+                inout("a0") site => v,
+                inout("a1") sp => _,
+                out("ra") _,
+            )
+        };
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    #[cfg(target_arch = "riscv32")]
+    // SAFETY: as above.
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_enter_tramp,
+            inout("a0") site => slot,
+            inout("a1") sp => serial,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v: u64;
+        // SAFETY: the trampoline keeps every register but rdi, rsi and rax
+        // (no FP or vector registers on these targets' soft-float ABI).
+        unsafe {
+            core::arch::asm!(
+                "call {t}",
+                t = sym __fgtrace_enter_tramp,
+                inout("rdi") site => _,
+                inout("rsi") sp => _,
+                out("rax") v,
+            )
+        };
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    #[cfg(not(any(
+        target_arch = "riscv64",
+        target_arch = "riscv32",
+        target_arch = "x86_64"
+    )))]
+    {
+        let v = enter_general(site, sp);
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    Guard {
+        slot,
+        serial,
+        _not_send: PhantomData,
+    }
+}
+
+/// [`exit_general`], called as [`enter_out`] calls [`enter_general`].
+#[inline(always)]
+fn exit_out(slot: u32, serial: u32, end: u64) {
+    #[cfg(target_arch = "riscv64")]
+    // SAFETY: the trampoline keeps every register but a0 to a2 and ra (and
+    // the caller-saved FP registers).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            inout("a0") slot => _,
+            inout("a1") serial => _,
+            inout("a2") end => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "riscv32")]
+    // SAFETY: as above, a0 to a3 (the C ABI's register pair for `end`).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            inout("a0") slot => _,
+            inout("a1") serial => _,
+            inout("a2") end as u32 => _,
+            inout("a3") (end >> 32) as u32 => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the trampoline keeps every register but rdi, rsi, rdx, rax.
+    unsafe {
+        core::arch::asm!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            inout("rdi") slot => _,
+            inout("rsi") serial => _,
+            inout("rdx") end => _,
+            out("rax") _,
+        )
+    };
+    #[cfg(not(any(
+        target_arch = "riscv64",
+        target_arch = "riscv32",
+        target_arch = "x86_64"
+    )))]
+    exit_general(slot, serial, end);
+}
+
+#[cfg(any(
+    target_arch = "riscv64",
+    target_arch = "riscv32",
+    target_arch = "x86_64"
+))]
+extern "C" {
+    /// Calls [`enter_general`], every register but its arguments, its
+    /// result and the return address kept.
+    fn __fgtrace_enter_tramp();
+    /// Calls [`exit_general`], as above.
+    fn __fgtrace_exit_tramp();
+}
+
+// The trampolines: a frame record (so that the frame-pointer unwinder walks
+// through them to the traced fn), the caller-saved registers the call's
+// `asm!` does not name saved around the call, then back. RISC-V: t0 to t6
+// and a2 to a7 (a0, a1 and ra are the `asm!`'s; a2, a3 also carry the exit's
+// `end`, restored harmlessly); x86_64: rcx, rdx, r8 to r11 (rdi, rsi and rax
+// are the `asm!`'s), the stack 16-byte aligned at the call.
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! riscv_trampoline {
+    ($name:literal, $target:path, $st:literal, $ld:literal, $w:literal) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 2",
+            concat!($name, ":"),
+            concat!("addi sp, sp, -16*", $w),
+            concat!($st, " ra, 15*", $w, "(sp)"),
+            concat!($st, " s0, 14*", $w, "(sp)"),
+            concat!("addi s0, sp, 16*", $w),
+            concat!($st, " t0, 0*", $w, "(sp)"),
+            concat!($st, " t1, 1*", $w, "(sp)"),
+            concat!($st, " t2, 2*", $w, "(sp)"),
+            concat!($st, " t3, 3*", $w, "(sp)"),
+            concat!($st, " t4, 4*", $w, "(sp)"),
+            concat!($st, " t5, 5*", $w, "(sp)"),
+            concat!($st, " t6, 6*", $w, "(sp)"),
+            concat!($st, " a2, 7*", $w, "(sp)"),
+            concat!($st, " a3, 8*", $w, "(sp)"),
+            concat!($st, " a4, 9*", $w, "(sp)"),
+            concat!($st, " a5, 10*", $w, "(sp)"),
+            concat!($st, " a6, 11*", $w, "(sp)"),
+            concat!($st, " a7, 12*", $w, "(sp)"),
+            "call {f}",
+            concat!($ld, " t0, 0*", $w, "(sp)"),
+            concat!($ld, " t1, 1*", $w, "(sp)"),
+            concat!($ld, " t2, 2*", $w, "(sp)"),
+            concat!($ld, " t3, 3*", $w, "(sp)"),
+            concat!($ld, " t4, 4*", $w, "(sp)"),
+            concat!($ld, " t5, 5*", $w, "(sp)"),
+            concat!($ld, " t6, 6*", $w, "(sp)"),
+            concat!($ld, " a2, 7*", $w, "(sp)"),
+            concat!($ld, " a3, 8*", $w, "(sp)"),
+            concat!($ld, " a4, 9*", $w, "(sp)"),
+            concat!($ld, " a5, 10*", $w, "(sp)"),
+            concat!($ld, " a6, 11*", $w, "(sp)"),
+            concat!($ld, " a7, 12*", $w, "(sp)"),
+            concat!($ld, " ra, 15*", $w, "(sp)"),
+            concat!($ld, " s0, 14*", $w, "(sp)"),
+            concat!("addi sp, sp, 16*", $w),
+            "ret",
+            f = sym $target,
+        );
+    };
+}
+#[cfg(target_arch = "riscv64")]
+riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
+#[cfg(target_arch = "riscv64")]
+riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sd", "ld", "8");
+#[cfg(target_arch = "riscv32")]
+riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
+#[cfg(target_arch = "riscv32")]
+riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sw", "lw", "4");
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_64_trampoline {
+    ($name:literal, $target:path) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 4",
+            concat!($name, ":"),
+            "push rbp",
+            "mov rbp, rsp",
+            "push rcx",
+            "push rdx",
+            "push r8",
+            "push r9",
+            "push r10",
+            "push r11",
+            "call {f}",
+            "pop r11",
+            "pop r10",
+            "pop r9",
+            "pop r8",
+            "pop rdx",
+            "pop rcx",
+            "pop rbp",
+            "ret",
+            f = sym $target,
+        );
+    };
+}
+#[cfg(target_arch = "x86_64")]
+x86_64_trampoline!("__fgtrace_enter_tramp", enter_general);
+#[cfg(target_arch = "x86_64")]
+x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
 
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
@@ -280,13 +557,13 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     if serial & (FAST | FAST0) != 0 && exit_fast(st, h.frames(), slot, end) {
         return;
     }
-    exit_general(st, slot, serial, end)
+    exit_general_on(st, slot, serial, end)
 }
 
 /// A board's exit, inlined into the traced fn: the clock, then, for a guard
 /// the first hart's plain entry pushed, the plain exit on the first hart's
 /// state (a constant address: no hart lookup; a call does not move between
-/// harts), or else [`exit_end`]'s, out of line.
+/// harts), or else [`exit_out`]'s, out of line.
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {
     let end = ticks();
@@ -297,20 +574,11 @@ pub(super) fn exit_inline(slot: u32, serial: u32) {
             return;
         }
     }
-    exit_end(slot, serial, end)
-}
-
-/// Any exit but the first hart's plain one (out of line, so that the traced
-/// fn keeps no more registers for it): the hart's state, the plain exit if
-/// the guard is a plain one, else the general one.
-#[cold]
-#[inline(never)]
-fn exit_end(slot: u32, serial: u32, end: u64) {
-    exit_board_any(slot, serial, end)
+    exit_out(slot, serial, end)
 }
 
 #[inline(always)]
-fn exit_general(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
+fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     let serial = serial & SERIAL_MASK;
     if slot & COUNTED != 0 {
         super::exit_board_counted(slot, serial, end, st)
