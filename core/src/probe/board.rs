@@ -268,13 +268,14 @@ extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
     exit_board_any(slot, serial, end)
 }
 
-/// `asm!` for a call through a trampoline on RISC-V: with the D or F
+/// `asm!` for a call through a trampoline on RISC-V: with the F or D
 /// extension, the FP registers the C ABI lets the callee change are
-/// clobbered too (the trampoline saves only integer registers).
+/// clobbered too, and with V every vector register (the trampoline saves
+/// only integer registers).
 #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
 macro_rules! fp_clobbering_call {
     ($($t:tt)*) => {{
-        #[cfg(target_feature = "f")]
+        #[cfg(all(target_feature = "f", not(target_feature = "v")))]
         core::arch::asm!(
             $($t)*
             out("ft0") _, out("ft1") _, out("ft2") _, out("ft3") _, out("ft4") _,
@@ -282,7 +283,56 @@ macro_rules! fp_clobbering_call {
             out("ft10") _, out("ft11") _, out("fa0") _, out("fa1") _, out("fa2") _,
             out("fa3") _, out("fa4") _, out("fa5") _, out("fa6") _, out("fa7") _,
         );
+        #[cfg(target_feature = "v")]
+        core::arch::asm!(
+            $($t)*
+            out("ft0") _, out("ft1") _, out("ft2") _, out("ft3") _, out("ft4") _,
+            out("ft5") _, out("ft6") _, out("ft7") _, out("ft8") _, out("ft9") _,
+            out("ft10") _, out("ft11") _, out("fa0") _, out("fa1") _, out("fa2") _,
+            out("fa3") _, out("fa4") _, out("fa5") _, out("fa6") _, out("fa7") _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+            out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
+        );
         #[cfg(not(target_feature = "f"))]
+        core::arch::asm!($($t)*);
+    }};
+}
+
+/// `asm!` for a call through a trampoline on x86_64: on a target with SSE
+/// (or AVX-512), the vector registers the C ABI lets the callee change are
+/// clobbered too (the trampoline saves only general registers; the bare-metal
+/// targets' soft-float ABI has none).
+#[cfg(target_arch = "x86_64")]
+macro_rules! vector_clobbering_call {
+    ($($t:tt)*) => {{
+        #[cfg(all(target_feature = "sse", not(target_feature = "avx512f")))]
+        core::arch::asm!(
+            $($t)*
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+        );
+        #[cfg(target_feature = "avx512f")]
+        core::arch::asm!(
+            $($t)*
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+            out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+            out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
+            out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+            out("k1") _, out("k2") _, out("k3") _, out("k4") _,
+            out("k5") _, out("k6") _, out("k7") _,
+        );
+        #[cfg(not(target_feature = "sse"))]
         core::arch::asm!($($t)*);
     }};
 }
@@ -328,7 +378,7 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
         // SAFETY: the trampoline keeps every register but rdi, rsi and rax
         // (no FP or vector registers on these targets' soft-float ABI).
         unsafe {
-            core::arch::asm!(
+            vector_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
                 inout("rdi") site => _,
@@ -364,8 +414,10 @@ fn exit_out(slot: u32, serial: u32, end: u64) {
         fp_clobbering_call!(
             "call {t}",
             t = sym __fgtrace_exit_tramp,
-            inout("a0") slot => _,
-            inout("a1") serial => _,
+            // Sign-extended, as the C ABI passes 32-bit values in 64-bit
+            // registers (the callee relies on it).
+            inout("a0") slot as i32 as i64 => _,
+            inout("a1") serial as i32 as i64 => _,
             inout("a2") end => _,
             out("ra") _,
         )
@@ -386,11 +438,11 @@ fn exit_out(slot: u32, serial: u32, end: u64) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the trampoline keeps every register but rdi, rsi, rdx, rax.
     unsafe {
-        core::arch::asm!(
+        vector_clobbering_call!(
             "call {t}",
             t = sym __fgtrace_exit_tramp,
-            inout("rdi") slot => _,
-            inout("rsi") serial => _,
+            inout("rdi") slot as u64 => _,
+            inout("rsi") serial as u64 => _,
             inout("rdx") end => _,
             out("rax") _,
         )
