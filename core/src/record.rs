@@ -92,11 +92,6 @@ pub const DUR_MAX: u64 = (1 << DUR_BITS) - 1;
 /// Most sites a process can have (site ids fit in 18 bits).
 pub const MAX_SITES: u32 = 1 << SITE_BITS;
 
-/// Whether plain calls take the board layout (see [`RawCall`]): a board's
-/// build (`irq-mask` without `std`), where the board runtime alone reads its
-/// buffers.
-const BOARD_LAYOUT: bool = cfg!(all(feature = "irq-mask", not(any(feature = "std", test))));
-
 /// One call as the hot path writes it: 16 bytes.
 ///
 /// * word 0: entry ticks (low 54 bits; the collector restores the high bits
@@ -118,10 +113,14 @@ impl RawCall {
     /// Packs the fields; the duration saturates at [`DUR_MAX`].
     #[inline(always)]
     pub fn pack(start: u64, depth: u32, dur: u64, site: u32, unwound: bool, kind: u64) -> RawCall {
-        Self::pack_in::<BOARD_LAYOUT>(start, depth, dur, site, unwound, kind)
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return Self::pack_board(start, depth, dur, site, unwound, kind);
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        Self::pack_common(start, depth, dur, site, unwound, kind)
     }
+    /// [`RawCall::pack`] in the common layout.
     #[inline(always)]
-    fn pack_in<const BOARD: bool>(
+    fn pack_common(
         start: u64,
         depth: u32,
         dur: u64,
@@ -130,13 +129,28 @@ impl RawCall {
         kind: u64,
     ) -> RawCall {
         let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
-        if BOARD && kind == kind::CALL && !unwound {
-            return Self::board_call(start, depth & MAX_DEPTH, dur, site);
-        }
         RawCall(
             (start & START_MASK) | ((depth as u64) << START_BITS),
             dur | ((site as u64) << DUR_BITS) | ((unwound as u64) << 61) | (kind << 62),
         )
+    }
+    /// [`RawCall::pack`] on a board: a plain call in the board layout,
+    /// anything else in the common one.
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+    #[inline(always)]
+    fn pack_board(
+        start: u64,
+        depth: u32,
+        dur: u64,
+        site: u32,
+        unwound: bool,
+        kind: u64,
+    ) -> RawCall {
+        if kind == kind::CALL && !unwound {
+            let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
+            return Self::board_call(start, depth & MAX_DEPTH, dur, site);
+        }
+        Self::pack_common(start, depth, dur, site, unwound, kind)
     }
     /// A plain call in the board layout, for a board's plain exit: `depth`
     /// at most [`MAX_DEPTH`], `dur` at most [`DUR_MAX`], `site` below
@@ -153,18 +167,20 @@ impl RawCall {
         };
         RawCall(start << DEPTH_BITS | depth, dur | (site as u64) << DUR_BITS)
     }
-    /// A plain call (kind CALL, not unwound), whose layout differs on boards.
-    #[inline(always)]
-    fn board_layout<const BOARD: bool>(self) -> bool {
-        BOARD && self.1 >> 61 == 0
-    }
     /// The low [`START_MASK`] bits of the entry ticks.
     pub fn start_low(self) -> u64 {
-        self.start_low_in::<BOARD_LAYOUT>()
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return self.start_low_board();
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            self.0 & START_MASK
+        }
     }
+    /// [`RawCall::start_low`] on a board (a plain call's layout differs).
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
     #[inline(always)]
-    fn start_low_in<const BOARD: bool>(self) -> u64 {
-        if self.board_layout::<BOARD>() {
+    fn start_low_board(self) -> u64 {
+        if self.1 >> 61 == 0 {
             self.0 >> DEPTH_BITS
         } else {
             self.0 & START_MASK
@@ -172,11 +188,18 @@ impl RawCall {
     }
     /// Shadow-stack depth of the call (poll count of a future).
     pub fn depth(self) -> u32 {
-        self.depth_in::<BOARD_LAYOUT>()
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return self.depth_board();
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            (self.0 >> START_BITS) as u32
+        }
     }
+    /// [`RawCall::depth`] on a board (a plain call's layout differs).
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
     #[inline(always)]
-    fn depth_in<const BOARD: bool>(self) -> u32 {
-        if self.board_layout::<BOARD>() {
+    fn depth_board(self) -> u32 {
+        if self.1 >> 61 == 0 {
             (self.0 & MAX_DEPTH as u64) as u32
         } else {
             (self.0 >> START_BITS) as u32
@@ -250,26 +273,27 @@ mod tests {
     #[test]
     fn the_board_layout_keeps_every_field_of_a_plain_call_and_no_other() {
         let start = 0xffff_ffff_ffff_1234;
-        let r = RawCall::pack_in::<true>(start, 1000, 1 << 42, MAX_SITES - 1, false, kind::CALL);
-        assert_eq!(r.start_low_in::<true>(), start & START_MASK);
-        assert_eq!(r.depth_in::<true>(), 1000);
+        let r = RawCall::pack_board(start, 1000, 1 << 42, MAX_SITES - 1, false, kind::CALL);
+        assert_eq!(r.start_low_board(), start & START_MASK);
+        assert_eq!(r.depth_board(), 1000);
         assert_eq!(r.dur(), 1 << 42);
         assert_eq!(r.site(), MAX_SITES - 1);
         assert!(!r.unwound());
         assert_eq!(r.kind(), kind::CALL);
         assert_eq!(r, RawCall::board_call(start, 1000, 1 << 42, MAX_SITES - 1));
-        // The common layout's word 0 would differ: the layout did change.
+        // The common layout's word 0 differs: the layout did change.
         assert_ne!(
             r.0,
-            RawCall::pack_in::<false>(start, 1000, 1, 0, false, kind::CALL).0
+            RawCall::pack_common(start, 1000, 1, 0, false, kind::CALL).0
         );
+        // A duration past the record's bits saturates, as in the common
+        // layout, and leaves the site alone.
+        let long = RawCall::pack_board(start, 1, u64::MAX, 5, false, kind::CALL);
+        assert_eq!((long.dur(), long.site()), (DUR_MAX, 5));
         // A depth past the record's bits keeps its low bits, as the common
         // layout does, and leaves the start alone.
-        let deep = RawCall::pack_in::<true>(7, MAX_DEPTH + 3, 1, 0, false, kind::CALL);
-        assert_eq!(
-            (deep.start_low_in::<true>(), deep.depth_in::<true>()),
-            (7, 2)
-        );
+        let deep = RawCall::pack_board(7, MAX_DEPTH + 3, 1, 0, false, kind::CALL);
+        assert_eq!((deep.start_low_board(), deep.depth_board()), (7, 2));
         // Every other record keeps the common layout, which hosts read.
         for (unwound, k) in [
             (true, kind::CALL),
@@ -277,15 +301,18 @@ mod tests {
             (false, kind::FUTURE),
             (false, kind::LOST),
         ] {
-            let a = RawCall::pack_in::<true>(start, 513, 9, 3, unwound, k);
-            assert_eq!(a, RawCall::pack_in::<false>(start, 513, 9, 3, unwound, k));
+            let a = RawCall::pack_board(start, 513, 9, 3, unwound, k);
+            assert_eq!(a, RawCall::pack_common(start, 513, 9, 3, unwound, k));
             assert_eq!(
-                (a.start_low_in::<true>(), a.depth_in::<true>()),
+                (a.start_low_board(), a.depth_board()),
                 (start & START_MASK, 513)
             );
         }
         let e = RawCall::ext(ext::FREES, 5, 6);
-        assert_eq!(e.depth_in::<true>(), e.depth_in::<false>());
+        assert_eq!(
+            (e.depth_board(), e.start_low_board()),
+            (e.depth(), e.start_low())
+        );
     }
 
     #[test]
