@@ -20,14 +20,21 @@
 //!   its frame by slot (the fast frames' tag is 0, their guards' serial
 //!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
-//!   record (so an interrupt's records nest in exit order), then the
-//!   buffer's handoff with interrupts as they were, as before. Anything
-//!   else (a counted call, a frame not on top, a full buffer) takes the
-//!   general board exit. A guard the first hart's plain entry pushed
-//!   (`FAST0`, the sign bit) exits through `exit_first`: no hart lookup,
-//!   the state at a constant address. The record is written in the
-//!   board's layout of a plain call (`RawCall::board_call`: word 0 is
-//!   `start << 10 | depth`), which packs in two instructions.
+//!   record (so an interrupt's records nest in exit order). Anything else
+//!   (a counted call, a frame not on top, a full buffer: the record that
+//!   fills one leaves its handoff to the next exit or the runtime's flush)
+//!   takes the general board exit, which hands a full buffer over with
+//!   interrupts as they were. A guard the first hart's plain entry pushed
+//!   (`FAST0`, the sign bit) exits inline in the traced fn
+//!   (`exit_inline`): no hart lookup, the state at a constant address,
+//!   no call. The record is written in the board's layout of a plain call
+//!   (`RawCall::board_call`: word 0 is `start << 10 | depth`), which packs
+//!   in two instructions.
+//! * **Everything else** (another hart, a general entry or exit) is one
+//!   call through a trampoline (`enter_out`, `exit_out`) that keeps every
+//!   register but the call's own, so that the traced fn keeps its values in
+//!   the registers they are in, and saves no register of its own for the
+//!   probe: what it saves, every call pays, recording or not.
 use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
