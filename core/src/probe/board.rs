@@ -21,10 +21,11 @@
 //!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order). Anything else
-//!   (a counted call, a frame not on top, a full buffer: the record that
-//!   fills one leaves its handoff to the next exit or the runtime's flush)
-//!   takes the general board exit, which hands a full buffer over with
-//!   interrupts as they were. A guard the first hart's plain entry pushed
+//!   (a counted call, a frame not on top, a record that would fill the
+//!   buffer) takes the general board exit, which writes the record and
+//!   hands the full buffer over with interrupts as they were, so a plain
+//!   exit never leaves a full buffer behind for the writers that do not
+//!   hand one over (markers, values, whole futures). A guard the first hart's plain entry pushed
 //!   (`FAST0`, the sign bit) exits inline in the traced fn
 //!   (`exit_inline`): no hart lookup, the state at a constant address,
 //!   no call. The record is written in the board's layout of a plain call
@@ -650,9 +651,10 @@ fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 /// top, room in the buffer, a duration the record holds. Pops it and writes
 /// its record. Returns `false`, having changed nothing, for anything else.
 ///
-/// A record that fills the buffer leaves its handoff to the next exit, which
-/// finds no room and takes the general exit (it hands the buffer over, then
-/// records), or to the runtime's flush: the plain exit then calls nothing.
+/// The record that would fill the buffer is left to the general exit, which
+/// writes it and then hands the buffer over: the plain exit calls nothing,
+/// and leaves no full buffer behind (markers, values and whole futures
+/// write without handing one over).
 #[inline(always)]
 fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
     // SAFETY: the platform's functions, paired below.
@@ -667,7 +669,7 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
     let dur = end.wrapping_sub(f.start);
     // A duration the record cannot hold (hours) saturates on the general
     // path.
-    let ok = (st.depth == slot) & (i < st.limit) & (dur <= DUR_MAX);
+    let ok = (st.depth == slot) & (i + 1 < st.limit) & (dur <= DUR_MAX);
     if ok {
         let depth = slot - 1;
         st.depth = depth;
