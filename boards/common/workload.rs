@@ -251,8 +251,10 @@ const COST_STREAM_CALLS: u32 = 1024;
 /// under `qemu -icount`): a traced leaf while recording with no buffer
 /// handoff inside the loop (the probe alone), the same including the
 /// stream's framing and UART output (amortised over 1024 calls), and the
-/// untraced leaf.
-fn probe_cost() -> (u64, u64, u64) {
+/// untraced leaf; then the leaf's first call, before the loops: a site's
+/// first call in a session takes the general path, which sends the site's
+/// name (once per site and session, so not a cost per call).
+fn probe_cost() -> (u64, u64, u64, u64) {
     let per_call = |f: fn(u32) -> u32, n: u32| {
         let a = instret();
         for i in 0..n {
@@ -261,10 +263,11 @@ fn probe_cost() -> (u64, u64, u64) {
         (instret() - a) / n as u64
     };
     board::flush();
+    let first = per_call(probe_cost_leaf, 1);
     let probe = per_call(probe_cost_leaf, COST_PROBE_CALLS);
     let streamed = per_call(probe_cost_leaf, COST_STREAM_CALLS);
     let plain = per_call(plain_leaf, COST_STREAM_CALLS);
-    (probe, streamed, plain)
+    (probe, streamed, plain, first)
 }
 
 
@@ -294,17 +297,20 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
     }
     timer(false);
     let recorded = board::recording();
-    let (probe, streamed, plain) = probe_cost();
+    let (probe, streamed, plain, first) = probe_cost();
     if recorded {
         T_COST
             .calls
-            .fetch_add(COST_PROBE_CALLS + COST_STREAM_CALLS, Relaxed);
+            .fetch_add(1 + COST_PROBE_CALLS + COST_STREAM_CALLS, Relaxed);
         board::stop();
     }
-    let (off, _, _) = probe_cost();
+    let (off, _, _, _) = probe_cost();
     board::textf(format_args!("done: {rounds} rounds, result {acc:#x}"));
     board::textf(format_args!(
         "probe-cost instructions per call: recording {probe}, recording and streaming {streamed}, off {off}, untraced {plain}"
+    ));
+    board::textf(format_args!(
+        "probe-cost instructions of the leaf's first call in the session (its site sent): {first}"
     ));
     for t in ALL {
         board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));

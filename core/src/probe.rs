@@ -435,6 +435,11 @@ impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.slot != 0 {
+            // Boards: the first hart's plain exit is inlined into the traced
+            // fn's epilogue (no call frame, no hart lookup).
+            #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+            board::exit_inline(self.slot, self.serial);
+            #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
             exit(self.slot, self.serial);
         }
     }

@@ -99,6 +99,13 @@ pub const MAX_SITES: u32 = 1 << SITE_BITS;
 ///   from the session origin) | depth (10 bits)
 /// * word 1: duration in ticks (43 bits, about 49 minutes at 3 GHz; longer
 ///   calls saturate) | site id (18 bits) | unwound (1 bit) | kind (2 bits)
+///
+/// On a board (`irq-mask` without `std`) a plain call (kind CALL, not
+/// unwound) keeps word 0 as `start << 10 | depth` instead: the same bits,
+/// two instructions to pack where the mask and the shift at bit 54 take
+/// seven. Only the board runtime reads a board's buffers, through these
+/// accessors, and it sends plain calls as varints and every other record
+/// (whose layout is the common one) as its 16 bytes, so no host sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct RawCall(pub u64, pub u64);
@@ -107,19 +114,97 @@ impl RawCall {
     /// Packs the fields; the duration saturates at [`DUR_MAX`].
     #[inline(always)]
     pub fn pack(start: u64, depth: u32, dur: u64, site: u32, unwound: bool, kind: u64) -> RawCall {
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return Self::pack_board(start, depth, dur, site, unwound, kind);
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        Self::pack_common(start, depth, dur, site, unwound, kind)
+    }
+    /// [`RawCall::pack`] in the common layout.
+    #[inline(always)]
+    fn pack_common(
+        start: u64,
+        depth: u32,
+        dur: u64,
+        site: u32,
+        unwound: bool,
+        kind: u64,
+    ) -> RawCall {
         let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
         RawCall(
             (start & START_MASK) | ((depth as u64) << START_BITS),
             dur | ((site as u64) << DUR_BITS) | ((unwound as u64) << 61) | (kind << 62),
         )
     }
+    /// [`RawCall::pack`] on a board: a plain call in the board layout,
+    /// anything else in the common one.
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+    #[inline(always)]
+    fn pack_board(
+        start: u64,
+        depth: u32,
+        dur: u64,
+        site: u32,
+        unwound: bool,
+        kind: u64,
+    ) -> RawCall {
+        if kind == kind::CALL && !unwound {
+            let dur = if dur > DUR_MAX { DUR_MAX } else { dur };
+            return Self::board_call(start, depth & MAX_DEPTH, dur, site);
+        }
+        Self::pack_common(start, depth, dur, site, unwound, kind)
+    }
+    /// A plain call in the board layout, for a board's plain exit: `depth`
+    /// at most [`MAX_DEPTH`], `dur` at most [`DUR_MAX`], `site` below
+    /// [`MAX_SITES`].
+    #[inline(always)]
+    pub fn board_call(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
+        // Sign-extended on 64-bit targets: the depth fits in 10 bits, so
+        // this is the zero-extended depth, and 64-bit RISC-V needs no
+        // instructions for it (32-bit targets need none to zero-extend).
+        let depth = if cfg!(target_pointer_width = "64") {
+            depth as i32 as i64 as u64
+        } else {
+            depth as u64
+        };
+        RawCall(start << DEPTH_BITS | depth, dur | (site as u64) << DUR_BITS)
+    }
     /// The low [`START_MASK`] bits of the entry ticks.
     pub fn start_low(self) -> u64 {
-        self.0 & START_MASK
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return self.start_low_board();
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            self.0 & START_MASK
+        }
+    }
+    /// [`RawCall::start_low`] on a board (a plain call's layout differs).
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+    #[inline(always)]
+    fn start_low_board(self) -> u64 {
+        if self.1 >> 61 == 0 {
+            self.0 >> DEPTH_BITS
+        } else {
+            self.0 & START_MASK
+        }
     }
     /// Shadow-stack depth of the call (poll count of a future).
     pub fn depth(self) -> u32 {
-        (self.0 >> START_BITS) as u32
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        return self.depth_board();
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            (self.0 >> START_BITS) as u32
+        }
+    }
+    /// [`RawCall::depth`] on a board (a plain call's layout differs).
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+    #[inline(always)]
+    fn depth_board(self) -> u32 {
+        if self.1 >> 61 == 0 {
+            (self.0 & MAX_DEPTH as u64) as u32
+        } else {
+            (self.0 >> START_BITS) as u32
+        }
     }
     /// Duration in ticks (a count for [`kind::LOST`]).
     pub fn dur(self) -> u64 {
@@ -184,6 +269,51 @@ mod tests {
             DUR_MAX
         );
         assert_eq!(core::mem::size_of::<RawCall>(), 16);
+    }
+
+    #[test]
+    fn the_board_layout_keeps_every_field_of_a_plain_call_and_no_other() {
+        let start = 0xffff_ffff_ffff_1234;
+        let r = RawCall::pack_board(start, 1000, 1 << 42, MAX_SITES - 1, false, kind::CALL);
+        assert_eq!(r.start_low_board(), start & START_MASK);
+        assert_eq!(r.depth_board(), 1000);
+        assert_eq!(r.dur(), 1 << 42);
+        assert_eq!(r.site(), MAX_SITES - 1);
+        assert!(!r.unwound());
+        assert_eq!(r.kind(), kind::CALL);
+        assert_eq!(r, RawCall::board_call(start, 1000, 1 << 42, MAX_SITES - 1));
+        // The common layout's word 0 differs: the layout did change.
+        assert_ne!(
+            r.0,
+            RawCall::pack_common(start, 1000, 1, 0, false, kind::CALL).0
+        );
+        // A duration past the record's bits saturates, as in the common
+        // layout, and leaves the site alone.
+        let long = RawCall::pack_board(start, 1, u64::MAX, 5, false, kind::CALL);
+        assert_eq!((long.dur(), long.site()), (DUR_MAX, 5));
+        // A depth past the record's bits keeps its low bits, as the common
+        // layout does, and leaves the start alone.
+        let deep = RawCall::pack_board(7, MAX_DEPTH + 3, 1, 0, false, kind::CALL);
+        assert_eq!((deep.start_low_board(), deep.depth_board()), (7, 2));
+        // Every other record keeps the common layout, which hosts read.
+        for (unwound, k) in [
+            (true, kind::CALL),
+            (false, kind::POLL),
+            (false, kind::FUTURE),
+            (false, kind::LOST),
+        ] {
+            let a = RawCall::pack_board(start, 513, 9, 3, unwound, k);
+            assert_eq!(a, RawCall::pack_common(start, 513, 9, 3, unwound, k));
+            assert_eq!(
+                (a.start_low_board(), a.depth_board()),
+                (start & START_MASK, 513)
+            );
+        }
+        let e = RawCall::ext(ext::FREES, 5, 6);
+        assert_eq!(
+            (e.depth_board(), e.start_low_board()),
+            (e.depth(), e.start_low())
+        );
     }
 
     #[test]

@@ -18,18 +18,30 @@
 //!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
 //!   a guard whose frame is not on top takes the general path, which finds
 //!   its frame by slot (the fast frames' tag is 0, their guards' serial
-//!   the `FAST` bit with serial 0).
+//!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
-//!   record (so an interrupt's records nest in exit order), then the
-//!   buffer's handoff with interrupts as they were, as before. Anything
-//!   else (a counted call, a frame not on top, a full buffer) takes the
-//!   general board exit.
+//!   record (so an interrupt's records nest in exit order). Anything else
+//!   (a counted call, a frame not on top, a record that would fill the
+//!   buffer) takes the general board exit, which writes the record and
+//!   hands the full buffer over with interrupts as they were, so a plain
+//!   exit never leaves a full buffer behind for the writers that do not
+//!   hand one over (markers, values, whole futures). A guard the first hart's plain entry pushed
+//!   (`FAST0`, the sign bit) exits inline in the traced fn
+//!   (`exit_inline`): no hart lookup, the state at a constant address,
+//!   no call. The record is written in the board's layout of a plain call
+//!   (`RawCall::board_call`: word 0 is `start << 10 | depth`), which packs
+//!   in two instructions.
+//! * **Everything else** (another hart, a general entry or exit) is one
+//!   call through a trampoline (`enter_out`, `exit_out`) that keeps every
+//!   register but the call's own, so that the traced fn keeps its values in
+//!   the registers they are in, and saves no register of its own for the
+//!   probe: what it saves, every call pays, recording or not.
 use super::{
     enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
 };
 use crate::clock::ticks;
 use crate::control::CONTROL;
-use crate::record::{kind, RawCall, DUR_MAX};
+use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -40,10 +52,22 @@ use core::sync::atomic::{compiler_fence, AtomicBool, Ordering::*};
 pub const HARTS: usize = 4;
 /// Shadow-stack depth per hart.
 pub const STACK_DEPTH: usize = 64;
+const _: () = assert!(STACK_DEPTH <= MAX_DEPTH as usize + 1);
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by `enter_board` (its frame's tag is 0).
-pub(super) const FAST: u32 = 1 << 31;
+/// A guard's serial bit: pushed by `enter_board` on any hart but the first
+/// (its frame's tag is 0).
+pub(super) const FAST: u32 = 1 << 30;
+/// A guard's serial bit: pushed by `enter_board` on the first hart, whose
+/// exit the guard's drop inlines (the sign bit: one branch tells it).
+pub(super) const FAST0: u32 = 1 << 31;
+
+/// The guard's serial says its frame was pushed by the first hart's plain
+/// entry.
+#[inline(always)]
+pub(super) fn is_first(serial: u32) -> bool {
+    (serial as i32) < 0
+}
 
 /// One hart's state and shadow stack.
 #[repr(C)]
@@ -164,28 +188,26 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
     };
 }
 
-/// A board's entry once the control word says something records.
+/// A board's entry once the control word says something records: the
+/// first hart's plain push inline, anything else out of line through
+/// [`enter_out`].
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        enter_on(&STATES[0], site)
-    } else {
-        enter_other_hart(h, site)
+        if let Some(g) = enter_plain(&STATES[0], site, FAST0, stack_pointer()) {
+            return g;
+        }
     }
+    enter_out(site, stack_pointer())
 }
 
-/// `enter_board` on any hart but the first: out of line, so that a traced
-/// fn keeps no value in a saved register around a call for it.
-#[cold]
-#[inline(never)]
-fn enter_other_hart(h: usize, site: &'static Site) -> Guard {
-    enter_on(&STATES[h.min(HARTS - 1)], site)
-}
-
+/// The plain push on hart `h`, if its state and the site allow it. `fast`:
+/// the guard's serial bit for this hart ([`FAST0`] or [`FAST`]); `sp`: the
+/// traced fn's stack pointer.
 #[inline(always)]
-fn enter_on(h: &'static Hart, site: &'static Site) -> Guard {
+fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> Option<Guard> {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
     if site.decision_word() == st.fast {
@@ -205,25 +227,362 @@ fn enter_on(h: &'static Hart, site: &'static Site) -> Guard {
             unsafe {
                 (core::ptr::addr_of_mut!(f.site) as *mut u64).write(site_word(site.id_decided()))
             };
-            f.sp = stack_pointer();
+            f.sp = sp;
             compiler_fence(Release);
             f.start = ticks();
-            return Guard {
+            return Some(Guard {
                 slot: d + 1,
-                serial: FAST,
+                serial: fast,
                 _not_send: PhantomData,
-            };
+            });
         }
     }
-    enter_other(site, CONTROL.load(Relaxed), stack_pointer(), st, 0)
+    None
 }
+
+/// Every entry but the first hart's plain one: the plain push on another
+/// hart, else the general entry. Its guard comes back as one word, `slot |
+/// serial << 32` (two registers on 32-bit targets), through
+/// [`enter_out`]'s trampoline.
+extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
+    // SAFETY: the platform's function, no preconditions.
+    let h = unsafe { platform::__fgtrace_hart() };
+    let hs = &STATES[h.min(HARTS - 1)];
+    let plain = if h != 0 {
+        enter_plain(hs, site, FAST, sp)
+    } else {
+        None
+    };
+    // SAFETY: this hart's own state.
+    let g = plain.unwrap_or_else(|| {
+        enter_other(
+            site,
+            CONTROL.load(Relaxed),
+            sp,
+            unsafe { &mut *hs.st.get() },
+            0,
+        )
+    });
+    let v = g.slot as u64 | (g.serial as u64) << 32;
+    // Its drop is the traced fn's, once rebuilt from the word.
+    core::mem::forget(g);
+    v
+}
+
+/// The exit of every guard but the first hart's plain ones, and of those
+/// whose plain exit declined: the hart's state, the plain exit if the guard
+/// is a plain one, else the general one.
+extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
+    exit_board_any(slot, serial, end)
+}
+
+/// `asm!` for a call through a trampoline on RISC-V: with the F or D
+/// extension, the FP registers the C ABI lets the callee change are
+/// clobbered too, and with V every vector register (the trampoline saves
+/// only integer registers).
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! fp_clobbering_call {
+    ($($t:tt)*) => {{
+        #[cfg(all(target_feature = "f", not(target_feature = "v")))]
+        core::arch::asm!(
+            $($t)*
+            out("ft0") _, out("ft1") _, out("ft2") _, out("ft3") _, out("ft4") _,
+            out("ft5") _, out("ft6") _, out("ft7") _, out("ft8") _, out("ft9") _,
+            out("ft10") _, out("ft11") _, out("fa0") _, out("fa1") _, out("fa2") _,
+            out("fa3") _, out("fa4") _, out("fa5") _, out("fa6") _, out("fa7") _,
+        );
+        #[cfg(target_feature = "v")]
+        core::arch::asm!(
+            $($t)*
+            out("ft0") _, out("ft1") _, out("ft2") _, out("ft3") _, out("ft4") _,
+            out("ft5") _, out("ft6") _, out("ft7") _, out("ft8") _, out("ft9") _,
+            out("ft10") _, out("ft11") _, out("fa0") _, out("fa1") _, out("fa2") _,
+            out("fa3") _, out("fa4") _, out("fa5") _, out("fa6") _, out("fa7") _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+            out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
+        );
+        #[cfg(not(target_feature = "f"))]
+        core::arch::asm!($($t)*);
+    }};
+}
+
+/// `asm!` for a call through a trampoline on x86_64: on a target with SSE
+/// (or AVX-512), the vector registers the C ABI lets the callee change are
+/// clobbered too (the trampoline saves only general registers; the bare-metal
+/// targets' soft-float ABI has none).
+#[cfg(target_arch = "x86_64")]
+macro_rules! vector_clobbering_call {
+    ($($t:tt)*) => {{
+        #[cfg(all(target_feature = "sse", not(target_feature = "avx512f")))]
+        core::arch::asm!(
+            $($t)*
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+        );
+        #[cfg(target_feature = "avx512f")]
+        core::arch::asm!(
+            $($t)*
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+            out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+            out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
+            out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+            out("k1") _, out("k2") _, out("k3") _, out("k4") _,
+            out("k5") _, out("k6") _, out("k7") _,
+        );
+        #[cfg(not(target_feature = "sse"))]
+        core::arch::asm!($($t)*);
+    }};
+}
+
+/// [`enter_general`], called so that the traced fn keeps every register
+/// but the argument ones across it: a trampoline saves and restores the
+/// others. A call the compiler sees would make the traced fn keep its live
+/// values in saved registers, whose saving and restoring every call pays,
+/// recording or not.
+#[inline(always)]
+fn enter_out(site: &'static Site, sp: usize) -> Guard {
+    let (slot, serial): (u32, u32);
+    #[cfg(target_arch = "riscv64")]
+    {
+        let v: u64;
+        // SAFETY: the trampoline keeps every register but a0, a1 and ra
+        // (and, with the D extension, the caller-saved FP registers).
+        unsafe {
+            fp_clobbering_call!(
+                "call {t}",
+                t = sym __fgtrace_enter_tramp,
+                inout("a0") site => v,
+                inout("a1") sp => _,
+                out("ra") _,
+            )
+        };
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    #[cfg(target_arch = "riscv32")]
+    // SAFETY: as above.
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_enter_tramp,
+            inout("a0") site => slot,
+            inout("a1") sp => serial,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v: u64;
+        // SAFETY: the trampoline keeps every register but rdi, rsi and rax
+        // (no FP or vector registers on these targets' soft-float ABI).
+        unsafe {
+            vector_clobbering_call!(
+                "call {t}",
+                t = sym __fgtrace_enter_tramp,
+                inout("rdi") site => _,
+                inout("rsi") sp => _,
+                out("rax") v,
+            )
+        };
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    #[cfg(not(any(
+        target_arch = "riscv64",
+        target_arch = "riscv32",
+        target_arch = "x86_64"
+    )))]
+    {
+        let v = enter_general(site, sp);
+        (slot, serial) = (v as u32, (v >> 32) as u32);
+    }
+    Guard {
+        slot,
+        serial,
+        _not_send: PhantomData,
+    }
+}
+
+/// [`exit_general`], called as [`enter_out`] calls [`enter_general`].
+#[inline(always)]
+fn exit_out(slot: u32, serial: u32, end: u64) {
+    #[cfg(target_arch = "riscv64")]
+    // SAFETY: the trampoline keeps every register but a0 to a2 and ra (and
+    // the caller-saved FP registers).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            // Sign-extended, as the C ABI passes 32-bit values in 64-bit
+            // registers (the callee relies on it).
+            inout("a0") slot as i32 as i64 => _,
+            inout("a1") serial as i32 as i64 => _,
+            inout("a2") end => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "riscv32")]
+    // SAFETY: as above, a0 to a3 (the C ABI's register pair for `end`).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            inout("a0") slot => _,
+            inout("a1") serial => _,
+            inout("a2") end as u32 => _,
+            inout("a3") (end >> 32) as u32 => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the trampoline keeps every register but rdi, rsi, rdx, rax.
+    unsafe {
+        vector_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_exit_tramp,
+            inout("rdi") slot as u64 => _,
+            inout("rsi") serial as u64 => _,
+            inout("rdx") end => _,
+            out("rax") _,
+        )
+    };
+    #[cfg(not(any(
+        target_arch = "riscv64",
+        target_arch = "riscv32",
+        target_arch = "x86_64"
+    )))]
+    exit_general(slot, serial, end);
+}
+
+#[cfg(any(
+    target_arch = "riscv64",
+    target_arch = "riscv32",
+    target_arch = "x86_64"
+))]
+extern "C" {
+    /// Calls [`enter_general`], every register but its arguments, its
+    /// result and the return address kept.
+    fn __fgtrace_enter_tramp();
+    /// Calls [`exit_general`], as above.
+    fn __fgtrace_exit_tramp();
+}
+
+// The trampolines: a frame record (so that the frame-pointer unwinder walks
+// through them to the traced fn), the caller-saved registers the call's
+// `asm!` does not name saved around the call, then back. RISC-V: t0 to t6
+// and a2 to a7 (a0, a1 and ra are the `asm!`'s; a2, a3 also carry the exit's
+// `end`, restored harmlessly); x86_64: rcx, rdx, r8 to r11 (rdi, rsi and rax
+// are the `asm!`'s), the stack 16-byte aligned at the call.
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! riscv_trampoline {
+    ($name:literal, $target:path, $st:literal, $ld:literal, $w:literal) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 2",
+            concat!($name, ":"),
+            concat!("addi sp, sp, -16*", $w),
+            concat!($st, " ra, 15*", $w, "(sp)"),
+            concat!($st, " s0, 14*", $w, "(sp)"),
+            concat!("addi s0, sp, 16*", $w),
+            concat!($st, " t0, 0*", $w, "(sp)"),
+            concat!($st, " t1, 1*", $w, "(sp)"),
+            concat!($st, " t2, 2*", $w, "(sp)"),
+            concat!($st, " t3, 3*", $w, "(sp)"),
+            concat!($st, " t4, 4*", $w, "(sp)"),
+            concat!($st, " t5, 5*", $w, "(sp)"),
+            concat!($st, " t6, 6*", $w, "(sp)"),
+            concat!($st, " a2, 7*", $w, "(sp)"),
+            concat!($st, " a3, 8*", $w, "(sp)"),
+            concat!($st, " a4, 9*", $w, "(sp)"),
+            concat!($st, " a5, 10*", $w, "(sp)"),
+            concat!($st, " a6, 11*", $w, "(sp)"),
+            concat!($st, " a7, 12*", $w, "(sp)"),
+            "call {f}",
+            concat!($ld, " t0, 0*", $w, "(sp)"),
+            concat!($ld, " t1, 1*", $w, "(sp)"),
+            concat!($ld, " t2, 2*", $w, "(sp)"),
+            concat!($ld, " t3, 3*", $w, "(sp)"),
+            concat!($ld, " t4, 4*", $w, "(sp)"),
+            concat!($ld, " t5, 5*", $w, "(sp)"),
+            concat!($ld, " t6, 6*", $w, "(sp)"),
+            concat!($ld, " a2, 7*", $w, "(sp)"),
+            concat!($ld, " a3, 8*", $w, "(sp)"),
+            concat!($ld, " a4, 9*", $w, "(sp)"),
+            concat!($ld, " a5, 10*", $w, "(sp)"),
+            concat!($ld, " a6, 11*", $w, "(sp)"),
+            concat!($ld, " a7, 12*", $w, "(sp)"),
+            concat!($ld, " ra, 15*", $w, "(sp)"),
+            concat!($ld, " s0, 14*", $w, "(sp)"),
+            concat!("addi sp, sp, 16*", $w),
+            "ret",
+            f = sym $target,
+        );
+    };
+}
+#[cfg(target_arch = "riscv64")]
+riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
+#[cfg(target_arch = "riscv64")]
+riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sd", "ld", "8");
+#[cfg(target_arch = "riscv32")]
+riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
+#[cfg(target_arch = "riscv32")]
+riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sw", "lw", "4");
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_64_trampoline {
+    ($name:literal, $target:path) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 4",
+            concat!($name, ":"),
+            "push rbp",
+            "mov rbp, rsp",
+            "push rcx",
+            "push rdx",
+            "push r8",
+            "push r9",
+            "push r10",
+            "push r11",
+            "call {f}",
+            "pop r11",
+            "pop r10",
+            "pop r9",
+            "pop r8",
+            "pop rdx",
+            "pop rcx",
+            "pop rbp",
+            "ret",
+            f = sym $target,
+        );
+    };
+}
+#[cfg(target_arch = "x86_64")]
+x86_64_trampoline!("__fgtrace_enter_tramp", enter_general);
+#[cfg(target_arch = "x86_64")]
+x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
 
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
 fn site_word(id: u32) -> u64 {
-    // Sign-extended: ids are below `MAX_SITES` (2^18), so this is the
-    // zero-extended id, and 64-bit RISC-V needs no instructions for it.
-    let id = id as i32 as i64 as u64;
+    // Sign-extended on 64-bit targets: ids are below `MAX_SITES` (2^18), so
+    // this is the zero-extended id, and 64-bit RISC-V needs no instructions
+    // for it (32-bit targets need none to zero-extend).
+    let id = if cfg!(target_pointer_width = "64") {
+        id as i32 as i64 as u64
+    } else {
+        id as u64
+    };
     if cfg!(target_endian = "little") {
         id
     } else {
@@ -255,9 +614,31 @@ fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
 fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     // SAFETY: this hart's own state.
     let st = unsafe { &mut *h.st.get() };
-    if serial & FAST != 0 && exit_fast(st, h.frames(), slot, end) {
+    if serial & (FAST | FAST0) != 0 && exit_fast(st, h.frames(), slot, end) {
         return;
     }
+    exit_general_on(st, slot, serial, end)
+}
+
+/// A board's exit, inlined into the traced fn: the clock, then, for a guard
+/// the first hart's plain entry pushed, the plain exit on the first hart's
+/// state (a constant address: no hart lookup; a call does not move between
+/// harts), or else [`exit_out`]'s, out of line.
+#[inline(always)]
+pub(super) fn exit_inline(slot: u32, serial: u32) {
+    let end = ticks();
+    if is_first(serial) {
+        let h = &STATES[0];
+        // SAFETY: this hart's own state.
+        if exit_fast(unsafe { &mut *h.st.get() }, h.frames(), slot, end) {
+            return;
+        }
+    }
+    exit_out(slot, serial, end)
+}
+
+#[inline(always)]
+fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     let serial = serial & SERIAL_MASK;
     if slot & COUNTED != 0 {
         super::exit_board_counted(slot, serial, end, st)
@@ -267,44 +648,41 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 }
 
 /// The common exit, all of it with interrupts masked: this guard's frame on
-/// top, room in the buffer. Pops it and writes its record. Returns `false`,
-/// having changed nothing, for anything else.
+/// top, room in the buffer, a duration the record holds. Pops it and writes
+/// its record. Returns `false`, having changed nothing, for anything else.
+///
+/// The record that would fill the buffer is left to the general exit, which
+/// writes it and then hands the buffer over: the plain exit calls nothing,
+/// and leaves no full buffer behind (markers, values and whole futures
+/// write without handing one over).
 #[inline(always)]
 fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
     let i = st.count;
     // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed, so
-    // the hart's own stack (`join` sets `frames` to it on boards); read
-    // only once `depth == slot` says it is this guard's.
+    // the hart's own stack (`join` sets `frames` to it on boards); its
+    // fields are used only once `depth == slot` says it is this guard's.
     // (Sign-extended: a plain guard's slot is at most STACK_DEPTH, so this
     // is the slot, and 64-bit RISC-V needs no instructions for it.)
     let f = unsafe { &*frames.offset(slot as i32 as isize - 1) };
-    if st.depth == slot && i < st.limit {
-        let dur = end.wrapping_sub(f.start);
-        // A duration the record cannot hold (hours) saturates on the
-        // general path.
-        if dur > DUR_MAX {
-            // SAFETY: as below.
-            unsafe { platform::__fgtrace_irq_restore(saved) };
-            return false;
-        }
+    let dur = end.wrapping_sub(f.start);
+    // A duration the record cannot hold (hours) saturates on the general
+    // path.
+    let ok = (st.depth == slot) & (i + 1 < st.limit) & (dur <= DUR_MAX);
+    if ok {
         let depth = slot - 1;
         st.depth = depth;
-        // Its saturation is dead code here: the duration fits.
-        let rec = RawCall::pack(f.start, depth, dur, f.site, false, kind::CALL);
+        // A plain call in the board's layout (what `RawCall::pack` makes
+        // of it there): the duration fits, and the depth, below
+        // STACK_DEPTH, too.
+        let rec = RawCall::board_call(f.start, depth, dur, f.site);
         // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
         // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
         unsafe { st.buf.add(i & st.mask).write(rec) };
         st.count = i + 1;
-        // SAFETY: as above.
-        unsafe { platform::__fgtrace_irq_restore(saved) };
-        if i + 1 >= st.limit {
-            super::handoff(st);
-        }
-        return true;
     }
     // SAFETY: as above.
     unsafe { platform::__fgtrace_irq_restore(saved) };
-    false
+    ok
 }
