@@ -68,9 +68,9 @@ pub fn ok_events<I: IntoIterator<Item = Event>>(
     events.into_iter().map(Ok)
 }
 
-/// Events handed to a sink on another thread at a time: a few hundred KB,
+/// Events handed to a sink on another thread at a time (57 KB of them),
 /// so the cost of a channel send is spread over many events.
-const BATCH: usize = 4096;
+const BATCH: usize = 1024;
 
 /// [`collect`] into one sink per group of the trace's threads, each group's
 /// sink fed on a core of its own: thread `t`'s events go to sink
@@ -107,7 +107,7 @@ where
         let mut handles = Vec::with_capacity(groups);
         let (back_tx, back) = mpsc::channel::<Vec<Event>>();
         for sink in sinks.drain(..) {
-            let (tx, rx) = mpsc::sync_channel::<Vec<Event>>(2);
+            let (tx, rx) = mpsc::sync_channel::<Vec<Event>>(1);
             // The sink moves to its thread through this slot, so that it is
             // still here if the thread cannot start.
             let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(sink)));
