@@ -622,19 +622,7 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
     }
     // Both files are opened (and a recorded file's calls rebuilt) at once.
     // Each file gets half the cores, to be opened and then read with.
-    let half = (parallel::threads() / 2).max(1);
-    let (ra, rb) = if parallel::threads() > 1 {
-        std::thread::scope(|s| {
-            let rb = s.spawn(|| parallel::within(half, || open(&a.after)));
-            let ra = parallel::within(half, || open(&a.before));
-            (
-                ra,
-                rb.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            )
-        })
-    } else {
-        (open(&a.before), open(&a.after))
-    };
+    let (ra, rb) = parallel::both(|| open(&a.before), || open(&a.after));
     let (ra, rb) = (ra?, rb?);
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
     let (mut err_a, mut err_b) = (None, None);
@@ -644,23 +632,11 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
             threads: threads(&a.threads),
             ..FoldedOptions::default()
         };
-        // Each file's threads, if recorded, are read apart on every core.
-        let fold =
-            |m, r| parallel::within(half, || FoldedBuilder::traced_from_reader(m, &fopts, r));
-        let ((before, read_a), (after, read_b)) = if parallel::threads() > 1 {
-            std::thread::scope(|s| {
-                let after = s.spawn(|| fold(&mb, rb));
-                let before = fold(&ma, ra);
-                (
-                    before,
-                    after
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                )
-            })
-        } else {
-            (fold(&ma, ra), fold(&mb, rb))
-        };
+        // Each file's threads, if recorded, are read apart on its cores.
+        let ((before, read_a), (after, read_b)) = parallel::both(
+            || FoldedBuilder::traced_from_reader(&ma, &fopts, ra),
+            || FoldedBuilder::traced_from_reader(&mb, &fopts, rb),
+        );
         (err_a, err_b) = (read_a.err(), read_b.err());
         let mut out = output(path, &mut stdout, a.flame)?;
         if a.folded {

@@ -28,6 +28,43 @@ pub fn within<R>(n: usize, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// `a` here and `b` on a thread of its own, each with half the cores
+/// ([`within`]), when there are two or more ([`threads`]); one after the
+/// other, `a` first, when there is one (or no thread can start).
+pub fn both<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
+    let n = threads();
+    if n < 2 {
+        return (a(), b());
+    }
+    let half = n / 2;
+    std::thread::scope(|s| {
+        // `b` goes to its thread through this slot, so that it is still
+        // here to run if the thread cannot start.
+        let slot = std::sync::Arc::new(Mutex::new(Some(b)));
+        let taken = slot.clone();
+        let there = std::thread::Builder::new()
+            .name("fgtrace-both".into())
+            .spawn_scoped(s, move || {
+                let b = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                b.map(|b| within(half, b))
+            });
+        let ra = within(half, a);
+        let done = match there.map(|h| h.join()) {
+            Ok(Ok(done)) => done,
+            Ok(Err(p)) => std::panic::resume_unwind(p),
+            Err(_) => None,
+        };
+        let rb = match done {
+            Some(rb) => rb,
+            None => {
+                let b = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                b.expect("a thread that did not start took nothing")()
+            }
+        };
+        (ra, rb)
+    })
+}
+
 /// The threads a reader may use: `FGTRACE_THREADS`, or the machine's
 /// available parallelism (at most the bound [`within`] set on this
 /// thread); at least 1.
@@ -185,6 +222,21 @@ mod tests {
         assert_eq!(threads(), n);
         let _ = std::panic::catch_unwind(|| within(1, || panic!("inside")));
         assert_eq!(threads(), n, "restored after a panic");
+    }
+
+    /// Two jobs at once get half the cores each, and their results in
+    /// their order.
+    #[test]
+    fn both_runs_two_jobs_with_half_the_cores_each() {
+        let n = configured().min(4);
+        let half = if n < 2 { n } else { n / 2 };
+        let (a, b) = within(4, || both(threads, threads));
+        assert_eq!((a, b), (half, half));
+        // On the other thread `b` sees its own bound, not the caller's.
+        let (_, other) = within(4, || both(|| (), || std::thread::current().id()));
+        assert_eq!(other != std::thread::current().id(), n >= 2);
+        let (a, b) = within(1, || both(|| "a", || "b"));
+        assert_eq!((a, b), ("a", "b"));
     }
 
     #[test]

@@ -230,6 +230,32 @@ where
     }
 }
 
+/// A trace file's events into sinks that `make` makes, on every core: one
+/// sink for a trace of one thread (rebuilt on one core while the sink takes
+/// its events a chunk at a time on another: [`collect_batches`]), one per
+/// group of threads otherwise ([`collect_reader_by_thread`]). The sinks come
+/// back for the caller to merge, with the read error, if any.
+pub fn collect_reader<S, R>(
+    reader: fgtrace_trace::TraceReader<R>,
+    make: impl Fn() -> S,
+) -> (Vec<S>, Result<(), TraceError>)
+where
+    S: Consume<Error = Infallible> + Send,
+    R: std::io::Read,
+{
+    let threads = reader.meta().threads.len();
+    if threads < 2 {
+        let mut sink = make();
+        let read = collect_batches(&mut sink, reader.events());
+        return (vec![sink], read);
+    }
+    // Each thread is read whole by the sink of its group, which is less work
+    // than merging them by time, even on one core, and each event is taken
+    // while it is still in that core's cache.
+    let groups = fgtrace_trace::parallel::threads().min(threads).max(1);
+    collect_reader_by_thread((0..groups).map(|_| make()).collect(), reader)
+}
+
 /// [`collect`] from a trace file's events a chunk at a time
 /// ([`Events::next_batch`](fgtrace_trace::Events::next_batch)): each event
 /// is handed to `sink` where it lies rather than moved out on its own.

@@ -197,25 +197,12 @@ pub fn diff_readers<RA: std::io::Read, RB: std::io::Read + Send>(
     reader_b: fgtrace_trace::TraceReader<RB>,
     opts: &DiffOptions,
 ) -> (Diff, Option<TraceError>) {
-    use fgtrace_trace::parallel::{threads, within};
     // Each file gets half the cores: two readers on one core each take
     // less work than two on every core (no handing events between cores).
-    let half = (threads() / 2).max(1);
-    let ((a, sa, ea), (b, sb, eb)) = if threads() > 1 {
-        std::thread::scope(|s| {
-            let after = s.spawn(|| within(half, || side_from(meta_b, reader_b, &opts.threads)));
-            let before = within(half, || side_from(meta_a, reader_a, &opts.threads));
-            let after = after
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (before, after)
-        })
-    } else {
-        (
-            side_from(meta_a, reader_a, &opts.threads),
-            side_from(meta_b, reader_b, &opts.threads),
-        )
-    };
+    let ((a, sa, ea), (b, sb, eb)) = fgtrace_trace::parallel::both(
+        || side_from(meta_a, reader_a, &opts.threads),
+        || side_from(meta_b, reader_b, &opts.threads),
+    );
     (compare(a, sa, b, sb, opts), ea.or(eb))
 }
 
@@ -229,21 +216,10 @@ pub fn diff_with_error(
     opts: &DiffOptions,
 ) -> (Diff, Option<TraceError>) {
     // The two traces are read side by side when there is a core for each.
-    let ((a, sa, ea), (b, sb, eb)) = if fgtrace_trace::parallel::threads() > 1 {
-        std::thread::scope(|s| {
-            let after = s.spawn(|| side(meta_b, events_b, &opts.threads));
-            let before = side(meta_a, events_a, &opts.threads);
-            let after = after
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (before, after)
-        })
-    } else {
-        (
-            side(meta_a, events_a, &opts.threads),
-            side(meta_b, events_b, &opts.threads),
-        )
-    };
+    let ((a, sa, ea), (b, sb, eb)) = fgtrace_trace::parallel::both(
+        || side(meta_a, events_a, &opts.threads),
+        || side(meta_b, events_b, &opts.threads),
+    );
     (compare(a, sa, b, sb, opts), ea.or(eb))
 }
 

@@ -472,30 +472,15 @@ impl<'a> FoldedBuilder<'a> {
         Self::traced_in_groups(meta, opts, events, groups)
     }
 
-    /// [`FoldedBuilder::traced_on_cores`] from a trace file's reader: a
-    /// recorded file with threads to spread is read thread by thread on
-    /// every core (no merge by time; see
-    /// [`collect_reader_by_thread`](crate::consume::collect_reader_by_thread)).
+    /// [`FoldedBuilder::traced_on_cores`] from a trace file's reader, on every core
+    /// ([`collect_reader`](crate::consume::collect_reader)): a recorded
+    /// file's threads are read apart, each group's on a core of its own.
     pub fn traced_from_reader<R: std::io::Read>(
         meta: &'a TraceMeta,
         opts: &FoldedOptions,
         reader: fgtrace_trace::TraceReader<R>,
     ) -> (Folded, Result<(), TraceError>) {
-        if meta.threads.len() < 2 {
-            // One thread: it is rebuilt on one core while this view takes
-            // its events a chunk at a time on another.
-            let mut b = Self::traced(meta, opts);
-            let read = crate::consume::collect_batches(&mut b, reader.events());
-            return (b.finish(), read);
-        }
-        // Several: each is read whole by the builder of its group, which is
-        // less work than merging them by time, even on one core, and each
-        // event is taken while it is still in that core's cache.
-        let groups = fgtrace_trace::parallel::threads()
-            .min(meta.threads.len())
-            .max(1);
-        let sinks = (0..groups).map(|_| Self::traced(meta, opts)).collect();
-        let (sinks, read) = crate::consume::collect_reader_by_thread(sinks, reader);
+        let (sinks, read) = crate::consume::collect_reader(reader, || Self::traced(meta, opts));
         (Self::merged(sinks, meta, opts), read)
     }
 

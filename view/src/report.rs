@@ -521,30 +521,15 @@ impl<'a> ReportBuilder<'a> {
         Self::in_groups(meta, opts, events, groups)
     }
 
-    /// [`ReportBuilder::on_cores`] from a trace file's reader: a recorded
-    /// file with threads to spread is read thread by thread on every core
-    /// (no merge by time; see
-    /// [`collect_reader_by_thread`](crate::consume::collect_reader_by_thread)).
+    /// [`ReportBuilder::on_cores`] from a trace file's reader, on every core
+    /// ([`collect_reader`](crate::consume::collect_reader)): a recorded
+    /// file's threads are read apart, each group's on a core of its own.
     pub fn from_reader<R: std::io::Read>(
         meta: &'a TraceMeta,
         opts: &'a ReportOptions,
         reader: fgtrace_trace::TraceReader<R>,
     ) -> (Report, Result<(), TraceError>) {
-        if meta.threads.len() < 2 {
-            // One thread: it is rebuilt on one core while this view takes
-            // its events a chunk at a time on another.
-            let mut b = Self::new(meta, opts);
-            let read = crate::consume::collect_batches(&mut b, reader.events());
-            return (b.finish(), read);
-        }
-        // Several: each is read whole by the builder of its group, which is
-        // less work than merging them by time, even on one core, and each
-        // event is taken while it is still in that core's cache.
-        let groups = fgtrace_trace::parallel::threads()
-            .min(meta.threads.len())
-            .max(1);
-        let sinks = (0..groups).map(|_| Self::new(meta, opts)).collect();
-        let (sinks, read) = crate::consume::collect_reader_by_thread(sinks, reader);
+        let (sinks, read) = crate::consume::collect_reader(reader, || Self::new(meta, opts));
         (Self::merged(sinks, meta, opts), read)
     }
 
