@@ -17,8 +17,12 @@
 //!   leave the shadow stack as they found it, and a board unwinds no stack
 //!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
 //!   a guard whose frame is not on top takes the general path, which finds
-//!   its frame by slot (the fast frames' tag is 0, their guards' serial
-//!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
+//!   its frame by slot (the fast frames' tag is 0; their guards' serial
+//!   word is the hart's `fast` word, which names the session, with the
+//!   `OTHER | FAST` bits on other harts). A guard whose frame is gone is
+//!   counted lost if the hart's state still records the session its
+//!   serial word names (a hart's state is never reset or swapped on a
+//!   board: another exit popped it).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order). Anything else
 //!   (a counted call, a frame not on top, a record that would fill the
@@ -26,7 +30,7 @@
 //!   hands the full buffer over with interrupts as they were, so a plain
 //!   exit never leaves a full buffer behind for the writers that do not
 //!   hand one over (markers, values, whole futures). A guard the first hart's plain entry pushed
-//!   (`FAST0`, the sign bit) exits inline in the traced fn
+//!   (the sign bit clear) exits inline in the traced fn
 //!   (`exit_inline`): no hart lookup, the state at a constant address,
 //!   no call. The record is written in the board's layout of a plain call
 //!   (`RawCall::board_call`: word 0 is `start << 10 | depth`), which packs
@@ -55,18 +59,48 @@ pub const STACK_DEPTH: usize = 64;
 const _: () = assert!(STACK_DEPTH <= MAX_DEPTH as usize + 1);
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by `enter_board` on any hart but the first
-/// (its frame's tag is 0).
+/// A guard's serial bit: pushed by anything but the first hart's plain
+/// entry, whose guards' serial word is the hart's `fast` word as it is
+/// (below 2^24: no instruction makes it) and whose exit the guard's drop
+/// inlines (the sign bit: one branch tells them apart).
+pub(super) const OTHER: u32 = 1 << 31;
+/// With [`OTHER`], a guard's serial bit: pushed by the plain entry on any
+/// hart but the first (its frame's tag is 0; the low bits are the hart's
+/// `fast` word).
 pub(super) const FAST: u32 = 1 << 30;
-/// A guard's serial bit: pushed by `enter_board` on the first hart, whose
-/// exit the guard's drop inlines (the sign bit: one branch tells it).
-pub(super) const FAST0: u32 = 1 << 31;
 
 /// The guard's serial says its frame was pushed by the first hart's plain
 /// entry.
 #[inline(always)]
 pub(super) fn is_first(serial: u32) -> bool {
-    (serial as i32) < 0
+    (serial as i32) >= 0
+}
+
+/// The guard's frame was pushed by a plain entry (tag 0, no serial).
+#[inline(always)]
+fn is_plain(serial: u32) -> bool {
+    is_first(serial) || serial & FAST != 0
+}
+
+/// The serial the guard's frame carries: 0 for a plain guard.
+#[inline(always)]
+pub(super) fn frame_serial(serial: u32) -> u32 {
+    if is_plain(serial) {
+        0
+    } else {
+        serial & SERIAL_MASK
+    }
+}
+
+/// A plain guard's session generation (its serial word is the `fast` word
+/// the hart had when it pushed: `generation << 3 | Record`).
+#[inline(always)]
+pub(super) fn plain_generation(serial: u32) -> Option<u32> {
+    if is_plain(serial) {
+        Some((serial & SERIAL_MASK) >> 3)
+    } else {
+        None
+    }
 }
 
 /// One hart's state and shadow stack.
@@ -196,21 +230,23 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        if let Some(g) = enter_plain(&STATES[0], site, FAST0, stack_pointer()) {
+        if let Some(g) = enter_plain(&STATES[0], site, 0, stack_pointer()) {
             return g;
         }
     }
     enter_out(site, stack_pointer())
 }
 
-/// The plain push on hart `h`, if its state and the site allow it. `fast`:
-/// the guard's serial bit for this hart ([`FAST0`] or [`FAST`]); `sp`: the
-/// traced fn's stack pointer.
+/// The plain push on hart `h`, if its state and the site allow it. `bits`:
+/// the guard's serial bits for this hart (none on the first, else
+/// [`OTHER`] and [`FAST`]), beside the hart's `fast` word; `sp`: the traced
+/// fn's stack pointer.
 #[inline(always)]
-fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> Option<Guard> {
+fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> Option<Guard> {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
-    if site.decision_word() == st.fast {
+    let fast = st.fast;
+    if site.decision_word() == fast {
         let d = st.depth;
         if (d as usize) < STACK_DEPTH {
             // Reserved before it is filled, as in `push`: a handler that
@@ -232,7 +268,7 @@ fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> O
             f.start = ticks();
             return Some(Guard {
                 slot: d + 1,
-                serial: fast,
+                serial: bits | fast,
                 _not_send: PhantomData,
             });
         }
@@ -249,19 +285,21 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
     let h = unsafe { platform::__fgtrace_hart() };
     let hs = &STATES[h.min(HARTS - 1)];
     let plain = if h != 0 {
-        enter_plain(hs, site, FAST, sp)
+        enter_plain(hs, site, OTHER | FAST, sp)
     } else {
         None
     };
     // SAFETY: this hart's own state.
     let g = plain.unwrap_or_else(|| {
-        enter_other(
+        let mut g = enter_other(
             site,
             CONTROL.load(Relaxed),
             sp,
             unsafe { &mut *hs.st.get() },
             0,
-        )
+        );
+        g.serial |= OTHER;
+        g
     });
     let v = g.slot as u64 | (g.serial as u64) << 32;
     // Its drop is the traced fn's, once rebuilt from the word.
@@ -614,7 +652,7 @@ fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
 fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     // SAFETY: this hart's own state.
     let st = unsafe { &mut *h.st.get() };
-    if serial & (FAST | FAST0) != 0 && exit_fast(st, h.frames(), slot, end) {
+    if is_plain(serial) && exit_fast(st, h.frames(), slot, end) {
         return;
     }
     exit_general_on(st, slot, serial, end)
@@ -639,7 +677,8 @@ pub(super) fn exit_inline(slot: u32, serial: u32) {
 
 #[inline(always)]
 fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
-    let serial = serial & SERIAL_MASK;
+    // The serial word as the guard has it: the general exit finds the
+    // frame by `frame_serial`, and tells a loss by the session it names.
     if slot & COUNTED != 0 {
         super::exit_board_counted(slot, serial, end, st)
     } else {

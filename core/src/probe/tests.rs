@@ -500,3 +500,47 @@ fn an_interrupt_at_a_calls_exit_never_lands_between_its_record_and_its_values() 
         );
     });
 }
+
+#[test]
+fn a_guard_whose_frame_is_gone_is_counted_lost_if_this_session_pushed_it() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    on_own_thread(|| {
+        drop(enter(&A)); // joins
+        unsafe { with_thread_state(|st| st.dropped = &DROPS) };
+        let a = enter(&A);
+        let b = enter(&B);
+        drop(a); // pops b's frame with its own
+        drop(b); // the frame is gone: b's call is lost
+        assert_eq!(DROPS.load(Relaxed), 1, "the lost call is counted");
+        let c = enter(&C);
+        let d = enter(&D);
+        drop(c); // pops d's frame
+        let e = enter(&A); // another call takes d's slot
+        drop(d); // not its frame: d's call is lost
+        assert_eq!(
+            DROPS.load(Relaxed),
+            2,
+            "a reused slot's stale guard is counted too"
+        );
+        drop(e);
+        // A call that began before the state joined its session: not a
+        // loss of this session (its frame went with the state it was in).
+        let f = enter(&B);
+        let g = enter(&C);
+        drop(f);
+        unsafe {
+            with_thread_state(|st| {
+                assert!(super::join(st, st.gen & !GEN_TAGS));
+                st.dropped = &DROPS;
+            })
+        };
+        drop(g);
+        assert_eq!(
+            DROPS.load(Relaxed),
+            2,
+            "an earlier session's guard is not this one's loss"
+        );
+        let names: Vec<_> = records().iter().map(|r| r.0).collect();
+        assert_eq!(names, [] as [&str; 0], "the new session recorded nothing");
+    });
+}
