@@ -394,14 +394,17 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
     #[cfg(target_arch = "riscv64")]
     {
         let v: u64;
-        // SAFETY: the trampoline keeps every register but a0, a1 and ra
-        // (and, with the D extension, the caller-saved FP registers).
+        // SAFETY: the trampoline keeps every register but t5, t6 and ra
+        // (and, with the D extension, the caller-saved FP registers). Its
+        // arguments and results in t5 and t6, not the argument registers:
+        // the traced fn's own arguments stay where they came in, with no
+        // move on the plain path to make room for the call.
         unsafe {
             fp_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
-                inout("a0") site => v,
-                inout("a1") sp => _,
+                inout("t5") site => v,
+                inout("t6") sp => _,
                 out("ra") _,
             )
         };
@@ -413,22 +416,24 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
         fp_clobbering_call!(
             "call {t}",
             t = sym __fgtrace_enter_tramp,
-            inout("a0") site => slot,
-            inout("a1") sp => serial,
+            inout("t5") site => slot,
+            inout("t6") sp => serial,
             out("ra") _,
         )
     };
     #[cfg(target_arch = "x86_64")]
     {
         let v: u64;
-        // SAFETY: the trampoline keeps every register but rdi, rsi and rax
-        // (no FP or vector registers on these targets' soft-float ABI).
+        // SAFETY: the trampoline keeps every register but r10, r11 and rax
+        // (no FP or vector registers on these targets' soft-float ABI); the
+        // site and the stack pointer go in r10 and r11, so that the traced
+        // fn's arguments stay where they came in.
         unsafe {
             vector_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
-                inout("rdi") site => _,
-                inout("rsi") sp => _,
+                inout("r10") site => _,
+                inout("r11") sp => _,
                 out("rax") v,
             )
         };
@@ -567,12 +572,67 @@ macro_rules! riscv_trampoline {
         );
     };
 }
+// The entry's trampoline: as above, but its `asm!` passes the site and
+// the stack pointer in t5 and t6 and takes the guard back in them (riscv64:
+// one word in t5; riscv32: slot in t5, serial in t6), so that it keeps
+// every argument register: t0 to t4 and a0 to a7 saved around the call.
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! riscv_enter_trampoline {
+    ($name:literal, $target:path, $st:literal, $ld:literal, $w:literal) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 2",
+            concat!($name, ":"),
+            concat!("addi sp, sp, -16*", $w),
+            concat!($st, " ra, 15*", $w, "(sp)"),
+            concat!($st, " s0, 14*", $w, "(sp)"),
+            concat!("addi s0, sp, 16*", $w),
+            concat!($st, " t0, 0*", $w, "(sp)"),
+            concat!($st, " t1, 1*", $w, "(sp)"),
+            concat!($st, " t2, 2*", $w, "(sp)"),
+            concat!($st, " t3, 3*", $w, "(sp)"),
+            concat!($st, " t4, 4*", $w, "(sp)"),
+            concat!($st, " a0, 5*", $w, "(sp)"),
+            concat!($st, " a1, 6*", $w, "(sp)"),
+            concat!($st, " a2, 7*", $w, "(sp)"),
+            concat!($st, " a3, 8*", $w, "(sp)"),
+            concat!($st, " a4, 9*", $w, "(sp)"),
+            concat!($st, " a5, 10*", $w, "(sp)"),
+            concat!($st, " a6, 11*", $w, "(sp)"),
+            concat!($st, " a7, 12*", $w, "(sp)"),
+            "mv a0, t5",
+            "mv a1, t6",
+            "call {f}",
+            "mv t5, a0",
+            "mv t6, a1",
+            concat!($ld, " t0, 0*", $w, "(sp)"),
+            concat!($ld, " t1, 1*", $w, "(sp)"),
+            concat!($ld, " t2, 2*", $w, "(sp)"),
+            concat!($ld, " t3, 3*", $w, "(sp)"),
+            concat!($ld, " t4, 4*", $w, "(sp)"),
+            concat!($ld, " a0, 5*", $w, "(sp)"),
+            concat!($ld, " a1, 6*", $w, "(sp)"),
+            concat!($ld, " a2, 7*", $w, "(sp)"),
+            concat!($ld, " a3, 8*", $w, "(sp)"),
+            concat!($ld, " a4, 9*", $w, "(sp)"),
+            concat!($ld, " a5, 10*", $w, "(sp)"),
+            concat!($ld, " a6, 11*", $w, "(sp)"),
+            concat!($ld, " a7, 12*", $w, "(sp)"),
+            concat!($ld, " ra, 15*", $w, "(sp)"),
+            concat!($ld, " s0, 14*", $w, "(sp)"),
+            concat!("addi sp, sp, 16*", $w),
+            "ret",
+            f = sym $target,
+        );
+    };
+}
 #[cfg(target_arch = "riscv64")]
-riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
+riscv_enter_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
 #[cfg(target_arch = "riscv64")]
 riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sd", "ld", "8");
 #[cfg(target_arch = "riscv32")]
-riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
+riscv_enter_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
 #[cfg(target_arch = "riscv32")]
 riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sw", "lw", "4");
 
@@ -605,8 +665,36 @@ macro_rules! x86_64_trampoline {
         );
     };
 }
+// The entry's: the site and the stack pointer come in r10 and r11 (the
+// callee may change them), and rdi, rsi, rcx, rdx, r8 and r9, the argument
+// registers, are kept.
 #[cfg(target_arch = "x86_64")]
-x86_64_trampoline!("__fgtrace_enter_tramp", enter_general);
+core::arch::global_asm!(
+    ".section .text.__fgtrace_enter_tramp,\"ax\",@progbits",
+    ".globl __fgtrace_enter_tramp",
+    ".p2align 4",
+    "__fgtrace_enter_tramp:",
+    "push rbp",
+    "mov rbp, rsp",
+    "push rdi",
+    "push rsi",
+    "push rcx",
+    "push rdx",
+    "push r8",
+    "push r9",
+    "mov rdi, r10",
+    "mov rsi, r11",
+    "call {f}",
+    "pop r9",
+    "pop r8",
+    "pop rdx",
+    "pop rcx",
+    "pop rsi",
+    "pop rdi",
+    "pop rbp",
+    "ret",
+    f = sym enter_general,
+);
 #[cfg(target_arch = "x86_64")]
 x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
 
