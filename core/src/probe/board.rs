@@ -403,8 +403,8 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
             fp_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
-                inout("t5") site => v,
-                inout("t6") sp => _,
+                inout("t5") site => _,
+                inout("t6") sp => v,
                 out("ra") _,
             )
         };
@@ -416,8 +416,8 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
         fp_clobbering_call!(
             "call {t}",
             t = sym __fgtrace_enter_tramp,
-            inout("t5") site => slot,
-            inout("t6") sp => serial,
+            inout("t5") site => serial,
+            inout("t6") sp => slot,
             out("ra") _,
         )
     };
@@ -574,7 +574,8 @@ macro_rules! riscv_trampoline {
 }
 // The entry's trampoline: as above, but its `asm!` passes the site and
 // the stack pointer in t5 and t6 and takes the guard back in them (riscv64:
-// one word in t5; riscv32: slot in t5, serial in t6), so that it keeps
+// one word in t6; riscv32: slot in t6, serial in t5: the site's address
+// stays in t5 for the plain path, no move), so that it keeps
 // every argument register: t0 to t4 and a0 to a7 saved around the call.
 #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
 macro_rules! riscv_enter_trampoline {
@@ -604,8 +605,8 @@ macro_rules! riscv_enter_trampoline {
             "mv a0, t5",
             "mv a1, t6",
             "call {f}",
-            "mv t5, a0",
-            "mv t6, a1",
+            "mv t6, a0",
+            "mv t5, a1",
             concat!($ld, " t0, 0*", $w, "(sp)"),
             concat!($ld, " t1, 1*", $w, "(sp)"),
             concat!($ld, " t2, 2*", $w, "(sp)"),
