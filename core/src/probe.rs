@@ -808,6 +808,11 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize)
     // The clock is read last on entry and first on exit, so the probe's own
     // bookkeeping is outside the measured duration.
     f.start = ticks();
+    // Boards: a general push's guard has the `OTHER` bit, which tells it
+    // from the first hart's plain guards (an async fn's polls come here
+    // without the board's entry, and must exit as what they are).
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    let serial = serial | board::OTHER;
     Guard {
         slot: d + 1,
         serial,

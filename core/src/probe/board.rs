@@ -291,15 +291,14 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
     };
     // SAFETY: this hart's own state.
     let g = plain.unwrap_or_else(|| {
-        let mut g = enter_other(
+        // Its guard has the `OTHER` bit (see `push`).
+        enter_other(
             site,
             CONTROL.load(Relaxed),
             sp,
             unsafe { &mut *hs.st.get() },
             0,
-        );
-        g.serial |= OTHER;
-        g
+        )
     });
     let v = g.slot as u64 | (g.serial as u64) << 32;
     // Its drop is the traced fn's, once rebuilt from the word.
