@@ -701,10 +701,11 @@ x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
 fn site_word(id: u32) -> u64 {
-    // Sign-extended on 64-bit targets: ids are below `MAX_SITES` (2^18), so
-    // this is the zero-extended id, and 64-bit RISC-V needs no instructions
-    // for it (32-bit targets need none to zero-extend).
-    let id = if cfg!(target_pointer_width = "64") {
+    // Sign-extended on 64-bit RISC-V: ids are below `MAX_SITES` (2^18), so
+    // this is the zero-extended id, and RISC-V keeps 32-bit values
+    // sign-extended (x86_64 and 32-bit targets need no instruction to
+    // zero-extend).
+    let id = if cfg!(target_arch = "riscv64") {
         id as i32 as i64 as u64
     } else {
         id as u64
