@@ -55,6 +55,8 @@ use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 pub mod board;
 mod future;
+#[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+mod guard_word;
 mod inspect;
 mod marker;
 mod values;
@@ -1099,11 +1101,20 @@ fn lost_exit(st: &mut ThreadState, serial: u32) {
 /// session's generation instead, compared with the state's.
 #[inline(always)]
 fn pushed_in_session(st: &ThreadState, serial: u32) -> bool {
+    let since_join = |serial: u32| serial_since_join(st, serial);
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    if let Some(gen) = board::plain_generation(serial) {
-        return st.gen & !GEN_TAGS == gen;
+    {
+        guard_word::pushed_in_session(st.gen, serial, since_join)
     }
-    let serial = frame_serial(serial);
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    {
+        since_join(serial)
+    }
+}
+
+/// A frame serial the state issued since it joined its session.
+#[inline(always)]
+fn serial_since_join(st: &ThreadState, serial: u32) -> bool {
     let since = serial.wrapping_sub(st.joined_serial) & SERIAL_MASK;
     let pushed = st.serial.wrapping_sub(st.joined_serial) & SERIAL_MASK;
     since != 0 && since <= pushed

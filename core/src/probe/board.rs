@@ -40,9 +40,9 @@
 //!   register but the call's own, so that the traced fn keeps its values in
 //!   the registers they are in, and saves no register of its own for the
 //!   probe: what it saves, every call pays, recording or not.
-use super::{
-    enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
-};
+pub(super) use super::guard_word::{frame_serial, OTHER};
+use super::guard_word::{is_first, is_plain, FAST};
+use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
 use crate::control::CONTROL;
 use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
@@ -59,50 +59,6 @@ pub const STACK_DEPTH: usize = 64;
 const _: () = assert!(STACK_DEPTH <= MAX_DEPTH as usize + 1);
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by anything but the first hart's plain
-/// entry, whose guards' serial word is the hart's `fast` word as it is
-/// (below 2^24: no instruction makes it) and whose exit the guard's drop
-/// inlines (the sign bit: one branch tells them apart).
-pub(super) const OTHER: u32 = 1 << 31;
-/// With [`OTHER`], a guard's serial bit: pushed by the plain entry on any
-/// hart but the first (its frame's tag is 0; the low bits are the hart's
-/// `fast` word).
-pub(super) const FAST: u32 = 1 << 30;
-
-/// The guard's serial says its frame was pushed by the first hart's plain
-/// entry.
-#[inline(always)]
-pub(super) fn is_first(serial: u32) -> bool {
-    (serial as i32) >= 0
-}
-
-/// The guard's frame was pushed by a plain entry (tag 0, no serial).
-#[inline(always)]
-fn is_plain(serial: u32) -> bool {
-    is_first(serial) || serial & FAST != 0
-}
-
-/// The serial the guard's frame carries: 0 for a plain guard.
-#[inline(always)]
-pub(super) fn frame_serial(serial: u32) -> u32 {
-    if is_plain(serial) {
-        0
-    } else {
-        serial & SERIAL_MASK
-    }
-}
-
-/// A plain guard's session generation (its serial word is the `fast` word
-/// the hart had when it pushed: `generation << 3 | Record`).
-#[inline(always)]
-pub(super) fn plain_generation(serial: u32) -> Option<u32> {
-    if is_plain(serial) {
-        Some((serial & SERIAL_MASK) >> 3)
-    } else {
-        None
-    }
-}
-
 /// One hart's state and shadow stack.
 #[repr(C)]
 pub struct Hart {
