@@ -906,6 +906,9 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     for h in &HARTS {
         h.written.store(0, Relaxed);
         h.dropped.store(0, Relaxed);
+        // The core's own count of what it could not record (a write
+        // interrupted, a guard whose frame is gone): this session's only.
+        h.nested_dropped.store(0, Relaxed);
         h.samples_taken.store(0, Relaxed);
         h.samples_dropped.store(0, Relaxed);
         h.overruns.store(0, Relaxed);

@@ -55,6 +55,8 @@ use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicUsize, Ordering::*};
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 pub mod board;
 mod future;
+#[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+mod guard_word;
 mod inspect;
 mod marker;
 mod values;
@@ -227,6 +229,10 @@ pub struct ThreadState {
     /// decision word takes (`u32::MAX`). Set when the hart joins a session
     /// whose steady state allows it (see `board`); unused elsewhere.
     pub fast: u32,
+    /// `serial` when the state last joined a session: a guard with a
+    /// serial after it (up to `serial`) was pushed in this session, so a
+    /// frame of its that is gone is this session's loss (see `lost_exit`).
+    pub joined_serial: u32,
 }
 
 impl ThreadState {
@@ -257,6 +263,7 @@ impl ThreadState {
         allocs: ptr::null_mut(),
         count_only: ptr::null(),
         fast: u32::MAX,
+        joined_serial: 0,
     };
 }
 
@@ -803,6 +810,11 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize)
     // The clock is read last on entry and first on exit, so the probe's own
     // bookkeeping is outside the measured duration.
     f.start = ticks();
+    // Boards: a general push's guard has the `OTHER` bit, which tells it
+    // from the first hart's plain guards (an async fn's polls come here
+    // without the board's entry, and must exit as what they are).
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    let serial = serial | board::OTHER;
     Guard {
         slot: d + 1,
         serial,
@@ -923,6 +935,7 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
         let counted = if st.counter.is_null() { 0 } else { GEN_COUNTED };
         let auto = if st.count_only.is_null() { 0 } else { GEN_AUTO };
         st.gen = gen | counted | auto;
+        st.joined_serial = st.serial;
         #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
         board::set_fast(st, gen);
     }
@@ -1033,12 +1046,26 @@ fn exit_in(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     if st.depth == slot {
         // SAFETY: slot <= depth <= stack_cap.
         let f = unsafe { *st.frames.add(slot as usize - 1) };
-        if f.tag >> 8 == serial {
+        if f.tag >> 8 == frame_serial(serial) {
             st.depth = slot - 1;
             return finish(st, f, slot - 1, end);
         }
     }
     exit_other(st, slot, serial, end)
+}
+
+/// The serial a guard's frame carries: the guard's own, or on boards 0 for
+/// a plain guard, whose serial word says its session instead (see `board`).
+#[inline(always)]
+fn frame_serial(serial: u32) -> u32 {
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    {
+        board::frame_serial(serial)
+    }
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    {
+        serial
+    }
 }
 
 /// Everything but the matching top frame: a counted capture call, leaked
@@ -1048,9 +1075,49 @@ fn exit_other(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
     if slot & COUNTED != 0 {
         return exit_counted(st, slot & !COUNTED, serial, end);
     }
-    if let Some(f) = pop_to(st, slot, serial) {
-        finish(st, f, slot - 1, end);
+    match pop_to(st, slot, serial) {
+        Some(f) => finish(st, f, slot - 1, end),
+        None => lost_exit(st, serial),
     }
+}
+
+/// A guard whose frame is gone (another exit popped it, or a call reuses
+/// its slot): its call cannot be recorded. If this state's session pushed
+/// it, the call is lost and counted with the state's other losses
+/// (`dropped`); a guard pushed before the state joined its session (a call
+/// begun in an earlier session, or in another state, a capture's) is no
+/// loss of this one.
+#[cold]
+#[inline(never)]
+fn lost_exit(st: &mut ThreadState, serial: u32) {
+    if pushed_in_session(st, serial) {
+        write_dropped(st);
+    }
+}
+
+/// The guard with this serial was pushed since the state joined its
+/// session: its serial comes after `joined_serial`, up to `serial`
+/// (serials wrap at 24 bits). On boards a plain guard carries its
+/// session's generation instead, compared with the state's.
+#[inline(always)]
+fn pushed_in_session(st: &ThreadState, serial: u32) -> bool {
+    let since_join = |serial: u32| serial_since_join(st, serial);
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    {
+        guard_word::pushed_in_session(st.gen, serial, since_join)
+    }
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    {
+        since_join(serial)
+    }
+}
+
+/// A frame serial the state issued since it joined its session.
+#[inline(always)]
+fn serial_since_join(st: &ThreadState, serial: u32) -> bool {
+    let since = serial.wrapping_sub(st.joined_serial) & SERIAL_MASK;
+    let pushed = st.serial.wrapping_sub(st.joined_serial) & SERIAL_MASK;
+    since != 0 && since <= pushed
 }
 
 /// Pops frames down to `slot` if the frame there is this guard's (frames
@@ -1062,7 +1129,7 @@ fn pop_to(st: &mut ThreadState, slot: u32, serial: u32) -> Option<Frame> {
     }
     // SAFETY: slot <= depth <= stack_cap.
     let f = unsafe { *st.frames.add(slot as usize - 1) };
-    if f.tag >> 8 != serial {
+    if f.tag >> 8 != frame_serial(serial) {
         return None; // another call reuses the slot: not ours to pop
     }
     while st.depth > slot {
@@ -1352,7 +1419,7 @@ fn exit_counted(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 fn exit_counted_read(st: &mut ThreadState, slot: u32, serial: u32, end: u64, read: Option<u64>) {
     let now = read.unwrap_or(0);
     let Some(f) = pop_to(st, slot, serial) else {
-        return;
+        return lost_exit(st, serial);
     };
     if !st.capture {
         // A session: the delta follows the call's record (none if the

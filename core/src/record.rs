@@ -158,10 +158,11 @@ impl RawCall {
     /// [`MAX_SITES`].
     #[inline(always)]
     pub fn board_call(start: u64, depth: u32, dur: u64, site: u32) -> RawCall {
-        // Sign-extended on 64-bit targets: the depth fits in 10 bits, so
-        // this is the zero-extended depth, and 64-bit RISC-V needs no
-        // instructions for it (32-bit targets need none to zero-extend).
-        let depth = if cfg!(target_pointer_width = "64") {
+        // Sign-extended on 64-bit RISC-V: the depth fits in 10 bits, so
+        // this is the zero-extended depth, and RISC-V keeps 32-bit values
+        // sign-extended (x86_64 and 32-bit targets need no instruction to
+        // zero-extend).
+        let depth = if cfg!(target_arch = "riscv64") {
             depth as i32 as i64 as u64
         } else {
             depth as u64

@@ -17,8 +17,12 @@
 //!   leave the shadow stack as they found it, and a board unwinds no stack
 //!   (`panic = "abort"`), so a guard's frame is the top one when it drops;
 //!   a guard whose frame is not on top takes the general path, which finds
-//!   its frame by slot (the fast frames' tag is 0, their guards' serial
-//!   the `FAST0` bit on the first hart, `FAST` on others, with serial 0).
+//!   its frame by slot (the fast frames' tag is 0; their guards' serial
+//!   word is the hart's `fast` word, which names the session, with the
+//!   `OTHER | FAST` bits on other harts). A guard whose frame is gone is
+//!   counted lost if the hart's state still records the session its
+//!   serial word names (a hart's state is never reset or swapped on a
+//!   board: another exit popped it).
 //! * **Exit** (`exit_fast`): with interrupts masked, the pop and the
 //!   record (so an interrupt's records nest in exit order). Anything else
 //!   (a counted call, a frame not on top, a record that would fill the
@@ -26,7 +30,7 @@
 //!   hands the full buffer over with interrupts as they were, so a plain
 //!   exit never leaves a full buffer behind for the writers that do not
 //!   hand one over (markers, values, whole futures). A guard the first hart's plain entry pushed
-//!   (`FAST0`, the sign bit) exits inline in the traced fn
+//!   (the sign bit clear) exits inline in the traced fn
 //!   (`exit_inline`): no hart lookup, the state at a constant address,
 //!   no call. The record is written in the board's layout of a plain call
 //!   (`RawCall::board_call`: word 0 is `start << 10 | depth`), which packs
@@ -36,9 +40,9 @@
 //!   register but the call's own, so that the traced fn keeps its values in
 //!   the registers they are in, and saves no register of its own for the
 //!   probe: what it saves, every call pays, recording or not.
-use super::{
-    enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED, SERIAL_MASK,
-};
+pub(super) use super::guard_word::{frame_serial, OTHER};
+use super::guard_word::{is_first, is_plain, FAST};
+use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
 use crate::control::CONTROL;
 use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
@@ -55,20 +59,6 @@ pub const STACK_DEPTH: usize = 64;
 const _: () = assert!(STACK_DEPTH <= MAX_DEPTH as usize + 1);
 /// `ThreadState::fast` while the hart's calls must take the general path.
 pub const FAST_OFF: u32 = u32::MAX;
-/// A guard's serial bit: pushed by `enter_board` on any hart but the first
-/// (its frame's tag is 0).
-pub(super) const FAST: u32 = 1 << 30;
-/// A guard's serial bit: pushed by `enter_board` on the first hart, whose
-/// exit the guard's drop inlines (the sign bit: one branch tells it).
-pub(super) const FAST0: u32 = 1 << 31;
-
-/// The guard's serial says its frame was pushed by the first hart's plain
-/// entry.
-#[inline(always)]
-pub(super) fn is_first(serial: u32) -> bool {
-    (serial as i32) < 0
-}
-
 /// One hart's state and shadow stack.
 #[repr(C)]
 pub struct Hart {
@@ -196,21 +186,23 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
     if h == 0 {
-        if let Some(g) = enter_plain(&STATES[0], site, FAST0, stack_pointer()) {
+        if let Some(g) = enter_plain(&STATES[0], site, 0, stack_pointer()) {
             return g;
         }
     }
     enter_out(site, stack_pointer())
 }
 
-/// The plain push on hart `h`, if its state and the site allow it. `fast`:
-/// the guard's serial bit for this hart ([`FAST0`] or [`FAST`]); `sp`: the
-/// traced fn's stack pointer.
+/// The plain push on hart `h`, if its state and the site allow it. `bits`:
+/// the guard's serial bits for this hart (none on the first, else
+/// [`OTHER`] and [`FAST`]), beside the hart's `fast` word; `sp`: the traced
+/// fn's stack pointer.
 #[inline(always)]
-fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> Option<Guard> {
+fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> Option<Guard> {
     // SAFETY: this hart's own state (see `Hart`).
     let st = unsafe { &mut *h.st.get() };
-    if site.decision_word() == st.fast {
+    let fast = st.fast;
+    if site.decision_word() == fast {
         let d = st.depth;
         if (d as usize) < STACK_DEPTH {
             // Reserved before it is filled, as in `push`: a handler that
@@ -232,7 +224,7 @@ fn enter_plain(h: &'static Hart, site: &'static Site, fast: u32, sp: usize) -> O
             f.start = ticks();
             return Some(Guard {
                 slot: d + 1,
-                serial: fast,
+                serial: bits | fast,
                 _not_send: PhantomData,
             });
         }
@@ -249,12 +241,13 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
     let h = unsafe { platform::__fgtrace_hart() };
     let hs = &STATES[h.min(HARTS - 1)];
     let plain = if h != 0 {
-        enter_plain(hs, site, FAST, sp)
+        enter_plain(hs, site, OTHER | FAST, sp)
     } else {
         None
     };
     // SAFETY: this hart's own state.
     let g = plain.unwrap_or_else(|| {
+        // Its guard has the `OTHER` bit (see `push`).
         enter_other(
             site,
             CONTROL.load(Relaxed),
@@ -356,14 +349,17 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
     #[cfg(target_arch = "riscv64")]
     {
         let v: u64;
-        // SAFETY: the trampoline keeps every register but a0, a1 and ra
-        // (and, with the D extension, the caller-saved FP registers).
+        // SAFETY: the trampoline keeps every register but t5, t6 and ra
+        // (and, with the D extension, the caller-saved FP registers). Its
+        // arguments and results in t5 and t6, not the argument registers:
+        // the traced fn's own arguments stay where they came in, with no
+        // move on the plain path to make room for the call.
         unsafe {
             fp_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
-                inout("a0") site => v,
-                inout("a1") sp => _,
+                inout("t5") site => _,
+                inout("t6") sp => v,
                 out("ra") _,
             )
         };
@@ -375,22 +371,24 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
         fp_clobbering_call!(
             "call {t}",
             t = sym __fgtrace_enter_tramp,
-            inout("a0") site => slot,
-            inout("a1") sp => serial,
+            inout("t5") site => serial,
+            inout("t6") sp => slot,
             out("ra") _,
         )
     };
     #[cfg(target_arch = "x86_64")]
     {
         let v: u64;
-        // SAFETY: the trampoline keeps every register but rdi, rsi and rax
-        // (no FP or vector registers on these targets' soft-float ABI).
+        // SAFETY: the trampoline keeps every register but r10, r11 and rax
+        // (no FP or vector registers on these targets' soft-float ABI); the
+        // site and the stack pointer go in r10 and r11, so that the traced
+        // fn's arguments stay where they came in.
         unsafe {
             vector_clobbering_call!(
                 "call {t}",
                 t = sym __fgtrace_enter_tramp,
-                inout("rdi") site => _,
-                inout("rsi") sp => _,
+                inout("r10") site => _,
+                inout("r11") sp => _,
                 out("rax") v,
             )
         };
@@ -529,12 +527,68 @@ macro_rules! riscv_trampoline {
         );
     };
 }
+// The entry's trampoline: as above, but its `asm!` passes the site and
+// the stack pointer in t5 and t6 and takes the guard back in them (riscv64:
+// one word in t6; riscv32: slot in t6, serial in t5: the site's address
+// stays in t5 for the plain path, no move), so that it keeps
+// every argument register: t0 to t4 and a0 to a7 saved around the call.
+#[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+macro_rules! riscv_enter_trampoline {
+    ($name:literal, $target:path, $st:literal, $ld:literal, $w:literal) => {
+        core::arch::global_asm!(
+            concat!(".section .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            ".p2align 2",
+            concat!($name, ":"),
+            concat!("addi sp, sp, -16*", $w),
+            concat!($st, " ra, 15*", $w, "(sp)"),
+            concat!($st, " s0, 14*", $w, "(sp)"),
+            concat!("addi s0, sp, 16*", $w),
+            concat!($st, " t0, 0*", $w, "(sp)"),
+            concat!($st, " t1, 1*", $w, "(sp)"),
+            concat!($st, " t2, 2*", $w, "(sp)"),
+            concat!($st, " t3, 3*", $w, "(sp)"),
+            concat!($st, " t4, 4*", $w, "(sp)"),
+            concat!($st, " a0, 5*", $w, "(sp)"),
+            concat!($st, " a1, 6*", $w, "(sp)"),
+            concat!($st, " a2, 7*", $w, "(sp)"),
+            concat!($st, " a3, 8*", $w, "(sp)"),
+            concat!($st, " a4, 9*", $w, "(sp)"),
+            concat!($st, " a5, 10*", $w, "(sp)"),
+            concat!($st, " a6, 11*", $w, "(sp)"),
+            concat!($st, " a7, 12*", $w, "(sp)"),
+            "mv a0, t5",
+            "mv a1, t6",
+            "call {f}",
+            "mv t6, a0",
+            "mv t5, a1",
+            concat!($ld, " t0, 0*", $w, "(sp)"),
+            concat!($ld, " t1, 1*", $w, "(sp)"),
+            concat!($ld, " t2, 2*", $w, "(sp)"),
+            concat!($ld, " t3, 3*", $w, "(sp)"),
+            concat!($ld, " t4, 4*", $w, "(sp)"),
+            concat!($ld, " a0, 5*", $w, "(sp)"),
+            concat!($ld, " a1, 6*", $w, "(sp)"),
+            concat!($ld, " a2, 7*", $w, "(sp)"),
+            concat!($ld, " a3, 8*", $w, "(sp)"),
+            concat!($ld, " a4, 9*", $w, "(sp)"),
+            concat!($ld, " a5, 10*", $w, "(sp)"),
+            concat!($ld, " a6, 11*", $w, "(sp)"),
+            concat!($ld, " a7, 12*", $w, "(sp)"),
+            concat!($ld, " ra, 15*", $w, "(sp)"),
+            concat!($ld, " s0, 14*", $w, "(sp)"),
+            concat!("addi sp, sp, 16*", $w),
+            "ret",
+            f = sym $target,
+        );
+    };
+}
 #[cfg(target_arch = "riscv64")]
-riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
+riscv_enter_trampoline!("__fgtrace_enter_tramp", enter_general, "sd", "ld", "8");
 #[cfg(target_arch = "riscv64")]
 riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sd", "ld", "8");
 #[cfg(target_arch = "riscv32")]
-riscv_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
+riscv_enter_trampoline!("__fgtrace_enter_tramp", enter_general, "sw", "lw", "4");
 #[cfg(target_arch = "riscv32")]
 riscv_trampoline!("__fgtrace_exit_tramp", exit_general, "sw", "lw", "4");
 
@@ -567,18 +621,47 @@ macro_rules! x86_64_trampoline {
         );
     };
 }
+// The entry's: the site and the stack pointer come in r10 and r11 (the
+// callee may change them), and rdi, rsi, rcx, rdx, r8 and r9, the argument
+// registers, are kept.
 #[cfg(target_arch = "x86_64")]
-x86_64_trampoline!("__fgtrace_enter_tramp", enter_general);
+core::arch::global_asm!(
+    ".section .text.__fgtrace_enter_tramp,\"ax\",@progbits",
+    ".globl __fgtrace_enter_tramp",
+    ".p2align 4",
+    "__fgtrace_enter_tramp:",
+    "push rbp",
+    "mov rbp, rsp",
+    "push rdi",
+    "push rsi",
+    "push rcx",
+    "push rdx",
+    "push r8",
+    "push r9",
+    "mov rdi, r10",
+    "mov rsi, r11",
+    "call {f}",
+    "pop r9",
+    "pop r8",
+    "pop rdx",
+    "pop rcx",
+    "pop rsi",
+    "pop rdi",
+    "pop rbp",
+    "ret",
+    f = sym enter_general,
+);
 #[cfg(target_arch = "x86_64")]
 x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
 
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
 fn site_word(id: u32) -> u64 {
-    // Sign-extended on 64-bit targets: ids are below `MAX_SITES` (2^18), so
-    // this is the zero-extended id, and 64-bit RISC-V needs no instructions
-    // for it (32-bit targets need none to zero-extend).
-    let id = if cfg!(target_pointer_width = "64") {
+    // Sign-extended on 64-bit RISC-V: ids are below `MAX_SITES` (2^18), so
+    // this is the zero-extended id, and RISC-V keeps 32-bit values
+    // sign-extended (x86_64 and 32-bit targets need no instruction to
+    // zero-extend).
+    let id = if cfg!(target_arch = "riscv64") {
         id as i32 as i64 as u64
     } else {
         id as u64
@@ -614,7 +697,7 @@ fn exit_other_hart(h: usize, slot: u32, serial: u32, end: u64) {
 fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
     // SAFETY: this hart's own state.
     let st = unsafe { &mut *h.st.get() };
-    if serial & (FAST | FAST0) != 0 && exit_fast(st, h.frames(), slot, end) {
+    if is_plain(serial) && exit_fast(st, h.frames(), slot, end) {
         return;
     }
     exit_general_on(st, slot, serial, end)
@@ -639,7 +722,8 @@ pub(super) fn exit_inline(slot: u32, serial: u32) {
 
 #[inline(always)]
 fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
-    let serial = serial & SERIAL_MASK;
+    // The serial word as the guard has it: the general exit finds the
+    // frame by `frame_serial`, and tells a loss by the session it names.
     if slot & COUNTED != 0 {
         super::exit_board_counted(slot, serial, end, st)
     } else {
@@ -659,30 +743,63 @@ fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
-    let i = st.count;
-    // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed, so
-    // the hart's own stack (`join` sets `frames` to it on boards); its
-    // fields are used only once `depth == slot` says it is this guard's.
-    // (Sign-extended: a plain guard's slot is at most STACK_DEPTH, so this
-    // is the slot, and 64-bit RISC-V needs no instructions for it.)
-    let f = unsafe { &*frames.offset(slot as i32 as isize - 1) };
-    let dur = end.wrapping_sub(f.start);
-    // A duration the record cannot hold (hours) saturates on the general
-    // path.
-    let ok = (st.depth == slot) & (i + 1 < st.limit) & (dur <= DUR_MAX);
-    if ok {
-        let depth = slot - 1;
-        st.depth = depth;
-        // A plain call in the board's layout (what `RawCall::pack` makes
-        // of it there): the duration fits, and the depth, below
-        // STACK_DEPTH, too.
-        let rec = RawCall::board_call(f.start, depth, dur, f.site);
-        // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
-        // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
-        unsafe { st.buf.add(i & st.mask).write(rec) };
-        st.count = i + 1;
+    let (d, i) = (st.depth, st.count);
+    let ok;
+    if cfg!(target_arch = "riscv64") {
+        // On 64-bit RISC-V the frame is indexed by the depth just loaded,
+        // once it is known to be the guard's slot: the load leaves it
+        // sign-extended, where the slot, which comes from either of the
+        // entry's paths, needs an instruction for it.
+        ok = d == slot && i + 1 < st.limit && {
+            // SAFETY: 0 < d = slot <= STACK_DEPTH: a frame the plain entry
+            // pushed, so the hart's own stack (`join` sets `frames` to it
+            // on boards).
+            let f = unsafe { &*frames.offset(d as i32 as isize - 1) };
+            pop_record(st, f, d, i, end)
+        };
+    } else {
+        // Elsewhere the slot is as cheap, and the tests without branches
+        // between them keep fewer registers live (x86_64: two fewer
+        // instructions per call, on or off).
+        // SAFETY: 0 < slot <= STACK_DEPTH: a frame the plain entry pushed,
+        // so the hart's own stack; its fields are used only once
+        // `depth == slot` says it is this guard's.
+        let f = unsafe { &*frames.offset(slot as i32 as isize - 1) };
+        let dur = end.wrapping_sub(f.start);
+        ok = (d == slot) & (i + 1 < st.limit) & (dur <= DUR_MAX);
+        if ok {
+            pop_write(st, f, d, i, dur);
+        }
     }
     // SAFETY: as above.
     unsafe { platform::__fgtrace_irq_restore(saved) };
     ok
+}
+
+/// [`exit_fast`] once the frame on top is the guard's (at depth `d`) and
+/// the buffer has room for record `i`: the record, if its duration fits
+/// (a duration the record cannot hold, hours, saturates on the general
+/// path).
+#[inline(always)]
+fn pop_record(st: &mut ThreadState, f: &Frame, d: u32, i: usize, end: u64) -> bool {
+    let dur = end.wrapping_sub(f.start);
+    if dur > DUR_MAX {
+        return false;
+    }
+    pop_write(st, f, d, i, dur);
+    true
+}
+
+/// Pops the frame at depth `d` and writes its record as record `i`.
+#[inline(always)]
+fn pop_write(st: &mut ThreadState, f: &Frame, d: u32, i: usize, dur: u64) {
+    let depth = d - 1;
+    st.depth = depth;
+    // A plain call in the board's layout (what `RawCall::pack` makes of it
+    // there): the duration fits, and the depth, below STACK_DEPTH, too.
+    let rec = RawCall::board_call(f.start, depth, dur, f.site);
+    // SAFETY: i & mask < capacity, as in `write` (`buf` is set while
+    // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
+    unsafe { st.buf.add(i & st.mask).write(rec) };
+    st.count = i + 1;
 }

@@ -500,3 +500,80 @@ fn an_interrupt_at_a_calls_exit_never_lands_between_its_record_and_its_values() 
         );
     });
 }
+
+#[test]
+fn a_guard_whose_frame_is_gone_is_counted_lost_if_this_session_pushed_it() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    on_own_thread(|| {
+        drop(enter(&A)); // joins
+        unsafe { with_thread_state(|st| st.dropped = &DROPS) };
+        let a = enter(&A);
+        let b = enter(&B);
+        drop(a); // pops b's frame with its own
+        drop(b); // the frame is gone: b's call is lost
+        assert_eq!(DROPS.load(Relaxed), 1, "the lost call is counted");
+        let c = enter(&C);
+        let d = enter(&D);
+        drop(c); // pops d's frame
+        let e = enter(&A); // another call takes d's slot
+        drop(d); // not its frame: d's call is lost
+        assert_eq!(
+            DROPS.load(Relaxed),
+            2,
+            "a reused slot's stale guard is counted too"
+        );
+        drop(e);
+        // A call that began before the state joined its session: not a
+        // loss of this session (its frame went with the state it was in).
+        let f = enter(&B);
+        let g = enter(&C);
+        drop(f);
+        unsafe {
+            with_thread_state(|st| {
+                assert!(super::join(st, st.gen & !GEN_TAGS));
+                st.dropped = &DROPS;
+            })
+        };
+        drop(g);
+        assert_eq!(
+            DROPS.load(Relaxed),
+            2,
+            "an earlier session's guard is not this one's loss"
+        );
+        let names: Vec<_> = records().iter().map(|r| r.0).collect();
+        assert_eq!(names, [] as [&str; 0], "the new session recorded nothing");
+    });
+}
+
+#[test]
+fn a_board_guards_serial_word_names_its_frame_and_its_session() {
+    use super::guard_word::*;
+    let gen = 5;
+    let fast = gen << 3 | Decision::Record as u32;
+    // The first hart's plain guard: the hart's fast word as it is.
+    assert!(is_first(fast) && is_plain(fast));
+    assert_eq!((frame_serial(fast), plain_generation(fast)), (0, Some(gen)));
+    // Another hart's plain guard.
+    let other_plain = OTHER | FAST | fast;
+    assert!(!is_first(other_plain) && is_plain(other_plain));
+    assert_eq!(
+        (frame_serial(other_plain), plain_generation(other_plain)),
+        (0, Some(gen))
+    );
+    // A general push's guard: its frame's serial.
+    let general = OTHER | 0x12_3456;
+    assert!(!is_first(general) && !is_plain(general));
+    assert_eq!(
+        (frame_serial(general), plain_generation(general)),
+        (0x12_3456, None)
+    );
+    // A plain guard whose frame is gone is lost while its hart records its
+    // session (whatever tags the state's generation has), not after.
+    let never = |_: u32| -> bool { unreachable!("a plain guard has no frame serial") };
+    assert!(pushed_in_session(gen, fast, never));
+    assert!(pushed_in_session(gen | GEN_COUNTED, other_plain, never));
+    assert!(!pushed_in_session(gen + 1, fast, never));
+    // A general guard goes by its frame's serial.
+    assert!(pushed_in_session(gen + 1, general, |s| s == 0x12_3456));
+    assert!(!pushed_in_session(gen, general, |_| false));
+}
