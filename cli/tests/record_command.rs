@@ -182,8 +182,15 @@ fn sigterm_leaves_a_complete_trace_and_the_signal_is_the_status() {
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{rest}");
     assert!(rest.contains("killed by signal 15"), "{rest}");
     let (rounds, leaves, _) = counts(&d.join("t.fgt"));
-    // The 100 rounds, and the loop's calls until the signal.
-    assert!(rounds > 100 && leaves == 3 * rounds, "{rounds} {leaves}");
+    // The 100 rounds, and the loop's calls until the signal. The session
+    // stops on the runtime's signal thread while the loop runs on: the one
+    // round in flight then may keep only the leaves that ran before the
+    // stop, or its leaves may be kept without it (a CI run once kept 1718
+    // rounds and 5152 leaves), so three leaves a round give or take two.
+    assert!(
+        rounds > 100 && leaves.abs_diff(3 * rounds) <= 2,
+        "{rounds} {leaves}"
+    );
     // A complete file: no warning that it was cut short.
     let r = TraceReader::open(d.join("t.fgt")).unwrap();
     assert!(r.meta().warnings.is_empty(), "{:?}", r.meta().warnings);
