@@ -1350,6 +1350,30 @@ mod tests {
         }
     }
 
+    /// One event as the rebuilding tests compare them: a call as its site
+    /// and start indented by depth (`{` when it has children), a marker,
+    /// a call's first value, a loss.
+    fn line(e: &Event) -> String {
+        match e {
+            Event::Call(c) => format!(
+                "{}{}@{}{}",
+                "  ".repeat(c.depth as usize),
+                c.site,
+                c.start_ns,
+                if c.has_children() { "{" } else { "" }
+            ),
+            Event::Marker(m) => format!(
+                "{}mark{}@{}",
+                "  ".repeat(m.depth as usize),
+                m.site,
+                m.ts_ns
+            ),
+            Event::Values(v) => format!("values {}", v.values[0].bits),
+            Event::Lost(l) => format!("{}lost{}", "  ".repeat(l.depth as usize), l.count),
+            _ => "?".into(),
+        }
+    }
+
     /// A stream session ending at tick 1,000,200.
     fn stream_base() -> MetaBase {
         MetaBase {
@@ -1388,26 +1412,7 @@ mod tests {
             ..ThreadInput::empty(1, "t".into())
         };
         let t = build(stream_base(), vec![input], |_| None, None);
-        let got: Vec<String> = t
-            .events()
-            .map(|e| match e {
-                Event::Call(c) => format!(
-                    "{}{}@{}{}",
-                    "  ".repeat(c.depth as usize),
-                    c.site,
-                    c.start_ns,
-                    if c.has_children() { "{" } else { "" }
-                ),
-                Event::Marker(m) => format!(
-                    "{}mark{}@{}",
-                    "  ".repeat(m.depth as usize),
-                    m.site,
-                    m.ts_ns
-                ),
-                Event::Values(v) => format!("values {}", v.values[0].bits),
-                _ => "?".into(),
-            })
-            .collect();
+        let got: Vec<String> = t.events().map(|e| line(&e)).collect();
         // Sites in order of first record: mark7=0, mark8=1, a=2, main=3.
         assert_eq!(
             got,
@@ -1606,20 +1611,7 @@ mod tests {
             ..ThreadInput::empty(1, "t".into())
         };
         let t = build(stream_base(), vec![input], |_| None, None);
-        let got: Vec<String> = t
-            .events()
-            .map(|e| match e {
-                Event::Call(c) => format!(
-                    "{}{}@{}{}",
-                    "  ".repeat(c.depth as usize),
-                    c.site,
-                    c.start_ns,
-                    if c.has_children() { "{" } else { "" }
-                ),
-                Event::Lost(l) => format!("{}lost{}", "  ".repeat(l.depth as usize), l.count),
-                _ => "?".into(),
-            })
-            .collect();
+        let got: Vec<String> = t.events().map(|e| line(&e)).collect();
         // Site indices are assigned in order of first record (exit order):
         // b=0, a=1, x=2, d=3, c=4, main=5.
         assert_eq!(
