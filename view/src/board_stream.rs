@@ -597,6 +597,21 @@ mod tests {
 
     /// A stream of hart-0 frames, numbered from 0, each payload filled by
     /// its function.
+    /// A version-2 stream's META frame: one hart, a 1 GHz `mcycle` clock,
+    /// no counters, program `demo`.
+    fn mcycle_meta(w: &mut Writer<'_>) {
+        w.u8(2)
+            .u8(wire::MODE_STREAM)
+            .u8(1)
+            .u64(1_000_000_000)
+            .u64(1000)
+            .u32(1)
+            .u32(0)
+            .str("mcycle")
+            .u8(0)
+            .bytes(b"demo");
+    }
+
     fn stream_of(frames: &[(u8, Fill<'_>)]) -> Vec<u8> {
         let mut out = Vec::new();
         for (seq, (kind, fill)) in frames.iter().enumerate() {
@@ -748,18 +763,7 @@ mod tests {
     fn value_names_come_with_the_site_and_name_the_calls_values() {
         let frames = |site: &dyn Fn(&mut Writer<'_>)| {
             stream_of(&[
-                (wire::META, &|w| {
-                    w.u8(2)
-                        .u8(wire::MODE_STREAM)
-                        .u8(1)
-                        .u64(1_000_000_000)
-                        .u64(1000)
-                        .u32(1)
-                        .u32(0)
-                        .str("mcycle")
-                        .u8(0)
-                        .bytes(b"demo");
-                }),
+                (wire::META, &mcycle_meta),
                 (wire::SITE, site),
                 (wire::CALLS, &|w| {
                     w.u64(0);
@@ -874,18 +878,7 @@ mod tests {
             (0x9000_0000, 3),
         ];
         let stream = stream_of(&[
-            (wire::META, &|w| {
-                w.u8(2)
-                    .u8(wire::MODE_STREAM)
-                    .u8(1)
-                    .u64(1_000_000_000)
-                    .u64(1000)
-                    .u32(1)
-                    .u32(0)
-                    .str("mcycle")
-                    .u8(0)
-                    .bytes(b"demo");
-            }),
+            (wire::META, &mcycle_meta),
             (wire::SITE, &|w| {
                 w.u32(0)
                     .u32(7)
