@@ -29,6 +29,7 @@
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
+use fgtrace_core::probe::board::{lean_writer, LeanCall};
 use fgtrace_core::probe::{self, Counter, Hooks, ThreadState};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
@@ -158,6 +159,184 @@ impl Hart {
 }
 
 static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
+
+/// The first hart's lean records (a board whose clock never reads the same
+/// twice: its plain calls are one record each, written at exit, nested by
+/// time on the host): two buffers as for the other records, the flight
+/// recorder's ring the first.
+struct Lean {
+    bufs: UnsafeCell<[[LeanCall; BUF_CALLS]; 2]>,
+    /// A buffer is being sent (the other one records).
+    sending: AtomicBool,
+    /// Stream: records handed over this session; flight: the ring's laps,
+    /// in records.
+    written: AtomicU64,
+    /// Records no buffer could take (the other one still being sent).
+    dropped: AtomicU64,
+}
+
+// SAFETY: the first hart's and its interrupt handlers', which change it with
+// interrupts masked.
+unsafe impl Sync for Lean {}
+
+static LEAN: Lean = Lean {
+    bufs: UnsafeCell::new(
+        [[LeanCall {
+            start: 0,
+            end: 0,
+            site: 0,
+            fp: 0,
+        }; BUF_CALLS]; 2],
+    ),
+    sending: AtomicBool::new(false),
+    written: AtomicU64::new(0),
+    dropped: AtomicU64::new(0),
+};
+
+fn lean_buf(i: usize) -> *mut LeanCall {
+    // SAFETY: one of the two buffers.
+    unsafe { (LEAN.bufs.get() as *mut LeanCall).add(i * BUF_CALLS) }
+}
+
+/// The first hart joins a session: its lean writer at the first buffer.
+fn lean_join() {
+    let saved = __fgtrace_irq_save();
+    // SAFETY: the first hart's writer, interrupts masked.
+    unsafe {
+        let w = &mut *lean_writer();
+        w.ptr = lean_buf(0);
+        w.lim = lean_buf(0).add(BUF_CALLS);
+    }
+    LEAN.sending.store(false, Relaxed);
+    __fgtrace_irq_restore(saved);
+}
+
+/// A lean record the first hart's buffer could not take: in stream mode the
+/// full buffer is swapped for the other one, which takes the record, then
+/// sent with interrupts as they were (as [`drain`] does); the flight
+/// recorder's ring starts over. What no buffer can take is counted.
+#[no_mangle]
+pub fn __fgtrace_lean_full(c: &LeanCall) {
+    let saved = __fgtrace_irq_save();
+    // SAFETY: the first hart's writer (lean records are made only there),
+    // interrupts masked.
+    let w = unsafe { &mut *lean_writer() };
+    let put = |w: &mut probe::board::LeanWriter| {
+        // SAFETY: below `lim`, in a buffer.
+        unsafe {
+            w.ptr.write(*c);
+            w.ptr = w.ptr.add(1);
+        }
+    };
+    if !w.ptr.is_null() && w.ptr < w.lim {
+        // An interrupt handed the buffer over meanwhile.
+        put(w);
+        __fgtrace_irq_restore(saved);
+        return;
+    }
+    if w.ptr.is_null() || LEAN.sending.load(Relaxed) {
+        LEAN.dropped.fetch_add(1, Relaxed);
+        __fgtrace_irq_restore(saved);
+        return;
+    }
+    if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
+        LEAN.written.fetch_add(BUF_CALLS as u64, Relaxed);
+        w.ptr = lean_buf(0);
+        put(w);
+        __fgtrace_irq_restore(saved);
+        return;
+    }
+    // SAFETY: `lim` ends one of the two buffers.
+    let full = unsafe { w.lim.sub(BUF_CALLS) };
+    let other = if full == lean_buf(0) {
+        lean_buf(1)
+    } else {
+        lean_buf(0)
+    };
+    w.ptr = other;
+    // SAFETY: the other buffer's end.
+    w.lim = unsafe { other.add(BUF_CALLS) };
+    put(w);
+    lean_send(full, BUF_CALLS, saved);
+}
+
+/// Sends `n` lean records at `buf` (swapped out, interrupts masked by
+/// `saved`): unmasks, sends, and lets the next handoff go.
+fn lean_send(buf: *mut LeanCall, n: usize, saved: usize) {
+    LEAN.sending.store(true, Relaxed);
+    let first = LEAN.written.fetch_add(n as u64, Relaxed);
+    __fgtrace_irq_restore(saved);
+    // SAFETY: swapped out: nothing writes it until `sending` is cleared.
+    let recs = unsafe { core::slice::from_raw_parts(buf, n) };
+    if with_out_open(|o| o.lean_calls(first, recs)).is_none() {
+        LEAN.dropped.fetch_add(n as u64, Relaxed);
+    }
+    LEAN.sending.store(false, Release);
+}
+
+/// Sends the first hart's unsent lean records (stream mode).
+fn flush_lean() {
+    let saved = __fgtrace_irq_save();
+    // SAFETY: the first hart's writer, interrupts masked.
+    let w = unsafe { &mut *lean_writer() };
+    if w.ptr.is_null() || LEAN.sending.load(Relaxed) {
+        __fgtrace_irq_restore(saved);
+        return;
+    }
+    // SAFETY: `lim` ends one of the two buffers, `ptr` is in it.
+    let base = unsafe { w.lim.sub(BUF_CALLS) };
+    // SAFETY: as above.
+    let n = unsafe { w.ptr.offset_from(base) } as usize;
+    if n == 0 {
+        __fgtrace_irq_restore(saved);
+        return;
+    }
+    let other = if base == lean_buf(0) {
+        lean_buf(1)
+    } else {
+        lean_buf(0)
+    };
+    w.ptr = other;
+    // SAFETY: the other buffer's end.
+    w.lim = unsafe { other.add(BUF_CALLS) };
+    lean_send(base, n, saved);
+}
+
+/// The first hart's lean records this session: handed over (stream), or
+/// written into the ring (flight recorder: its laps and where it is).
+fn lean_written() -> u64 {
+    let laps = LEAN.written.load(Relaxed);
+    if SESSION.mode.load(Relaxed) != MODE_FLIGHT {
+        return laps;
+    }
+    // SAFETY: a plain read of the first hart's writer.
+    let p = unsafe { (*lean_writer()).ptr };
+    if p.is_null() {
+        return laps;
+    }
+    // SAFETY: the ring's `ptr` is in its first buffer.
+    laps + unsafe { p.offset_from(lean_buf(0)) } as u64
+}
+
+/// Sends the flight recorder's lean ring, oldest first (interrupts masked
+/// by the caller).
+fn dump_lean(o: &mut Out) {
+    // SAFETY: the first hart's writer, interrupts masked.
+    let w = unsafe { &mut *lean_writer() };
+    if w.ptr.is_null() {
+        return;
+    }
+    let laps = LEAN.written.load(Relaxed);
+    // SAFETY: the ring's `ptr` is in its first buffer.
+    let at = unsafe { w.ptr.offset_from(lean_buf(0)) } as usize;
+    // SAFETY: the first buffer.
+    let ring = unsafe { core::slice::from_raw_parts(lean_buf(0), BUF_CALLS) };
+    let total = laps + at as u64;
+    if laps > 0 {
+        o.lean_calls(total - BUF_CALLS as u64, &ring[at..]);
+    }
+    o.lean_calls(total - at as u64, &ring[..at]);
+}
 
 /// The running hart's index.
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
@@ -378,6 +557,27 @@ impl Out {
         }
     }
 
+    /// The first hart's lean records, `first` their index this session
+    /// ([`LEAN_CALLS`], packed straight into the frame).
+    fn lean_calls(&mut self, first: u64, recs: &[LeanCall]) {
+        let mut at = 0;
+        while at < recs.len() {
+            self.maybe_repeat_meta();
+            let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
+            body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
+            let (n, used) = wire::pack_lean(&mut body[8..], &recs[at..], |c| LeanRecord {
+                start: c.start & fgtrace_core::record::START_MASK,
+                dur: c.end.wrapping_sub(c.start),
+                // SAFETY: a lean call's site is the `&'static Site` its
+                // traced fn passed, decided this session (so it has an id).
+                site: unsafe { &*(c.site as *const Site) }.id_decided(),
+                fp: c.fp as u64,
+            });
+            at += n;
+            self.send_scratch(LEAN_CALLS, 0, 8 + used);
+        }
+    }
+
     /// Sends the payload of `len` bytes already in `scratch[HEADER..]`.
     fn send_scratch(&mut self, kind: u8, hart: u8, len: usize) {
         let n = wire::seal(&mut self.scratch, self.seq, kind, hart, len);
@@ -400,6 +600,10 @@ impl Out {
                 .u64(x.samples_dropped.load(Relaxed))
                 .u64(x.overruns.load(Relaxed) as u64)
                 .u64(REFUSED.load(Relaxed));
+            // The first hart's lean records (none elsewhere).
+            if h == 0 {
+                w.u64(lean_written()).u64(LEAN.dropped.load(Relaxed));
+            }
         });
     }
 }
@@ -792,6 +996,9 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     st.published = &h.published;
     st.overruns = &h.overruns;
     st.dropped = &h.nested_dropped;
+    if hart_id() == 0 {
+        lean_join();
+    }
     true
 }
 
@@ -915,6 +1122,8 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
         h.queued.store(0, Relaxed);
     }
     REFUSED.store(0, Relaxed);
+    LEAN.written.store(0, Relaxed);
+    LEAN.dropped.store(0, Relaxed);
     with_out(|o| o.meta());
     // Every hart joins the new session on its next call (the plain entry
     // would match the last session's decisions otherwise).
@@ -952,11 +1161,15 @@ pub fn stop() {
         dump();
     } else {
         flush_calls(id);
+        flush_lean();
     }
     flush_samples(id);
     with_out(|o| {
         for (h, x) in HARTS.iter().enumerate() {
-            if x.written.load(Relaxed) != 0 || x.samples_taken.load(Relaxed) != 0 {
+            if x.written.load(Relaxed) != 0
+                || x.samples_taken.load(Relaxed) != 0
+                || (h == 0 && lean_written() != 0)
+            {
                 o.stats(h);
             }
         }
@@ -999,6 +1212,9 @@ pub fn dump() {
                 if start + n > BUF_CALLS {
                     let more = first as u64 + head.len() as u64;
                     o.calls(id as u8, more, &ring[..start + n - BUF_CALLS]);
+                }
+                if id == 0 {
+                    dump_lean(o);
                 }
                 o.stats(id);
             });
@@ -1123,6 +1339,9 @@ pub fn flush() {
     let id = hart_id();
     if recording() && SESSION.mode.load(Relaxed) == MODE_STREAM {
         flush_calls(id);
+        if id == 0 {
+            flush_lean();
+        }
     }
     flush_samples(id);
 }

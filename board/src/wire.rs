@@ -15,7 +15,9 @@
 //! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64); sent by firmware before version 3 |
 //! | [`CALLS_PACKED`] | index of the first record u64, then the records packed (version 3, see [`pack_calls`]): a plain call in about 6 bytes, anything else (counters, values) as its 16 bytes |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
-//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |
+//! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
+//! | [`SAMPLES_FP`] | as [`SAMPLES`], then n x the frame pointer each address's frame record was read at u64 (0: none), so the host can cut a sample below a lean call (version 4) |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart); from version 4, lean records written u64 and dropped u64 |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
 
@@ -29,8 +31,10 @@ pub const HEADER: usize = 10;
 pub const TRAILER: usize = 4;
 /// The largest payload.
 pub const MAX_PAYLOAD: usize = 1024;
-/// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`]).
-pub const VERSION: u8 = 3;
+/// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`];
+/// 4: the first hart's plain calls as [`LEAN_CALLS`] on a board with a cycle
+/// clock, samples as [`SAMPLES_FP`]).
+pub const VERSION: u8 = 4;
 
 /// Session metadata: clock rate, mode, harts.
 pub const META: u8 = 1;
@@ -48,6 +52,10 @@ pub const TEXT: u8 = 6;
 pub const END: u8 = 7;
 /// Call records, packed (see [`pack_calls`]).
 pub const CALLS_PACKED: u8 = 8;
+/// Lean call records (see [`pack_lean`]).
+pub const LEAN_CALLS: u8 = 9;
+/// Sampled stacks with their frame pointers.
+pub const SAMPLES_FP: u8 = 10;
 
 /// Stream mode in [`META`]: every call, dropped and counted when the sink refuses.
 pub const MODE_STREAM: u8 = 0;
@@ -188,6 +196,95 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
         n += 1;
     }
     (n, at)
+}
+
+/// A lean call as the wire carries it: entry time, duration, site id and
+/// the traced fn's frame pointer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeanRecord {
+    /// The clock at entry.
+    pub start: u64,
+    /// Exit minus entry.
+    pub dur: u64,
+    /// The site's id.
+    pub site: u32,
+    /// The traced fn's frame pointer.
+    pub fp: u64,
+}
+
+/// Most bytes [`pack_lean`] writes for one record: the site (18 bits: 3),
+/// the zigzag start and frame-pointer differences and the duration (10
+/// each).
+pub const LEAN_MAX: usize = 3 + 10 + 10 + 10;
+
+/// Packs lean call records for [`LEAN_CALLS`] into `out`, as many as fit
+/// (`f` makes each one a [`LeanRecord`]); returns how many records and how
+/// many bytes. A record is four LEB128 varints: the site id, its entry
+/// time's difference from the previous record's in this frame (zigzag; the
+/// first one's from 0), its duration, and its frame pointer's difference
+/// from the previous one's (zigzag, the first from 0). Every frame decodes
+/// on its own.
+pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) -> (usize, usize) {
+    let (mut at, mut n) = (0, 0);
+    let (mut prev, mut prev_fp) = (0u64, 0u64);
+    let zz = |d: i64| ((d << 1) ^ (d >> 63)) as u64;
+    for r in recs {
+        if out.len() - at < LEAN_MAX {
+            break;
+        }
+        let r = f(r);
+        let rec = &mut out[at..at + LEAN_MAX];
+        let p = rec.as_mut_ptr();
+        // SAFETY: `rec` has LEAN_MAX bytes, the most these four varints take.
+        let end = unsafe {
+            let q = varint(p, r.site as u64);
+            let q = varint(q, zz(r.start.wrapping_sub(prev) as i64));
+            let q = varint(q, r.dur);
+            varint(q, zz(r.fp.wrapping_sub(prev_fp) as i64))
+        };
+        prev = r.start;
+        prev_fp = r.fp;
+        // SAFETY: both in `rec`.
+        at += unsafe { end.offset_from(p) } as usize;
+        n += 1;
+    }
+    (n, at)
+}
+
+/// Unpacks a [`LEAN_CALLS`] payload's records (after its first index),
+/// handing each to `f`; `Err` names what is wrong with the first record
+/// that does not decode (the records before it were handed over).
+pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'static str> {
+    let mut r = Reader::new(b);
+    let (mut prev, mut prev_fp) = (0u64, 0u64);
+    let un = |v: u64| ((v >> 1) as i64) ^ -((v & 1) as i64);
+    let mut n = 0;
+    while r.remaining() > 0 {
+        let site = r.varint().ok_or("a lean call's site is cut short")?;
+        let delta = r.varint().ok_or("a lean call's start is cut short")?;
+        let dur = r.varint().ok_or("a lean call's duration is cut short")?;
+        let dfp = r.varint().ok_or("a lean call's frame pointer is cut short")?;
+        if site >= MAX_SITES as u64 {
+            return Err("a lean call's site id is past the last site");
+        }
+        if dur > DUR_MAX {
+            return Err("a lean call's duration is past the longest a record holds");
+        }
+        let start = prev.wrapping_add(un(delta) as u64);
+        if start > START_MASK {
+            return Err("a lean call's start is past the ticks a record holds");
+        }
+        prev = start;
+        prev_fp = prev_fp.wrapping_add(un(dfp) as u64);
+        f(LeanRecord {
+            start,
+            dur,
+            site: site as u32,
+            fp: prev_fp,
+        });
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Writes `v` as LEB128 at `p`; returns the byte after it.

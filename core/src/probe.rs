@@ -343,6 +343,11 @@ pub mod platform {
         /// Restores what [`__fgtrace_irq_save`] returned.
         #[cfg(feature = "irq-mask")]
         pub fn __fgtrace_irq_restore(saved: usize);
+        /// A lean call's record that the first hart's full buffer could
+        /// not take (boards with a cycle clock): the platform hands the
+        /// buffer over and keeps the record, or counts it lost.
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+        pub fn __fgtrace_lean_full(call: &super::board::LeanCall);
         /// A counted call's further counters (after the thread's
         /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
         /// platform reads and keeps them for shadow-stack slot `slot`; at
@@ -427,6 +432,13 @@ pub struct Guard {
     slot: u32,
     /// The frame's serial.
     serial: u32,
+    /// Boards with a cycle clock: a lean call's entry time (0: not one),
+    /// see `board::exit_lean`.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    start: u64,
+    /// Its site.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    site: *const Site,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -434,6 +446,10 @@ impl Guard {
     const OFF: Guard = Guard {
         slot: 0,
         serial: 0,
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+        start: 0,
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+        site: ptr::null(),
         _not_send: PhantomData,
     };
 }
@@ -441,6 +457,13 @@ impl Guard {
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
+        // A lean call (a board's first hart, a cycle clock): one record,
+        // written here.
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+        if self.start != 0 {
+            board::exit_lean(self.start, self.site);
+            return;
+        }
         if self.slot != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup).
@@ -818,7 +841,7 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize)
     Guard {
         slot: d + 1,
         serial,
-        _not_send: PhantomData,
+        ..Guard::OFF
     }
 }
 

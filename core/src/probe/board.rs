@@ -41,14 +41,15 @@
 //!   the registers they are in, and saves no register of its own for the
 //!   probe: what it saves, every call pays, recording or not.
 pub(super) use super::guard_word::{frame_serial, OTHER};
-use super::guard_word::{is_first, is_plain, FAST};
+use super::guard_word::{is_plain, FAST};
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+use super::guard_word::is_first;
 use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
 use crate::control::CONTROL;
 use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
-use core::marker::PhantomData;
 use core::sync::atomic::{compiler_fence, AtomicBool, Ordering::*};
 
 /// Harts with a state of their own (a hart index at or past this shares the
@@ -76,7 +77,46 @@ unsafe impl Sync for Hart {}
 #[repr(C)]
 pub struct States {
     on: AtomicBool,
+    lean: UnsafeCell<LeanWriter>,
     harts: [Hart; HARTS],
+}
+
+// SAFETY: `lean` is the first hart's (and its interrupt handlers', which
+// write it with interrupts masked).
+unsafe impl Sync for States {}
+
+/// A lean call's record: what the first hart's plain exit writes on a board
+/// whose clock never reads the same value twice (`mcycle`, the TSC). No
+/// depth: the host nests calls by time, which such a clock makes exact.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeanCall {
+    /// The clock at entry.
+    pub start: u64,
+    /// The clock at exit.
+    pub end: u64,
+    /// The site's address (`&'static Site`).
+    pub site: usize,
+    /// The traced fn's frame pointer: the sampler's cut (the host finds the
+    /// innermost traced frame of a sample by it).
+    pub fp: usize,
+}
+
+/// Where the first hart's lean records go: the next one at `ptr`, room up
+/// to `lim` (the runtime's buffer; `ptr == lim` sends the record to the
+/// platform's `__fgtrace_lean_full`).
+#[repr(C)]
+pub struct LeanWriter {
+    /// The next record's place.
+    pub ptr: *mut LeanCall,
+    /// The end of the buffer.
+    pub lim: *mut LeanCall,
+}
+
+/// The first hart's lean writer (the runtime sets it when the hart joins a
+/// session and at every handoff, with interrupts masked).
+pub fn lean_writer() -> *mut LeanWriter {
+    STATES.lean.get()
 }
 
 impl core::ops::Index<usize> for States {
@@ -96,6 +136,10 @@ impl States {
 /// Every hart's state.
 pub static STATES: States = States {
     on: AtomicBool::new(false),
+    lean: UnsafeCell::new(LeanWriter {
+        ptr: core::ptr::null_mut(),
+        lim: core::ptr::null_mut(),
+    }),
     harts: [const {
         Hart {
             st: UnsafeCell::new(ThreadState::EMPTY),
@@ -185,13 +229,97 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
     if h == 0 {
         if let Some(g) = enter_plain(&STATES[0], site, 0, stack_pointer()) {
             return g;
         }
     }
+    // With a clock that never reads the same twice, the first hart's plain
+    // call is a lean one: its entry time in the guard, no frame pushed.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    if h == 0 {
+        // SAFETY: this hart's own state (a plain word the runtime changes
+        // between sessions).
+        let fast = unsafe { (*STATES[0].st.get()).fast };
+        if site.decision_word() == fast {
+            return Guard {
+                start: ticks(),
+                site,
+                ..Guard::OFF
+            };
+        }
+    }
     enter_out(site, stack_pointer())
 }
+
+/// A lean call's exit, inlined into the traced fn: the clock, then its
+/// record with interrupts masked (an interrupt's calls are before or after
+/// it, whole); a full buffer goes to the platform through a trampoline, with
+/// interrupts as they were.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[inline(always)]
+pub(super) fn exit_lean(start: u64, site: *const Site) {
+    let end = ticks();
+    let fp = frame_pointer();
+    // SAFETY: the platform's functions, paired below.
+    let saved = unsafe { platform::__fgtrace_irq_save() };
+    // SAFETY: the first hart's writer (a lean guard is only made there, and
+    // a call does not move between harts), interrupts masked.
+    let w = unsafe { &mut *STATES.lean.get() };
+    let p = w.ptr;
+    if p < w.lim {
+        // SAFETY: below `lim`, in the runtime's buffer.
+        unsafe {
+            p.write(LeanCall {
+                start,
+                end,
+                site: site as usize,
+                fp,
+            });
+            w.ptr = p.add(1);
+        }
+        // SAFETY: as above.
+        unsafe { platform::__fgtrace_irq_restore(saved) };
+    } else {
+        // SAFETY: as above.
+        unsafe { platform::__fgtrace_irq_restore(saved) };
+        lean_out(start, end, site as usize, fp);
+    }
+}
+
+/// The frame pointer of the function this is inlined into.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[inline(always)]
+fn frame_pointer() -> usize {
+    let fp: usize;
+    // SAFETY: reads a register.
+    #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+    unsafe {
+        core::arch::asm!("mv {}, s0", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    fp
+}
+
+/// The record a full lean buffer could not take, to the platform (its
+/// handoff). Called through a trampoline: the traced fn keeps its registers.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+extern "C" fn lean_full(start: u64, end: u64, site: usize, fp: usize) {
+    let c = LeanCall {
+        start,
+        end,
+        site,
+        fp,
+    };
+    // SAFETY: the platform's function.
+    unsafe { platform::__fgtrace_lean_full(&c) }
+}
+
 
 /// The plain push on hart `h`, if its state and the site allow it. `bits`:
 /// the guard's serial bits for this hart (none on the first, else
@@ -225,7 +353,7 @@ fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> O
             return Some(Guard {
                 slot: d + 1,
                 serial: bits | fast,
-                _not_send: PhantomData,
+                ..Guard::OFF
             });
         }
     }
@@ -406,7 +534,7 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
     Guard {
         slot,
         serial,
-        _not_send: PhantomData,
+        ..Guard::OFF
     }
 }
 
@@ -472,6 +600,9 @@ extern "C" {
     fn __fgtrace_enter_tramp();
     /// Calls [`exit_general`], as above.
     fn __fgtrace_exit_tramp();
+    /// Calls [`lean_full`], as above.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    fn __fgtrace_lean_tramp();
 }
 
 // The trampolines: a frame record (so that the frame-pointer unwinder walks
@@ -653,6 +784,12 @@ core::arch::global_asm!(
 );
 #[cfg(target_arch = "x86_64")]
 x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
+#[cfg(all(target_arch = "x86_64", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+x86_64_trampoline!("__fgtrace_lean_tramp", lean_full);
+#[cfg(all(target_arch = "riscv64", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+riscv_trampoline!("__fgtrace_lean_tramp", lean_full, "sd", "ld", "8");
+#[cfg(all(target_arch = "riscv32", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+riscv_trampoline!("__fgtrace_lean_tramp", lean_full, "sw", "lw", "4");
 
 /// `site` then a zero `tag`, as one u64 in memory order.
 #[inline(always)]
@@ -710,6 +847,7 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {
     let end = ticks();
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
     if is_first(serial) {
         let h = &STATES[0];
         // SAFETY: this hart's own state.
@@ -802,4 +940,53 @@ fn pop_write(st: &mut ThreadState, f: &Frame, d: u32, i: usize, dur: u64) {
     // `fast` matches; a handoff that finds no buffer leaves `limit` 0).
     unsafe { st.buf.add(i & st.mask).write(rec) };
     st.count = i + 1;
+}
+
+/// [`lean_full`] through its trampoline.
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[inline(always)]
+fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
+    #[cfg(target_arch = "riscv64")]
+    // SAFETY: the trampoline keeps every register but a0 to a3 and ra (and
+    // the caller-saved FP registers).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_lean_tramp,
+            inout("a0") start => _,
+            inout("a1") end => _,
+            inout("a2") site => _,
+            inout("a3") fp => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "riscv32")]
+    // SAFETY: as above, a0 to a5 (the C ABI's register pairs for the times).
+    unsafe {
+        fp_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_lean_tramp,
+            inout("a0") start as u32 => _,
+            inout("a1") (start >> 32) as u32 => _,
+            inout("a2") end as u32 => _,
+            inout("a3") (end >> 32) as u32 => _,
+            inout("a4") site => _,
+            inout("a5") fp => _,
+            out("ra") _,
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the trampoline keeps every register but rdi, rsi, rdx, rcx
+    // and rax.
+    unsafe {
+        vector_clobbering_call!(
+            "call {t}",
+            t = sym __fgtrace_lean_tramp,
+            inout("rdi") start => _,
+            inout("rsi") end => _,
+            inout("rdx") site => _,
+            inout("rcx") fp => _,
+            out("rax") _,
+        )
+    };
 }
