@@ -101,6 +101,8 @@ struct Sample {
     cut: u16,
     n: u8,
     frames: [u64; MAX_FRAMES],
+    /// The frame pointer each frame's record was read at (0: none).
+    fps: [u64; MAX_FRAMES],
 }
 
 impl Sample {
@@ -110,6 +112,7 @@ impl Sample {
         cut: NO_CUT,
         n: 0,
         frames: [0; MAX_FRAMES],
+        fps: [0; MAX_FRAMES],
     };
 }
 
@@ -1290,7 +1293,9 @@ unsafe fn sample_regs(regs: unwind::Regs) {
     let mem = unwind::RawMemory::new(bounds);
     let (depth, split_sp) = probe::shadow_top();
     let slot = &mut (*h.samples.get())[q];
-    let (walk, cut) = unwind::walk_split(
+    slot.fps = [0; MAX_FRAMES];
+    let fps = &mut slot.fps;
+    let (walk, cut) = unwind::walk_split_records(
         arch,
         &regs,
         bounds,
@@ -1298,6 +1303,11 @@ unsafe fn sample_regs(regs: unwind::Regs) {
         |a| a >= tlo && a < thi,
         &mut slot.frames,
         split_sp,
+        |i, fp| {
+            if let Some(f) = fps.get_mut(i) {
+                *f = fp;
+            }
+        },
     );
     slot.ticks = clock::ticks();
     slot.depth = depth.min(u16::MAX as u32) as u16;
@@ -1315,13 +1325,16 @@ fn flush_samples(id: usize) {
         // SAFETY: interrupts masked: the sampler cannot add meanwhile.
         let samples = unsafe { &*h.samples.get() };
         with_out(|o| {
-            let per_frame = MAX_PAYLOAD / (13 + 8 * MAX_FRAMES);
+            let per_frame = MAX_PAYLOAD / (13 + 16 * MAX_FRAMES);
             for chunk in samples[..n].chunks(per_frame.max(1)) {
                 o.maybe_repeat_meta();
-                o.frame(SAMPLES, id as u8, |w| {
+                o.frame(SAMPLES_FP, id as u8, |w| {
                     for s in chunk {
                         w.u64(s.ticks).u16(s.depth).u16(s.cut).u8(s.n);
                         for &f in &s.frames[..s.n as usize] {
+                            w.u64(f);
+                        }
+                        for &f in &s.fps[..s.n as usize] {
                             w.u64(f);
                         }
                     }

@@ -10,7 +10,7 @@
 //! every view shows them. Console text the board sends comes out as it is.
 
 use fgtrace_board::wire::{self, Reader, Scan};
-use fgtrace_core::record::RawCall;
+use fgtrace_core::record::{kind, RawCall, MAX_DEPTH};
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};
 use fgtrace_trace::clock::{Calibration, ClockPoint};
 use fgtrace_trace::recorded::{full_ticks, TextOf};
@@ -61,6 +61,11 @@ pub struct HartStats {
     pub overruns: u64,
     /// Bytes the sink refused.
     pub refused_bytes: u64,
+    /// Lean calls written (the first hart of a board with a cycle clock;
+    /// flight: all of them).
+    pub lean_written: u64,
+    /// Lean calls dropped on the board (stream: refused or no buffer free).
+    pub lean_dropped: u64,
 }
 
 #[derive(Default)]
@@ -72,6 +77,16 @@ struct Hart {
     gaps: u64,
     /// (ticks, depth, cut, frames)
     samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
+    /// Per sample, the frame pointer of each frame's record (empty: the
+    /// board sent none).
+    sample_fps: Vec<Vec<u64>>,
+    /// Lean calls (entry and exit times, no depth: nested by time).
+    lean: Vec<wire::LeanRecord>,
+    /// As `next` and `gaps`, for lean calls.
+    lean_next: u64,
+    lean_gaps: u64,
+    /// The first lean record's number that arrived.
+    lean_first: Option<u64>,
     stats: Option<HartStats>,
 }
 
@@ -136,7 +151,8 @@ impl BoardSession {
         };
         let mut end_ticks = s.start_ticks;
         let mut inputs = Vec::new();
-        for (id, h) in s.harts {
+        for (id, mut h) in s.harts {
+            nest_by_time(&mut h, s.start_ticks);
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
                 end_ticks = end_ticks.max(start.saturating_add(r.dur()));
@@ -149,6 +165,16 @@ impl BoardSession {
             // tail the counters say was sent, never arrived.
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
                 Some(st) => {
+                    // Lean calls are numbered apart: the same accounting.
+                    let lean_tail = st.lean_written.saturating_sub(h.lean_next);
+                    let (lean_over, lean_lost) = if flight {
+                        // The ring's first kept record's number: those before
+                        // it were overwritten on the board.
+                        let over = h.lean_first.unwrap_or(h.lean_next);
+                        (over, h.lean_gaps.saturating_sub(over) + lean_tail)
+                    } else {
+                        (0, st.lean_dropped + h.lean_gaps + lean_tail)
+                    };
                     let tail = st.written.saturating_sub(h.next);
                     let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
                     let samples_lost =
@@ -157,16 +183,26 @@ impl BoardSession {
                         // The ring's first kept record is numbered `dropped`:
                         // everything before it was overwritten on the board.
                         let gaps = h.gaps.saturating_sub(st.dropped);
-                        (st.dropped, gaps + tail, samples_lost, st.overruns)
+                        (
+                            st.dropped + lean_over,
+                            gaps + tail + lean_lost,
+                            samples_lost,
+                            st.overruns,
+                        )
                     } else {
-                        (0, st.dropped + h.gaps + tail, samples_lost, st.overruns)
+                        (
+                            0,
+                            st.dropped + h.gaps + tail + lean_lost,
+                            samples_lost,
+                            st.overruns,
+                        )
                     }
                 }
                 // No counters arrived: the numbering still shows the gaps; a
                 // frame missing at the end shows as at least one call.
                 None => (
                     0,
-                    h.gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
+                    h.gaps + h.lean_gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
                     0,
                     0,
                 ),
@@ -214,6 +250,131 @@ impl BoardSession {
         trace.meta.mappings = mappings;
         trace
     }
+}
+
+/// A hart's calls with lean ones among them (a board whose clock never
+/// reads the same twice): every call is nested by time, lean or not, since
+/// a lean call carries no depth and the others' depths count only the calls
+/// on the shadow stack. With such a clock a callee's entry is after its
+/// caller's and its exit before, and two calls that do not nest do not
+/// overlap, so containment is exact; an interrupt's calls nest under the
+/// call they interrupted, as on the shadow stack. The records come back in
+/// exit order (a call's extension records after it), and each sample's
+/// depth and cut are those of the innermost call open at its time: the cut
+/// of a lean call is the first of the sample's frames whose record lies at
+/// or above the call's frame pointer.
+fn nest_by_time(h: &mut Hart, origin: u64) {
+    if h.lean.is_empty() {
+        return;
+    }
+    struct Unit {
+        start: u64,
+        end: u64,
+        /// Nests (a call or a poll), else ordered after the call before it.
+        interval: bool,
+        recs: Vec<RawCall>,
+        fp: Option<u64>,
+    }
+    let mut units = Vec::with_capacity(h.records.len() + h.lean.len());
+    let general = std::mem::take(&mut h.records);
+    let mut last_end = origin;
+    let mut i = 0;
+    while i < general.len() {
+        let r = general[i];
+        let mut j = i + 1;
+        while j < general.len() && general[j].is_ext() {
+            j += 1;
+        }
+        let interval = !r.is_ext() && matches!(r.kind(), kind::CALL | kind::POLL);
+        let (start, end) = if interval {
+            let s = full_ticks(r.start_low(), origin);
+            (s, s.saturating_add(r.dur()))
+        } else {
+            (last_end, last_end)
+        };
+        if interval {
+            last_end = end;
+        }
+        units.push(Unit {
+            start,
+            end,
+            interval,
+            recs: general[i..j].to_vec(),
+            fp: None,
+        });
+        i = j;
+    }
+    for l in std::mem::take(&mut h.lean) {
+        let start = full_ticks(l.start, origin);
+        units.push(Unit {
+            start,
+            end: start.saturating_add(l.dur),
+            interval: true,
+            recs: vec![RawCall::pack(l.start, 0, l.dur, l.site, false, kind::CALL)],
+            fp: Some(l.fp),
+        });
+    }
+    // Pre-order: by entry, the longer first.
+    let mut pre: Vec<usize> = (0..units.len()).filter(|&u| units[u].interval).collect();
+    pre.sort_by_key(|&u| (units[u].start, std::cmp::Reverse(units[u].end)));
+    let contains = |o: &Unit, u: &Unit| u.start < o.end && u.end <= o.end;
+    let mut depth = vec![0u32; units.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for &u in &pre {
+        while open.last().is_some_and(|&o| !contains(&units[o], &units[u])) {
+            open.pop();
+        }
+        depth[u] = open.len() as u32;
+        open.push(u);
+    }
+    // Each sample against the calls open at its time.
+    let mut order: Vec<usize> = (0..h.samples.len()).collect();
+    order.sort_by_key(|&k| h.samples[k].0);
+    let (mut next, mut open) = (0, Vec::<usize>::new());
+    for k in order {
+        let t = h.samples[k].0;
+        while next < pre.len() && units[pre[next]].start <= t {
+            let u = pre[next];
+            while open.last().is_some_and(|&o| !contains(&units[o], &units[u])) {
+                open.pop();
+            }
+            open.push(u);
+            next += 1;
+        }
+        while open.last().is_some_and(|&o| units[o].end <= t) {
+            open.pop();
+        }
+        let s = &mut h.samples[k];
+        match open.last() {
+            None => {
+                s.1 = 0;
+                s.2 = None;
+            }
+            Some(&o) => {
+                s.1 = depth[o] + 1;
+                if let Some(fp) = units[o].fp {
+                    let fps = h.sample_fps.get(k).map_or(&[][..], |v| &v[..]);
+                    s.2 = fps.iter().position(|&f| f != 0 && f >= fp).map(|i| i as u32);
+                }
+            }
+        }
+    }
+    for (u, unit) in units.iter_mut().enumerate() {
+        if unit.interval {
+            let r = unit.recs[0];
+            unit.recs[0] = RawCall::pack(
+                r.start_low(),
+                depth[u].min(MAX_DEPTH),
+                r.dur(),
+                r.site(),
+                r.unwound(),
+                r.kind(),
+            );
+        }
+    }
+    // Exit order; what does not nest stays after the call it followed.
+    units.sort_by_key(|u| (u.end, !u.interval));
+    h.records = units.into_iter().flat_map(|u| u.recs).collect();
 }
 
 /// Decodes a board's byte stream.
@@ -451,11 +612,32 @@ impl Decoder {
                 }
                 return self.calls(kind, hart, p, first, recs);
             }
-            wire::SAMPLES => {
+            wire::LEAN_CALLS => {
+                let first = r.u64()?;
+                let mut recs = Vec::new();
+                let rest = r.bytes(r.remaining())?;
+                if let Err(e) = wire::unpack_lean(rest, |c| recs.push(c)) {
+                    if self.stats.bad_payload_reasons.len() < 16 {
+                        (self.stats.bad_payload_reasons)
+                            .push(format!("LEAN_CALLS frame, records from {first}: {e}"));
+                    }
+                    return None;
+                }
                 let Some(s) = self.current.as_mut() else {
                     return self.orphan(kind, hart, p);
                 };
                 let h = s.harts.entry(hart).or_default();
+                if first < h.lean_next {
+                    return None; // a repeat: keep the first copy
+                }
+                h.lean_first.get_or_insert(first);
+                h.lean_gaps = h.lean_gaps.saturating_add(first - h.lean_next);
+                h.lean_next = first.saturating_add(recs.len() as u64);
+                h.lean.extend(recs);
+            }
+            wire::SAMPLES | wire::SAMPLES_FP => {
+                // Parsed whole before any is kept: a damaged frame adds none.
+                let mut got = Vec::new();
                 while r.remaining() > 0 {
                     let ticks = r.u64()?;
                     let depth = r.u16()? as u32;
@@ -468,8 +650,22 @@ impl Decoder {
                     for _ in 0..n {
                         frames.push(r.u64()?);
                     }
+                    let mut fps = Vec::new();
+                    if kind == wire::SAMPLES_FP {
+                        for _ in 0..n {
+                            fps.push(r.u64()?);
+                        }
+                    }
                     let cut = (cut != wire::NO_CUT).then_some(cut as u32);
-                    h.samples.push((ticks, depth, cut, frames));
+                    got.push(((ticks, depth, cut, frames), fps));
+                }
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                let h = s.harts.entry(hart).or_default();
+                for (x, fps) in got {
+                    h.samples.push(x);
+                    h.sample_fps.push(fps);
                 }
             }
             wire::STATS => {
@@ -480,6 +676,9 @@ impl Decoder {
                     samples_dropped: r.u64()?,
                     overruns: r.u64()?,
                     refused_bytes: r.u64()?,
+                    // From version 4, on the first hart.
+                    lean_written: r.u64().unwrap_or(0),
+                    lean_dropped: r.u64().unwrap_or(0),
                 };
                 let Some(s) = self.current.as_mut() else {
                     return self.orphan(kind, hart, p);

@@ -322,6 +322,24 @@ pub fn walk_split(
     out: &mut [u64],
     split_sp: u64,
 ) -> (Walk, Option<usize>) {
+    walk_split_records(arch, regs, bounds, mem, is_text, out, split_sp, |_, _| {})
+}
+
+/// [`walk_split`], also telling `record(i, fp)` the frame pointer at which
+/// the frame record of `out[i]`'s frame was read (a board's sampler sends
+/// them, so that the host can cut a sample below a call whose frame
+/// pointer it knows).
+#[allow(clippy::too_many_arguments)]
+pub fn walk_split_records(
+    arch: Arch,
+    regs: &Regs,
+    bounds: StackBounds,
+    mem: &impl Memory,
+    is_text: impl Fn(u64) -> bool,
+    out: &mut [u64],
+    split_sp: u64,
+    mut record: impl FnMut(usize, u64),
+) -> (Walk, Option<usize>) {
     let mut cut = None;
     let mut len = 0;
     let full = |len: usize| Walk {
@@ -351,8 +369,9 @@ pub fn walk_split(
         if let Err(stop) = stack.check_record(fp, layout) {
             break stop;
         }
+        // The record at `fp` belongs to the frame of `out[len - 1]`.
+        record(len - 1, fp);
         if cut.is_none() && fp >= split_sp {
-            // The record at `fp` belongs to the frame of `out[len - 1]`.
             cut = Some(len - 1);
         }
         let Some(slot) = out.get_mut(len) else {
