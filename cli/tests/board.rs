@@ -486,8 +486,9 @@ fn a_damaged_board_stream_decodes_with_its_losses_counted() {
 }
 
 /// Flight-recorder mode, started by a host command: the board keeps the
-/// last 256 calls and sends them when the session stops; the trace holds
-/// exactly those, the rest counted as overwritten.
+/// last 256 calls in each of its rings (the first hart's lean calls, and
+/// the others) and sends them when the session stops; the trace holds the
+/// calls since the later ring's oldest, the rest counted as overwritten.
 #[test]
 fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
     let Some(stream) = run("riscv64gc") else {
@@ -523,7 +524,8 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
     let t = Trace::load(&out).unwrap();
     let meta = t.meta();
     assert_eq!(meta.mode, fgtrace_trace::RecordMode::FlightRecorder);
-    assert_eq!(meta.total_calls(), 256, "the ring's size");
+    let kept = meta.total_calls();
+    assert!((256..=512).contains(&kept), "the rings' size: {kept}");
     assert_eq!(
         meta.total_calls() + meta.total_lost(),
         total,

@@ -152,7 +152,8 @@ impl BoardSession {
         let mut end_ticks = s.start_ticks;
         let mut inputs = Vec::new();
         for (id, mut h) in s.harts {
-            nest_by_time(&mut h, s.start_ticks);
+            let flight = s.mode == wire::MODE_FLIGHT;
+            let trimmed = nest_by_time(&mut h, s.start_ticks, flight);
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
                 end_ticks = end_ticks.max(start.saturating_add(r.dur()));
@@ -160,7 +161,6 @@ impl BoardSession {
             if let Some(x) = h.samples.last() {
                 end_ticks = end_ticks.max(x.0);
             }
-            let flight = s.mode == wire::MODE_FLIGHT;
             // Records are numbered per hart: gaps in the numbering, and a
             // tail the counters say was sent, never arrived.
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
@@ -184,7 +184,7 @@ impl BoardSession {
                         // everything before it was overwritten on the board.
                         let gaps = h.gaps.saturating_sub(st.dropped);
                         (
-                            st.dropped + lean_over,
+                            st.dropped + lean_over + trimmed,
                             gaps + tail + lean_lost,
                             samples_lost,
                             st.overruns,
@@ -201,7 +201,7 @@ impl BoardSession {
                 // No counters arrived: the numbering still shows the gaps; a
                 // frame missing at the end shows as at least one call.
                 None => (
-                    0,
+                    trimmed,
                     h.gaps + h.lean_gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
                     0,
                     0,
@@ -263,9 +263,15 @@ impl BoardSession {
 /// depth and cut are those of the innermost call open at its time: the cut
 /// of a lean call is the first of the sample's frames whose record lies at
 /// or above the call's frame pointer.
-fn nest_by_time(h: &mut Hart, origin: u64) {
+///
+/// A flight recorder keeps the last lean calls and the last other calls in
+/// two rings, which reach back to different times: what ended before the
+/// later of the two rings' oldest exits is dropped, so that the trace holds
+/// every call since (a window with no holes); returns how many calls that
+/// drops, which count as overwritten.
+fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
     if h.lean.is_empty() {
-        return;
+        return 0;
     }
     struct Unit {
         start: u64,
@@ -313,6 +319,30 @@ fn nest_by_time(h: &mut Hart, origin: u64) {
             recs: vec![RawCall::pack(l.start, 0, l.dur, l.site, false, kind::CALL)],
             fp: Some(l.fp),
         });
+    }
+    let mut trimmed = 0;
+    if flight {
+        let oldest = |lean: bool| {
+            (units.iter())
+                .filter(|u| u.interval && u.fp.is_some() == lean)
+                .map(|u| u.end)
+                .min()
+        };
+        let lean_over = h.lean_first.is_some_and(|f| f > 0);
+        let other_over = h.stats.is_some_and(|st| st.dropped > 0);
+        let cutoff = [(lean_over, oldest(true)), (other_over, oldest(false))]
+            .into_iter()
+            .filter_map(|(over, end)| end.filter(|_| over))
+            .max();
+        if let Some(c) = cutoff {
+            units.retain(|u| {
+                let keep = u.end >= c;
+                if !keep && u.interval {
+                    trimmed += 1;
+                }
+                keep
+            });
+        }
     }
     // Pre-order: by entry, the longer first.
     let mut pre: Vec<usize> = (0..units.len()).filter(|&u| units[u].interval).collect();
@@ -375,6 +405,7 @@ fn nest_by_time(h: &mut Hart, origin: u64) {
     // Exit order; what does not nest stays after the call it followed.
     units.sort_by_key(|u| (u.end, !u.interval));
     h.records = units.into_iter().flat_map(|u| u.recs).collect();
+    trimmed
 }
 
 /// Decodes a board's byte stream.
