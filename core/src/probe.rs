@@ -346,7 +346,7 @@ pub mod platform {
         /// A lean call's record that the first hart's full buffer could
         /// not take (boards with a cycle clock): the platform hands the
         /// buffer over and keeps the record, or counts it lost.
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+        #[cfg(all(fgtrace_lean, not(test)))]
         pub fn __fgtrace_lean_full(call: &super::board::LeanCall);
         /// A counted call's further counters (after the thread's
         /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
@@ -429,41 +429,117 @@ impl Drop for ExitHook {
 #[must_use = "the call ends when the guard is dropped"]
 pub struct Guard {
     /// Shadow-stack slot + 1 (bit 31: counted), or 0 when nothing was pushed.
+    #[cfg(not(all(fgtrace_lean, not(test))))]
     slot: u32,
     /// The frame's serial.
+    #[cfg(not(all(fgtrace_lean, not(test))))]
     serial: u32,
-    /// Boards with a cycle clock: a lean call's entry time (0: not one),
-    /// see `board::exit_lean`.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
-    start: u64,
-    /// Its site.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    /// Boards with a cycle clock: one word, so that the traced fn keeps one
+    /// value across its body and its drop tests it alone. 0: nothing to
+    /// do; the sign bit set: the slot in the low half and the serial in the
+    /// high one (a board's general guard always has the serial's
+    /// `OTHER` bit); else a lean call's entry time (see `board::exit_lean`).
+    #[cfg(all(fgtrace_lean, not(test)))]
+    word: u64,
+    /// A lean call's site (the traced fn's on every path of its entry, so
+    /// that it is one constant there).
+    #[cfg(all(fgtrace_lean, not(test)))]
     site: *const Site,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Guard {
-    const OFF: Guard = Guard {
-        slot: 0,
-        serial: 0,
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
-        start: 0,
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
-        site: ptr::null(),
-        _not_send: PhantomData,
-    };
+    const OFF: Guard = Guard::new(0, 0);
+
+    /// A guard for shadow-stack slot `slot` (0: none) with serial `serial`.
+    #[inline(always)]
+    const fn new(slot: u32, serial: u32) -> Guard {
+        Guard {
+            #[cfg(not(all(fgtrace_lean, not(test))))]
+            slot,
+            #[cfg(not(all(fgtrace_lean, not(test))))]
+            serial,
+            #[cfg(all(fgtrace_lean, not(test)))]
+            word: if slot == 0 {
+                0
+            } else {
+                slot as u64 | (serial as u64) << 32 | 1 << 63
+            },
+            #[cfg(all(fgtrace_lean, not(test)))]
+            site: ptr::null(),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The shadow-stack slot + 1 (bit 31: counted), 0 when nothing was
+    /// pushed.
+    #[inline(always)]
+    fn slot(&self) -> u32 {
+        #[cfg(not(all(fgtrace_lean, not(test))))]
+        let s = self.slot;
+        #[cfg(all(fgtrace_lean, not(test)))]
+        let s = if (self.word as i64) < 0 {
+            self.word as u32
+        } else {
+            0
+        };
+        s
+    }
+
+    /// The frame's serial.
+    #[inline(always)]
+    fn serial(&self) -> u32 {
+        #[cfg(not(all(fgtrace_lean, not(test))))]
+        let s = self.serial;
+        #[cfg(all(fgtrace_lean, not(test)))]
+        let s = (self.word >> 32) as u32;
+        s
+    }
+
+    /// Marks the pushed slot as a counted call's.
+    #[inline(always)]
+    fn set_counted(&mut self) {
+        #[cfg(not(all(fgtrace_lean, not(test))))]
+        {
+            self.slot |= COUNTED;
+        }
+        #[cfg(all(fgtrace_lean, not(test)))]
+        {
+            self.word |= COUNTED as u64;
+        }
+    }
+
+    /// Makes the drop do nothing (its exit was made otherwise).
+    #[inline(always)]
+    fn disarm(&mut self) {
+        #[cfg(not(all(fgtrace_lean, not(test))))]
+        {
+            self.slot = 0;
+        }
+        #[cfg(all(fgtrace_lean, not(test)))]
+        {
+            self.word = 0;
+        }
+    }
 }
 
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        // A lean call (a board's first hart, a cycle clock): one record,
-        // written here.
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
-        if self.start != 0 {
-            board::exit_lean(self.start, self.site);
-            return;
+        // Boards with a cycle clock: a lean call's record is written here;
+        // any other guard exits as below.
+        #[cfg(all(fgtrace_lean, not(test)))]
+        {
+            let w = self.word;
+            if w != 0 {
+                if (w as i64) >= 0 {
+                    board::exit_lean(w, self.site);
+                } else {
+                    board::exit_inline(w as u32, (w >> 32) as u32);
+                }
+            }
         }
+        #[cfg(not(all(fgtrace_lean, not(test))))]
         if self.slot != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup).
@@ -483,7 +559,11 @@ pub fn enter(site: &'static Site) -> Guard {
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     {
         if !board::on() {
-            return Guard::OFF;
+            return Guard {
+                #[cfg(all(fgtrace_lean, not(test)))]
+                site,
+                ..Guard::OFF
+            };
         }
         board::enter_board(site)
     }
@@ -495,6 +575,21 @@ pub fn enter(site: &'static Site) -> Guard {
         }
         enter_out(site, c, stack_pointer(), caller_state())
     }
+}
+
+/// [`enter`], never a lean call: for guards whose exit writes more than
+/// the call's record (values), which a lean exit does not.
+#[inline(always)]
+pub(crate) fn enter_general(site: &'static Site) -> Guard {
+    #[cfg(all(fgtrace_lean, not(test)))]
+    {
+        if !board::on() {
+            return Guard::OFF;
+        }
+        board::enter_general_board(site)
+    }
+    #[cfg(not(all(fgtrace_lean, not(test))))]
+    enter(site)
 }
 
 /// This thread's state, read in the traced fn itself where that is cheap
@@ -657,20 +752,20 @@ fn push_counted(st: &mut ThreadState, id: u32, d: Decision, flags: u32, sp: usiz
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    if g.slot != 0 {
+    if g.slot() != 0 {
         let mut none = [0; platform::MORE_COUNTERS];
         // SAFETY: the platform's function; the slot was just pushed.
-        unsafe { platform::__fgtrace_more_counters(g.slot, false, &mut none) };
+        unsafe { platform::__fgtrace_more_counters(g.slot(), false, &mut none) };
     }
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     // SAFETY: as above.
     unsafe {
         platform::__fgtrace_irq_restore(saved)
     };
-    if g.slot != 0 {
+    if g.slot() != 0 {
         // SAFETY: `push` just filled this slot.
-        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
-        g.slot |= COUNTED;
+        unsafe { (*st.frames.add(g.slot() as usize - 1)).ctr = v };
+        g.set_counted();
     }
     g
 }
@@ -838,11 +933,7 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize)
     // without the board's entry, and must exit as what they are).
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     let serial = serial | board::OTHER;
-    Guard {
-        slot: d + 1,
-        serial,
-        ..Guard::OFF
-    }
+    Guard::new(d + 1, serial)
 }
 
 #[inline(always)]
@@ -1420,10 +1511,10 @@ fn capture_push(st: &mut ThreadState, id: u32, flags: u32, sp: usize) -> Guard {
     // SAFETY: the counter's own contract.
     let v = unsafe { (ctr.read)(ctr) };
     let mut g = push(st, id, Decision::Record as u32, flags, sp);
-    if g.slot != 0 {
+    if g.slot() != 0 {
         // SAFETY: `push` just filled this slot.
-        unsafe { (*st.frames.add(g.slot as usize - 1)).ctr = v };
-        g.slot |= COUNTED;
+        unsafe { (*st.frames.add(g.slot() as usize - 1)).ctr = v };
+        g.set_counted();
     }
     g
 }

@@ -154,6 +154,7 @@ impl BoardSession {
         for (id, mut h) in s.harts {
             let flight = s.mode == wire::MODE_FLIGHT;
             let trimmed = nest_by_time(&mut h, s.start_ticks, flight);
+            eprintln!("DEBUG stats {:?} next {} gaps {} lean_next {} lean_gaps {}", h.stats, h.next, h.gaps, h.lean_next, h.lean_gaps);
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
                 end_ticks = end_ticks.max(start.saturating_add(r.dur()));

@@ -42,7 +42,7 @@
 //!   probe: what it saves, every call pays, recording or not.
 pub(super) use super::guard_word::{frame_serial, OTHER};
 use super::guard_word::{is_plain, FAST};
-#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+#[cfg(not(all(fgtrace_lean, not(test))))]
 use super::guard_word::is_first;
 use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
@@ -229,7 +229,7 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     // SAFETY: the platform's function, no preconditions.
     let h = unsafe { platform::__fgtrace_hart() };
-    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+    #[cfg(not(all(fgtrace_lean, not(test))))]
     if h == 0 {
         if let Some(g) = enter_plain(&STATES[0], site, 0, stack_pointer()) {
             return g;
@@ -237,14 +237,14 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     }
     // With a clock that never reads the same twice, the first hart's plain
     // call is a lean one: its entry time in the guard, no frame pushed.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    #[cfg(all(fgtrace_lean, not(test)))]
     if h == 0 {
         // SAFETY: this hart's own state (a plain word the runtime changes
         // between sessions).
         let fast = unsafe { (*STATES[0].st.get()).fast };
         if site.decision_word() == fast {
             return Guard {
-                start: ticks(),
+                word: ticks(),
                 site,
                 ..Guard::OFF
             };
@@ -253,17 +253,22 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     enter_out(site, stack_pointer())
 }
 
+/// A board's entry that never makes a lean call (see `enter_general`).
+#[cfg(all(fgtrace_lean, not(test)))]
+#[inline(always)]
+pub(super) fn enter_general_board(site: &'static Site) -> Guard {
+    enter_out(site, stack_pointer())
+}
+
 /// A lean call's exit, inlined into the traced fn: the clock, then its
 /// record with interrupts masked (an interrupt's calls are before or after
 /// it, whole); a full buffer goes to the platform through a trampoline, with
 /// interrupts as they were.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
 pub(super) fn exit_lean(start: u64, site: *const Site) {
     let end = ticks();
-    let fp = frame_pointer();
-    // SAFETY: the platform's functions, paired below.
-    let saved = unsafe { platform::__fgtrace_irq_save() };
+    let saved = lean_mask();
     // SAFETY: the first hart's writer (a lean guard is only made there, and
     // a call does not move between harts), interrupts masked.
     let w = unsafe { &mut *STATES.lean.get() };
@@ -271,25 +276,84 @@ pub(super) fn exit_lean(start: u64, site: *const Site) {
     if p < w.lim {
         // SAFETY: below `lim`, in the runtime's buffer.
         unsafe {
-            p.write(LeanCall {
-                start,
-                end,
-                site: site as usize,
-                fp,
-            });
+            (*p).start = start;
+            (*p).end = end;
+            (*p).site = site as usize;
+            store_frame_pointer(p);
             w.ptr = p.add(1);
         }
-        // SAFETY: as above.
-        unsafe { platform::__fgtrace_irq_restore(saved) };
+        lean_unmask(saved);
     } else {
-        // SAFETY: as above.
-        unsafe { platform::__fgtrace_irq_restore(saved) };
-        lean_out(start, end, site as usize, fp);
+        lean_unmask(saved);
+        lean_out(start, end, site as usize, frame_pointer());
     }
 }
 
+/// Masks interrupts for a lean exit; returns what [`lean_unmask`] puts
+/// back. On RISC-V the exit does it itself: `csrrci`, and `csrw` of the
+/// whole `mstatus` read, which nothing between the two changes (the
+/// platform's restore sets the one bit, for stretches that may).
+#[cfg(all(fgtrace_lean, not(test)))]
+#[inline(always)]
+fn lean_mask() -> usize {
+    #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+    {
+        let old: usize;
+        // SAFETY: clears mstatus.MIE, machine mode (the board probe's).
+        unsafe { core::arch::asm!("csrrci {}, mstatus, 8", out(reg) old, options(nostack)) };
+        old
+    }
+    #[cfg(not(any(target_arch = "riscv64", target_arch = "riscv32")))]
+    // SAFETY: the platform's function, paired in `lean_unmask`.
+    unsafe {
+        platform::__fgtrace_irq_save()
+    }
+}
+
+/// Puts back what [`lean_mask`] returned.
+#[cfg(all(fgtrace_lean, not(test)))]
+#[inline(always)]
+fn lean_unmask(saved: usize) {
+    #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
+    // SAFETY: the mstatus `lean_mask` read, machine mode.
+    unsafe {
+        core::arch::asm!("csrw mstatus, {}", in(reg) saved, options(nostack))
+    };
+    #[cfg(not(any(target_arch = "riscv64", target_arch = "riscv32")))]
+    // SAFETY: as above.
+    unsafe {
+        platform::__fgtrace_irq_restore(saved)
+    };
+}
+
+/// Stores the frame pointer of the function this is inlined into as
+/// `rec`'s `fp`, in one instruction.
+///
+/// # Safety
+/// `rec` is valid for a write.
+#[cfg(all(fgtrace_lean, not(test)))]
+#[inline(always)]
+unsafe fn store_frame_pointer(rec: *mut LeanCall) {
+    const FP: usize = core::mem::offset_of!(LeanCall, fp);
+    // SAFETY: the caller's.
+    #[cfg(target_arch = "riscv64")]
+    unsafe {
+        core::arch::asm!("sd s0, {fp}({r})", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "riscv32")]
+    unsafe {
+        core::arch::asm!("sw s0, {fp}({r})", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("mov [{r} + {fp}], rbp", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+    };
+}
+
 /// The frame pointer of the function this is inlined into.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
 fn frame_pointer() -> usize {
     let fp: usize;
@@ -308,7 +372,7 @@ fn frame_pointer() -> usize {
 
 /// The record a full lean buffer could not take, to the platform (its
 /// handoff). Called through a trampoline: the traced fn keeps its registers.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[cfg(all(fgtrace_lean, not(test)))]
 extern "C" fn lean_full(start: u64, end: u64, site: usize, fp: usize) {
     let c = LeanCall {
         start,
@@ -350,11 +414,7 @@ fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> O
             f.sp = sp;
             compiler_fence(Release);
             f.start = ticks();
-            return Some(Guard {
-                slot: d + 1,
-                serial: bits | fast,
-                ..Guard::OFF
-            });
+            return Some(Guard::new(d + 1, bits | fast));
         }
     }
     None
@@ -384,7 +444,7 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
             0,
         )
     });
-    let v = g.slot as u64 | (g.serial as u64) << 32;
+    let v = g.slot() as u64 | (g.serial() as u64) << 32;
     // Its drop is the traced fn's, once rebuilt from the word.
     core::mem::forget(g);
     v
@@ -531,11 +591,14 @@ fn enter_out(site: &'static Site, sp: usize) -> Guard {
         let v = enter_general(site, sp);
         (slot, serial) = (v as u32, (v >> 32) as u32);
     }
-    Guard {
-        slot,
-        serial,
-        ..Guard::OFF
+    #[allow(unused_mut)]
+    let mut g = Guard::new(slot, serial);
+    // The traced fn's site on this path too: one constant for its drop.
+    #[cfg(all(fgtrace_lean, not(test)))]
+    {
+        g.site = site;
     }
+    g
 }
 
 /// [`exit_general`], called as [`enter_out`] calls [`enter_general`].
@@ -601,7 +664,7 @@ extern "C" {
     /// Calls [`exit_general`], as above.
     fn __fgtrace_exit_tramp();
     /// Calls [`lean_full`], as above.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+    #[cfg(all(fgtrace_lean, not(test)))]
     fn __fgtrace_lean_tramp();
 }
 
@@ -784,11 +847,11 @@ core::arch::global_asm!(
 );
 #[cfg(target_arch = "x86_64")]
 x86_64_trampoline!("__fgtrace_exit_tramp", exit_general);
-#[cfg(all(target_arch = "x86_64", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+#[cfg(all(target_arch = "x86_64", all(fgtrace_lean, not(test))))]
 x86_64_trampoline!("__fgtrace_lean_tramp", lean_full);
-#[cfg(all(target_arch = "riscv64", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+#[cfg(all(target_arch = "riscv64", all(fgtrace_lean, not(test))))]
 riscv_trampoline!("__fgtrace_lean_tramp", lean_full, "sd", "ld", "8");
-#[cfg(all(target_arch = "riscv32", all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+#[cfg(all(target_arch = "riscv32", all(fgtrace_lean, not(test))))]
 riscv_trampoline!("__fgtrace_lean_tramp", lean_full, "sw", "lw", "4");
 
 /// `site` then a zero `tag`, as one u64 in memory order.
@@ -847,7 +910,7 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {
     let end = ticks();
-    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle")))))]
+    #[cfg(not(all(fgtrace_lean, not(test))))]
     if is_first(serial) {
         let h = &STATES[0];
         // SAFETY: this hart's own state.
@@ -943,7 +1006,7 @@ fn pop_write(st: &mut ThreadState, f: &Frame, d: u32, i: usize, dur: u64) {
 }
 
 /// [`lean_full`] through its trampoline.
-#[cfg(all(feature = "irq-mask", not(any(feature = "std", test)), any(target_arch = "x86_64", all(any(target_arch = "riscv64", target_arch = "riscv32"), feature = "mcycle"))))]
+#[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
 fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
     #[cfg(target_arch = "riscv64")]

@@ -10,7 +10,7 @@
 //! threshold, dropped) writes no values either.
 
 use super::future::record_future;
-use super::{enter, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL};
+use super::{enter_general, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL};
 use crate::clock::ticks;
 use crate::control::{CONTROL, ON_MASK};
 use crate::record::{ext, RawCall};
@@ -34,7 +34,7 @@ pub struct ValuesGuard<const N: usize> {
 #[inline(always)]
 pub fn enter_values<const N: usize>(site: &'static Site, values: [RawValue; N]) -> ValuesGuard<N> {
     ValuesGuard {
-        guard: enter(site),
+        guard: enter_general(site),
         values,
     }
 }
@@ -52,7 +52,7 @@ impl<const N: usize> ValuesGuard<N> {
 impl<const N: usize> Drop for ValuesGuard<N> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.guard.slot != 0 {
+        if self.guard.slot() != 0 {
             exit_values(&mut self.guard, &self.values);
         }
     }
@@ -65,7 +65,7 @@ impl<const N: usize> Drop for ValuesGuard<N> {
 /// is name `i` of the site's [`Site::values`]; absent values are not written.
 #[inline]
 pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
-    if g.slot != 0 {
+    if g.slot() != 0 {
         exit_values(&mut g, values);
     }
 }
@@ -81,9 +81,9 @@ pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
 /// masked (a host's signal handlers make no traced calls).
 #[inline(never)]
 fn exit_values(g: &mut Guard, values: &[RawValue]) {
-    let (slot, serial) = (g.slot, g.serial);
+    let (slot, serial) = (g.slot(), g.serial());
     // The plain guard's own drop does nothing now.
-    g.slot = 0;
+    g.disarm();
     // The record, its values and, for a counted call on a board, its counters.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     let records = 1
