@@ -154,7 +154,6 @@ impl BoardSession {
         for (id, mut h) in s.harts {
             let flight = s.mode == wire::MODE_FLIGHT;
             let trimmed = nest_by_time(&mut h, s.start_ticks, flight);
-            eprintln!("DEBUG stats {:?} next {} gaps {} lean_next {} lean_gaps {}", h.stats, h.next, h.gaps, h.lean_next, h.lean_gaps);
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
                 end_ticks = end_ticks.max(start.saturating_add(r.dur()));
@@ -822,6 +821,7 @@ pub fn elf_mappings(path: &std::path::Path) -> Result<Vec<Mapping>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fgtrace_trace::Event;
 
     /// Fills a frame's payload.
     type Fill<'f> = &'f dyn Fn(&mut Writer<'_>);
@@ -1407,5 +1407,204 @@ mod tests {
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert_eq!(t.calls().count(), 0);
         assert_eq!(t.meta().threads[0].lost, 3, "STATS said 3 were written");
+    }
+
+    /// A board with a cycle clock: the first hart's plain calls arrive as
+    /// lean records (no depth), the others (a counted call, with its
+    /// counter) as records whose depth counts only the shadow stack.
+    fn lean_stream(mode: u8, lean_first: u64, stats: [u64; 8]) -> Vec<u8> {
+        use fgtrace_core::record::ext;
+        let meta = move |w: &mut Writer<'_>| {
+            w.u8(4)
+                .u8(mode)
+                .u8(1)
+                .u64(1_000_000_000)
+                .u64(1000)
+                .u32(1)
+                .u32(1000)
+                .str("mcycle")
+                .u8(1)
+                .str("instructions")
+                .bytes(b"demo");
+        };
+        let names = ["outer", "counted", "leaf", "irq", "next"];
+        let sites: Vec<_> = (0..names.len() as u32)
+            .map(|id| {
+                move |w: &mut Writer<'_>| {
+                    w.u32(id).u32(7).u8(0).str(names[id as usize]).str("demo").str("main.rs");
+                }
+            })
+            .collect();
+        let lean = |start: u64, end: u64, site: u32, fp: u64| wire::LeanRecord {
+            start,
+            dur: end - start,
+            site,
+            fp,
+        };
+        // In exit order: `leaf` inside `counted` inside `outer`, `irq` (an
+        // interrupt's call) inside `counted` after `leaf`, then `next`.
+        let leans = [
+            lean(1020, 1030, 2, 0x7f00),
+            lean(1040, 1045, 3, 0x7e00),
+            lean(1070, 1090, 4, 0x7f80),
+            lean(1000, 1100, 0, 0x8000),
+        ];
+        let general = [
+            RawCall::pack(1010, 0, 50, 1, false, 0),
+            RawCall::ext(ext::COUNTER, 44, 0),
+        ];
+        // Inside `leaf`, under a callee of its own; inside `counted`; after
+        // everything.
+        let sample = |w: &mut Writer<'_>, t: u64, depth: u16, cut: u16, fps: &[u64]| {
+            w.u64(t).u16(depth).u16(cut).u8(fps.len() as u8);
+            for (i, _) in fps.iter().enumerate() {
+                w.u64(0x100 + i as u64);
+            }
+            for &f in fps {
+                w.u64(f);
+            }
+        };
+        let mut frames: Vec<(u8, Box<dyn Fn(&mut Writer<'_>)>)> = vec![(wire::META, Box::new(meta))];
+        for s in sites {
+            frames.push((wire::SITE, Box::new(s)));
+        }
+        frames.push((
+            wire::LEAN_CALLS,
+            Box::new(move |w: &mut Writer<'_>| {
+                let mut b = [0u8; 256];
+                let (n, used) = wire::pack_lean(&mut b, &leans, |l| *l);
+                assert_eq!(n, leans.len());
+                w.u64(lean_first).bytes(&b[..used]);
+            }),
+        ));
+        frames.push((
+            wire::CALLS,
+            Box::new(move |w: &mut Writer<'_>| {
+                // A flight recorder's first kept record is numbered after
+                // those overwritten (STATS' `dropped`).
+                w.u64(if mode == wire::MODE_FLIGHT { stats[1] } else { 0 });
+                for r in general {
+                    w.u64(r.0).u64(r.1);
+                }
+            }),
+        ));
+        frames.push((
+            wire::SAMPLES_FP,
+            Box::new(move |w: &mut Writer<'_>| {
+                sample(w, 1025, 1, 2, &[0x7e80, 0x7f00, 0x7f40, 0x8000]);
+                sample(w, 1055, 1, 1, &[0x7e90, 0x7fa0, 0x8000]);
+                sample(w, 1200, 0, wire::NO_CUT, &[0x9000]);
+            }),
+        ));
+        frames.push((
+            wire::STATS,
+            Box::new(move |w: &mut Writer<'_>| {
+                for v in stats {
+                    w.u64(v);
+                }
+            }),
+        ));
+        frames.push((wire::END, Box::new(|w: &mut Writer<'_>| {
+            w.u32(1);
+        })));
+        let refs: Vec<(u8, Fill<'_>)> = frames.iter().map(|(k, f)| (*k, &**f as Fill<'_>)).collect();
+        stream_of(&refs)
+    }
+
+    fn calls_of(t: &Trace) -> Vec<(String, u32, u64, u64)> {
+        t.calls()
+            .map(|c| (t.meta().site_name(c.site).to_string(), c.depth, c.start_ns, c.dur_ns))
+            .collect()
+    }
+
+    #[test]
+    fn lean_calls_nest_by_time_with_the_others_and_samples_cut_at_their_frame_pointer() {
+        // STATS: 2 written, none dropped, 3 samples, then 4 lean written.
+        let bytes = lean_stream(wire::MODE_STREAM, 0, [2, 0, 3, 0, 0, 0, 4, 0]);
+        for step in [1, 9, 4096] {
+            let (sessions, st, _) = decode(&bytes, step);
+            assert_eq!((st.bad_payloads, st.missing_frames), (0, 0));
+            let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+            assert_eq!(
+                calls_of(&t),
+                [
+                    ("outer".into(), 0, 0, 100),
+                    ("counted".into(), 1, 10, 50),
+                    ("leaf".into(), 2, 20, 10),
+                    ("irq".into(), 2, 40, 5),
+                    ("next".into(), 1, 70, 20),
+                ]
+            );
+            // The counted call keeps its counter, right after it.
+            let evs: Vec<_> = t.events().collect();
+            let at = (evs.iter())
+                .position(|e| matches!(e, Event::Call(c) if t.meta().site_name(c.site) == "counted"))
+                .unwrap();
+            assert!(
+                matches!(&evs[at + 1], Event::Counters(c) if c.values == [44]),
+                "{:?}",
+                evs[at + 1]
+            );
+            assert_eq!(t.meta().threads[0].lost, 0);
+            let samples: Vec<_> = t.samples().map(|s| (s.shadow_depth, s.cut)).collect();
+            // In `leaf` (three calls open), cut at the frame whose record is
+            // at `leaf`'s frame pointer; in `counted` (a shadow-stack call),
+            // the board's own cut; outside every call, none.
+            assert_eq!(samples, [(3, Some(1)), (2, Some(1)), (0, None)]);
+        }
+    }
+
+    #[test]
+    fn lean_calls_that_never_arrived_are_counted_lost() {
+        // 7 lean calls written, 1 dropped on the board; 4 arrived, numbered
+        // from 1: one gap at the front, two never sent after.
+        let bytes = lean_stream(wire::MODE_STREAM, 1, [2, 0, 3, 0, 0, 0, 7, 1]);
+        let (sessions, _, _) = decode(&bytes, 4096);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.calls().count(), 5);
+        assert_eq!(t.meta().threads[0].lost, 1 + 1 + 2);
+    }
+
+    #[test]
+    fn a_flight_recorders_two_rings_keep_the_window_both_cover() {
+        // The general ring dropped 3 (its first kept record is numbered 3),
+        // the lean ring 10; the general ring's oldest call (`counted`)
+        // ended at 1060, after the lean ring's oldest (`leaf`, 1030) and
+        // `irq` (1045): those two are dropped as overwritten too.
+        let bytes = lean_stream(wire::MODE_FLIGHT, 10, [5, 3, 3, 0, 0, 0, 14, 0]);
+        let (sessions, _, _) = decode(&bytes, 4096);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(
+            calls_of(&t),
+            [
+                ("outer".into(), 0, 0, 100),
+                ("counted".into(), 1, 10, 50),
+                ("next".into(), 1, 70, 20),
+            ]
+        );
+        assert_eq!(t.meta().threads[0].lost, 3 + 10 + 2);
+    }
+
+    #[test]
+    fn lean_records_round_trip_and_a_damaged_one_is_a_bad_payload() {
+        let recs = [
+            wire::LeanRecord { start: 5, dur: 0, site: 0, fp: 0x8000_0000 },
+            wire::LeanRecord { start: 3, dur: 9, site: 200_000, fp: 0x7fff_ff00 },
+            wire::LeanRecord { start: fgtrace_core::record::START_MASK, dur: 1 << 40, site: 1, fp: 8 },
+        ];
+        let mut b = [0u8; 256];
+        let (n, used) = wire::pack_lean(&mut b, &recs, |r| *r);
+        assert_eq!(n, 3);
+        let mut back = Vec::new();
+        assert_eq!(wire::unpack_lean(&b[..used], |r| back.push(r)), Ok(3));
+        assert_eq!(back, recs);
+        // Cut short: the records before the damage, then the reason.
+        let mut some = Vec::new();
+        let e = wire::unpack_lean(&b[..used - 1], |r| some.push(r)).unwrap_err();
+        assert_eq!(some, recs[..2]);
+        assert!(e.contains("cut short"), "{e}");
+        // Room for one record only.
+        let (n, _) = wire::pack_lean(&mut b[..wire::LEAN_MAX + 3], &recs, |r| *r);
+        assert_eq!(n, 1);
     }
 }
