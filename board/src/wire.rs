@@ -263,7 +263,9 @@ pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'s
         let site = r.varint().ok_or("a lean call's site is cut short")?;
         let delta = r.varint().ok_or("a lean call's start is cut short")?;
         let dur = r.varint().ok_or("a lean call's duration is cut short")?;
-        let dfp = r.varint().ok_or("a lean call's frame pointer is cut short")?;
+        let dfp = r
+            .varint()
+            .ok_or("a lean call's frame pointer is cut short")?;
         if site >= MAX_SITES as u64 {
             return Err("a lean call's site id is past the last site");
         }

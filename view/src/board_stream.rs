@@ -351,7 +351,10 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
     let mut depth = vec![0u32; units.len()];
     let mut open: Vec<usize> = Vec::new();
     for &u in &pre {
-        while open.last().is_some_and(|&o| !contains(&units[o], &units[u])) {
+        while open
+            .last()
+            .is_some_and(|&o| !contains(&units[o], &units[u]))
+        {
             open.pop();
         }
         depth[u] = open.len() as u32;
@@ -365,7 +368,10 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
         let t = h.samples[k].0;
         while next < pre.len() && units[pre[next]].start <= t {
             let u = pre[next];
-            while open.last().is_some_and(|&o| !contains(&units[o], &units[u])) {
+            while open
+                .last()
+                .is_some_and(|&o| !contains(&units[o], &units[u]))
+            {
                 open.pop();
             }
             open.push(u);
@@ -384,7 +390,10 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
                 s.1 = depth[o] + 1;
                 if let Some(fp) = units[o].fp {
                     let fps = h.sample_fps.get(k).map_or(&[][..], |v| &v[..]);
-                    s.2 = fps.iter().position(|&f| f != 0 && f >= fp).map(|i| i as u32);
+                    s.2 = fps
+                        .iter()
+                        .position(|&f| f != 0 && f >= fp)
+                        .map(|i| i as u32);
                 }
             }
         }
@@ -1409,6 +1418,8 @@ mod tests {
         assert_eq!(t.meta().threads[0].lost, 3, "STATS said 3 were written");
     }
 
+    type BoxedFill = Box<dyn Fn(&mut Writer<'_>)>;
+
     /// A board with a cycle clock: the first hart's plain calls arrive as
     /// lean records (no depth), the others (a counted call, with its
     /// counter) as records whose depth counts only the shadow stack.
@@ -1431,7 +1442,12 @@ mod tests {
         let sites: Vec<_> = (0..names.len() as u32)
             .map(|id| {
                 move |w: &mut Writer<'_>| {
-                    w.u32(id).u32(7).u8(0).str(names[id as usize]).str("demo").str("main.rs");
+                    w.u32(id)
+                        .u32(7)
+                        .u8(0)
+                        .str(names[id as usize])
+                        .str("demo")
+                        .str("main.rs");
                 }
             })
             .collect();
@@ -1464,7 +1480,7 @@ mod tests {
                 w.u64(f);
             }
         };
-        let mut frames: Vec<(u8, Box<dyn Fn(&mut Writer<'_>)>)> = vec![(wire::META, Box::new(meta))];
+        let mut frames: Vec<(u8, BoxedFill)> = vec![(wire::META, Box::new(meta))];
         for s in sites {
             frames.push((wire::SITE, Box::new(s)));
         }
@@ -1482,7 +1498,11 @@ mod tests {
             Box::new(move |w: &mut Writer<'_>| {
                 // A flight recorder's first kept record is numbered after
                 // those overwritten (STATS' `dropped`).
-                w.u64(if mode == wire::MODE_FLIGHT { stats[1] } else { 0 });
+                w.u64(if mode == wire::MODE_FLIGHT {
+                    stats[1]
+                } else {
+                    0
+                });
                 for r in general {
                     w.u64(r.0).u64(r.1);
                 }
@@ -1504,16 +1524,27 @@ mod tests {
                 }
             }),
         ));
-        frames.push((wire::END, Box::new(|w: &mut Writer<'_>| {
-            w.u32(1);
-        })));
-        let refs: Vec<(u8, Fill<'_>)> = frames.iter().map(|(k, f)| (*k, &**f as Fill<'_>)).collect();
+        frames.push((
+            wire::END,
+            Box::new(|w: &mut Writer<'_>| {
+                w.u32(1);
+            }),
+        ));
+        let refs: Vec<(u8, Fill<'_>)> =
+            frames.iter().map(|(k, f)| (*k, &**f as Fill<'_>)).collect();
         stream_of(&refs)
     }
 
     fn calls_of(t: &Trace) -> Vec<(String, u32, u64, u64)> {
         t.calls()
-            .map(|c| (t.meta().site_name(c.site).to_string(), c.depth, c.start_ns, c.dur_ns))
+            .map(|c| {
+                (
+                    t.meta().site_name(c.site).to_string(),
+                    c.depth,
+                    c.start_ns,
+                    c.dur_ns,
+                )
+            })
             .collect()
     }
 
@@ -1538,7 +1569,9 @@ mod tests {
             // The counted call keeps its counter, right after it.
             let evs: Vec<_> = t.events().collect();
             let at = (evs.iter())
-                .position(|e| matches!(e, Event::Call(c) if t.meta().site_name(c.site) == "counted"))
+                .position(
+                    |e| matches!(e, Event::Call(c) if t.meta().site_name(c.site) == "counted"),
+                )
                 .unwrap();
             assert!(
                 matches!(&evs[at + 1], Event::Counters(c) if c.values == [44]),
@@ -1588,9 +1621,24 @@ mod tests {
     #[test]
     fn lean_records_round_trip_and_a_damaged_one_is_a_bad_payload() {
         let recs = [
-            wire::LeanRecord { start: 5, dur: 0, site: 0, fp: 0x8000_0000 },
-            wire::LeanRecord { start: 3, dur: 9, site: 200_000, fp: 0x7fff_ff00 },
-            wire::LeanRecord { start: fgtrace_core::record::START_MASK, dur: 1 << 40, site: 1, fp: 8 },
+            wire::LeanRecord {
+                start: 5,
+                dur: 0,
+                site: 0,
+                fp: 0x8000_0000,
+            },
+            wire::LeanRecord {
+                start: 3,
+                dur: 9,
+                site: 200_000,
+                fp: 0x7fff_ff00,
+            },
+            wire::LeanRecord {
+                start: fgtrace_core::record::START_MASK,
+                dur: 1 << 40,
+                site: 1,
+                fp: 8,
+            },
         ];
         let mut b = [0u8; 256];
         let (n, used) = wire::pack_lean(&mut b, &recs, |r| *r);

@@ -40,10 +40,10 @@
 //!   register but the call's own, so that the traced fn keeps its values in
 //!   the registers they are in, and saves no register of its own for the
 //!   probe: what it saves, every call pays, recording or not.
-pub(super) use super::guard_word::{frame_serial, OTHER};
-use super::guard_word::{is_plain, FAST};
 #[cfg(not(all(fgtrace_lean, not(test))))]
 use super::guard_word::is_first;
+pub(super) use super::guard_word::{frame_serial, OTHER};
+use super::guard_word::{is_plain, FAST};
 use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
 use crate::control::CONTROL;
@@ -383,7 +383,6 @@ extern "C" fn lean_full(start: u64, end: u64, site: usize, fp: usize) {
     // SAFETY: the platform's function.
     unsafe { platform::__fgtrace_lean_full(&c) }
 }
-
 
 /// The plain push on hart `h`, if its state and the site allow it. `bits`:
 /// the guard's serial bits for this hart (none on the first, else

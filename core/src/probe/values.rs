@@ -10,7 +10,9 @@
 //! threshold, dropped) writes no values either.
 
 use super::future::record_future;
-use super::{enter_general, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL};
+use super::{
+    enter_general, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL,
+};
 use crate::clock::ticks;
 use crate::control::{CONTROL, ON_MASK};
 use crate::record::{ext, RawCall};
