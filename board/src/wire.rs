@@ -15,7 +15,7 @@
 //! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64); sent by firmware before version 3 |
 //! | [`CALLS_PACKED`] | index of the first record u64, then the records packed (version 3, see [`pack_calls`]): a plain call in about 6 bytes, anything else (counters, values) as its 16 bytes |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
-//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart) |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded) |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
 
@@ -29,8 +29,11 @@ pub const HEADER: usize = 10;
 pub const TRAILER: usize = 4;
 /// The largest payload.
 pub const MAX_PAYLOAD: usize = 1024;
-/// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`]).
-pub const VERSION: u8 = 3;
+/// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`];
+/// 4: [`STATS`] ends with the calls still open at stop). A host refuses a
+/// META of a version it does not know, so that it never reads a newer
+/// stream as if nothing were missing from it.
+pub const VERSION: u8 = 4;
 
 /// Session metadata: clock rate, mode, harts.
 pub const META: u8 = 1;

@@ -14,7 +14,7 @@ use fgtrace_core::record::RawCall;
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};
 use fgtrace_trace::clock::{Calibration, ClockPoint};
 use fgtrace_trace::recorded::{full_ticks, TextOf};
-use fgtrace_trace::{Mapping, RecordMode, SiteInfo, Trace};
+use fgtrace_trace::{saturating_sum, Mapping, RecordMode, SiteInfo, Trace};
 use std::collections::{BTreeMap, HashMap};
 
 /// What the decoder saw of the transport.
@@ -61,6 +61,9 @@ pub struct HartStats {
     pub overruns: u64,
     /// Bytes the sink refused.
     pub refused_bytes: u64,
+    /// Calls open on the hart when the session stopped (from wire version
+    /// 4; 0 before): they ended after it, so it never recorded them.
+    pub open_at_stop: u64,
 }
 
 #[derive(Default)]
@@ -77,6 +80,8 @@ struct Hart {
 
 struct Session {
     gen: u32,
+    /// The wire version its META gave.
+    version: u8,
     mode: u8,
     ticks_per_sec: u64,
     start_ticks: u64,
@@ -136,6 +141,7 @@ impl BoardSession {
         };
         let mut end_ticks = s.start_ticks;
         let mut inputs = Vec::new();
+        let mut warnings = Vec::new();
         for (id, h) in s.harts {
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
@@ -147,19 +153,30 @@ impl BoardSession {
             let flight = s.mode == wire::MODE_FLIGHT;
             // Records are numbered per hart: gaps in the numbering, and a
             // tail the counters say was sent, never arrived.
+            // Calls open at stop never ended in the session: counted with
+            // its losses (every view shows them), and named in its warnings.
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
                 Some(st) => {
                     let tail = st.written.saturating_sub(h.next);
                     let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
                     let samples_lost =
                         st.samples_dropped + kept_samples.saturating_sub(h.samples.len() as u64);
+                    if st.open_at_stop > 0 {
+                        warnings.push(format!(
+                            "hart {id}: {} still open at stop: not recorded (they ended after \
+                             the session), counted lost",
+                            calls(st.open_at_stop)
+                        ));
+                    }
                     if flight {
                         // The ring's first kept record is numbered `dropped`:
                         // everything before it was overwritten on the board.
                         let gaps = h.gaps.saturating_sub(st.dropped);
-                        (st.dropped, gaps + tail, samples_lost, st.overruns)
+                        let lost = gaps.saturating_add(tail).saturating_add(st.open_at_stop);
+                        (st.dropped, lost, samples_lost, st.overruns)
                     } else {
-                        (0, st.dropped + h.gaps + tail, samples_lost, st.overruns)
+                        let lost = saturating_sum([st.dropped, h.gaps, tail, st.open_at_stop]);
+                        (0, lost, samples_lost, st.overruns)
                     }
                 }
                 // No counters arrived: the numbering still shows the gaps; a
@@ -210,10 +227,16 @@ impl BoardSession {
         };
         let sites = self.sites;
         let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned(), text_of);
+        trace.meta.warnings.extend(warnings);
         trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
         trace.meta.mappings = mappings;
         trace
     }
+}
+
+/// `1 call`, `3 calls`.
+fn calls(n: u64) -> String {
+    format!("{n} call{}", if n == 1 { "" } else { "s" })
 }
 
 /// Decodes a board's byte stream.
@@ -378,6 +401,7 @@ impl Decoder {
                     let orphans = std::mem::take(&mut self.orphans);
                     self.current = Some(Session {
                         gen,
+                        version,
                         mode,
                         ticks_per_sec,
                         start_ticks,
@@ -473,17 +497,23 @@ impl Decoder {
                 }
             }
             wire::STATS => {
-                let st = HartStats {
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                let mut st = HartStats {
                     written: r.u64()?,
                     dropped: r.u64()?,
                     samples_taken: r.u64()?,
                     samples_dropped: r.u64()?,
                     overruns: r.u64()?,
                     refused_bytes: r.u64()?,
+                    open_at_stop: 0,
                 };
-                let Some(s) = self.current.as_mut() else {
-                    return self.orphan(kind, hart, p);
-                };
+                // Version 4 counts the calls open at stop: a STATS frame
+                // without them is a bad payload, not a session with none.
+                if s.version >= 4 {
+                    st.open_at_stop = r.u64()?;
+                }
                 s.harts.entry(hart).or_default().stats = Some(st);
             }
             wire::TEXT => {
@@ -678,7 +708,7 @@ mod tests {
                 .u64(0x8000_0200);
         });
         frame(wire::STATS, 0, &|w| {
-            w.u64(3).u64(0).u64(1).u64(0).u64(0).u64(0);
+            w.u64(3).u64(0).u64(1).u64(0).u64(0).u64(0).u64(0);
         });
         frame(wire::TEXT, 0, &|w| {
             w.bytes(b"truth parent 1");
@@ -687,6 +717,74 @@ mod tests {
             w.u32(1);
         });
         out
+    }
+
+    /// From wire version 4 a STATS frame ends with the calls still open on
+    /// its hart at stop: they count as lost and the trace's warnings name
+    /// them; a version 3 STATS has no such field (none counted), and a
+    /// version 4 one cut before it is a bad payload, never read as none.
+    #[test]
+    fn calls_still_open_at_stop_count_as_lost_and_are_named() {
+        let frames = |version: u8, stats: &dyn Fn(&mut Writer<'_>)| {
+            let meta = move |w: &mut Writer<'_>| {
+                w.u8(version)
+                    .u8(wire::MODE_STREAM)
+                    .u8(1)
+                    .u64(1_000_000_000)
+                    .u64(1000)
+                    .u32(1)
+                    .u32(0)
+                    .str("mcycle")
+                    .u8(0)
+                    .bytes(b"demo");
+            };
+            stream_of(&[
+                (wire::META, &meta),
+                (wire::SITE, &|w| {
+                    w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
+                }),
+                (wire::CALLS, &|w| {
+                    let r = RawCall::pack(1010, 2, 40, 0, false, 0);
+                    w.u64(0).u64(r.0).u64(r.1);
+                }),
+                (wire::STATS, stats),
+                (wire::END, &|w| {
+                    w.u32(1);
+                }),
+            ])
+        };
+        let six = |w: &mut Writer<'_>| {
+            w.u64(1).u64(0).u64(0).u64(0).u64(0).u64(0);
+        };
+        let seven = |w: &mut Writer<'_>| {
+            six(w);
+            w.u64(2);
+        };
+        let (sessions, st, _) = decode(&frames(4, &seven), 5);
+        assert_eq!(st.bad_payloads, 0);
+        assert_eq!(sessions[0].stats()[0].1.open_at_stop, 2);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.calls().count(), t.meta().threads[0].lost), (1, 2));
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 2 calls still open at stop: not recorded (they ended after the session), \
+              counted lost"
+            ]
+        );
+
+        let (sessions, st, _) = decode(&frames(3, &six), 5);
+        assert_eq!(st.bad_payloads, 0);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.calls().count(), t.meta().threads[0].lost), (1, 0));
+        assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
+
+        let (sessions, st, _) = decode(&frames(4, &six), 5);
+        assert_eq!(
+            st.bad_payloads, 1,
+            "a version 4 STATS without its last field"
+        );
+        assert!(sessions[0].stats().is_empty());
     }
 
     /// META version 1 (no clock name, no counters) reads as `rdtime`;
