@@ -16,13 +16,14 @@ struct Truth {
 }
 
 macro_rules! truth {
-    ($($id:ident = $name:literal),* $(,)?) => {
+    ($all:ident: $($id:ident = $name:literal),* $(,)?) => {
         $(static $id: Truth = Truth { name: $name, calls: AtomicU32::new(0) };)*
-        static ALL: &[&Truth] = &[$(&$id),*];
+        static $all: &[&Truth] = &[$(&$id),*];
     };
 }
 
 truth!(
+    ALL:
     T_RUN = "run_round",
     T_EXPR = "parse_expr",
     T_TERM = "parse_term",
@@ -271,6 +272,71 @@ fn probe_cost() -> (u64, u64, u64, u64) {
 }
 
 
+// ------------------------------------------------------- losses (a test build)
+
+// Built with the `losses` feature (run.sh with LOSSES=1), for the test that
+// checks that a board's losses are counted and shown: instead of the rounds,
+// two sessions that each lose calls in a known way.
+#[cfg(feature = "losses")]
+truth!(
+    LOSSES:
+    T_STOP_INSIDE = "stop_inside",
+    T_TASK_A = "task_a",
+    T_TASK_B = "task_b",
+);
+
+/// Stops the session from inside `n` nested traced calls: they are open at
+/// stop and end after it, so the session never records them; it counts them.
+#[cfg(feature = "losses")]
+#[fgtrace::traced]
+fn stop_inside(n: u32) {
+    count(&T_STOP_INSIDE);
+    if black_box(n) > 1 {
+        stop_inside(n - 1)
+    } else {
+        board::stop()
+    }
+}
+
+#[cfg(feature = "losses")]
+static TASK_A: fgtrace::core::site::Site =
+    fgtrace::core::site::Site::new("task_a", module_path!(), file!(), line!(), false);
+#[cfg(feature = "losses")]
+static TASK_B: fgtrace::core::site::Site =
+    fgtrace::core::site::Site::new("task_b", module_path!(), file!(), line!(), false);
+
+/// Two tasks' calls interleaved on one hart's shadow stack, as a task
+/// switch leaves them: task A's call begins, task B's begins above it, A's
+/// returns first (its exit pops B's frame with its own), then B's, whose
+/// frame is gone: B's call cannot be recorded and is counted lost.
+#[cfg(feature = "losses")]
+fn interleaved_tasks() {
+    count(&T_TASK_A);
+    let a = fgtrace::core::probe::enter(&TASK_A);
+    count(&T_TASK_B);
+    let b = fgtrace::core::probe::enter(&TASK_B);
+    black_box(&b);
+    drop(a);
+    drop(b);
+}
+
+/// The `losses` build's run, in the session the host started: calls
+/// recorded, then a stop inside three traced calls (3 lost: open at stop);
+/// then a session of its own: calls recorded, and a task's call whose frame
+/// another task's exit popped (1 lost).
+#[cfg(feature = "losses")]
+fn losses() {
+    black_box(fib(black_box(5)));
+    stop_inside(3);
+    board::start(fgtrace::wire::MODE_STREAM, 0, 0);
+    black_box(crc32(black_box(&[1, 2, 3, 4])));
+    interleaved_tasks();
+    board::stop();
+    for t in LOSSES {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
+}
+
 /// What every example board runs once its runtime is set up: waits for the
 /// host's command (2 s, then records with sampling at 1 kHz), runs the
 /// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
@@ -286,6 +352,22 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
     }
+    // The `losses` build runs its two sessions instead of the rounds.
+    #[cfg(feature = "losses")]
+    {
+        let _ = timer;
+        losses();
+    }
+    #[cfg(not(feature = "losses"))]
+    rounds(rx, timer);
+    for t in ALL {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
+}
+
+/// The rounds with the sampling timer on, then the probe's cost measured
+/// while recording, the session stopped, and the cost measured again, off.
+fn rounds(rx: &mut dyn Source, timer: fn(bool)) {
     timer(true);
     let mut acc = 0u64;
     let mut rounds = 0;
@@ -312,7 +394,4 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
     board::textf(format_args!(
         "probe-cost instructions of the leaf's first call in the session (its site sent): {first}"
     ));
-    for t in ALL {
-        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
-    }
 }

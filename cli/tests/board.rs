@@ -44,15 +44,18 @@ struct Run {
     trace: Trace,
     truth: BTreeMap<String, u64>,
     console: String,
+    /// What `fgtrace board` said (run.sh's stderr).
+    stderr: String,
 }
 
 fn run(target: &str) -> Option<Run> {
-    run_with(target, false, "mcycle")
+    run_with(target, false, "mcycle", false)
 }
 
 /// `instructions`: the firmware built with its per-call counters; `clock`:
-/// the probe's clock on RISC-V (`mcycle` or `rdtime`).
-fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
+/// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
+/// firmware's `losses` build (two sessions that lose calls in known ways).
+fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
@@ -73,6 +76,7 @@ fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
         .arg(&out)
         .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
         .env("CLOCK", clock)
+        .env("LOSSES", if losses { "1" } else { "0" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -96,6 +100,7 @@ fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
         trace,
         truth,
         console,
+        stderr,
     })
 }
 
@@ -267,12 +272,109 @@ fn x86_64_firmware_matches_its_ground_truth() {
     check("x86_64");
 }
 
+/// The firmware's `losses` build: in the host's session, calls recorded,
+/// then a stop from inside three nested traced calls (`stop_inside`), which
+/// end after the session: none recorded, 3 counted lost and named as still
+/// open at stop, none left over for the next session; in a session the
+/// firmware starts itself, calls recorded, then two tasks' calls
+/// interleaved on the hart's shadow stack, as a task switch leaves them:
+/// `task_a` returns first, popping `task_b`'s frame with its own, so
+/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost.
+/// Every count exact against the firmware's own, in the traces and in what
+/// `fgtrace board` prints.
+fn check_losses(target: &str) {
+    let Some(run) = run_with(target, false, "mcycle", true) else {
+        return;
+    };
+    let truth = |name: &str| -> u64 {
+        *run.truth
+            .get(name)
+            .unwrap_or_else(|| panic!("{target}: no truth for {name}: {}", run.console))
+    };
+    let per_function = |t: &Trace| -> BTreeMap<String, u64> {
+        let mut calls = BTreeMap::new();
+        for c in t.calls() {
+            *calls
+                .entry(t.meta().site_name(c.site).to_string())
+                .or_default() += 1;
+        }
+        calls
+    };
+    assert_eq!(
+        (truth("stop_inside"), truth("task_a"), truth("task_b")),
+        (3, 1, 1),
+        "{target}: {}",
+        run.console
+    );
+
+    let first = &run.trace;
+    assert_eq!(
+        per_function(first),
+        BTreeMap::from([("fib".to_string(), truth("fib"))]),
+        "{target}: session 1 records fib, and no call open at its stop"
+    );
+    assert_eq!(first.meta().total_lost(), 3, "{target}: open at stop");
+    assert_eq!(
+        first.meta().warnings,
+        [
+            "hart 0: 3 calls still open at stop: not recorded (they ended after the session), \
+          counted lost"
+        ],
+        "{target}"
+    );
+
+    let second = Trace::load(run.path.with_file_name("run-2.fgt"))
+        .unwrap_or_else(|e| panic!("{target}: the second session's trace: {e}"));
+    assert_eq!(
+        per_function(&second),
+        BTreeMap::from([
+            ("crc32".to_string(), truth("crc32")),
+            ("crc32_byte".to_string(), truth("crc32_byte")),
+            ("task_a".to_string(), 1),
+        ]),
+        "{target}: session 2 records its own calls, none of session 1's"
+    );
+    assert_eq!(second.meta().total_lost(), 1, "{target}: task_b's guard");
+    assert!(second.meta().warnings.is_empty(), "{target}");
+    assert!(
+        !run.path.with_file_name("run-3.fgt").exists(),
+        "{target}: two sessions"
+    );
+
+    // `fgtrace board` says so.
+    let fib = truth("fib");
+    let crc = truth("crc32") + truth("crc32_byte");
+    for line in [
+        format!("session 1: {fib} calls (3 lost)"),
+        "session 1: hart 0: 3 calls still open at stop".to_string(),
+        format!("session 2: {} calls (1 lost)", crc + 1),
+    ] {
+        assert!(
+            run.stderr.contains(&line),
+            "{target}: `{line}` in:\n{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn riscv64gc_board_losses_are_counted_and_shown() {
+    check_losses("riscv64gc");
+}
+
+/// The same on x86_64, whose plain exit tests the frame by the guard's slot
+/// (riscv64gc's by the depth).
+#[test]
+fn x86_64_board_losses_are_counted_and_shown() {
+    check_losses("x86_64");
+}
+
 /// `Board::count_instructions`: every call carries its `minstret` delta,
 /// named in the stream; the trace has the counter per call, inclusive
 /// figures cover the callees', and `report` shows instructions per function.
 #[test]
 fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
-    let Some(run) = run_with("riscv64gc", true, "mcycle") else {
+    let Some(run) = run_with("riscv64gc", true, "mcycle", false) else {
         return;
     };
     let t = &run.trace;
@@ -348,7 +450,7 @@ fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
 /// delta too, as `cycles`, and IPC comes from it.
 #[test]
 fn riscv64gc_with_the_rdtime_clock_records_cycles_per_call() {
-    let Some(run) = run_with("riscv64gc", true, "rdtime") else {
+    let Some(run) = run_with("riscv64gc", true, "rdtime", false) else {
         return;
     };
     let t = &run.trace;
