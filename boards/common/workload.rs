@@ -4,10 +4,12 @@
 // `instret()`, its instruction counter, and `board`, the runtime.
 //
 // Ordinary `#[fgtrace::traced]` code: a recursive-descent parser and
-// evaluator, a CRC, integer matrix math, recursion, a 3:1 split of untraced
-// work under one traced call for the sampler, and what the timer interrupt
-// runs. Every traced function also counts its own calls in a plain static,
-// independently of fgtrace: the ground truth, printed as `truth NAME CALLS`.
+// evaluator, a CRC, integer matrix math, recursion, an async fn driven by a
+// tiny executor, a 3:1 split of untraced work under one traced call for the
+// sampler, and what the timer interrupt runs. Every traced function also
+// counts its own calls in a plain static, independently of fgtrace: the
+// ground truth, printed as `truth NAME CALLS` (an async fn's calls are its
+// polls; its futures and polls also as `future NAME FUTURES POLLS`).
 
 /// Ground truth: each traced function counts its own calls here.
 struct Truth {
@@ -38,7 +40,13 @@ truth!(
     T_COST = "probe_cost_leaf",
     T_IRQ = "irq_tick",
     T_IRQ_LEAF = "irq_leaf",
+    T_ASYNC = "async_sum",
+    T_ASYNC_STEP = "async_step",
 );
+
+/// Ground truth of the async fn's futures (its polls are `T_ASYNC`'s
+/// calls), printed as `future async_sum FUTURES POLLS`.
+static ASYNC_FUTURES: AtomicU32 = AtomicU32::new(0);
 
 fn count(t: &Truth) {
     t.calls.fetch_add(1, Relaxed);
@@ -159,6 +167,59 @@ fn fib(n: u32) -> u64 {
     }
 }
 
+/// An `.await` that yields once: pending (asking at once to be polled
+/// again), then ready.
+struct YieldNow(bool);
+
+impl core::future::Future for YieldNow {
+    type Output = ();
+    fn poll(
+        mut self: core::pin::Pin<&mut Self>,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<()> {
+        if self.0 {
+            return core::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        core::task::Poll::Pending
+    }
+}
+
+#[fgtrace::traced]
+fn async_step(acc: u64, i: u32) -> u64 {
+    count(&T_ASYNC_STEP);
+    acc.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// An async fn: `n` steps, yielding to the executor after each, so its
+/// future is polled `n + 1` times (each poll a call; the future, first poll
+/// to completion, recorded once).
+#[fgtrace::traced]
+async fn async_sum(n: u32) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = async_step(acc, i);
+        YieldNow(false).await;
+    }
+    acc
+}
+
+/// A tiny executor with no allocation: polls `fut` with a waker that does
+/// nothing until it is ready (whatever is pending asks to be polled again
+/// at once), counting the polls (and the future) as the ground truth.
+fn block_on<F: core::future::Future>(fut: F) -> F::Output {
+    let mut fut = core::pin::pin!(fut);
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    ASYNC_FUTURES.fetch_add(1, Relaxed);
+    loop {
+        count(&T_ASYNC);
+        if let core::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
 /// Untraced work the sampler finds under `split_work`: 3 parts here ...
 #[inline(never)]
 fn heavy_three(iters: u32) -> u32 {
@@ -213,6 +274,7 @@ fn run_round(round: u32, split_iters: u32) -> u64 {
     let c = mat_mul(&a, &a);
     acc = acc.wrapping_add(c[N - 1][N - 1] as u64);
     acc = acc.wrapping_add(fib(10));
+    acc = acc.wrapping_add(block_on(async_sum(3)));
     acc ^ split_work(split_iters) as u64
 }
 
@@ -363,6 +425,11 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
     for t in ALL {
         board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
     }
+    board::textf(format_args!(
+        "future async_sum {} {}",
+        ASYNC_FUTURES.load(Relaxed),
+        T_ASYNC.calls.load(Relaxed)
+    ));
 }
 
 /// The rounds with the sampling timer on, then the probe's cost measured

@@ -3,8 +3,9 @@
 //! `boards/common/workload.rs`), run it under qemu and decode its stream with
 //! this `fgtrace`;
 //! the trace must match the firmware's own ground truth exactly (calls per
-//! function, nesting), lose nothing, and its samples must recover the known
-//! 3:1 split under the traced `split_work`.
+//! function, nesting, an async fn's polls and futures), lose nothing, and
+//! its samples must recover the known 3:1 split under the traced
+//! `split_work`.
 
 #[path = "../../tests/support/tools.rs"]
 mod tools;
@@ -43,6 +44,8 @@ struct Run {
     path: PathBuf,
     trace: Trace,
     truth: BTreeMap<String, u64>,
+    /// An async fn's futures and polls, by name (`future NAME FUTURES POLLS`).
+    futures: BTreeMap<String, (u64, u64)>,
     console: String,
     /// What `fgtrace board` said (run.sh's stderr).
     stderr: String,
@@ -94,11 +97,22 @@ fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Opti
             (name.to_string(), n.parse().expect("a count"))
         })
         .collect();
+    let futures = console
+        .lines()
+        .filter_map(|l| l.strip_prefix("future "))
+        .map(|l| {
+            let mut w = l.split(' ');
+            let (name, futures, polls) = (w.next(), w.next(), w.next());
+            let n = |x: Option<&str>| x.and_then(|x| x.parse().ok()).expect("a count");
+            (name.expect("a name").to_string(), (n(futures), n(polls)))
+        })
+        .collect();
     let trace = Trace::load(&out).expect("run.sh wrote a readable trace");
     Some(Run {
         path: out,
         trace,
         truth,
+        futures,
         console,
         stderr,
     })
@@ -167,6 +181,9 @@ fn check(target: &str) {
         ("dot", &["mat_mul"][..]),
         ("fib", &["run_round", "fib"][..]),
         ("split_work", &["run_round"][..]),
+        // The async fn's polls, each a call; the calls they make under them.
+        ("async_sum", &["run_round"][..]),
+        ("async_step", &["async_sum"][..]),
         // The timer interrupt's calls: under whatever call it interrupted.
         ("irq_tick", &["*"][..]),
         ("irq_leaf", &["irq_tick"][..]),
@@ -200,6 +217,40 @@ fn check(target: &str) {
             }
         }
         open.push(c);
+    }
+
+    // The async fn: every call of it is one poll (and only its calls are),
+    // and each future, first poll to completion, is one future record
+    // holding exactly its polls, none cancelled: as many futures and polls
+    // as the executor counted.
+    let (futures, polls) = run.futures["async_sum"];
+    assert!(
+        futures >= 20 && polls == 4 * futures,
+        "{target}: {futures} futures, {polls} polls"
+    );
+    let is_async = |site: u32| meta.site_name(site) == "async_sum";
+    if let Some(c) = t.calls().find(|c| c.is_poll() != is_async(c.site)) {
+        panic!("{target}: poll flag on {}: {c:?}", meta.site_name(c.site));
+    }
+    let spans: Vec<_> = t
+        .events()
+        .filter_map(|e| match e {
+            Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(spans.len() as u64, futures, "{target}: futures");
+    let poll_calls: Vec<Call> = t.calls().filter(|c| is_async(c.site)).collect();
+    for f in &spans {
+        assert!(
+            is_async(f.site) && !f.cancelled && f.polls == 4,
+            "{target}: {f:?}"
+        );
+        let inside = poll_calls
+            .iter()
+            .filter(|c| c.start_ns >= f.start_ns && c.end_ns() <= f.start_ns + f.dur_ns)
+            .count();
+        assert_eq!(inside, 4, "{target}: the polls inside {f:?}");
     }
 
     // Samples: symbolized against the firmware's ELF, the untraced 3:1 split
@@ -596,12 +647,14 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
         return;
     };
     // `flight 0` samples nothing, so no timer interrupt runs its traced calls.
+    // Each future of the async fn is a record too (kept or overwritten).
     let total: u64 = stream
         .truth
         .iter()
         .filter(|(name, _)| !name.starts_with("irq_"))
         .map(|(_, n)| n)
-        .sum();
+        .sum::<u64>()
+        + stream.futures["async_sum"].0;
     let fw = root()
         .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-flight.fgt");
