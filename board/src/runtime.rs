@@ -129,6 +129,9 @@ struct Hart {
     published: AtomicUsize,
     overruns: AtomicUsize,
     nested_dropped: AtomicUsize,
+    /// Calls open on the hart when the session stopped: they end after it,
+    /// so the session never records them (sent in [`STATS`]).
+    open_at_stop: AtomicUsize,
     written: AtomicU64,
     dropped: AtomicU64,
     samples: UnsafeCell<[Sample; SAMPLE_SLOTS]>,
@@ -151,6 +154,7 @@ impl Hart {
             published: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             nested_dropped: AtomicUsize::new(0),
+            open_at_stop: AtomicUsize::new(0),
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             samples: UnsafeCell::new([Sample::EMPTY; SAMPLE_SLOTS]),
@@ -176,6 +180,8 @@ struct Lean {
     written: AtomicU64,
     /// Records no buffer could take (the other one still being sent).
     dropped: AtomicU64,
+    /// Lean calls open at the last stop that have ended since.
+    late: AtomicU64,
 }
 
 // SAFETY: the first hart's and its interrupt handlers', which change it with
@@ -194,6 +200,7 @@ static LEAN: Lean = Lean {
     sending: AtomicBool::new(false),
     written: AtomicU64::new(0),
     dropped: AtomicU64::new(0),
+    late: AtomicU64::new(0),
 };
 
 fn lean_buf(i: usize) -> *mut LeanCall {
@@ -235,6 +242,21 @@ pub fn __fgtrace_lean_full(c: &LeanCall) {
         // An interrupt handed the buffer over meanwhile.
         put(w);
         __fgtrace_irq_restore(saved);
+        return;
+    }
+    if w.ptr.is_null() && !recording() {
+        // A lean call open at stop, ended now: its session never records
+        // it; the host adds it to that session's calls open at stop
+        // ([`LATE`], the running total: a frame the output cannot take now,
+        // from an interrupt during output, the next one makes up for).
+        let late = LEAN.late.fetch_add(1, Relaxed) + 1;
+        __fgtrace_irq_restore(saved);
+        let gen = SESSION.gen.load(Relaxed);
+        with_out(|o| {
+            o.frame(LATE, 0, |w| {
+                w.u32(gen).u64(late);
+            })
+        });
         return;
     }
     if w.ptr.is_null() || LEAN.sending.load(Relaxed) {
@@ -602,11 +624,15 @@ impl Out {
                 .u64(x.samples_taken.load(Relaxed))
                 .u64(x.samples_dropped.load(Relaxed))
                 .u64(x.overruns.load(Relaxed) as u64)
-                .u64(REFUSED.load(Relaxed));
+                .u64(REFUSED.load(Relaxed))
+                .u64(x.open_at_stop.load(Relaxed) as u64);
             // The first hart's lean records (none elsewhere).
-            if h == 0 {
-                w.u64(lean_written()).u64(LEAN.dropped.load(Relaxed));
-            }
+            let (lw, ld) = if h == 0 {
+                (lean_written(), LEAN.dropped.load(Relaxed))
+            } else {
+                (0, 0)
+            };
+            w.u64(lw).u64(ld);
         });
     }
 }
@@ -1122,6 +1148,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
         h.samples_taken.store(0, Relaxed);
         h.samples_dropped.store(0, Relaxed);
         h.overruns.store(0, Relaxed);
+        h.open_at_stop.store(0, Relaxed);
         h.queued.store(0, Relaxed);
     }
     REFUSED.store(0, Relaxed);
@@ -1155,22 +1182,38 @@ pub fn sample_hz() -> u32 {
 /// Ends the session: what the running hart still holds goes out (a stream
 /// buffer's tail, or the whole flight recorder), then the counters, the site
 /// table again, and [`END`].
+///
+/// The calls open on the running hart at this point (its shadow stack's
+/// depth: [`stop`]'s callers, or the code an interrupt handler that stops
+/// interrupted) end after the session: they are counted (`STATS`, shown by
+/// the host as calls still open at stop) and never recorded, as their
+/// records would belong to a session that is over. The hart's buffer is
+/// closed for that: their exits pop their frames and write nothing (the
+/// plain exit finds no room, the general one no buffer), until the hart
+/// joins the next session.
 pub fn stop() {
     probe::board::set_on(false);
     control::session_off();
     probe::board::reset_fast();
     let id = hart_id();
+    let saved = __fgtrace_irq_save();
+    // SAFETY: this hart's state, interrupts masked.
+    let open = unsafe { probe::with_thread_state(|st| st.depth.min(st.stack_cap)) };
+    HARTS[id].open_at_stop.store(open as usize, Relaxed);
+    __fgtrace_irq_restore(saved);
     if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
         dump();
     } else {
         flush_calls(id);
         flush_lean();
     }
+    close();
     flush_samples(id);
     with_out(|o| {
         for (h, x) in HARTS.iter().enumerate() {
             if x.written.load(Relaxed) != 0
                 || x.samples_taken.load(Relaxed) != 0
+                || x.open_at_stop.load(Relaxed) != 0
                 || (h == 0 && lean_written() != 0)
             {
                 o.stats(h);
@@ -1182,6 +1225,38 @@ pub fn stop() {
             w.u32(gen);
         });
     });
+}
+
+/// Closes the running hart's buffer once its records went out: nothing is
+/// written to it until the hart joins the next session (which sets it
+/// anew), so that no exit after [`stop`] leaves a record there for the next
+/// session to find. A `limit` of 0 sends every exit off the plain path,
+/// whose only test is the room left; the general exit, finding no buffer,
+/// pops the frame and writes nothing.
+fn close() {
+    let saved = __fgtrace_irq_save();
+    // SAFETY: this hart's state, interrupts masked; `drain` and `dump`
+    // test for a null buffer.
+    unsafe {
+        probe::with_thread_state(|st| {
+            st.buf = core::ptr::null_mut();
+            st.count = 0;
+            st.limit = 0;
+        })
+    };
+    // The lean writer too: a lean call open at stop has no frame to count
+    // it by, so its exit finds the writer closed and is counted then
+    // (`__fgtrace_lean_full`).
+    if hart_id() == 0 {
+        // SAFETY: the first hart's writer, interrupts masked.
+        unsafe {
+            let w = &mut *lean_writer();
+            w.ptr = core::ptr::null_mut();
+            w.lim = core::ptr::null_mut();
+        }
+        LEAN.late.store(0, Relaxed);
+    }
+    __fgtrace_irq_restore(saved);
 }
 
 /// The running hart's unsent stream records (see [`drain`]).

@@ -17,7 +17,8 @@
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
 //! | [`SAMPLES_FP`] | as [`SAMPLES`], then n x the frame pointer each address's frame record was read at u64 (0: none), so the host can cut a sample below a lean call (version 4) |
-//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart); from version 4, lean records written u64 and dropped u64 |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart) |
+//! | [`LATE`] | session u32, calls u64: the first hart's lean calls open when that session stopped that have ended since, a running total (version 4) |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
 
@@ -32,8 +33,11 @@ pub const TRAILER: usize = 4;
 /// The largest payload.
 pub const MAX_PAYLOAD: usize = 1024;
 /// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`];
-/// 4: the first hart's plain calls as [`LEAN_CALLS`] on a board with a cycle
-/// clock, samples as [`SAMPLES_FP`]).
+/// 4: [`STATS`] ends with the calls still open at stop and the lean calls'
+/// counters, the first hart's plain calls go as [`LEAN_CALLS`] on a board
+/// with a cycle clock, samples as [`SAMPLES_FP`]). A host refuses a META of
+/// a version it does not know, so that it never reads a newer stream as if
+/// nothing were missing from it.
 pub const VERSION: u8 = 4;
 
 /// Session metadata: clock rate, mode, harts.
@@ -56,6 +60,8 @@ pub const CALLS_PACKED: u8 = 8;
 pub const LEAN_CALLS: u8 = 9;
 /// Sampled stacks with their frame pointers.
 pub const SAMPLES_FP: u8 = 10;
+/// Lean calls open at a session's stop, ended since.
+pub const LATE: u8 = 11;
 
 /// Stream mode in [`META`]: every call, dropped and counted when the sink refuses.
 pub const MODE_STREAM: u8 = 0;

@@ -4,10 +4,12 @@
 // `instret()`, its instruction counter, and `board`, the runtime.
 //
 // Ordinary `#[fgtrace::traced]` code: a recursive-descent parser and
-// evaluator, a CRC, integer matrix math, recursion, a 3:1 split of untraced
-// work under one traced call for the sampler, and what the timer interrupt
-// runs. Every traced function also counts its own calls in a plain static,
-// independently of fgtrace: the ground truth, printed as `truth NAME CALLS`.
+// evaluator, a CRC, integer matrix math, recursion, an async fn driven by a
+// tiny executor, a 3:1 split of untraced work under one traced call for the
+// sampler, and what the timer interrupt runs. Every traced function also
+// counts its own calls in a plain static, independently of fgtrace: the
+// ground truth, printed as `truth NAME CALLS` (an async fn's calls are its
+// polls; its futures and polls also as `future NAME FUTURES POLLS`).
 
 /// Ground truth: each traced function counts its own calls here.
 struct Truth {
@@ -16,13 +18,14 @@ struct Truth {
 }
 
 macro_rules! truth {
-    ($($id:ident = $name:literal),* $(,)?) => {
+    ($all:ident: $($id:ident = $name:literal),* $(,)?) => {
         $(static $id: Truth = Truth { name: $name, calls: AtomicU32::new(0) };)*
-        static ALL: &[&Truth] = &[$(&$id),*];
+        static $all: &[&Truth] = &[$(&$id),*];
     };
 }
 
 truth!(
+    ALL:
     T_RUN = "run_round",
     T_EXPR = "parse_expr",
     T_TERM = "parse_term",
@@ -37,7 +40,13 @@ truth!(
     T_COST = "probe_cost_leaf",
     T_IRQ = "irq_tick",
     T_IRQ_LEAF = "irq_leaf",
+    T_ASYNC = "async_sum",
+    T_ASYNC_STEP = "async_step",
 );
+
+/// Ground truth of the async fn's futures (its polls are `T_ASYNC`'s
+/// calls), printed as `future async_sum FUTURES POLLS`.
+static ASYNC_FUTURES: AtomicU32 = AtomicU32::new(0);
 
 fn count(t: &Truth) {
     t.calls.fetch_add(1, Relaxed);
@@ -158,6 +167,59 @@ fn fib(n: u32) -> u64 {
     }
 }
 
+/// An `.await` that yields once: pending (asking at once to be polled
+/// again), then ready.
+struct YieldNow(bool);
+
+impl core::future::Future for YieldNow {
+    type Output = ();
+    fn poll(
+        mut self: core::pin::Pin<&mut Self>,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<()> {
+        if self.0 {
+            return core::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        core::task::Poll::Pending
+    }
+}
+
+#[fgtrace::traced]
+fn async_step(acc: u64, i: u32) -> u64 {
+    count(&T_ASYNC_STEP);
+    acc.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// An async fn: `n` steps, yielding to the executor after each, so its
+/// future is polled `n + 1` times (each poll a call; the future, first poll
+/// to completion, recorded once).
+#[fgtrace::traced]
+async fn async_sum(n: u32) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = async_step(acc, i);
+        YieldNow(false).await;
+    }
+    acc
+}
+
+/// A tiny executor with no allocation: polls `fut` with a waker that does
+/// nothing until it is ready (whatever is pending asks to be polled again
+/// at once), counting the polls (and the future) as the ground truth.
+fn block_on<F: core::future::Future>(fut: F) -> F::Output {
+    let mut fut = core::pin::pin!(fut);
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    ASYNC_FUTURES.fetch_add(1, Relaxed);
+    loop {
+        count(&T_ASYNC);
+        if let core::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
 /// Untraced work the sampler finds under `split_work`: 3 parts here ...
 #[inline(never)]
 fn heavy_three(iters: u32) -> u32 {
@@ -212,6 +274,7 @@ fn run_round(round: u32, split_iters: u32) -> u64 {
     let c = mat_mul(&a, &a);
     acc = acc.wrapping_add(c[N - 1][N - 1] as u64);
     acc = acc.wrapping_add(fib(10));
+    acc = acc.wrapping_add(block_on(async_sum(3)));
     acc ^ split_work(split_iters) as u64
 }
 
@@ -271,6 +334,73 @@ fn probe_cost() -> (u64, u64, u64, u64) {
 }
 
 
+// ------------------------------------------------------- losses (a test build)
+
+// Built with the `losses` feature (run.sh with LOSSES=1), for the test that
+// checks that a board's losses are counted and shown: instead of the rounds,
+// two sessions that each lose calls in a known way.
+#[cfg(feature = "losses")]
+truth!(
+    LOSSES:
+    T_STOP_INSIDE = "stop_inside",
+    T_TASK_A = "task_a",
+    T_TASK_B = "task_b",
+);
+
+/// Stops the session from inside `n` nested traced calls: they are open at
+/// stop and end after it, so the session never records them; it counts them.
+#[cfg(feature = "losses")]
+#[fgtrace::traced]
+fn stop_inside(n: u32) {
+    count(&T_STOP_INSIDE);
+    if black_box(n) > 1 {
+        stop_inside(n - 1)
+    } else {
+        board::stop()
+    }
+}
+
+#[cfg(feature = "losses")]
+static TASK_A: fgtrace::core::site::Site =
+    fgtrace::core::site::Site::new("task_a", module_path!(), file!(), line!(), false);
+#[cfg(feature = "losses")]
+static TASK_B: fgtrace::core::site::Site =
+    fgtrace::core::site::Site::new("task_b", module_path!(), file!(), line!(), false);
+
+/// Two tasks' calls interleaved on one hart, as a task switch leaves them:
+/// task A's call begins, task B's begins inside it, A's returns first, then
+/// B's. On the shadow stack A's exit pops B's frame with its own, and B's
+/// call, whose frame is gone, is counted lost; as lean calls (a cycle
+/// clock) both are recorded, and the host, finding B's call neither inside
+/// A's nor after it, leaves it out and counts it.
+#[cfg(feature = "losses")]
+fn interleaved_tasks() {
+    count(&T_TASK_A);
+    let a = fgtrace::core::probe::enter(&TASK_A);
+    count(&T_TASK_B);
+    let b = fgtrace::core::probe::enter(&TASK_B);
+    black_box(&b);
+    drop(a);
+    drop(b);
+}
+
+/// The `losses` build's run, in the session the host started: calls
+/// recorded, then a stop inside three traced calls (3 lost: open at stop);
+/// then a session of its own: calls recorded, and a task's call whose frame
+/// another task's exit popped (1 lost).
+#[cfg(feature = "losses")]
+fn losses() {
+    black_box(fib(black_box(5)));
+    stop_inside(3);
+    board::start(fgtrace::wire::MODE_STREAM, 0, 0);
+    black_box(crc32(black_box(&[1, 2, 3, 4])));
+    interleaved_tasks();
+    board::stop();
+    for t in LOSSES {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
+}
+
 /// What every example board runs once its runtime is set up: waits for the
 /// host's command (2 s, then records with sampling at 1 kHz), runs the
 /// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
@@ -286,6 +416,27 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
     }
+    // The `losses` build runs its two sessions instead of the rounds.
+    #[cfg(feature = "losses")]
+    {
+        let _ = timer;
+        losses();
+    }
+    #[cfg(not(feature = "losses"))]
+    rounds(rx, timer);
+    for t in ALL {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
+    board::textf(format_args!(
+        "future async_sum {} {}",
+        ASYNC_FUTURES.load(Relaxed),
+        T_ASYNC.calls.load(Relaxed)
+    ));
+}
+
+/// The rounds with the sampling timer on, then the probe's cost measured
+/// while recording, the session stopped, and the cost measured again, off.
+fn rounds(rx: &mut dyn Source, timer: fn(bool)) {
     timer(true);
     let mut acc = 0u64;
     let mut rounds = 0;
@@ -312,7 +463,4 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
     board::textf(format_args!(
         "probe-cost instructions of the leaf's first call in the session (its site sent): {first}"
     ));
-    for t in ALL {
-        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
-    }
 }

@@ -9,7 +9,9 @@
 # With COUNT_INSTRUCTIONS=1 the firmware is built with its `instructions`
 # feature (each call records its minstret delta; `fgtrace report` shows
 # instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
-# probe's clock instead of `mcycle`; each variant in a target directory of its own.
+# probe's clock instead of `mcycle`; with LOSSES=1, with its `losses` feature (a
+# test's build: two sessions that lose calls in known ways, counted and shown);
+# each variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
 # (see README, "Boards"). The fgtrace command comes from this repository.
@@ -37,6 +39,9 @@ if [ "${CLOCK:-mcycle}" = rdtime ]; then
 fi
 if [ "${COUNT_INSTRUCTIONS:-0}" = 1 ]; then
   features+=(--features instructions) tdir="$tdir/instructions"
+fi
+if [ "${LOSSES:-0}" = 1 ]; then
+  features+=(--features losses) tdir="$tdir/losses"
 fi
 # Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
 (cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \

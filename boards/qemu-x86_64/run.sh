@@ -6,6 +6,10 @@
 #
 #   boards/qemu-x86_64/run.sh run.fgt [RATE_HZ]
 #
+# With LOSSES=1 the firmware is built with its `losses` feature (a test's build:
+# two sessions that lose calls in known ways, counted and shown), in a target
+# directory of its own.
+#
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-x86
 # (see README, "Boards"). The fgtrace command comes from this repository.
 set -euo pipefail
@@ -20,10 +24,15 @@ for tool in /usr/bin/rustc /usr/bin/cargo ld.lld qemu-system-x86_64; do
     exit 3
   }
 done
+features=() tdir="$here/target"
+if [ "${LOSSES:-0}" = 1 ]; then
+  features+=(--features losses) tdir="$tdir/losses"
+fi
 # Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
 (cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \
-  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple") >&2
-fw="$here/target/$triple/release/fgtrace-board-demo"
+  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple" \
+  --target-dir "$tdir" ${features[@]+"${features[@]}"}) >&2
+fw="$tdir/$triple/release/fgtrace-board-demo"
 # The host side: the workspace's own fgtrace command.
 fgtrace=${FGTRACE_BIN:-}
 if [ -z "$fgtrace" ]; then

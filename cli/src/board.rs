@@ -179,6 +179,11 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             meta.total_calls(),
             path.display()
         );
+        // What the losses were, where the trace says (calls still open at
+        // stop, string values it could not read).
+        for w in &meta.warnings {
+            eprintln!("fgtrace board: session {id}: {w}");
+        }
     }
     Ok(())
 }

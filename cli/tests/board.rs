@@ -3,8 +3,9 @@
 //! `boards/common/workload.rs`), run it under qemu and decode its stream with
 //! this `fgtrace`;
 //! the trace must match the firmware's own ground truth exactly (calls per
-//! function, nesting), lose nothing, and its samples must recover the known
-//! 3:1 split under the traced `split_work`.
+//! function, nesting, an async fn's polls and futures), lose nothing, and
+//! its samples must recover the known 3:1 split under the traced
+//! `split_work`.
 
 #[path = "../../tests/support/tools.rs"]
 mod tools;
@@ -43,16 +44,21 @@ struct Run {
     path: PathBuf,
     trace: Trace,
     truth: BTreeMap<String, u64>,
+    /// An async fn's futures and polls, by name (`future NAME FUTURES POLLS`).
+    futures: BTreeMap<String, (u64, u64)>,
     console: String,
+    /// What `fgtrace board` said (run.sh's stderr).
+    stderr: String,
 }
 
 fn run(target: &str) -> Option<Run> {
-    run_with(target, false, "mcycle")
+    run_with(target, false, "mcycle", false)
 }
 
 /// `instructions`: the firmware built with its per-call counters; `clock`:
-/// the probe's clock on RISC-V (`mcycle` or `rdtime`).
-fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
+/// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
+/// firmware's `losses` build (two sessions that lose calls in known ways).
+fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
@@ -73,6 +79,7 @@ fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
         .arg(&out)
         .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
         .env("CLOCK", clock)
+        .env("LOSSES", if losses { "1" } else { "0" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -90,12 +97,24 @@ fn run_with(target: &str, instructions: bool, clock: &str) -> Option<Run> {
             (name.to_string(), n.parse().expect("a count"))
         })
         .collect();
+    let futures = console
+        .lines()
+        .filter_map(|l| l.strip_prefix("future "))
+        .map(|l| {
+            let mut w = l.split(' ');
+            let (name, futures, polls) = (w.next(), w.next(), w.next());
+            let n = |x: Option<&str>| x.and_then(|x| x.parse().ok()).expect("a count");
+            (name.expect("a name").to_string(), (n(futures), n(polls)))
+        })
+        .collect();
     let trace = Trace::load(&out).expect("run.sh wrote a readable trace");
     Some(Run {
         path: out,
         trace,
         truth,
+        futures,
         console,
+        stderr,
     })
 }
 
@@ -162,6 +181,9 @@ fn check(target: &str) {
         ("dot", &["mat_mul"][..]),
         ("fib", &["run_round", "fib"][..]),
         ("split_work", &["run_round"][..]),
+        // The async fn's polls, each a call; the calls they make under them.
+        ("async_sum", &["run_round"][..]),
+        ("async_step", &["async_sum"][..]),
         // The timer interrupt's calls: under whatever call it interrupted.
         ("irq_tick", &["*"][..]),
         ("irq_leaf", &["irq_tick"][..]),
@@ -195,6 +217,40 @@ fn check(target: &str) {
             }
         }
         open.push(c);
+    }
+
+    // The async fn: every call of it is one poll (and only its calls are),
+    // and each future, first poll to completion, is one future record
+    // holding exactly its polls, none cancelled: as many futures and polls
+    // as the executor counted.
+    let (futures, polls) = run.futures["async_sum"];
+    assert!(
+        futures >= 20 && polls == 4 * futures,
+        "{target}: {futures} futures, {polls} polls"
+    );
+    let is_async = |site: u32| meta.site_name(site) == "async_sum";
+    if let Some(c) = t.calls().find(|c| c.is_poll() != is_async(c.site)) {
+        panic!("{target}: poll flag on {}: {c:?}", meta.site_name(c.site));
+    }
+    let spans: Vec<_> = t
+        .events()
+        .filter_map(|e| match e {
+            Event::Future(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(spans.len() as u64, futures, "{target}: futures");
+    let poll_calls: Vec<Call> = t.calls().filter(|c| is_async(c.site)).collect();
+    for f in &spans {
+        assert!(
+            is_async(f.site) && !f.cancelled && f.polls == 4,
+            "{target}: {f:?}"
+        );
+        let inside = poll_calls
+            .iter()
+            .filter(|c| c.start_ns >= f.start_ns && c.end_ns() <= f.start_ns + f.dur_ns)
+            .count();
+        assert_eq!(inside, 4, "{target}: the polls inside {f:?}");
     }
 
     // Samples: symbolized against the firmware's ELF, the untraced 3:1 split
@@ -267,12 +323,119 @@ fn x86_64_firmware_matches_its_ground_truth() {
     check("x86_64");
 }
 
+/// The firmware's `losses` build: in the host's session, calls recorded,
+/// then a stop from inside three nested traced calls (`stop_inside`), which
+/// end after the session: none recorded, 3 counted lost and named as still
+/// open at stop, none left over for the next session; in a session the
+/// firmware starts itself, calls recorded, then two tasks' calls
+/// interleaved on the hart's shadow stack, as a task switch leaves them:
+/// `task_a` returns first, popping `task_b`'s frame with its own, so
+/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost.
+/// Every count exact against the firmware's own, in the traces and in what
+/// `fgtrace board` prints.
+fn check_losses(target: &str) {
+    let Some(run) = run_with(target, false, "mcycle", true) else {
+        return;
+    };
+    let truth = |name: &str| -> u64 {
+        *run.truth
+            .get(name)
+            .unwrap_or_else(|| panic!("{target}: no truth for {name}: {}", run.console))
+    };
+    let per_function = |t: &Trace| -> BTreeMap<String, u64> {
+        let mut calls = BTreeMap::new();
+        for c in t.calls() {
+            *calls
+                .entry(t.meta().site_name(c.site).to_string())
+                .or_default() += 1;
+        }
+        calls
+    };
+    assert_eq!(
+        (truth("stop_inside"), truth("task_a"), truth("task_b")),
+        (3, 1, 1),
+        "{target}: {}",
+        run.console
+    );
+
+    let first = &run.trace;
+    assert_eq!(
+        per_function(first),
+        BTreeMap::from([("fib".to_string(), truth("fib"))]),
+        "{target}: session 1 records fib, and no call open at its stop"
+    );
+    assert_eq!(first.meta().total_lost(), 3, "{target}: open at stop");
+    assert_eq!(
+        first.meta().warnings,
+        [
+            "hart 0: 3 calls still open at stop: not recorded (they ended after the session), \
+          counted lost"
+        ],
+        "{target}"
+    );
+
+    let second = Trace::load(run.path.with_file_name("run-2.fgt"))
+        .unwrap_or_else(|e| panic!("{target}: the second session's trace: {e}"));
+    assert_eq!(
+        per_function(&second),
+        BTreeMap::from([
+            ("crc32".to_string(), truth("crc32")),
+            ("crc32_byte".to_string(), truth("crc32_byte")),
+            ("task_a".to_string(), 1),
+        ]),
+        "{target}: session 2 records its own calls, none of session 1's"
+    );
+    // Both boards record lean calls (a cycle clock): the host finds task
+    // B's call overlapping task A's and leaves it out, counted, as the
+    // shadow stack (with `rdtime`) loses it.
+    assert_eq!(second.meta().total_lost(), 1, "{target}: task_b's call");
+    assert_eq!(
+        second.meta().warnings,
+        [
+            "hart 0: 1 call began inside another call and ended after it (a task switch?): \
+             not nested, counted lost"
+        ],
+        "{target}"
+    );
+    assert!(
+        !run.path.with_file_name("run-3.fgt").exists(),
+        "{target}: two sessions"
+    );
+
+    // `fgtrace board` says so.
+    let fib = truth("fib");
+    let crc = truth("crc32") + truth("crc32_byte");
+    for line in [
+        format!("session 1: {fib} calls (3 lost)"),
+        "session 1: hart 0: 3 calls still open at stop".to_string(),
+        format!("session 2: {} calls (1 lost)", crc + 1),
+    ] {
+        assert!(
+            run.stderr.contains(&line),
+            "{target}: `{line}` in:\n{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn riscv64gc_board_losses_are_counted_and_shown() {
+    check_losses("riscv64gc");
+}
+
+/// The same on x86_64, whose plain exit tests the frame by the guard's slot
+/// (riscv64gc's by the depth).
+#[test]
+fn x86_64_board_losses_are_counted_and_shown() {
+    check_losses("x86_64");
+}
+
 /// `Board::count_instructions`: every call carries its `minstret` delta,
 /// named in the stream; the trace has the counter per call, inclusive
 /// figures cover the callees', and `report` shows instructions per function.
 #[test]
 fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
-    let Some(run) = run_with("riscv64gc", true, "mcycle") else {
+    let Some(run) = run_with("riscv64gc", true, "mcycle", false) else {
         return;
     };
     let t = &run.trace;
@@ -348,7 +511,7 @@ fn riscv64gc_calls_record_their_instructions_when_the_board_counts_them() {
 /// delta too, as `cycles`, and IPC comes from it.
 #[test]
 fn riscv64gc_with_the_rdtime_clock_records_cycles_per_call() {
-    let Some(run) = run_with("riscv64gc", true, "rdtime") else {
+    let Some(run) = run_with("riscv64gc", true, "rdtime", false) else {
         return;
     };
     let t = &run.trace;
@@ -495,12 +658,14 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
         return;
     };
     // `flight 0` samples nothing, so no timer interrupt runs its traced calls.
+    // Each future of the async fn is a record too (kept or overwritten).
     let total: u64 = stream
         .truth
         .iter()
         .filter(|(name, _)| !name.starts_with("irq_"))
         .map(|(_, n)| n)
-        .sum();
+        .sum::<u64>()
+        + stream.futures["async_sum"].0;
     let fw = root()
         .join("boards/qemu-riscv/target/riscv64gc-unknown-none-elf/release/fgtrace-board-demo");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-flight.fgt");

@@ -14,7 +14,7 @@ use fgtrace_core::record::{kind, RawCall, MAX_DEPTH};
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};
 use fgtrace_trace::clock::{Calibration, ClockPoint};
 use fgtrace_trace::recorded::{full_ticks, TextOf};
-use fgtrace_trace::{Mapping, RecordMode, SiteInfo, Trace};
+use fgtrace_trace::{saturating_sum, Mapping, RecordMode, SiteInfo, Trace};
 use std::collections::{BTreeMap, HashMap};
 
 /// What the decoder saw of the transport.
@@ -61,8 +61,11 @@ pub struct HartStats {
     pub overruns: u64,
     /// Bytes the sink refused.
     pub refused_bytes: u64,
+    /// Calls open on the hart when the session stopped (from wire version
+    /// 4; 0 before): they ended after it, so it never recorded them.
+    pub open_at_stop: u64,
     /// Lean calls written (the first hart of a board with a cycle clock;
-    /// flight: all of them).
+    /// flight: all of them; from wire version 4).
     pub lean_written: u64,
     /// Lean calls dropped on the board (stream: refused or no buffer free).
     pub lean_dropped: u64,
@@ -87,11 +90,15 @@ struct Hart {
     lean_gaps: u64,
     /// The first lean record's number that arrived.
     lean_first: Option<u64>,
+    /// Lean calls open at stop that ended after it ([`wire::LATE`]).
+    late: u64,
     stats: Option<HartStats>,
 }
 
 struct Session {
     gen: u32,
+    /// The wire version its META gave.
+    version: u8,
     mode: u8,
     ticks_per_sec: u64,
     start_ticks: u64,
@@ -151,9 +158,17 @@ impl BoardSession {
         };
         let mut end_ticks = s.start_ticks;
         let mut inputs = Vec::new();
+        let mut warnings = Vec::new();
         for (id, mut h) in s.harts {
             let flight = s.mode == wire::MODE_FLIGHT;
-            let trimmed = nest_by_time(&mut h, s.start_ticks, flight);
+            let (trimmed, overlapped) = nest_by_time(&mut h, s.start_ticks, flight);
+            if overlapped > 0 {
+                warnings.push(format!(
+                    "hart {id}: {} began inside another call and ended after it (a task \
+                     switch?): not nested, counted lost",
+                    calls(overlapped)
+                ));
+            }
             for r in &h.records {
                 let start = full_ticks(r.start_low(), s.start_ticks);
                 end_ticks = end_ticks.max(start.saturating_add(r.dur()));
@@ -163,6 +178,8 @@ impl BoardSession {
             }
             // Records are numbered per hart: gaps in the numbering, and a
             // tail the counters say was sent, never arrived.
+            // Calls open at stop never ended in the session: counted with
+            // its losses (every view shows them), and named in its warnings.
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
                 Some(st) => {
                     // Lean calls are numbered apart: the same accounting.
@@ -179,30 +196,47 @@ impl BoardSession {
                     let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
                     let samples_lost =
                         st.samples_dropped + kept_samples.saturating_sub(h.samples.len() as u64);
+                    // Lean calls have no frame to count at stop: theirs arrive
+                    // as they end.
+                    let open_at_stop = st.open_at_stop.saturating_add(h.late);
+                    if open_at_stop > 0 {
+                        warnings.push(format!(
+                            "hart {id}: {} still open at stop: not recorded (they ended after \
+                             the session), counted lost",
+                            calls(open_at_stop)
+                        ));
+                    }
                     if flight {
                         // The ring's first kept record is numbered `dropped`:
                         // everything before it was overwritten on the board.
                         let gaps = h.gaps.saturating_sub(st.dropped);
-                        (
-                            st.dropped + lean_over + trimmed,
-                            gaps + tail + lean_lost,
-                            samples_lost,
-                            st.overruns,
-                        )
+                        let lost =
+                            saturating_sum([gaps, tail, open_at_stop, lean_lost, overlapped]);
+                        let over = saturating_sum([st.dropped, lean_over, trimmed]);
+                        (over, lost, samples_lost, st.overruns)
                     } else {
-                        (
-                            0,
-                            st.dropped + h.gaps + tail + lean_lost,
-                            samples_lost,
-                            st.overruns,
-                        )
+                        let lost = saturating_sum([
+                            st.dropped,
+                            h.gaps,
+                            tail,
+                            open_at_stop,
+                            lean_lost,
+                            overlapped,
+                        ]);
+                        (0, lost, samples_lost, st.overruns)
                     }
                 }
                 // No counters arrived: the numbering still shows the gaps; a
                 // frame missing at the end shows as at least one call.
                 None => (
                     trimmed,
-                    h.gaps + h.lean_gaps + (s.missing_frames > 0 && h.gaps == 0) as u64,
+                    saturating_sum([
+                        h.gaps,
+                        h.lean_gaps,
+                        h.late,
+                        overlapped,
+                        (s.missing_frames > 0 && h.gaps == 0) as u64,
+                    ]),
                     0,
                     0,
                 ),
@@ -246,6 +280,7 @@ impl BoardSession {
         };
         let sites = self.sites;
         let mut trace = build::build(base, inputs, |id| sites.get(&id).cloned(), text_of);
+        trace.meta.warnings.extend(warnings);
         trace.meta.sampling = (s.sample_hz > 0).then(|| format!("board-timer@{}Hz", s.sample_hz));
         trace.meta.mappings = mappings;
         trace
@@ -269,9 +304,14 @@ impl BoardSession {
 /// later of the two rings' oldest exits is dropped, so that the trace holds
 /// every call since (a window with no holes); returns how many calls that
 /// drops, which count as overwritten.
-fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
+///
+/// A call that begins inside another and ends after it (two tasks' calls
+/// interleaved by a task switch) nests in neither: it is left out and
+/// counted (the second number returned), as the shadow stack loses such a
+/// call.
+fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
     if h.lean.is_empty() {
-        return 0;
+        return (0, 0);
     }
     struct Unit {
         start: u64,
@@ -349,17 +389,26 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
     pre.sort_by_key(|&u| (units[u].start, std::cmp::Reverse(units[u].end)));
     let contains = |o: &Unit, u: &Unit| u.start < o.end && u.end <= o.end;
     let mut depth = vec![0u32; units.len()];
+    let mut overlapping = vec![false; units.len()];
     let mut open: Vec<usize> = Vec::new();
     for &u in &pre {
-        while open
-            .last()
-            .is_some_and(|&o| !contains(&units[o], &units[u]))
-        {
+        while let Some(&o) = open.last() {
+            if contains(&units[o], &units[u]) {
+                break;
+            }
+            if units[u].start < units[o].end {
+                overlapping[u] = true;
+                break;
+            }
             open.pop();
         }
-        depth[u] = open.len() as u32;
-        open.push(u);
+        if !overlapping[u] {
+            depth[u] = open.len() as u32;
+            open.push(u);
+        }
     }
+    let overlapped = overlapping.iter().filter(|&&x| x).count() as u64;
+    let pre: Vec<usize> = pre.into_iter().filter(|&u| !overlapping[u]).collect();
     // Each sample against the calls open at its time.
     let mut order: Vec<usize> = (0..h.samples.len()).collect();
     order.sort_by_key(|&k| h.samples[k].0);
@@ -412,9 +461,18 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> u64 {
         }
     }
     // Exit order; what does not nest stays after the call it followed.
+    let mut units: Vec<Unit> = (units.into_iter().zip(overlapping))
+        .filter(|(_, x)| !x)
+        .map(|(u, _)| u)
+        .collect();
     units.sort_by_key(|u| (u.end, !u.interval));
     h.records = units.into_iter().flat_map(|u| u.recs).collect();
-    trimmed
+    (trimmed, overlapped)
+}
+
+/// `1 call`, `3 calls`.
+fn calls(n: u64) -> String {
+    format!("{n} call{}", if n == 1 { "" } else { "s" })
 }
 
 /// Decodes a board's byte stream.
@@ -579,6 +637,7 @@ impl Decoder {
                     let orphans = std::mem::take(&mut self.orphans);
                     self.current = Some(Session {
                         gen,
+                        version,
                         mode,
                         ticks_per_sec,
                         start_ticks,
@@ -709,21 +768,39 @@ impl Decoder {
                 }
             }
             wire::STATS => {
-                let st = HartStats {
+                let Some(s) = self.current.as_mut() else {
+                    return self.orphan(kind, hart, p);
+                };
+                let mut st = HartStats {
                     written: r.u64()?,
                     dropped: r.u64()?,
                     samples_taken: r.u64()?,
                     samples_dropped: r.u64()?,
                     overruns: r.u64()?,
                     refused_bytes: r.u64()?,
-                    // From version 4, on the first hart.
-                    lean_written: r.u64().unwrap_or(0),
-                    lean_dropped: r.u64().unwrap_or(0),
+                    open_at_stop: 0,
+                    lean_written: 0,
+                    lean_dropped: 0,
                 };
-                let Some(s) = self.current.as_mut() else {
-                    return self.orphan(kind, hart, p);
-                };
+                // Version 4 counts the calls open at stop and the lean
+                // calls: a STATS frame without them is a bad payload, not a
+                // session with none.
+                if s.version >= 4 {
+                    st.open_at_stop = r.u64()?;
+                    st.lean_written = r.u64()?;
+                    st.lean_dropped = r.u64()?;
+                }
                 s.harts.entry(hart).or_default().stats = Some(st);
+            }
+            wire::LATE => {
+                let gen = r.u32()?;
+                let late = r.u64()?;
+                // After its END: the session is done, or still current.
+                let s = (self.current.iter_mut())
+                    .chain(self.done.iter_mut().rev())
+                    .find(|s| s.gen == gen)?;
+                let h = s.harts.entry(hart).or_default();
+                h.late = h.late.max(late);
             }
             wire::TEXT => {
                 out.push(Output::Text(String::from_utf8_lossy(p).into_owned()));
@@ -918,7 +995,15 @@ mod tests {
                 .u64(0x8000_0200);
         });
         frame(wire::STATS, 0, &|w| {
-            w.u64(3).u64(0).u64(1).u64(0).u64(0).u64(0);
+            w.u64(3)
+                .u64(0)
+                .u64(1)
+                .u64(0)
+                .u64(0)
+                .u64(0)
+                .u64(0)
+                .u64(0)
+                .u64(0);
         });
         frame(wire::TEXT, 0, &|w| {
             w.bytes(b"truth parent 1");
@@ -927,6 +1012,75 @@ mod tests {
             w.u32(1);
         });
         out
+    }
+
+    /// From wire version 4 a STATS frame ends with the calls still open on
+    /// its hart at stop: they count as lost and the trace's warnings name
+    /// them; a version 3 STATS has no such field (none counted), and a
+    /// version 4 one cut before it is a bad payload, never read as none.
+    #[test]
+    fn calls_still_open_at_stop_count_as_lost_and_are_named() {
+        let frames = |version: u8, stats: &dyn Fn(&mut Writer<'_>)| {
+            let meta = move |w: &mut Writer<'_>| {
+                w.u8(version)
+                    .u8(wire::MODE_STREAM)
+                    .u8(1)
+                    .u64(1_000_000_000)
+                    .u64(1000)
+                    .u32(1)
+                    .u32(0)
+                    .str("mcycle")
+                    .u8(0)
+                    .bytes(b"demo");
+            };
+            stream_of(&[
+                (wire::META, &meta),
+                (wire::SITE, &|w| {
+                    w.u32(0).u32(7).u8(0).str("leaf").str("demo").str("main.rs");
+                }),
+                (wire::CALLS, &|w| {
+                    let r = RawCall::pack(1010, 2, 40, 0, false, 0);
+                    w.u64(0).u64(r.0).u64(r.1);
+                }),
+                (wire::STATS, stats),
+                (wire::END, &|w| {
+                    w.u32(1);
+                }),
+            ])
+        };
+        let six = |w: &mut Writer<'_>| {
+            w.u64(1).u64(0).u64(0).u64(0).u64(0).u64(0);
+        };
+        // Version 4: then calls open at stop, lean calls written and dropped.
+        let nine = |w: &mut Writer<'_>| {
+            six(w);
+            w.u64(2).u64(0).u64(0);
+        };
+        let (sessions, st, _) = decode(&frames(4, &nine), 5);
+        assert_eq!(st.bad_payloads, 0);
+        assert_eq!(sessions[0].stats()[0].1.open_at_stop, 2);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.calls().count(), t.meta().threads[0].lost), (1, 2));
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 2 calls still open at stop: not recorded (they ended after the session), \
+              counted lost"
+            ]
+        );
+
+        let (sessions, st, _) = decode(&frames(3, &six), 5);
+        assert_eq!(st.bad_payloads, 0);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.calls().count(), t.meta().threads[0].lost), (1, 0));
+        assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
+
+        let (sessions, st, _) = decode(&frames(4, &six), 5);
+        assert_eq!(
+            st.bad_payloads, 1,
+            "a version 4 STATS without its last field"
+        );
+        assert!(sessions[0].stats().is_empty());
     }
 
     /// META version 1 (no clock name, no counters) reads as `rdtime`;
@@ -1423,7 +1577,13 @@ mod tests {
     /// A board with a cycle clock: the first hart's plain calls arrive as
     /// lean records (no depth), the others (a counted call, with its
     /// counter) as records whose depth counts only the shadow stack.
-    fn lean_stream(mode: u8, lean_first: u64, stats: [u64; 8]) -> Vec<u8> {
+    fn lean_stream(
+        mode: u8,
+        lean_first: u64,
+        stats: [u64; 9],
+        extra: &[wire::LeanRecord],
+        late: Option<u64>,
+    ) -> Vec<u8> {
         use fgtrace_core::record::ext;
         let meta = move |w: &mut Writer<'_>| {
             w.u8(4)
@@ -1459,12 +1619,13 @@ mod tests {
         };
         // In exit order: `leaf` inside `counted` inside `outer`, `irq` (an
         // interrupt's call) inside `counted` after `leaf`, then `next`.
-        let leans = [
+        let mut leans = vec![
             lean(1020, 1030, 2, 0x7f00),
             lean(1040, 1045, 3, 0x7e00),
             lean(1070, 1090, 4, 0x7f80),
             lean(1000, 1100, 0, 0x8000),
         ];
+        leans.extend_from_slice(extra);
         let general = [
             RawCall::pack(1010, 0, 50, 1, false, 0),
             RawCall::ext(ext::COUNTER, 44, 0),
@@ -1530,6 +1691,14 @@ mod tests {
                 w.u32(1);
             }),
         ));
+        if let Some(n) = late {
+            frames.push((
+                wire::LATE,
+                Box::new(move |w: &mut Writer<'_>| {
+                    w.u32(1).u64(n);
+                }),
+            ));
+        }
         let refs: Vec<(u8, Fill<'_>)> =
             frames.iter().map(|(k, f)| (*k, &**f as Fill<'_>)).collect();
         stream_of(&refs)
@@ -1550,8 +1719,9 @@ mod tests {
 
     #[test]
     fn lean_calls_nest_by_time_with_the_others_and_samples_cut_at_their_frame_pointer() {
-        // STATS: 2 written, none dropped, 3 samples, then 4 lean written.
-        let bytes = lean_stream(wire::MODE_STREAM, 0, [2, 0, 3, 0, 0, 0, 4, 0]);
+        // STATS: 2 written, none dropped, 3 samples, none open at stop,
+        // then 4 lean written.
+        let bytes = lean_stream(wire::MODE_STREAM, 0, [2, 0, 3, 0, 0, 0, 0, 4, 0], &[], None);
         for step in [1, 9, 4096] {
             let (sessions, st, _) = decode(&bytes, step);
             assert_eq!((st.bad_payloads, st.missing_frames), (0, 0));
@@ -1591,7 +1761,7 @@ mod tests {
     fn lean_calls_that_never_arrived_are_counted_lost() {
         // 7 lean calls written, 1 dropped on the board; 4 arrived, numbered
         // from 1: one gap at the front, two never sent after.
-        let bytes = lean_stream(wire::MODE_STREAM, 1, [2, 0, 3, 0, 0, 0, 7, 1]);
+        let bytes = lean_stream(wire::MODE_STREAM, 1, [2, 0, 3, 0, 0, 0, 0, 7, 1], &[], None);
         let (sessions, _, _) = decode(&bytes, 4096);
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert_eq!(t.calls().count(), 5);
@@ -1604,7 +1774,13 @@ mod tests {
         // the lean ring 10; the general ring's oldest call (`counted`)
         // ended at 1060, after the lean ring's oldest (`leaf`, 1030) and
         // `irq` (1045): those two are dropped as overwritten too.
-        let bytes = lean_stream(wire::MODE_FLIGHT, 10, [5, 3, 3, 0, 0, 0, 14, 0]);
+        let bytes = lean_stream(
+            wire::MODE_FLIGHT,
+            10,
+            [5, 3, 3, 0, 0, 0, 0, 14, 0],
+            &[],
+            None,
+        );
         let (sessions, _, _) = decode(&bytes, 4096);
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert_eq!(
@@ -1654,5 +1830,66 @@ mod tests {
         // Room for one record only.
         let (n, _) = wire::pack_lean(&mut b[..wire::LEAN_MAX + 3], &recs, |r| *r);
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn lean_calls_that_overlap_without_nesting_or_end_after_stop_are_counted_lost() {
+        // `late` begins inside `next` and ends after it (a task switch
+        // between them); two lean calls open at stop end after it (LATE,
+        // after END, a running total: the last one counts).
+        let extra = [wire::LeanRecord {
+            start: 1080,
+            dur: 15,
+            site: 1,
+            fp: 0x7f40,
+        }];
+        let mut bytes = lean_stream(
+            wire::MODE_STREAM,
+            0,
+            [2, 0, 3, 0, 0, 0, 1, 5, 0],
+            &extra,
+            Some(1),
+        );
+        let more = lean_stream(wire::MODE_STREAM, 0, [0; 9], &[], Some(2));
+        // Only the second stream's LATE frame (its last), with a sequence
+        // number that follows the first stream's.
+        let mut at = 0;
+        let mut last = (0, 0);
+        while let Scan::Frame { used, .. } = wire::next_frame(&more[at..]) {
+            last = (at, at + used);
+            at += used;
+        }
+        let (s0, s1) = last;
+        let mut f = more[s0..s1].to_vec();
+        let seq = {
+            let mut at = 0;
+            let mut n = 0u16;
+            while let Scan::Frame { used, .. } = wire::next_frame(&bytes[at..]) {
+                at += used;
+                n += 1;
+            }
+            n
+        };
+        let payload = f[HEADER..f.len() - TRAILER].to_vec();
+        let mut g = [0u8; HEADER + MAX_PAYLOAD + TRAILER];
+        let n = encode(&mut g, seq, wire::LATE, 0, &payload);
+        f = g[..n].to_vec();
+        bytes.extend_from_slice(&f);
+        let (sessions, st, _) = decode(&bytes, 4096);
+        assert_eq!((st.bad_payloads, st.missing_frames), (0, 0));
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.calls().count(), 5, "the overlapping call left out");
+        // The overlapping call, and 1 on the shadow stack plus 2 lean calls
+        // open at stop.
+        assert_eq!(t.meta().threads[0].lost, 1 + 3);
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 1 call began inside another call and ended after it (a task switch?): \
+                 not nested, counted lost",
+                "hart 0: 3 calls still open at stop: not recorded (they ended after the \
+                 session), counted lost",
+            ]
+        );
     }
 }

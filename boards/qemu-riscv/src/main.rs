@@ -14,6 +14,8 @@
 //! `mcycle` (the timer's is `mtime`).
 #![no_std]
 #![no_main]
+// The `losses` build (a test's) runs two small sessions instead of the rounds.
+#![cfg_attr(feature = "losses", allow(dead_code))]
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
