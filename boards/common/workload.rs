@@ -367,12 +367,13 @@ static TASK_A: fgtrace::core::site::Site =
 static TASK_B: fgtrace::core::site::Site =
     fgtrace::core::site::Site::new("task_b", module_path!(), file!(), line!(), false);
 
-/// Two tasks' calls interleaved on one hart, as a task switch leaves them:
-/// task A's call begins, task B's begins inside it, A's returns first, then
-/// B's. On the shadow stack A's exit pops B's frame with its own, and B's
-/// call, whose frame is gone, is counted lost; as lean calls (a cycle
-/// clock) both are recorded, and the host, finding B's call neither inside
-/// A's nor after it, leaves it out and counts it.
+/// Two tasks' calls interleaved on one hart's shadow stack, as a task
+/// switch leaves them: task A's call begins, task B's begins above it, A's
+/// returns first (its exit pops B's frame with its own), then B's, whose
+/// frame is gone: B's call cannot be recorded and is counted lost. (These
+/// are their sites' first calls in the session, which take the shadow
+/// stack on every board; lean calls interleaved so are left out by the
+/// host, and counted, see `board_stream`'s tests.)
 #[cfg(feature = "losses")]
 fn interleaved_tasks() {
     count(&T_TASK_A);

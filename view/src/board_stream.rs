@@ -377,7 +377,9 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
         if let Some(c) = cutoff {
             units.retain(|u| {
                 let keep = u.end >= c;
-                if !keep && u.interval {
+                // A call, a poll or a whole future: what the ring counts.
+                let head = u.recs[0];
+                if !keep && !head.is_ext() && head.kind() != kind::LOST {
                     trimmed += 1;
                 }
                 keep
