@@ -317,3 +317,53 @@ fn graph_prints_an_async_fns_values_on_its_polls_from_a_file() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One root call around both futures: the slowest root call, whose graph the
+/// HTML page draws.
+#[fgtrace::traced]
+fn fetch_both() {
+    block_on(fetch(3)).ok();
+    block_on(fetch(0)).ok();
+}
+
+/// The `fetch` lines of a graph's text, without the columns before them.
+fn fetch_lines(graph: &str) -> Vec<String> {
+    graph
+        .lines()
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
+        .filter(|f| f.starts_with("fetch("))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_html_pages_graph_prints_an_async_fns_values_on_its_polls_as_graph_does() {
+    let dir = tempdir("asynchtml");
+    let (_, path) = cli_support::record(&dir, fetch_both);
+    let p = path.to_str().unwrap();
+    let expected = [
+        "fetch(id=3);",
+        "fetch() = Ok(300);",
+        "fetch(id=0);",
+        r#"fetch() = Err("not found");"#,
+    ];
+    let graph = text(&fgtrace_ok(&["graph", p]).stdout);
+    assert_eq!(fetch_lines(&graph), expected, "{graph}");
+    let html = dir.join("run.html");
+    fgtrace_ok(&["html", p, "-o", html.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&html).unwrap();
+    let section = html
+        .split_once("<section id=\"graph\">")
+        .and_then(|(_, s)| s.split_once("</section>"))
+        .map(|(s, _)| s)
+        .unwrap_or_else(|| panic!("no graph section: {html}"));
+    assert!(section.contains("<code>fetch_both</code>"), "{section}");
+    let shown = section
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    assert_eq!(fetch_lines(&shown), expected, "{section}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -110,40 +110,59 @@ impl PollValues {
         meta: &TraceMeta,
         events: impl IntoIterator<Item = Result<Event, TraceError>>,
     ) -> PollValues {
-        let wanted: Vec<bool> = meta
-            .sites
-            .iter()
-            .map(|s| s.is_async && !s.values.is_empty())
-            .collect();
-        let wants = |site: u32| wanted.get(site as usize).copied().unwrap_or(false);
-        let mut polls = crate::lanes::PollMatcher::new();
-        let mut futures: Vec<(fgtrace_trace::FutureSpan, Option<fgtrace_trace::CallValues>)> =
-            Vec::new();
-        // Per thread: the future just before, waiting for its values.
-        let mut last_future: Vec<Option<usize>> = Vec::new();
-        for ev in events {
-            let Ok(ev) = ev else { break };
-            let t = ev.thread() as usize;
-            if last_future.len() <= t {
-                last_future.resize(t + 1, None);
-            }
-            let waiting = last_future[t].take();
-            match ev {
-                Event::Call(c) if c.is_poll() && wants(c.site) => {
-                    polls.poll(&c);
-                }
-                Event::Future(f) if wants(f.site) => {
-                    futures.push((f, None));
-                    last_future[t] = Some(futures.len() - 1);
-                }
-                Event::Values(v) => {
-                    if let Some(i) = waiting {
-                        futures[i].1 = Some(v);
-                    }
-                }
-                _ => {}
-            }
+        let mut b = PollValuesBuilder::new(meta);
+        // A read error ends the pass; the graph's own pass reports it.
+        let Ok(_) = feed(&mut b, events);
+        b.finish()
+    }
+
+    /// The values the poll `c` shows.
+    fn of(&self, c: &Call) -> Option<&fgtrace_trace::CallValues> {
+        self.by_poll.get(&(c.thread, c.site, c.start_ns))
+    }
+}
+
+/// [`PollValues::collect`] as a [`Consume`], for a view that reads the
+/// events in a pass of its own (the HTML page's first pass): the `async fn`s'
+/// futures with their values, and the polls they are matched to.
+pub struct PollValuesBuilder<'a> {
+    meta: &'a TraceMeta,
+    /// Per site: an `async fn` recording values.
+    wanted: Vec<bool>,
+    polls: crate::lanes::PollMatcher,
+    futures: Vec<(fgtrace_trace::FutureSpan, Option<fgtrace_trace::CallValues>)>,
+    /// Per thread: the future just before, waiting for its values.
+    last_future: Vec<Option<usize>>,
+}
+
+impl<'a> PollValuesBuilder<'a> {
+    pub fn new(meta: &'a TraceMeta) -> Self {
+        PollValuesBuilder {
+            meta,
+            wanted: meta
+                .sites
+                .iter()
+                .map(|s| s.is_async && !s.values.is_empty())
+                .collect(),
+            polls: crate::lanes::PollMatcher::new(),
+            futures: Vec::new(),
+            last_future: Vec::new(),
         }
+    }
+
+    fn wants(&self, site: u32) -> bool {
+        self.wanted.get(site as usize).copied().unwrap_or(false)
+    }
+
+    /// Matches each future to its polls: the arguments go on the first, the
+    /// return value on the last.
+    pub fn finish(self) -> PollValues {
+        let PollValuesBuilder {
+            meta,
+            mut polls,
+            futures,
+            ..
+        } = self;
         let mut out = PollValues::default();
         for (f, values) in futures {
             let found = polls.future(&f);
@@ -177,10 +196,33 @@ impl PollValues {
         }
         out
     }
+}
 
-    /// The values the poll `c` shows.
-    fn of(&self, c: &Call) -> Option<&fgtrace_trace::CallValues> {
-        self.by_poll.get(&(c.thread, c.site, c.start_ns))
+impl Consume for PollValuesBuilder<'_> {
+    type Error = std::convert::Infallible;
+
+    fn push(&mut self, ev: &Event) -> Result<(), Self::Error> {
+        let t = ev.thread() as usize;
+        if self.last_future.len() <= t {
+            self.last_future.resize(t + 1, None);
+        }
+        let waiting = self.last_future[t].take();
+        match ev {
+            Event::Call(c) if c.is_poll() && self.wants(c.site) => {
+                self.polls.poll(c);
+            }
+            Event::Future(f) if self.wants(f.site) => {
+                self.futures.push((*f, None));
+                self.last_future[t] = Some(self.futures.len() - 1);
+            }
+            Event::Values(v) => {
+                if let Some(i) = waiting {
+                    self.futures[i].1 = Some(v.clone());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 

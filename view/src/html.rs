@@ -6,8 +6,9 @@
 //! a CI run or opened offline, and fetches nothing.
 //!
 //! Two streaming passes over the events, so memory stays bounded: the first
-//! builds the report, the flamegraph's stacks and finds the slowest root
-//! call; the second, knowing the top functions and that call, collects the
+//! builds the report, the flamegraph's stacks, finds the slowest root call
+//! and, as `fgtrace graph` does, the values of `async fn`s to draw on their
+//! polls (their futures come after the polls); the second, knowing the top functions and that call, collects the
 //! plotted functions' calls and the call's subtree (capped at
 //! [`HtmlOptions::graph_calls`]). `events` is therefore asked for twice.
 //!
@@ -23,7 +24,7 @@ use self::passes::{longest_stretches, FirstPass, Flame, Root, SecondPass, Stretc
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
 use super::format::human_duration;
-use super::graph::GraphOptions;
+use super::graph::{GraphOptions, PollValues, PollValuesBuilder};
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
@@ -126,6 +127,7 @@ where
         off_stacks,
         stretches,
         root: None,
+        poll_values: PollValues::wanted(meta).then(|| PollValuesBuilder::new(meta)),
     };
     let Ok(failed) = feed(&mut first, events());
     let FirstPass {
@@ -134,6 +136,7 @@ where
         off_stacks,
         stretches,
         root,
+        poll_values,
         ..
     } = first;
     let report = report.finish();
@@ -145,6 +148,7 @@ where
     let top: Vec<_> = report.functions.iter().take(opts.plots).collect();
     let gopts = GraphOptions {
         off_cpu: meta.off_cpu.as_ref().is_some_and(|o| o.is_available()),
+        poll_values: poll_values.map(|b| std::sync::Arc::new(b.finish())),
         ..GraphOptions::default()
     };
     let mut second = SecondPass {

@@ -46,7 +46,10 @@ pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Op
 /// under the same filters as a call at the current depth, with no allocation
 /// once the site's decision is cached. Calls `then` on the thread's state
 /// right after the record, only if the record was written (the values of a
-/// future that has them follow it).
+/// future that has them follow it). Nothing masks interrupts here: a caller
+/// whose `then` writes records runs this in a masked stretch (see
+/// `values::one_stretch`), since an interrupt handler's record between the
+/// future's and the values' would take them.
 #[cold]
 pub(super) fn record_future(
     site: &'static Site,
@@ -60,13 +63,13 @@ pub(super) fn record_future(
     if c & ON_MASK == 0 {
         return;
     }
-    with_state(|st| {
+    let written = with_state(|st| {
         let Some(id) = kept_site(st, site, c) else {
-            return;
+            return false;
         };
         let dur = end.wrapping_sub(start);
         if dur < st.threshold {
-            return;
+            return false;
         }
         let polls = polls.min(MAX_DEPTH);
         let (count, buf) = (st.count, st.buf);
@@ -74,10 +77,15 @@ pub(super) fn record_future(
             st,
             RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
         );
-        if st.count != count || st.buf != buf {
-            then(st);
-        }
-    })
+        st.count != count || st.buf != buf
+    });
+    // Where an interrupt lands between the record and what follows it,
+    // unless the caller masked them.
+    #[cfg(test)]
+    super::values::irq_sim::point();
+    if written {
+        with_state(then);
+    }
 }
 
 /// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call

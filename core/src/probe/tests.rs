@@ -472,6 +472,9 @@ fn names_since(first: usize) -> Vec<String> {
         .map(|r| {
             if r.is_ext() {
                 format!("value {}", r.ext_values().0)
+            } else if r.kind() == kind::FUTURE {
+                let name = crate::site::site_by_id(r.site()).map_or("?", |s| s.name);
+                std::format!("future {name}")
             } else {
                 crate::site::site_by_id(r.site())
                     .map_or("?", |s| s.name)
@@ -497,6 +500,68 @@ fn an_interrupt_at_a_calls_exit_never_lands_between_its_record_and_its_values() 
         assert_eq!(
             names_since(first),
             ["valued", "value 7", "value 9", "handler"]
+        );
+    });
+}
+
+static VALUED_ASYNC: Site = Site::with_values("valued_async", "t", "t.rs", 32, true, &["n", "ret"]);
+
+#[test]
+fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values() {
+    use crate::values::{value, RawValue};
+    on_own_thread(|| {
+        let mut cx = Context::from_waker(core::task::Waker::noop());
+        // Completed: the handler is armed inside the last poll, so it lands
+        // at the first unmasked point after it.
+        let first = unsafe { with_thread_state(|st| st.count) };
+        {
+            let fut =
+                values::ValuesFuture::new(&VALUED_ASYNC, [value(&7u32), RawValue::ABSENT], async {
+                    values::irq_sim::arm(handler);
+                    9u32
+                })
+                .with_ret(value);
+            let mut fut = core::pin::pin!(fut);
+            assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(9));
+        }
+        // The handler ran after the future's values, not between the
+        // future's record and them (there, they would read as the handler's).
+        assert_eq!(
+            names_since(first),
+            [
+                "valued_async",
+                "future valued_async",
+                "value 7",
+                "value 9",
+                "handler"
+            ]
+        );
+        // Dropped before completion: the cancelled future's record and its
+        // arguments, the same way.
+        let first = unsafe { with_thread_state(|st| st.count) };
+        {
+            let fut = values::ValuesFuture::new(
+                &VALUED_ASYNC,
+                [value(&5u32), RawValue::ABSENT],
+                core::future::pending::<u32>(),
+            );
+            let mut fut = core::pin::pin!(fut);
+            assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+            values::irq_sim::arm(handler);
+        }
+        assert_eq!(
+            names_since(first),
+            ["valued_async", "future valued_async", "value 5", "handler"]
+        );
+        // A future its caller follows itself (a `tracing` span's), the same way.
+        let first = unsafe { with_thread_state(|st| st.count) };
+        let start = crate::clock::ticks();
+        drop(values::enter_poll(&VALUED_ASYNC));
+        values::irq_sim::arm(handler);
+        values::record_future_values(&VALUED_ASYNC, start, 1, false, &[value(&3u32)]);
+        assert_eq!(
+            names_since(first),
+            ["valued_async", "future valued_async", "value 3", "handler"]
         );
     });
 }

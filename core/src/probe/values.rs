@@ -174,7 +174,8 @@ pub fn enter_poll(site: &'static Site) -> Guard {
 
 /// Records a whole future its caller followed (see [`enter_poll`]): from
 /// `first` (the [`ticks`] of its first poll) to now, with its poll count,
-/// then its present `values`, exactly as a [`ValuesFuture`] records its own.
+/// then its present `values`, exactly as a [`ValuesFuture`] records its own
+/// (in one stretch, masked on a board).
 pub fn record_future_values(
     site: &'static Site,
     first: u64,
@@ -182,7 +183,9 @@ pub fn record_future_values(
     cancelled: bool,
     values: &[RawValue],
 ) {
-    record_future(site, first, polls, cancelled, |st| write_values(st, values));
+    one_stretch(1 + values.len(), || {
+        record_future(site, first, polls, cancelled, |st| write_values(st, values))
+    });
 }
 
 /// Writes the present values as extension records after the record just

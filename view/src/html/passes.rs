@@ -4,7 +4,7 @@
 
 use crate::consume::Consume;
 use crate::folded::{Folded, FoldedBuilder};
-use crate::graph::{GraphOptions, GraphWriter};
+use crate::graph::{GraphOptions, GraphWriter, PollValuesBuilder};
 use crate::offcpu::OffCpuFoldedBuilder;
 use crate::plot::DurationsBuilder;
 use crate::report::ReportBuilder;
@@ -51,8 +51,9 @@ pub(super) struct Root {
 }
 
 /// The first pass over the events: the report, the flamegraph's and the
-/// off-CPU stacks, the call each off-CPU stretch started in, and the slowest
-/// root call of a shown thread.
+/// off-CPU stacks, the call each off-CPU stretch started in, the slowest
+/// root call of a shown thread, and the values of `async fn`s to show on
+/// their polls in that call's graph (when some `async fn` records values).
 pub(super) struct FirstPass<'a, R: Resolve> {
     pub(super) mask: &'a [bool],
     pub(super) filtered: bool,
@@ -61,6 +62,7 @@ pub(super) struct FirstPass<'a, R: Resolve> {
     pub(super) off_stacks: Option<OffCpuFoldedBuilder<'a>>,
     pub(super) stretches: Vec<Stretch>,
     pub(super) root: Option<Root>,
+    pub(super) poll_values: Option<PollValuesBuilder<'a>>,
 }
 
 impl<R: Resolve> Consume for FirstPass<'_, R> {
@@ -70,6 +72,9 @@ impl<R: Resolve> Consume for FirstPass<'_, R> {
         self.report.push(ev)?;
         self.flame.push(ev)?;
         if let Some(b) = self.off_stacks.as_mut() {
+            b.push(ev)?;
+        }
+        if let Some(b) = self.poll_values.as_mut() {
             b.push(ev)?;
         }
         if let Event::Call(c) = ev {
