@@ -363,8 +363,21 @@ fn dump_lean(o: &mut Out) {
     o.lean_calls(total - at as u64, &ring[..at]);
 }
 
+/// The running hart's index (0 in a firmware built for one hart).
+#[cfg(all(
+    any(target_arch = "riscv32", target_arch = "riscv64"),
+    feature = "single-hart"
+))]
+#[inline(always)]
+pub fn hart_id() -> usize {
+    0
+}
+
 /// The running hart's index.
-#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+#[cfg(all(
+    any(target_arch = "riscv32", target_arch = "riscv64"),
+    not(feature = "single-hart")
+))]
 #[inline(always)]
 pub fn hart_id() -> usize {
     let id: usize;

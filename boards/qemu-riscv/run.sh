@@ -11,7 +11,8 @@
 # instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
 # probe's clock instead of `mcycle`; with LOSSES=1, with its `losses` feature (a
 # test's build: two sessions that lose calls in known ways, counted and shown);
-# each variant in a target directory of its own.
+# with SINGLE_HART=1, built for one hart (the probe asks no hart index); each
+# variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
 # (see README, "Boards"). The fgtrace command comes from this repository.
@@ -36,6 +37,9 @@ done
 features=() tdir="$here/target"
 if [ "${CLOCK:-mcycle}" = rdtime ]; then
   features+=(--no-default-features) tdir="$tdir/rdtime"
+fi
+if [ "${SINGLE_HART:-0}" = 1 ]; then
+  features+=(--features single-hart) tdir="$tdir/single-hart"
 fi
 if [ "${COUNT_INSTRUCTIONS:-0}" = 1 ]; then
   features+=(--features instructions) tdir="$tdir/instructions"

@@ -59,6 +59,18 @@ fn run(target: &str) -> Option<Run> {
 /// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
 /// firmware's `losses` build (two sessions that lose calls in known ways).
 fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
+    run_full(target, instructions, clock, losses, false)
+}
+
+/// [`run_with`]; `single_hart`: the firmware built for one hart (the probe
+/// asks no hart index).
+fn run_full(
+    target: &str,
+    instructions: bool,
+    clock: &str,
+    losses: bool,
+    single_hart: bool,
+) -> Option<Run> {
     if !tools_present(target) {
         return None;
     }
@@ -80,6 +92,7 @@ fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Opti
         .env("COUNT_INSTRUCTIONS", if instructions { "1" } else { "0" })
         .env("CLOCK", clock)
         .env("LOSSES", if losses { "1" } else { "0" })
+        .env("SINGLE_HART", if single_hart { "1" } else { "0" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -119,7 +132,11 @@ fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Opti
 }
 
 fn check(target: &str) {
-    let Some(run) = run(target) else { return };
+    check_run(target, run(target))
+}
+
+fn check_run(target: &str, run: Option<Run>) {
+    let Some(run) = run else { return };
     let t = &run.trace;
     let meta = t.meta();
     assert!(
@@ -311,6 +328,16 @@ fn check(target: &str) {
 #[test]
 fn riscv64gc_firmware_matches_its_ground_truth() {
     check("riscv64gc");
+}
+
+/// The same firmware built for one hart (`single-hart`: no hart test on
+/// the probe's path).
+#[test]
+fn riscv64gc_firmware_built_for_one_hart_matches_its_ground_truth() {
+    check_run(
+        "riscv64gc",
+        run_full("riscv64gc", false, "mcycle", false, true),
+    );
 }
 
 #[test]

@@ -163,12 +163,26 @@ pub fn set_on(on: bool) {
 /// The running hart's slot.
 #[inline(always)]
 pub fn hart() -> &'static Hart {
-    // SAFETY: the platform's function, no preconditions.
-    let h = unsafe { platform::__fgtrace_hart() };
+    let h = hart_index();
     if h == 0 {
         &STATES[0]
     } else {
         other_hart(h)
+    }
+}
+
+/// The running hart's index: the platform's, or 0 in a firmware built
+/// for one hart (feature `single-hart`: no hart test on the probe's path).
+#[inline(always)]
+fn hart_index() -> usize {
+    #[cfg(feature = "single-hart")]
+    {
+        0
+    }
+    #[cfg(not(feature = "single-hart"))]
+    // SAFETY: the platform's function, no preconditions.
+    unsafe {
+        platform::__fgtrace_hart()
     }
 }
 
@@ -227,8 +241,7 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 /// [`enter_out`].
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
-    // SAFETY: the platform's function, no preconditions.
-    let h = unsafe { platform::__fgtrace_hart() };
+    let h = hart_index();
     #[cfg(not(all(fgtrace_lean, not(test))))]
     if h == 0 {
         if let Some(g) = enter_plain(&STATES[0], site, 0, stack_pointer()) {
@@ -424,8 +437,7 @@ fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> O
 /// serial << 32` (two registers on 32-bit targets), through
 /// [`enter_out`]'s trampoline.
 extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
-    // SAFETY: the platform's function, no preconditions.
-    let h = unsafe { platform::__fgtrace_hart() };
+    let h = hart_index();
     let hs = &STATES[h.min(HARTS - 1)];
     let plain = if h != 0 {
         enter_plain(hs, site, OTHER | FAST, sp)
@@ -876,8 +888,7 @@ fn site_word(id: u32) -> u64 {
 /// address, so its common exit needs no register saved around a call.
 #[inline(always)]
 pub(super) fn exit_board_any(slot: u32, serial: u32, end: u64) {
-    // SAFETY: the platform's function, no preconditions.
-    let h = unsafe { platform::__fgtrace_hart() };
+    let h = hart_index();
     if h == 0 {
         exit_on(&STATES[0], slot, serial, end)
     } else {
