@@ -273,7 +273,15 @@ pub fn __fgtrace_lean_full(c: &LeanCall) {
     }
     // SAFETY: `lim` ends one of the two buffers.
     let full = unsafe { w.lim.sub(BUF_CALLS) };
-    let other = if full == lean_buf(0) {
+    lean_swap(w, full);
+    put(w);
+    lean_send(full, BUF_CALLS, saved);
+}
+
+/// Points the writer at the lean buffer that is not `base` (interrupts
+/// masked).
+fn lean_swap(w: &mut probe::board::LeanWriter, base: *mut LeanCall) {
+    let other = if base == lean_buf(0) {
         lean_buf(1)
     } else {
         lean_buf(0)
@@ -281,8 +289,6 @@ pub fn __fgtrace_lean_full(c: &LeanCall) {
     w.ptr = other;
     // SAFETY: the other buffer's end.
     w.lim = unsafe { other.add(BUF_CALLS) };
-    put(w);
-    lean_send(full, BUF_CALLS, saved);
 }
 
 /// Sends `n` lean records at `buf` (swapped out, interrupts masked by
@@ -316,14 +322,7 @@ fn flush_lean() {
         __fgtrace_irq_restore(saved);
         return;
     }
-    let other = if base == lean_buf(0) {
-        lean_buf(1)
-    } else {
-        lean_buf(0)
-    };
-    w.ptr = other;
-    // SAFETY: the other buffer's end.
-    w.lim = unsafe { other.add(BUF_CALLS) };
+    lean_swap(w, base);
     lean_send(base, n, saved);
 }
 
