@@ -15,6 +15,11 @@
 //!   lands); what the sink refuses, or what no buffer can take, is counted. **Flight recorder**: the buffer is a
 //!   ring of the last [`BUF_CALLS`] calls, sent on [`dump`] (a host command,
 //!   or the panic handler).
+//! * **Lean calls** (a clock that never repeats: `mcycle`, the TSC): the
+//!   first hart's plain calls are written by the core into two buffers of
+//!   their own (the flight recorder's ring the first), handed over through
+//!   `__fgtrace_lean_full` and sent as [`LEAN_CALLS`]; those open at
+//!   [`stop`] are counted as they end ([`LATE`]).
 //! * The site table and the clock ([`META`], [`SITE`]) go out when a session
 //!   starts, are repeated every [`REPEAT_EVERY`] frames, and again at stop, so
 //!   a host that attaches late can still decode.

@@ -35,6 +35,12 @@
 //!   no call. The record is written in the board's layout of a plain call
 //!   (`RawCall::board_call`: word 0 is `start << 10 | depth`), which packs
 //!   in two instructions.
+//! * **Lean calls** (`fgtrace_lean`: a clock that never reads the same
+//!   value twice, `mcycle` or the TSC): the first hart's plain call pushes
+//!   no frame; its guard is its entry time, and its exit (`exit_lean`)
+//!   writes one [`LeanCall`] through the [`LeanWriter`] with interrupts
+//!   masked. The host nests such calls by time; the frame pointer in the
+//!   record lets it cut a sample below the call.
 //! * **Everything else** (another hart, a general entry or exit) is one
 //!   call through a trampoline (`enter_out`, `exit_out`) that keeps every
 //!   register but the call's own, so that the traced fn keeps its values in
