@@ -509,7 +509,10 @@ impl Graph {
                     chain.reverse();
                     return Some(chain);
                 }
-                if came_from.insert(w, u).is_none() {
+                // The first way to `w` stays: a later one must not rewrite
+                // it, or the chain back to `a` can loop.
+                if let std::collections::btree_map::Entry::Vacant(e) = came_from.entry(w) {
+                    e.insert(u);
                     queue.push_back(w);
                 }
             }

@@ -231,7 +231,13 @@ fn lean_join() {
 /// sent with interrupts as they were (as [`drain`] does); the flight
 /// recorder's ring starts over. What no buffer can take is counted.
 #[no_mangle]
-pub fn __fgtrace_lean_full(c: &LeanCall) {
+pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, fp: usize) {
+    let c = &LeanCall {
+        start,
+        end,
+        site,
+        fp,
+    };
     let saved = __fgtrace_irq_save();
     // SAFETY: the first hart's writer (lean records are made only there),
     // interrupts masked.

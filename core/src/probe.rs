@@ -58,6 +58,8 @@ mod future;
 #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
 mod guard_word;
 mod inspect;
+#[cfg(test)]
+mod irq_sim;
 mod marker;
 mod values;
 
@@ -347,7 +349,7 @@ pub mod platform {
         /// not take (boards with a cycle clock): the platform hands the
         /// buffer over and keeps the record, or counts it lost.
         #[cfg(all(fgtrace_lean, not(test)))]
-        pub fn __fgtrace_lean_full(call: &super::board::LeanCall);
+        pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, fp: usize);
         /// A counted call's further counters (after the thread's
         /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
         /// platform reads and keeps them for shadow-stack slot `slot`; at
@@ -580,7 +582,7 @@ pub fn enter(site: &'static Site) -> Guard {
 /// [`enter`], never a lean call: for guards whose exit writes more than
 /// the call's record (values), which a lean exit does not.
 #[inline(always)]
-pub(crate) fn enter_general(site: &'static Site) -> Guard {
+pub(crate) fn enter_not_lean(site: &'static Site) -> Guard {
     #[cfg(all(fgtrace_lean, not(test)))]
     {
         if !board::on() {

@@ -272,7 +272,7 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
     enter_out(site, stack_pointer())
 }
 
-/// A board's entry that never makes a lean call (see `enter_general`).
+/// A board's entry that never makes a lean call (see `enter_not_lean`).
 #[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
 pub(super) fn enter_general_board(site: &'static Site) -> Guard {
@@ -393,14 +393,8 @@ fn frame_pointer() -> usize {
 /// handoff). Called through a trampoline: the traced fn keeps its registers.
 #[cfg(all(fgtrace_lean, not(test)))]
 extern "C" fn lean_full(start: u64, end: u64, site: usize, fp: usize) {
-    let c = LeanCall {
-        start,
-        end,
-        site,
-        fp,
-    };
     // SAFETY: the platform's function.
-    unsafe { platform::__fgtrace_lean_full(&c) }
+    unsafe { platform::__fgtrace_lean_full(start, end, site, fp) }
 }
 
 /// The plain push on hart `h`, if its state and the site allow it. `bits`:

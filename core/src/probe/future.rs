@@ -82,7 +82,7 @@ pub(super) fn record_future(
     // Where an interrupt lands between the record and what follows it,
     // unless the caller masked them.
     #[cfg(test)]
-    super::values::irq_sim::point();
+    super::irq_sim::point();
     if written {
         with_state(then);
     }

@@ -493,7 +493,7 @@ fn an_interrupt_at_a_calls_exit_never_lands_between_its_record_and_its_values() 
             let mut g = values::enter_values(&VALUED, [value(&7u32), RawValue::ABSENT]);
             g.set_ret(value(&9u32));
             // The handler lands where the exit would let it first.
-            values::irq_sim::arm(handler);
+            irq_sim::arm(handler);
         }
         // The handler ran (after the call's values, not between the call's
         // record and them: there, the values would be the handler's).
@@ -517,7 +517,7 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
         {
             let fut =
                 values::ValuesFuture::new(&VALUED_ASYNC, [value(&7u32), RawValue::ABSENT], async {
-                    values::irq_sim::arm(handler);
+                    irq_sim::arm(handler);
                     9u32
                 })
                 .with_ret(value);
@@ -547,7 +547,7 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
             );
             let mut fut = core::pin::pin!(fut);
             assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
-            values::irq_sim::arm(handler);
+            irq_sim::arm(handler);
         }
         assert_eq!(
             names_since(first),
@@ -557,7 +557,7 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
         let first = unsafe { with_thread_state(|st| st.count) };
         let start = crate::clock::ticks();
         drop(values::enter_poll(&VALUED_ASYNC));
-        values::irq_sim::arm(handler);
+        irq_sim::arm(handler);
         values::record_future_values(&VALUED_ASYNC, start, 1, false, &[value(&3u32)]);
         assert_eq!(
             names_since(first),

@@ -11,7 +11,7 @@
 
 use super::future::record_future;
 use super::{
-    enter_general, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL,
+    enter_not_lean, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL,
 };
 use crate::clock::ticks;
 use crate::control::{CONTROL, ON_MASK};
@@ -36,7 +36,7 @@ pub struct ValuesGuard<const N: usize> {
 #[inline(always)]
 pub fn enter_values<const N: usize>(site: &'static Site, values: [RawValue; N]) -> ValuesGuard<N> {
     ValuesGuard {
-        guard: enter_general(site),
+        guard: enter_not_lean(site),
         values,
     }
 }
@@ -101,7 +101,7 @@ fn exit_values(g: &mut Guard, values: &[RawValue]) {
         let before = with_state(|st| (st.count, st.buf));
         exit(slot, serial);
         #[cfg(test)]
-        irq_sim::point();
+        super::irq_sim::point();
         with_state(|st| {
             if (st.count, st.buf) != before {
                 write_values(st, values);
@@ -141,7 +141,7 @@ fn mask() -> usize {
     // SAFETY: the platform's function, paired with `unmask`.
     return unsafe { super::platform::__fgtrace_irq_save() };
     #[cfg(test)]
-    return irq_sim::mask() as usize;
+    return super::irq_sim::mask() as usize;
     #[allow(unreachable_code)]
     0
 }
@@ -155,7 +155,7 @@ fn unmask(saved: usize) {
         super::platform::__fgtrace_irq_restore(saved)
     };
     #[cfg(test)]
-    irq_sim::unmask(saved as u32);
+    super::irq_sim::unmask(saved as u32);
     let _ = saved;
 }
 
@@ -290,47 +290,5 @@ impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
                 })
             });
         }
-    }
-}
-
-/// A simulated interrupt for the core's tests: a handler (traced code) that
-/// [`arm`](irq_sim::arm) sets runs at the next [`point`](irq_sim::point) where
-/// interrupts are not masked, as a board's interrupt would land there.
-#[cfg(test)]
-pub(super) mod irq_sim {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        static MASKED: Cell<u32> = const { Cell::new(0) };
-        static PENDING: Cell<Option<fn()>> = const { Cell::new(None) };
-    }
-
-    /// The next unmasked [`point`] runs `handler`.
-    pub(in crate::probe) fn arm(handler: fn()) {
-        PENDING.with(|p| p.set(Some(handler)));
-    }
-
-    /// Where an interrupt may land: runs the pending handler unless masked.
-    pub(in crate::probe) fn point() {
-        if MASKED.with(|m| m.get()) == 0 {
-            if let Some(h) = PENDING.with(|p| p.take()) {
-                h();
-            }
-        }
-    }
-
-    /// Masks (nests); returns what [`unmask`] takes.
-    pub(in crate::probe) fn mask() -> u32 {
-        MASKED.with(|m| {
-            m.set(m.get() + 1);
-            m.get() - 1
-        })
-    }
-
-    /// Restores what [`mask`] returned; a handler that became pending while
-    /// masked runs now, as a real one would once unmasked.
-    pub(in crate::probe) fn unmask(saved: u32) {
-        MASKED.with(|m| m.set(saved));
-        point();
     }
 }
