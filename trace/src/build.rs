@@ -735,7 +735,19 @@ impl RawAt {
     /// Reads the chunk again, checking it is what was read at open.
     pub(crate) fn read(&self, file: &std::fs::File) -> Result<RawChunk, TraceError> {
         let mut payload = vec![0u8; self.len as usize];
-        read_at(file, &mut payload, self.offset)?;
+        read_at(file, &mut payload, self.offset).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                // Cut short since it was opened (rewritten, truncated).
+                TraceError::Corrupt {
+                    offset: self.offset,
+                    what: "raw chunk changed since the file was opened (the file ends \
+                           before it now)"
+                        .into(),
+                }
+            } else {
+                e.into()
+            }
+        })?;
         if crc32fast::hash(&payload) != self.crc {
             return Err(TraceError::Corrupt {
                 offset: self.offset,

@@ -1355,12 +1355,24 @@ mod tests {
         changed[at] ^= 0x10;
         std::fs::write(&path, &changed).unwrap();
         let evs: Vec<_> = r.events().collect();
-        std::fs::remove_dir_all(&dir).unwrap();
         let last = evs.last().unwrap().as_ref().unwrap_err().to_string();
         assert!(
             last.contains("changed since the file was opened") || last.contains("corrupt"),
             "{last}"
         );
+        // Cut short under its reader: the same, not a bare read error.
+        std::fs::write(&path, &bytes).unwrap();
+        let r = TraceReader::open(&path).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(bytes.len() as u64 / 3)
+            .unwrap();
+        let evs: Vec<_> = r.events().collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let last = evs.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(last.contains("changed since the file was opened"), "{last}");
         // Without its end, the file is counted here, up to the bad chunk.
         let cut = &bytes[..bytes.len() - 200];
         let r = TraceReader::new(cut).unwrap();
