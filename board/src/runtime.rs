@@ -199,7 +199,7 @@ static LEAN: Lean = Lean {
             start: 0,
             end: 0,
             site: 0,
-            fp: 0,
+            sp: 0,
         }; BUF_CALLS]; 2],
     ),
     sending: AtomicBool::new(false),
@@ -231,12 +231,12 @@ fn lean_join() {
 /// sent with interrupts as they were (as [`drain`] does); the flight
 /// recorder's ring starts over. What no buffer can take is counted.
 #[no_mangle]
-pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, fp: usize) {
+pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, sp: usize) {
     let c = &LeanCall {
         start,
         end,
         site,
-        fp,
+        sp,
     };
     let saved = __fgtrace_irq_save();
     // SAFETY: the first hart's writer (lean records are made only there),
@@ -619,7 +619,7 @@ impl Out {
                 // SAFETY: a lean call's site is the `&'static Site` its
                 // traced fn passed, decided this session (so it has an id).
                 site: unsafe { &*(c.site as *const Site) }.id_decided(),
-                fp: c.fp as u64,
+                sp: c.sp as u64,
             });
             at += n;
             self.send_scratch(LEAN_CALLS, 0, 8 + used);

@@ -205,7 +205,7 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
 }
 
 /// A lean call as the wire carries it: entry time, duration, site id and
-/// the traced fn's frame pointer.
+/// the traced fn's stack pointer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeanRecord {
     /// The clock at entry.
@@ -214,12 +214,12 @@ pub struct LeanRecord {
     pub dur: u64,
     /// The site's id.
     pub site: u32,
-    /// The traced fn's frame pointer.
-    pub fp: u64,
+    /// The traced fn's stack pointer.
+    pub sp: u64,
 }
 
 /// Most bytes [`pack_lean`] writes for one record: the site (18 bits: 3),
-/// the zigzag start and frame-pointer differences and the duration (10
+/// the zigzag start and stack-pointer differences and the duration (10
 /// each).
 pub const LEAN_MAX: usize = 3 + 10 + 10 + 10;
 
@@ -227,12 +227,12 @@ pub const LEAN_MAX: usize = 3 + 10 + 10 + 10;
 /// (`f` makes each one a [`LeanRecord`]); returns how many records and how
 /// many bytes. A record is four LEB128 varints: the site id, its entry
 /// time's difference from the previous record's in this frame (zigzag; the
-/// first one's from 0), its duration, and its frame pointer's difference
+/// first one's from 0), its duration, and its stack pointer's difference
 /// from the previous one's (zigzag, the first from 0). Every frame decodes
 /// on its own.
 pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) -> (usize, usize) {
     let (mut at, mut n) = (0, 0);
-    let (mut prev, mut prev_fp) = (0u64, 0u64);
+    let (mut prev, mut prev_sp) = (0u64, 0u64);
     let zz = |d: i64| ((d << 1) ^ (d >> 63)) as u64;
     for r in recs {
         if out.len() - at < LEAN_MAX {
@@ -246,10 +246,10 @@ pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) ->
             let q = varint(p, r.site as u64);
             let q = varint(q, zz(r.start.wrapping_sub(prev) as i64));
             let q = varint(q, r.dur);
-            varint(q, zz(r.fp.wrapping_sub(prev_fp) as i64))
+            varint(q, zz(r.sp.wrapping_sub(prev_sp) as i64))
         };
         prev = r.start;
-        prev_fp = r.fp;
+        prev_sp = r.sp;
         // SAFETY: both in `rec`.
         at += unsafe { end.offset_from(p) } as usize;
         n += 1;
@@ -262,16 +262,16 @@ pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) ->
 /// that does not decode (the records before it were handed over).
 pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'static str> {
     let mut r = Reader::new(b);
-    let (mut prev, mut prev_fp) = (0u64, 0u64);
+    let (mut prev, mut prev_sp) = (0u64, 0u64);
     let un = |v: u64| ((v >> 1) as i64) ^ -((v & 1) as i64);
     let mut n = 0;
     while r.remaining() > 0 {
         let site = r.varint().ok_or("a lean call's site is cut short")?;
         let delta = r.varint().ok_or("a lean call's start is cut short")?;
         let dur = r.varint().ok_or("a lean call's duration is cut short")?;
-        let dfp = r
+        let dsp = r
             .varint()
-            .ok_or("a lean call's frame pointer is cut short")?;
+            .ok_or("a lean call's stack pointer is cut short")?;
         if site >= MAX_SITES as u64 {
             return Err("a lean call's site id is past the last site");
         }
@@ -283,12 +283,12 @@ pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'s
             return Err("a lean call's start is past the ticks a record holds");
         }
         prev = start;
-        prev_fp = prev_fp.wrapping_add(un(dfp) as u64);
+        prev_sp = prev_sp.wrapping_add(un(dsp) as u64);
         f(LeanRecord {
             start,
             dur,
             site: site as u32,
-            fp: prev_fp,
+            sp: prev_sp,
         });
         n += 1;
     }

@@ -290,9 +290,14 @@ fn check_run(target: &str, run: Option<Run>) {
         } else if is("::light_one") {
             light += 1;
         }
+        // The cut is at `split_work`'s own frame, and no frame below it (its
+        // callees') is `split_work` itself.
         if let Some(cut) = s.cut {
             let at = sym.frames(s.frames[cut as usize], cut > 0).to_vec();
-            if at.iter().any(|f| f.name.ends_with("::split_work")) {
+            let below = (s.frames[..cut as usize].iter().enumerate())
+                .flat_map(|(i, &a)| sym.frames(a, i > 0).to_vec())
+                .any(|f| f.name.ends_with("::split_work"));
+            if at.iter().any(|f| f.name.ends_with("::split_work")) && !below {
                 cut_ok += 1;
             }
         }
@@ -321,6 +326,14 @@ fn check_run(target: &str, run: Option<Run>) {
         folded.lines().any(|l| l
             .contains("run_round;fgtrace_board_demo::split_work;fgtrace_board_demo::heavy_three")),
         "{target}: combined flamegraph:\n{}",
+        &folded[..folded.len().min(2000)]
+    );
+    // The sampled frames below `split_work` are its callees' only.
+    assert!(
+        !folded
+            .lines()
+            .any(|l| l.matches("::split_work;").count() > 1),
+        "{target}: split_work among its own sampled frames:\n{}",
         &folded[..folded.len().min(2000)]
     );
 }

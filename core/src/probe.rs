@@ -349,7 +349,7 @@ pub mod platform {
         /// not take (boards with a cycle clock): the platform hands the
         /// buffer over and keeps the record, or counts it lost.
         #[cfg(all(fgtrace_lean, not(test)))]
-        pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, fp: usize);
+        pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, sp: usize);
         /// A counted call's further counters (after the thread's
         /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
         /// platform reads and keeps them for shadow-stack slot `slot`; at

@@ -297,7 +297,7 @@ impl BoardSession {
 /// exit order (a call's extension records after it), and each sample's
 /// depth and cut are those of the innermost call open at its time: the cut
 /// of a lean call is the first of the sample's frames whose record lies at
-/// or above the call's frame pointer.
+/// or above the call's stack pointer (where the shadow stack cuts too).
 ///
 /// A flight recorder keeps the last lean calls and the last other calls in
 /// two rings, which reach back to different times: what ended before the
@@ -319,7 +319,8 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
         /// Nests (a call or a poll), else ordered after the call before it.
         interval: bool,
         recs: Vec<RawCall>,
-        fp: Option<u64>,
+        /// A lean call's stack pointer (the sample's cut).
+        sp: Option<u64>,
     }
     let mut units = Vec::with_capacity(h.records.len() + h.lean.len());
     let general = std::mem::take(&mut h.records);
@@ -346,7 +347,7 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
             end,
             interval,
             recs: general[i..j].to_vec(),
-            fp: None,
+            sp: None,
         });
         i = j;
     }
@@ -357,14 +358,14 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
             end: start.saturating_add(l.dur),
             interval: true,
             recs: vec![RawCall::pack(l.start, 0, l.dur, l.site, false, kind::CALL)],
-            fp: Some(l.fp),
+            sp: Some(l.sp),
         });
     }
     let mut trimmed = 0;
     if flight {
         let oldest = |lean: bool| {
             (units.iter())
-                .filter(|u| u.interval && u.fp.is_some() == lean)
+                .filter(|u| u.interval && u.sp.is_some() == lean)
                 .map(|u| u.end)
                 .min()
         };
@@ -439,11 +440,11 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
             }
             Some(&o) => {
                 s.1 = depth[o] + 1;
-                if let Some(fp) = units[o].fp {
+                if let Some(sp) = units[o].sp {
                     let fps = h.sample_fps.get(k).map_or(&[][..], |v| &v[..]);
                     s.2 = fps
                         .iter()
-                        .position(|&f| f != 0 && f >= fp)
+                        .position(|&f| f != 0 && f >= sp)
                         .map(|i| i as u32);
                 }
             }
@@ -1613,11 +1614,11 @@ mod tests {
                 }
             })
             .collect();
-        let lean = |start: u64, end: u64, site: u32, fp: u64| wire::LeanRecord {
+        let lean = |start: u64, end: u64, site: u32, sp: u64| wire::LeanRecord {
             start,
             dur: end - start,
             site,
-            fp,
+            sp,
         };
         // In exit order: `leaf` inside `counted` inside `outer`, `irq` (an
         // interrupt's call) inside `counted` after `leaf`, then `next`.
@@ -1753,7 +1754,7 @@ mod tests {
             assert_eq!(t.meta().threads[0].lost, 0);
             let samples: Vec<_> = t.samples().map(|s| (s.shadow_depth, s.cut)).collect();
             // In `leaf` (three calls open), cut at the frame whose record is
-            // at `leaf`'s frame pointer; in `counted` (a shadow-stack call),
+            // at or above `leaf`'s stack pointer; in `counted` (a shadow-stack call),
             // the board's own cut; outside every call, none.
             assert_eq!(samples, [(3, Some(1)), (2, Some(1)), (0, None)]);
         }
@@ -1803,19 +1804,19 @@ mod tests {
                 start: 5,
                 dur: 0,
                 site: 0,
-                fp: 0x8000_0000,
+                sp: 0x8000_0000,
             },
             wire::LeanRecord {
                 start: 3,
                 dur: 9,
                 site: 200_000,
-                fp: 0x7fff_ff00,
+                sp: 0x7fff_ff00,
             },
             wire::LeanRecord {
                 start: fgtrace_core::record::START_MASK,
                 dur: 1 << 40,
                 site: 1,
-                fp: 8,
+                sp: 8,
             },
         ];
         let mut b = [0u8; 256];
@@ -1843,7 +1844,7 @@ mod tests {
             start: 1080,
             dur: 15,
             site: 1,
-            fp: 0x7f40,
+            sp: 0x7f40,
         }];
         let mut bytes = lean_stream(
             wire::MODE_STREAM,

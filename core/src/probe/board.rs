@@ -39,7 +39,7 @@
 //!   value twice, `mcycle` or the TSC): the first hart's plain call pushes
 //!   no frame; its guard is its entry time, and its exit (`exit_lean`)
 //!   writes one [`LeanCall`] through the [`LeanWriter`] with interrupts
-//!   masked. The host nests such calls by time; the frame pointer in the
+//!   masked. The host nests such calls by time; the stack pointer in the
 //!   record lets it cut a sample below the call.
 //! * **Everything else** (another hart, a general entry or exit) is one
 //!   call through a trampoline (`enter_out`, `exit_out`) that keeps every
@@ -103,9 +103,9 @@ pub struct LeanCall {
     pub end: u64,
     /// The site's address (`&'static Site`).
     pub site: usize,
-    /// The traced fn's frame pointer: the sampler's cut (the host finds the
+    /// The traced fn's stack pointer: the sampler's cut (the host finds the
     /// innermost traced frame of a sample by it).
-    pub fp: usize,
+    pub sp: usize,
 }
 
 /// Where the first hart's lean records go: the next one at `ptr`, room up
@@ -298,13 +298,13 @@ pub(super) fn exit_lean(start: u64, site: *const Site) {
             (*p).start = start;
             (*p).end = end;
             (*p).site = site as usize;
-            store_frame_pointer(p);
+            store_stack_pointer(p);
             w.ptr = p.add(1);
         }
         lean_unmask(saved);
     } else {
         lean_unmask(saved);
-        lean_out(start, end, site as usize, frame_pointer());
+        lean_out(start, end, site as usize, stack_pointer());
     }
 }
 
@@ -345,56 +345,40 @@ fn lean_unmask(saved: usize) {
     };
 }
 
-/// Stores the frame pointer of the function this is inlined into as
-/// `rec`'s `fp`, in one instruction.
+/// Stores the stack pointer of the function this is inlined into as
+/// `rec`'s `sp`, in one instruction: a callee's frame record lies below it,
+/// the function's own at or above it (as the shadow stack's frames keep it
+/// for the sampler's cut).
 ///
 /// # Safety
 /// `rec` is valid for a write.
 #[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
-unsafe fn store_frame_pointer(rec: *mut LeanCall) {
-    const FP: usize = core::mem::offset_of!(LeanCall, fp);
+unsafe fn store_stack_pointer(rec: *mut LeanCall) {
+    const SP: usize = core::mem::offset_of!(LeanCall, sp);
     // SAFETY: the caller's.
     #[cfg(target_arch = "riscv64")]
     unsafe {
-        core::arch::asm!("sd s0, {fp}({r})", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+        core::arch::asm!("sd sp, {sp}({r})", r = in(reg) rec, sp = const SP, options(nostack, preserves_flags))
     };
     // SAFETY: as above.
     #[cfg(target_arch = "riscv32")]
     unsafe {
-        core::arch::asm!("sw s0, {fp}({r})", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+        core::arch::asm!("sw sp, {sp}({r})", r = in(reg) rec, sp = const SP, options(nostack, preserves_flags))
     };
     // SAFETY: as above.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        core::arch::asm!("mov [{r} + {fp}], rbp", r = in(reg) rec, fp = const FP, options(nostack, preserves_flags))
+        core::arch::asm!("mov [{r} + {sp}], rsp", r = in(reg) rec, sp = const SP, options(nostack, preserves_flags))
     };
-}
-
-/// The frame pointer of the function this is inlined into.
-#[cfg(all(fgtrace_lean, not(test)))]
-#[inline(always)]
-fn frame_pointer() -> usize {
-    let fp: usize;
-    // SAFETY: reads a register.
-    #[cfg(any(target_arch = "riscv64", target_arch = "riscv32"))]
-    unsafe {
-        core::arch::asm!("mv {}, s0", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    // SAFETY: as above.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    fp
 }
 
 /// The record a full lean buffer could not take, to the platform (its
 /// handoff). Called through a trampoline: the traced fn keeps its registers.
 #[cfg(all(fgtrace_lean, not(test)))]
-extern "C" fn lean_full(start: u64, end: u64, site: usize, fp: usize) {
+extern "C" fn lean_full(start: u64, end: u64, site: usize, sp: usize) {
     // SAFETY: the platform's function.
-    unsafe { platform::__fgtrace_lean_full(start, end, site, fp) }
+    unsafe { platform::__fgtrace_lean_full(start, end, site, sp) }
 }
 
 /// The plain push on hart `h`, if its state and the site allow it. `bits`:
@@ -1018,7 +1002,7 @@ fn pop_write(st: &mut ThreadState, f: &Frame, d: u32, i: usize, dur: u64) {
 /// [`lean_full`] through its trampoline.
 #[cfg(all(fgtrace_lean, not(test)))]
 #[inline(always)]
-fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
+fn lean_out(start: u64, end: u64, site: usize, sp: usize) {
     #[cfg(target_arch = "riscv64")]
     // SAFETY: the trampoline keeps every register but a0 to a3 and ra (and
     // the caller-saved FP registers).
@@ -1029,7 +1013,7 @@ fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
             inout("a0") start => _,
             inout("a1") end => _,
             inout("a2") site => _,
-            inout("a3") fp => _,
+            inout("a3") sp => _,
             out("ra") _,
         )
     };
@@ -1044,7 +1028,7 @@ fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
             inout("a2") end as u32 => _,
             inout("a3") (end >> 32) as u32 => _,
             inout("a4") site => _,
-            inout("a5") fp => _,
+            inout("a5") sp => _,
             out("ra") _,
         )
     };
@@ -1058,7 +1042,7 @@ fn lean_out(start: u64, end: u64, site: usize, fp: usize) {
             inout("rdi") start => _,
             inout("rsi") end => _,
             inout("rdx") site => _,
-            inout("rcx") fp => _,
+            inout("rcx") sp => _,
             out("rax") _,
         )
     };
