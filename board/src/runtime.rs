@@ -1423,7 +1423,7 @@ fn flush_samples(id: usize) {
         // SAFETY: interrupts masked: the sampler cannot add meanwhile.
         let samples = unsafe { &*h.samples.get() };
         with_out(|o| {
-            let per_frame = MAX_PAYLOAD / (13 + 16 * MAX_FRAMES);
+            let per_frame = MAX_PAYLOAD / (13 + 18 * MAX_FRAMES);
             for chunk in samples[..n].chunks(per_frame.max(1)) {
                 o.maybe_repeat_meta();
                 o.frame(SAMPLES_FP, id as u8, |w| {
@@ -1432,8 +1432,9 @@ fn flush_samples(id: usize) {
                         for &f in &s.frames[..s.n as usize] {
                             w.u64(f);
                         }
+                        let mut fp = FpCoder::default();
                         for &f in &s.fps[..s.n as usize] {
-                            w.u64(f);
+                            w.varint(fp.encode(f));
                         }
                     }
                 });

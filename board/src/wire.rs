@@ -16,7 +16,7 @@
 //! | [`CALLS_PACKED`] | index of the first record u64, then the records packed (version 3, see [`pack_calls`]): a plain call in about 6 bytes, anything else (counters, values) as its 16 bytes |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
-//! | [`SAMPLES_FP`] | as [`SAMPLES`], then n x the frame pointer each address's frame record was read at u64 (0: none), so the host can cut a sample below a lean call (version 4) |
+//! | [`SAMPLES_FP`] | as [`SAMPLES`], then for each of the n addresses the frame pointer its frame record was read at, as a varint (see [`FpCoder`]), so the host can cut a sample below a lean call (version 4) |
 //! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart) |
 //! | [`LATE`] | session u32, calls u64: the first hart's lean calls open when that session stopped that have ended since, a running total (version 4) |
 //! | [`TEXT`] | UTF-8 console text |
@@ -56,6 +56,36 @@ pub const TEXT: u8 = 6;
 pub const END: u8 = 7;
 /// Call records, packed (see [`pack_calls`]).
 pub const CALLS_PACKED: u8 = 8;
+/// A sample's frame pointers in [`SAMPLES_FP`]: each one a varint, 0 for
+/// none, else its zigzag difference from the sample's previous one (the
+/// first from 0) plus 1: about 2 bytes a frame where the pointer has 8.
+#[derive(Default)]
+pub struct FpCoder {
+    prev: u64,
+}
+
+impl FpCoder {
+    /// The varint for frame pointer `fp`.
+    pub fn encode(&mut self, fp: u64) -> u64 {
+        if fp == 0 {
+            return 0;
+        }
+        let d = fp.wrapping_sub(self.prev) as i64;
+        self.prev = fp;
+        ((d << 1) ^ (d >> 63)) as u64 + 1
+    }
+    /// The frame pointer a varint stands for.
+    pub fn decode(&mut self, v: u64) -> u64 {
+        if v == 0 {
+            return 0;
+        }
+        let z = v - 1;
+        let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        self.prev = self.prev.wrapping_add(d as u64);
+        self.prev
+    }
+}
+
 /// Lean call records (see [`pack_lean`]).
 pub const LEAN_CALLS: u8 = 9;
 /// Sampled stacks with their frame pointers.
@@ -568,6 +598,14 @@ impl<'a> Writer<'a> {
     pub fn u64(&mut self, x: u64) -> &mut Self {
         self.bytes(&x.to_le_bytes())
     }
+    /// Appends a LEB128 varint.
+    pub fn varint(&mut self, mut x: u64) -> &mut Self {
+        while x >= 0x80 {
+            self.u8(x as u8 | 0x80);
+            x >>= 7;
+        }
+        self.u8(x as u8)
+    }
     /// Appends a `len:u16` string (cut at 255 bytes on a char boundary).
     pub fn str(&mut self, s: &str) -> &mut Self {
         let mut n = s.len().min(255);
@@ -810,5 +848,35 @@ mod tests {
         assert_eq!(r.u8(), None);
         let mut r = Reader::new(&[5, 0, b'a']);
         assert_eq!(r.str(), None, "length says 5, 1 byte left");
+    }
+
+    #[test]
+    fn frame_pointers_round_trip_as_differences() {
+        let fps = [
+            0,
+            0x8006_db20,
+            0x8006_de20,
+            0,
+            0x8006_de60,
+            0x1000,
+            u64::MAX,
+            8,
+        ];
+        let mut enc = FpCoder::default();
+        let mut w_buf = [0u8; 128];
+        let mut w = Writer::new(&mut w_buf);
+        for &f in &fps {
+            w.varint(enc.encode(f));
+        }
+        let n = w.len;
+        // Neighbouring frames' pointers take 2 or 3 bytes, not 8.
+        assert!(n < 8 * fps.len() / 2, "{n} bytes");
+        let mut r = Reader::new(&w_buf[..n]);
+        let mut dec = FpCoder::default();
+        let back: Vec<u64> = (0..fps.len())
+            .map(|_| dec.decode(r.varint().unwrap()))
+            .collect();
+        assert_eq!(back, fps);
+        assert_eq!(r.remaining(), 0);
     }
 }

@@ -754,8 +754,9 @@ impl Decoder {
                     }
                     let mut fps = Vec::new();
                     if kind == wire::SAMPLES_FP {
+                        let mut fp = wire::FpCoder::default();
                         for _ in 0..n {
-                            fps.push(r.u64()?);
+                            fps.push(fp.decode(r.varint()?));
                         }
                     }
                     let cut = (cut != wire::NO_CUT).then_some(cut as u32);
@@ -1640,8 +1641,9 @@ mod tests {
             for (i, _) in fps.iter().enumerate() {
                 w.u64(0x100 + i as u64);
             }
+            let mut fp = wire::FpCoder::default();
             for &f in fps {
-                w.u64(f);
+                w.varint(fp.encode(f));
             }
         };
         let mut frames: Vec<(u8, BoxedFill)> = vec![(wire::META, Box::new(meta))];
