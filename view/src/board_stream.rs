@@ -71,13 +71,36 @@ pub struct HartStats {
     pub lean_dropped: u64,
 }
 
+/// How a hart's records arrived against the board's numbering of them.
 #[derive(Default)]
-struct Hart {
-    records: Vec<RawCall>,
-    /// Index of the next record expected (the board numbers them).
+struct Numbering {
+    /// Index of the next record expected.
     next: u64,
     /// Records skipped over in the numbering: sent, never received.
     gaps: u64,
+    /// The first record's number that arrived.
+    first: Option<u64>,
+}
+
+impl Numbering {
+    /// `n` records numbered from `first` arrived: false for a repeat (the
+    /// first copy is kept).
+    fn arrive(&mut self, first: u64, n: usize) -> bool {
+        if first < self.next {
+            return false;
+        }
+        self.first.get_or_insert(first);
+        self.gaps = self.gaps.saturating_add(first - self.next);
+        self.next = first.saturating_add(n as u64);
+        true
+    }
+}
+
+#[derive(Default)]
+struct Hart {
+    records: Vec<RawCall>,
+    /// The records' numbering (the board numbers them per hart).
+    numbered: Numbering,
     /// (ticks, depth, cut, frames)
     samples: Vec<(u64, u32, Option<u32>, Vec<u64>)>,
     /// Per sample, the frame pointer of each frame's record (empty: the
@@ -85,11 +108,8 @@ struct Hart {
     sample_fps: Vec<Vec<u64>>,
     /// Lean calls (entry and exit times, no depth: nested by time).
     lean: Vec<wire::LeanRecord>,
-    /// As `next` and `gaps`, for lean calls.
-    lean_next: u64,
-    lean_gaps: u64,
-    /// The first lean record's number that arrived.
-    lean_first: Option<u64>,
+    /// Lean calls' numbering (apart from the other records').
+    lean_numbered: Numbering,
     /// Lean calls open at stop that ended after it ([`wire::LATE`]).
     late: u64,
     stats: Option<HartStats>,
@@ -183,16 +203,16 @@ impl BoardSession {
             let (overwritten, dropped, samples_lost, overruns) = match h.stats {
                 Some(st) => {
                     // Lean calls are numbered apart: the same accounting.
-                    let lean_tail = st.lean_written.saturating_sub(h.lean_next);
+                    let lean_tail = st.lean_written.saturating_sub(h.lean_numbered.next);
                     let (lean_over, lean_lost) = if flight {
                         // The ring's first kept record's number: those before
                         // it were overwritten on the board.
-                        let over = h.lean_first.unwrap_or(h.lean_next);
-                        (over, h.lean_gaps.saturating_sub(over) + lean_tail)
+                        let over = h.lean_numbered.first.unwrap_or(h.lean_numbered.next);
+                        (over, h.lean_numbered.gaps.saturating_sub(over) + lean_tail)
                     } else {
-                        (0, st.lean_dropped + h.lean_gaps + lean_tail)
+                        (0, st.lean_dropped + h.lean_numbered.gaps + lean_tail)
                     };
-                    let tail = st.written.saturating_sub(h.next);
+                    let tail = st.written.saturating_sub(h.numbered.next);
                     let kept_samples = st.samples_taken.saturating_sub(st.samples_dropped);
                     let samples_lost =
                         st.samples_dropped + kept_samples.saturating_sub(h.samples.len() as u64);
@@ -209,7 +229,7 @@ impl BoardSession {
                     if flight {
                         // The ring's first kept record is numbered `dropped`:
                         // everything before it was overwritten on the board.
-                        let gaps = h.gaps.saturating_sub(st.dropped);
+                        let gaps = h.numbered.gaps.saturating_sub(st.dropped);
                         let lost =
                             saturating_sum([gaps, tail, open_at_stop, lean_lost, overlapped]);
                         let over = saturating_sum([st.dropped, lean_over, trimmed]);
@@ -217,7 +237,7 @@ impl BoardSession {
                     } else {
                         let lost = saturating_sum([
                             st.dropped,
-                            h.gaps,
+                            h.numbered.gaps,
                             tail,
                             open_at_stop,
                             lean_lost,
@@ -231,11 +251,11 @@ impl BoardSession {
                 None => (
                     trimmed,
                     saturating_sum([
-                        h.gaps,
-                        h.lean_gaps,
+                        h.numbered.gaps,
+                        h.lean_numbered.gaps,
                         h.late,
                         overlapped,
-                        (s.missing_frames > 0 && h.gaps == 0) as u64,
+                        (s.missing_frames > 0 && h.numbered.gaps == 0) as u64,
                     ]),
                     0,
                     0,
@@ -369,7 +389,7 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
                 .map(|u| u.end)
                 .min()
         };
-        let lean_over = h.lean_first.is_some_and(|f| f > 0);
+        let lean_over = h.lean_numbered.first.is_some_and(|f| f > 0);
         let other_over = h.stats.is_some_and(|st| st.dropped > 0);
         let cutoff = [(lean_over, oldest(true)), (other_over, oldest(false))]
             .into_iter()
@@ -595,13 +615,18 @@ impl Decoder {
             return self.orphan(kind, hart, p);
         };
         let h = s.harts.entry(hart).or_default();
-        if first < h.next {
-            return None; // a repeat: keep the first copy
+        if !h.numbered.arrive(first, recs.len()) {
+            return None;
         }
-        h.gaps = h.gaps.saturating_add(first - h.next);
-        h.next = first.saturating_add(recs.len() as u64);
         h.records.extend(recs);
         Some(())
+    }
+
+    /// Why a frame that passed its CRC did not decode (the first 16).
+    fn bad_payload(&mut self, why: String) {
+        if self.stats.bad_payload_reasons.len() < 16 {
+            self.stats.bad_payload_reasons.push(why);
+        }
     }
 
     fn parse(&mut self, kind: u8, hart: u8, p: &[u8], out: &mut Vec<Output>) -> Option<()> {
@@ -706,10 +731,7 @@ impl Decoder {
                     // The frame passed its CRC, so the board sent this: a
                     // firmware of another format. Its records are not
                     // guessed at; the board's counters show them as lost.
-                    if self.stats.bad_payload_reasons.len() < 16 {
-                        (self.stats.bad_payload_reasons)
-                            .push(format!("CALLS_PACKED frame, records from {first}: {e}"));
-                    }
+                    self.bad_payload(format!("CALLS_PACKED frame, records from {first}: {e}"));
                     return None;
                 }
                 return self.calls(kind, hart, p, first, recs);
@@ -719,22 +741,16 @@ impl Decoder {
                 let mut recs = Vec::new();
                 let rest = r.bytes(r.remaining())?;
                 if let Err(e) = wire::unpack_lean(rest, |c| recs.push(c)) {
-                    if self.stats.bad_payload_reasons.len() < 16 {
-                        (self.stats.bad_payload_reasons)
-                            .push(format!("LEAN_CALLS frame, records from {first}: {e}"));
-                    }
+                    self.bad_payload(format!("LEAN_CALLS frame, records from {first}: {e}"));
                     return None;
                 }
                 let Some(s) = self.current.as_mut() else {
                     return self.orphan(kind, hart, p);
                 };
                 let h = s.harts.entry(hart).or_default();
-                if first < h.lean_next {
-                    return None; // a repeat: keep the first copy
+                if !h.lean_numbered.arrive(first, recs.len()) {
+                    return None;
                 }
-                h.lean_first.get_or_insert(first);
-                h.lean_gaps = h.lean_gaps.saturating_add(first - h.lean_next);
-                h.lean_next = first.saturating_add(recs.len() as u64);
                 h.lean.extend(recs);
             }
             wire::SAMPLES | wire::SAMPLES_FP => {
