@@ -453,12 +453,15 @@ pub fn __fgtrace_irq_restore(old: usize) {
 
 // ------------------------------------------------------------------ output
 
+// Aligned, the frame's first: the CRC, from the frame's fifth byte, reads
+// whole words.
+#[repr(C, align(8))]
 struct Out {
+    /// The frame being built: its payload is filled in place.
+    scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
     sink: Option<&'static mut dyn Sink>,
     seq: u16,
     since_meta: u32,
-    /// The frame being built: its payload is filled in place.
-    scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
 }
 
 struct OutCell(UnsafeCell<Out>);
@@ -466,10 +469,10 @@ struct OutCell(UnsafeCell<Out>);
 unsafe impl Sync for OutCell {}
 
 static OUT: OutCell = OutCell(UnsafeCell::new(Out {
+    scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
     sink: None,
     seq: 0,
     since_meta: 0,
-    scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
 }));
 /// The output's owner: 0 when free, else the owning hart's index + 1.
 static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);

@@ -15,7 +15,7 @@
 //! | [`CALLS`] | index of the first record in the hart's session u64, then n x 16-byte records (the core's `RawCall`, two u64); sent by firmware before version 3 |
 //! | [`CALLS_PACKED`] | index of the first record u64, then the records packed (version 3, see [`pack_calls`]): a plain call in about 6 bytes, anything else (counters, values) as its 16 bytes |
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
-//! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
+//! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4; from version 5 a record's stack pointer only when it moved, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
 //! | [`SAMPLES_FP`] | as [`SAMPLES`], then for each of the n addresses the frame pointer its frame record was read at, as a varint (see [`FpCoder`]), so the host can cut a sample below a lean call (version 4) |
 //! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart) |
 //! | [`LATE`] | session u32, calls u64: the first hart's lean calls open when that session stopped that have ended since, a running total (version 4) |
@@ -35,10 +35,11 @@ pub const MAX_PAYLOAD: usize = 1024;
 /// Format version in [`META`] (3: call records go out as [`CALLS_PACKED`];
 /// 4: [`STATS`] ends with the calls still open at stop and the lean calls'
 /// counters, the first hart's plain calls go as [`LEAN_CALLS`] on a board
-/// with a cycle clock, samples as [`SAMPLES_FP`]). A host refuses a META of
+/// with a cycle clock, samples as [`SAMPLES_FP`]; 5: a lean record's
+/// stack pointer only when it moved, see [`pack_lean`]). A host refuses a META of
 /// a version it does not know, so that it never reads a newer stream as if
 /// nothing were missing from it.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 
 /// Session metadata: clock rate, mode, harts.
 pub const META: u8 = 1;
@@ -144,17 +145,24 @@ static CRC_TABLES: [[u32; 256]; 4] = crc_tables();
 /// b)` is the CRC of `a` then `b`.
 pub fn crc32(crc: u32, bytes: &[u8]) -> u32 {
     let t = &CRC_TABLES;
+    let byte = |c: u32, b: u8| t[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
     let mut c = !crc;
-    let mut words = bytes.chunks_exact(4);
-    for w in &mut words {
-        let v = c ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+    // SAFETY: every 4 bytes are a valid u32. Whole words are read at
+    // aligned addresses, one load where assembling 4 bytes took 7
+    // instructions (a hart need not load unaligned words).
+    let (head, words, tail) = unsafe { bytes.align_to::<u32>() };
+    for &b in head {
+        c = byte(c, b);
+    }
+    for &w in words {
+        let v = c ^ u32::from_le(w);
         c = t[3][(v & 0xff) as usize]
             ^ t[2][((v >> 8) & 0xff) as usize]
             ^ t[1][((v >> 16) & 0xff) as usize]
             ^ t[0][(v >> 24) as usize];
     }
-    for &b in words.remainder() {
-        c = t[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    for &b in tail {
+        c = byte(c, b);
     }
     !c
 }
@@ -248,60 +256,89 @@ pub struct LeanRecord {
     pub sp: u64,
 }
 
-/// Most bytes [`pack_lean`] writes for one record: the site (18 bits: 3),
-/// the zigzag start and stack-pointer differences and the duration (10
-/// each).
+/// Most bytes [`pack_lean`] writes for one record: the site and its flag
+/// (19 bits: 3), the zigzag start and stack-pointer differences and the
+/// duration (10 each).
 pub const LEAN_MAX: usize = 3 + 10 + 10 + 10;
 
 /// Packs lean call records for [`LEAN_CALLS`] into `out`, as many as fit
 /// (`f` makes each one a [`LeanRecord`]); returns how many records and how
-/// many bytes. A record is four LEB128 varints: the site id, its entry
-/// time's difference from the previous record's in this frame (zigzag; the
-/// first one's from 0), its duration, and its stack pointer's difference
-/// from the previous one's (zigzag, the first from 0). Every frame decodes
-/// on its own.
+/// many bytes. A record is three or four LEB128 varints: the site id
+/// shifted left by one, its low bit set when the stack pointer differs
+/// from the previous record's; the entry time's difference from the
+/// previous record's exit time in this frame (zigzag; the first one's from
+/// 0); the duration; and, only when that bit is set, the stack pointer's
+/// difference from the previous one's (zigzag, the first from 0). Records
+/// go in exit order, so a call's entry mostly follows the previous exit
+/// closely (a sibling's, the gap between two calls) where it follows the
+/// previous entry by that call's whole duration; and a loop of calls from
+/// one caller repeats its stack pointer, so most records are three short
+/// varints. Every frame decodes on its own.
 pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) -> (usize, usize) {
-    let (mut at, mut n) = (0, 0);
+    let Some(room) = out.len().checked_sub(LEAN_MAX) else {
+        return (0, 0);
+    };
+    let base = out.as_mut_ptr();
+    // SAFETY: `room` is within `out`: a record started at or before it has
+    // LEAN_MAX bytes, the most one takes.
+    let last = unsafe { base.add(room) };
+    let mut p = base;
     let (mut prev, mut prev_sp) = (0u64, 0u64);
     let zz = |d: i64| ((d << 1) ^ (d >> 63)) as u64;
+    let mut n = 0;
     for r in recs {
-        if out.len() - at < LEAN_MAX {
+        if p > last {
             break;
         }
         let r = f(r);
-        let rec = &mut out[at..at + LEAN_MAX];
-        let p = rec.as_mut_ptr();
-        // SAFETY: `rec` has LEAN_MAX bytes, the most these four varints take.
-        let end = unsafe {
-            let q = varint(p, r.site as u64);
-            let q = varint(q, zz(r.start.wrapping_sub(prev) as i64));
-            let q = varint(q, r.dur);
-            varint(q, zz(r.sp.wrapping_sub(prev_sp) as i64))
-        };
-        prev = r.start;
+        let moved = r.sp != prev_sp;
+        // SAFETY: `p` is at or before `last`, see above.
+        unsafe {
+            p = varint(p, (r.site as u64) << 1 | moved as u64);
+            p = varint(p, zz(r.start.wrapping_sub(prev) as i64));
+            p = varint(p, r.dur);
+            if moved {
+                p = varint(p, zz(r.sp.wrapping_sub(prev_sp) as i64));
+            }
+        }
+        prev = r.start.wrapping_add(r.dur);
         prev_sp = r.sp;
-        // SAFETY: both in `rec`.
-        at += unsafe { end.offset_from(p) } as usize;
         n += 1;
     }
-    (n, at)
+    // SAFETY: both in `out`.
+    (n, unsafe { p.offset_from(base) } as usize)
 }
 
-/// Unpacks a [`LEAN_CALLS`] payload's records (after its first index),
-/// handing each to `f`; `Err` names what is wrong with the first record
-/// that does not decode (the records before it were handed over).
-pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'static str> {
+/// Unpacks a [`LEAN_CALLS`] payload's records (after its first index) of a
+/// stream of wire `version`, handing each to `f`; `Err` names what is
+/// wrong with the first record that does not decode (the records before it
+/// were handed over). Version 4 firmware sent every record's stack pointer
+/// difference, the site id unshifted, and the entry time's difference from
+/// the previous entry.
+pub fn unpack_lean(
+    b: &[u8],
+    version: u8,
+    mut f: impl FnMut(LeanRecord),
+) -> Result<usize, &'static str> {
     let mut r = Reader::new(b);
     let (mut prev, mut prev_sp) = (0u64, 0u64);
     let un = |v: u64| ((v >> 1) as i64) ^ -((v & 1) as i64);
     let mut n = 0;
     while r.remaining() > 0 {
-        let site = r.varint().ok_or("a lean call's site is cut short")?;
+        let head = r.varint().ok_or("a lean call's site is cut short")?;
+        let (site, moved) = if version >= 5 {
+            (head >> 1, head & 1 != 0)
+        } else {
+            (head, true)
+        };
         let delta = r.varint().ok_or("a lean call's start is cut short")?;
         let dur = r.varint().ok_or("a lean call's duration is cut short")?;
-        let dsp = r
-            .varint()
-            .ok_or("a lean call's stack pointer is cut short")?;
+        let dsp = if moved {
+            r.varint()
+                .ok_or("a lean call's stack pointer is cut short")?
+        } else {
+            0
+        };
         if site >= MAX_SITES as u64 {
             return Err("a lean call's site id is past the last site");
         }
@@ -312,7 +349,11 @@ pub fn unpack_lean(b: &[u8], mut f: impl FnMut(LeanRecord)) -> Result<usize, &'s
         if start > START_MASK {
             return Err("a lean call's start is past the ticks a record holds");
         }
-        prev = start;
+        prev = if version >= 5 {
+            start.wrapping_add(dur)
+        } else {
+            start
+        };
         prev_sp = prev_sp.wrapping_add(un(dsp) as u64);
         f(LeanRecord {
             start,

@@ -53,7 +53,7 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         commands.push('\n');
     }
     let mut child = None;
-    let (mut input, mut control): (Box<dyn Read>, Option<Box<dyn Write>>) =
+    let (mut input, mut control): (Box<dyn Read>, Option<Box<dyn Write + Send>>) =
         if !args.child.is_empty() {
             let mut c = Command::new(&args.child[0])
                 .args(&args.child[1..])
@@ -83,26 +83,33 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
                         m.file_type().is_char_device()
                     });
                     let control = match (w, is_char) {
-                        (Some(w), Ok(true)) => Some(Box::new(w) as Box<dyn Write>),
+                        (Some(w), Ok(true)) => Some(Box::new(w) as Box<dyn Write + Send>),
                         _ => None,
                     };
                     (Box::new(f), control)
                 }
             }
         };
-    if !commands.is_empty() {
-        match control.as_mut() {
-            Some(w) => w
-                .write_all(commands.as_bytes())
-                .and_then(|_| w.flush())
-                .map_err(|e| format!("cannot send commands to the board: {e}"))?,
-            None => {
-                return Err(
-                    "--command needs a board to talk to (a child, --tcp or a serial device)".into(),
-                )
-            }
-        }
-    }
+    // The commands go once the board has sent its first frame, or after a
+    // second of silence (a board that spoke before the host listened): a
+    // board may set its UART up at boot, and the example boards' turning
+    // their FIFOs on clears whatever they had received.
+    let (heard, hear) = std::sync::mpsc::channel::<()>();
+    let sender = if commands.is_empty() {
+        None
+    } else {
+        let Some(mut w) = control.take() else {
+            return Err(
+                "--command needs a board to talk to (a child, --tcp or a serial device)".into(),
+            );
+        };
+        Some(std::thread::spawn(move || {
+            let _ = hear.recv_timeout(std::time::Duration::from_secs(1));
+            let sent = w.write_all(commands.as_bytes()).and_then(|_| w.flush());
+            (w, sent)
+        }))
+    };
+    let mut heard = Some(heard);
     let mut dec = Decoder::new();
     let mut buf = vec![0u8; 1 << 16];
     let stdout = std::io::stdout();
@@ -113,7 +120,13 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("reading the board's stream: {e}")),
         };
-        for o in dec.push(&buf[..n]) {
+        let outputs = dec.push(&buf[..n]);
+        if dec.stats().frames > 0 {
+            if let Some(h) = heard.take() {
+                let _ = h.send(());
+            }
+        }
+        for o in outputs {
             match o {
                 Output::Text(t) => {
                     let mut out = stdout.lock();
@@ -122,6 +135,18 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
                 }
                 Output::SessionEnded(_) => {}
             }
+        }
+    }
+    drop(heard);
+    // Its stdin stays open until the board has ended (qemu reads EOF there).
+    if let Some(s) = sender {
+        match s.join() {
+            Ok((w, Ok(()))) => drop(w),
+            Ok((w, Err(e))) => {
+                drop(w);
+                eprintln!("fgtrace board: cannot send commands to the board: {e}");
+            }
+            Err(_) => eprintln!("fgtrace board: the thread sending commands panicked"),
         }
     }
     drop(control);

@@ -740,13 +740,14 @@ impl Decoder {
                 let first = r.u64()?;
                 let mut recs = Vec::new();
                 let rest = r.bytes(r.remaining())?;
-                if let Err(e) = wire::unpack_lean(rest, |c| recs.push(c)) {
+                let Some(version) = self.current.as_ref().map(|s| s.version) else {
+                    return self.orphan(kind, hart, p);
+                };
+                if let Err(e) = wire::unpack_lean(rest, version, |c| recs.push(c)) {
                     self.bad_payload(format!("LEAN_CALLS frame, records from {first}: {e}"));
                     return None;
                 }
-                let Some(s) = self.current.as_mut() else {
-                    return self.orphan(kind, hart, p);
-                };
+                let s = self.current.as_mut()?;
                 let h = s.harts.entry(hart).or_default();
                 if !h.lean_numbered.arrive(first, recs.len()) {
                     return None;
@@ -1606,7 +1607,7 @@ mod tests {
     ) -> Vec<u8> {
         use fgtrace_core::record::ext;
         let meta = move |w: &mut Writer<'_>| {
-            w.u8(4)
+            w.u8(wire::VERSION)
                 .u8(mode)
                 .u8(1)
                 .u64(1_000_000_000)
@@ -1841,11 +1842,41 @@ mod tests {
         let (n, used) = wire::pack_lean(&mut b, &recs, |r| *r);
         assert_eq!(n, 3);
         let mut back = Vec::new();
-        assert_eq!(wire::unpack_lean(&b[..used], |r| back.push(r)), Ok(3));
+        let v = wire::VERSION;
+        assert_eq!(wire::unpack_lean(&b[..used], v, |r| back.push(r)), Ok(3));
         assert_eq!(back, recs);
+        // A record whose stack pointer repeats the one before carries none:
+        // a byte shorter than the same record with its pointer moved by 8.
+        let same = [
+            recs[2],
+            wire::LeanRecord {
+                start: 7,
+                ..recs[2]
+            },
+        ];
+        let moved = [recs[2], wire::LeanRecord { sp: 16, ..same[1] }];
+        let (_, short) = wire::pack_lean(&mut b, &same, |r| *r);
+        let (_, long) = wire::pack_lean(&mut [0u8; 256], &moved, |r| *r);
+        assert_eq!(short + 1, long);
+        let mut back = Vec::new();
+        assert_eq!(wire::unpack_lean(&b[..short], v, |r| back.push(r)), Ok(2));
+        assert_eq!(back, same);
+        // Version 4 firmware's records: the site unshifted, every stack
+        // pointer's difference.
+        let v4 = [1u8, 10, 3, 16, 2, 4, 5, 0];
+        let mut back = Vec::new();
+        assert_eq!(wire::unpack_lean(&v4, 4, |r| back.push(r)), Ok(2));
+        let old = |site, start, dur| wire::LeanRecord {
+            start,
+            dur,
+            site,
+            sp: 8,
+        };
+        assert_eq!(back, [old(1, 5, 3), old(2, 7, 5)]);
         // Cut short: the records before the damage, then the reason.
+        let (_, used) = wire::pack_lean(&mut b, &recs, |r| *r);
         let mut some = Vec::new();
-        let e = wire::unpack_lean(&b[..used - 1], |r| some.push(r)).unwrap_err();
+        let e = wire::unpack_lean(&b[..used - 1], v, |r| some.push(r)).unwrap_err();
         assert_eq!(some, recs[..2]);
         assert!(e.contains("cut short"), "{e}");
         // Room for one record only.

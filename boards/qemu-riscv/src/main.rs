@@ -8,10 +8,10 @@
 //! plain static, independently of fgtrace: the ground truth, printed as
 //! `truth NAME CALLS` at the end.
 //!
-//! Board support, all in this file: the UART at 0x1000_0000 is the sink and
-//! the command source, the CLINT timer interrupt drives the sampler, the
-//! SiFive test device at 0x10_0000 ends the run; the probe's clock is
-//! `mcycle` (the timer's is `mtime`).
+//! Board support, all in this file: the UART at 0x1000_0000 (a 16550,
+//! FIFOs on) is the sink and the command source, the CLINT timer interrupt
+//! drives the sampler, the SiFive test device at 0x10_0000 ends the run;
+//! the probe's clock is `mcycle` (the timer's is `mtime`).
 #![no_std]
 #![no_main]
 // The `losses` build (a test's) runs two small sessions instead of the rounds.
@@ -36,19 +36,36 @@ const MCYCLE_HZ: u64 = 1_000_000_000;
 
 struct Uart;
 
+/// The 16550's transmit FIFO holds this many bytes.
+const FIFO: usize = 16;
+
 impl Sink for Uart {
     fn write(&mut self, bytes: &[u8]) -> usize {
-        for &b in bytes {
-            // Waits until the transmit register is empty (LSR.THRE): a byte
-            // written before is lost, and qemu keeps it full while the host
-            // reads the serial output more slowly than the firmware writes
-            // (the FIFO stays off: qemu paces a FIFO at the baud rate).
-            // SAFETY: the 16550's line status and transmit registers.
-            unsafe {
-                while core::ptr::read_volatile((UART + 5) as *const u8) & 0x20 == 0 {
-                    core::hint::spin_loop();
-                }
-                core::ptr::write_volatile(UART as *mut u8, b);
+        // Waits until the transmitter is empty (LSR.THRE: with the FIFO on,
+        // all of it), then fills the FIFO: one wait for 16 bytes. A byte
+        // written to a full FIFO is lost, and qemu keeps it full while the
+        // host reads the serial output more slowly than the firmware writes.
+        let thre = || {
+            // SAFETY: the 16550's line status register.
+            while unsafe { core::ptr::read_volatile((UART + 5) as *const u8) } & 0x20 == 0 {
+                core::hint::spin_loop();
+            }
+        };
+        // SAFETY: the 16550's transmit register.
+        let put = |b: u8| unsafe { core::ptr::write_volatile(UART as *mut u8, b) };
+        let mut chunks = bytes.chunks_exact(FIFO);
+        for chunk in &mut chunks {
+            thre();
+            let chunk: &[u8; FIFO] = chunk.try_into().expect("chunks of FIFO bytes");
+            for &b in chunk {
+                put(b);
+            }
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            thre();
+            for &b in rest {
+                put(b);
             }
         }
         bytes.len()
@@ -312,6 +329,11 @@ extern "C" fn firmware_main() -> ! {
             core::arch::asm!("csrw mhpmcounter3, zero");
         }
     }
+    // The FIFOs on (FCR: enable, both cleared), before the first byte out:
+    // the host sends its commands once it has heard the board, so nothing
+    // it sends is cleared.
+    // SAFETY: the 16550's FIFO control register.
+    unsafe { core::ptr::write_volatile((UART + 2) as *mut u8, 0x07) };
     board::init(Board {
         // SAFETY: the only reference to the UART sink, handed over once.
         sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },

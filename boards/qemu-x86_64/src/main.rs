@@ -7,8 +7,8 @@
 //!
 //! Board support, all in this file: qemu enters `_start32` in 32-bit
 //! protected mode (the PVH note); it identity-maps the first 1 GiB, switches
-//! to long mode and calls `firmware_main`. COM1 (port 0x3f8) is the sink
-//! and the command source; the PIT's channel 0 through the legacy PIC
+//! to long mode and calls `firmware_main`. COM1 (port 0x3f8, a 16550, FIFOs
+//! on) is the sink and the command source; the PIT's channel 0 through the legacy PIC
 //! (IRQ 0 at vector 32) drives the sampler; `isa-debug-exit` at port 0xf4
 //! ends the run; the probe's clock is the TSC.
 #![no_std]
@@ -47,17 +47,34 @@ fn inb(port: u16) -> u8 {
 
 struct Com1;
 
+/// The 16550's transmit FIFO holds this many bytes.
+const FIFO: usize = 16;
+
 impl Sink for Com1 {
     fn write(&mut self, bytes: &[u8]) -> usize {
-        for &b in bytes {
-            // Waits until the transmit register is empty (LSR.THRE): a byte
-            // written before is lost, and qemu keeps it full while the host
-            // reads the serial output more slowly than the firmware writes
-            // (the FIFO stays off: qemu paces a FIFO at the baud rate).
+        // Waits until the transmitter is empty (LSR.THRE: with the FIFO on,
+        // all of it), then fills the FIFO: one wait for 16 bytes. A byte
+        // written to a full FIFO is lost, and qemu keeps it full while the
+        // host reads the serial output more slowly than the firmware writes.
+        let thre = || {
             while inb(COM1 + 5) & 0x20 == 0 {
                 core::hint::spin_loop();
             }
-            outb(COM1, b);
+        };
+        let mut chunks = bytes.chunks_exact(FIFO);
+        for chunk in &mut chunks {
+            thre();
+            let chunk: &[u8; FIFO] = chunk.try_into().expect("chunks of FIFO bytes");
+            for &b in chunk {
+                outb(COM1, b);
+            }
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            thre();
+            for &b in rest {
+                outb(COM1, b);
+            }
         }
         bytes.len()
     }
@@ -335,6 +352,10 @@ extern "C" fn firmware_main() -> ! {
         )
     };
     interrupts_init();
+    // The FIFOs on (FCR: enable, both cleared), before the first byte out:
+    // the host sends its commands once it has heard the board, so nothing
+    // it sends is cleared.
+    outb(COM1 + 2, 0x07);
     board::init(Board {
         // SAFETY: the only reference to the COM1 sink, handed over once.
         sink: unsafe { &mut *core::ptr::addr_of_mut!(COM1_SINK) },
