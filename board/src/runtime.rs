@@ -617,7 +617,7 @@ impl Out {
             let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
             body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
             let (n, used) = wire::pack_lean(&mut body[8..], &recs[at..], |c| LeanRecord {
-                start: c.start & fgtrace_core::record::START_MASK,
+                start: c.start,
                 dur: c.end.wrapping_sub(c.start),
                 // SAFETY: a lean call's site is the `&'static Site` its
                 // traced fn passed, decided this session (so it has an id).

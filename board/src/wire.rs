@@ -246,7 +246,7 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
 /// the traced fn's stack pointer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeanRecord {
-    /// The clock at entry.
+    /// The clock at entry (unpacked: its low bits, as [`START_MASK`] keeps).
     pub start: u64,
     /// Exit minus entry.
     pub dur: u64,
@@ -263,17 +263,23 @@ pub const LEAN_MAX: usize = 3 + 10 + 10 + 10;
 
 /// Packs lean call records for [`LEAN_CALLS`] into `out`, as many as fit
 /// (`f` makes each one a [`LeanRecord`]); returns how many records and how
-/// many bytes. A record is three or four LEB128 varints: the site id
-/// shifted left by one, its low bit set when the stack pointer differs
-/// from the previous record's; the entry time's difference from the
-/// previous record's exit time in this frame (zigzag; the first one's from
-/// 0); the duration; and, only when that bit is set, the stack pointer's
-/// difference from the previous one's (zigzag, the first from 0). Records
-/// go in exit order, so a call's entry mostly follows the previous exit
-/// closely (a sibling's, the gap between two calls) where it follows the
-/// previous entry by that call's whole duration; and a loop of calls from
-/// one caller repeats its stack pointer, so most records are three short
-/// varints. Every frame decodes on its own.
+/// many bytes. A record is three or four LEB128 varints:
+///
+/// * the site id plus one, shifted left by one, its low bit set when the
+///   stack pointer differs from the previous record's (a site's id is kept
+///   plus one, so the board sends it as it finds it);
+/// * the entry time's difference from the previous record's exit time in
+///   this frame (zigzag; the first one's from 0), of the clock as read: the
+///   host keeps a start's low bits, as a shadow-stack record does;
+/// * the duration;
+/// * only when that bit is set, the stack pointer's difference from the
+///   previous one's (zigzag, the first from 0).
+///
+/// Records go in exit order, so a call's entry mostly follows the previous
+/// exit closely (a sibling's, the gap between two calls) where it follows
+/// the previous entry by that call's whole duration; and a loop of calls
+/// from one caller repeats its stack pointer, so most records are three
+/// short varints. Every frame decodes on its own.
 pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) -> (usize, usize) {
     let Some(room) = out.len().checked_sub(LEAN_MAX) else {
         return (0, 0);
@@ -285,16 +291,15 @@ pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) ->
     let mut p = base;
     let (mut prev, mut prev_sp) = (0u64, 0u64);
     let zz = |d: i64| ((d << 1) ^ (d >> 63)) as u64;
-    let mut n = 0;
-    for r in recs {
-        if p > last {
-            break;
-        }
+    // The count comes from the iterator at the end: no counter per record.
+    let mut it = recs.iter();
+    while p <= last {
+        let Some(r) = it.next() else { break };
         let r = f(r);
         let moved = r.sp != prev_sp;
         // SAFETY: `p` is at or before `last`, see above.
         unsafe {
-            p = varint(p, (r.site as u64) << 1 | moved as u64);
+            p = varint(p, (r.site.wrapping_add(1) as u64) << 1 | moved as u64);
             p = varint(p, zz(r.start.wrapping_sub(prev) as i64));
             p = varint(p, r.dur);
             if moved {
@@ -303,18 +308,18 @@ pub fn pack_lean<T>(out: &mut [u8], recs: &[T], f: impl Fn(&T) -> LeanRecord) ->
         }
         prev = r.start.wrapping_add(r.dur);
         prev_sp = r.sp;
-        n += 1;
     }
     // SAFETY: both in `out`.
-    (n, unsafe { p.offset_from(base) } as usize)
+    (recs.len() - it.len(), unsafe { p.offset_from(base) }
+        as usize)
 }
 
 /// Unpacks a [`LEAN_CALLS`] payload's records (after its first index) of a
 /// stream of wire `version`, handing each to `f`; `Err` names what is
 /// wrong with the first record that does not decode (the records before it
 /// were handed over). Version 4 firmware sent every record's stack pointer
-/// difference, the site id unshifted, and the entry time's difference from
-/// the previous entry.
+/// difference, the site id itself, the entry time's difference from the
+/// previous entry, and starts already cut to [`START_MASK`].
 pub fn unpack_lean(
     b: &[u8],
     version: u8,
@@ -324,10 +329,14 @@ pub fn unpack_lean(
     let (mut prev, mut prev_sp) = (0u64, 0u64);
     let un = |v: u64| ((v >> 1) as i64) ^ -((v & 1) as i64);
     let mut n = 0;
+    let v5 = version >= 5;
     while r.remaining() > 0 {
         let head = r.varint().ok_or("a lean call's site is cut short")?;
-        let (site, moved) = if version >= 5 {
-            (head >> 1, head & 1 != 0)
+        let (site, moved) = if v5 {
+            let Some(site) = (head >> 1).checked_sub(1) else {
+                return Err("a lean call's site is 0, which stands for none");
+            };
+            (site, head & 1 != 0)
         } else {
             (head, true)
         };
@@ -345,18 +354,14 @@ pub fn unpack_lean(
         if dur > DUR_MAX {
             return Err("a lean call's duration is past the longest a record holds");
         }
-        let start = prev.wrapping_add(un(delta) as u64);
-        if start > START_MASK {
+        let clock = prev.wrapping_add(un(delta) as u64);
+        if !v5 && clock > START_MASK {
             return Err("a lean call's start is past the ticks a record holds");
         }
-        prev = if version >= 5 {
-            start.wrapping_add(dur)
-        } else {
-            start
-        };
+        prev = if v5 { clock.wrapping_add(dur) } else { clock };
         prev_sp = prev_sp.wrapping_add(un(dsp) as u64);
         f(LeanRecord {
-            start,
+            start: clock & START_MASK,
             dur,
             site: site as u32,
             sp: prev_sp,

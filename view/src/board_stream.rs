@@ -1861,6 +1861,19 @@ mod tests {
         let mut back = Vec::new();
         assert_eq!(wire::unpack_lean(&b[..short], v, |r| back.push(r)), Ok(2));
         assert_eq!(back, same);
+        // The board sends its clock as read; the host keeps a start's low
+        // bits, as a shadow-stack record's.
+        let past = [wire::LeanRecord {
+            start: fgtrace_core::record::START_MASK + 5,
+            ..recs[0]
+        }];
+        let (_, used) = wire::pack_lean(&mut b, &past, |r| *r);
+        let mut back = Vec::new();
+        assert_eq!(wire::unpack_lean(&b[..used], v, |r| back.push(r)), Ok(1));
+        assert_eq!(back[0].start, 4);
+        // Site numbers go plus one: a 0 is damage, not the first site.
+        let e = wire::unpack_lean(&[0, 0, 0], v, |_| ()).unwrap_err();
+        assert!(e.contains("site is 0"), "{e}");
         // Version 4 firmware's records: the site unshifted, every stack
         // pointer's difference.
         let v4 = [1u8, 10, 3, 16, 2, 4, 5, 0];
