@@ -376,17 +376,40 @@ pub fn unpack_lean(
 /// # Safety
 /// `p` has room for `v`'s bytes (7 bits each).
 #[inline(always)]
-unsafe fn varint(mut p: *mut u8, mut v: u64) -> *mut u8 {
-    while v >= 0x80 {
+unsafe fn varint(p: *mut u8, v: u64) -> *mut u8 {
+    // A value that fits a machine word is written in words: on a 32-bit
+    // hart, where a u64 takes two registers and every shift of it several
+    // instructions, a record's values nearly always fit one (on a 64-bit
+    // one the test is always true and goes away).
+    if v <= usize::MAX as u64 {
         // SAFETY: the caller's room.
-        unsafe { p.write(v as u8 | 0x80) };
+        return unsafe { leb128(p, v as usize) };
+    }
+    // SAFETY: the caller's room.
+    unsafe { leb128(p, v) }
+}
+
+/// [`varint`] in the width of `v`.
+///
+/// # Safety
+/// As [`varint`].
+#[inline(always)]
+unsafe fn leb128<W>(mut p: *mut u8, mut v: W) -> *mut u8
+where
+    W: Copy + PartialOrd + From<u8> + core::ops::ShrAssign<u32> + TryInto<u8>,
+    W: core::ops::BitAnd<Output = W>,
+{
+    let low = |v: W| (v & W::from(0x7f)).try_into().unwrap_or(0);
+    while v > W::from(0x7f) {
+        // SAFETY: the caller's room.
+        unsafe { p.write(low(v) | 0x80) };
         v >>= 7;
         // SAFETY: as above.
         p = unsafe { p.add(1) };
     }
     // SAFETY: as above.
     unsafe {
-        p.write(v as u8);
+        p.write(low(v));
         p.add(1)
     }
 }
@@ -667,6 +690,39 @@ mod tests {
     extern crate std;
     use super::*;
     use std::vec::Vec;
+
+    /// A varint written in a u32 or a u64 (a 32-bit hart's two paths) is
+    /// the same bytes, and reads back.
+    #[test]
+    fn varints_in_every_width_read_back() {
+        let edges = [
+            0u64,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            (1 << 32) - 1,
+            1 << 32,
+            u64::MAX,
+        ];
+        for v in edges {
+            let mut wide = [0u8; 10];
+            // SAFETY: 10 bytes hold any u64's varint.
+            let n = unsafe { leb128(wide.as_mut_ptr(), v).offset_from(wide.as_ptr()) } as usize;
+            if let Ok(w) = u32::try_from(v) {
+                let mut narrow = [0u8; 10];
+                // SAFETY: as above.
+                let m = unsafe { leb128(narrow.as_mut_ptr(), w).offset_from(narrow.as_ptr()) };
+                assert_eq!(narrow[..m as usize], wide[..n], "{v}");
+            }
+            let mut via = [0u8; 10];
+            // SAFETY: as above.
+            let k = unsafe { varint(via.as_mut_ptr(), v).offset_from(via.as_ptr()) } as usize;
+            assert_eq!(via[..k], wide[..n], "{v}");
+            assert_eq!(Reader::new(&wide[..n]).varint(), Some(v), "{v}");
+        }
+    }
 
     fn frame(seq: u16, kind: u8, payload: &[u8]) -> Vec<u8> {
         let mut out = std::vec![0u8; HEADER + payload.len() + TRAILER];
