@@ -371,6 +371,26 @@ pub fn unpack_lean(
     Ok(n)
 }
 
+/// Writes `$v` (any unsigned integer) as LEB128 at `$p`, a `*mut u8` with
+/// room for its bytes (7 bits each); evaluates to the byte after it.
+macro_rules! leb128 {
+    ($p:expr, $v:expr) => {{
+        let (mut p, mut v): (*mut u8, _) = ($p, $v);
+        while v >= 0x80 {
+            // SAFETY: the caller's room.
+            unsafe { p.write(v as u8 | 0x80) };
+            v >>= 7;
+            // SAFETY: as above.
+            p = unsafe { p.add(1) };
+        }
+        // SAFETY: as above.
+        unsafe {
+            p.write(v as u8);
+            p.add(1)
+        }
+    }};
+}
+
 /// Writes `v` as LEB128 at `p`; returns the byte after it.
 ///
 /// # Safety
@@ -379,39 +399,12 @@ pub fn unpack_lean(
 unsafe fn varint(p: *mut u8, v: u64) -> *mut u8 {
     // A value that fits a machine word is written in words: on a 32-bit
     // hart, where a u64 takes two registers and every shift of it several
-    // instructions, a record's values nearly always fit one (on a 64-bit
-    // one the test is always true and goes away).
+    // instructions, a record's values nearly always fit one.
+    #[cfg(not(target_pointer_width = "64"))]
     if v <= usize::MAX as u64 {
-        // SAFETY: the caller's room.
-        return unsafe { leb128(p, v as usize) };
+        return leb128!(p, v as usize);
     }
-    // SAFETY: the caller's room.
-    unsafe { leb128(p, v) }
-}
-
-/// [`varint`] in the width of `v`.
-///
-/// # Safety
-/// As [`varint`].
-#[inline(always)]
-unsafe fn leb128<W>(mut p: *mut u8, mut v: W) -> *mut u8
-where
-    W: Copy + PartialOrd + From<u8> + core::ops::ShrAssign<u32> + TryInto<u8>,
-    W: core::ops::BitAnd<Output = W>,
-{
-    let low = |v: W| (v & W::from(0x7f)).try_into().unwrap_or(0);
-    while v > W::from(0x7f) {
-        // SAFETY: the caller's room.
-        unsafe { p.write(low(v) | 0x80) };
-        v >>= 7;
-        // SAFETY: as above.
-        p = unsafe { p.add(1) };
-    }
-    // SAFETY: as above.
-    unsafe {
-        p.write(low(v));
-        p.add(1)
-    }
+    leb128!(p, v)
 }
 
 /// Unpacks a [`CALLS_PACKED`] payload's records (after its first index),
@@ -708,16 +701,19 @@ mod tests {
         ];
         for v in edges {
             let mut wide = [0u8; 10];
-            // SAFETY: 10 bytes hold any u64's varint.
-            let n = unsafe { leb128(wide.as_mut_ptr(), v).offset_from(wide.as_ptr()) } as usize;
+            // 10 bytes hold any u64's varint.
+            let end = leb128!(wide.as_mut_ptr(), v);
+            // SAFETY: both in `wide`.
+            let n = unsafe { end.offset_from(wide.as_ptr()) } as usize;
             if let Ok(w) = u32::try_from(v) {
                 let mut narrow = [0u8; 10];
-                // SAFETY: as above.
-                let m = unsafe { leb128(narrow.as_mut_ptr(), w).offset_from(narrow.as_ptr()) };
-                assert_eq!(narrow[..m as usize], wide[..n], "{v}");
+                let end = leb128!(narrow.as_mut_ptr(), w);
+                // SAFETY: both in `narrow`.
+                let m = unsafe { end.offset_from(narrow.as_ptr()) } as usize;
+                assert_eq!(narrow[..m], wide[..n], "{v}");
             }
             let mut via = [0u8; 10];
-            // SAFETY: as above.
+            // SAFETY: 10 bytes hold any u64's varint.
             let k = unsafe { varint(via.as_mut_ptr(), v).offset_from(via.as_ptr()) } as usize;
             assert_eq!(via[..k], wide[..n], "{v}");
             assert_eq!(Reader::new(&wide[..n]).varint(), Some(v), "{v}");
