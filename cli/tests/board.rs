@@ -59,17 +59,18 @@ fn run(target: &str) -> Option<Run> {
 /// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
 /// firmware's `losses` build (two sessions that lose calls in known ways).
 fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
-    run_full(target, instructions, clock, losses, false)
+    run_full(target, instructions, clock, losses, false, false)
 }
 
 /// [`run_with`]; `single_hart`: the firmware built for one hart (the probe
-/// asks no hart index).
+/// asks no hart index); `harts2`: its `harts2` build on two harts (RISC-V).
 fn run_full(
     target: &str,
     instructions: bool,
     clock: &str,
     losses: bool,
     single_hart: bool,
+    harts2: bool,
 ) -> Option<Run> {
     if !tools_present(target) {
         return None;
@@ -93,6 +94,7 @@ fn run_full(
         .env("CLOCK", clock)
         .env("LOSSES", if losses { "1" } else { "0" })
         .env("SINGLE_HART", if single_hart { "1" } else { "0" })
+        .env("HARTS", if harts2 { "2" } else { "1" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -349,7 +351,7 @@ fn riscv64gc_firmware_matches_its_ground_truth() {
 fn riscv64gc_firmware_built_for_one_hart_matches_its_ground_truth() {
     check_run(
         "riscv64gc",
-        run_full("riscv64gc", false, "mcycle", false, true),
+        run_full("riscv64gc", false, "mcycle", false, true, false),
     );
 }
 
@@ -460,6 +462,79 @@ fn riscv64gc_board_losses_are_counted_and_shown() {
 #[test]
 fn x86_64_board_losses_are_counted_and_shown() {
     check_losses("x86_64");
+}
+
+/// The firmware's `harts2` build on two harts: hart 1 runs a traced
+/// workload of its own beside hart 0's rounds, then parks inside three
+/// traced calls (`hart1_park`) with five calls recorded since its last
+/// flush; hart 0 stops the session. Hart 1's calls that arrived plus those
+/// the host counts lost on it equal its ground truth exactly (its open
+/// calls and its unsent records are counted, nothing is silently missing),
+/// `fgtrace board` names both losses, and hart 0's calls are all there,
+/// none lost.
+#[test]
+fn riscv64gc_a_stop_counts_the_calls_another_hart_still_holds() {
+    let target = "riscv64gc";
+    let Some(run) = run_full(target, false, "mcycle", false, false, true) else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    let hart1 = ["hart1_work", "hart1_leaf", "hart1_park"];
+    let truth1: u64 = hart1.iter().map(|n| run.truth[*n]).sum();
+    assert_eq!(run.truth["hart1_park"], 3, "{}", run.console);
+    assert!(
+        run.truth["hart1_leaf"] > 1000,
+        "hart 1 ran a while: {:?}",
+        run.truth
+    );
+    let mut calls: [BTreeMap<String, u64>; 2] = Default::default();
+    for c in t.calls() {
+        assert!(c.thread < 2, "hart {}", c.thread);
+        *calls[c.thread as usize]
+            .entry(meta.site_name(c.site).to_string())
+            .or_default() += 1;
+    }
+    let lost = |hart: u32| {
+        (meta.threads.iter())
+            .find(|x| x.tid == hart)
+            .map_or(0, |x| x.lost)
+    };
+    // Hart 0: every call, none lost.
+    let truth0: BTreeMap<String, u64> = (run.truth.iter())
+        .filter(|(n, _)| !hart1.contains(&n.as_str()))
+        .map(|(n, c)| (n.clone(), *c))
+        .collect();
+    assert_eq!(calls[0], truth0, "hart 0's calls");
+    assert_eq!(lost(0), 0, "hart 0's losses");
+    // Hart 1: what arrived and what is counted lost, exactly its truth.
+    for (name, n) in &calls[1] {
+        assert!(
+            hart1.contains(&name.as_str()) && *n <= run.truth[name],
+            "hart 1: {n} calls of {name}: {:?}",
+            run.truth
+        );
+    }
+    let arrived: u64 = calls[1].values().sum();
+    assert_eq!(
+        arrived + lost(1),
+        truth1,
+        "hart 1: {arrived} calls arrived, {} counted lost, {truth1} made:\n{}",
+        lost(1),
+        run.stderr
+    );
+    // Its three open calls and its five unsent records, named.
+    assert_eq!(lost(1), 3 + 5, "{}", run.stderr);
+    for line in [
+        "session 1: hart 1: 3 calls still open at stop",
+        "session 1: hart 1: 5 calls written on the board never arrived",
+    ] {
+        assert!(
+            run.stderr.contains(line),
+            "`{line}` in:\n{}",
+            run.stderr
+        );
+    }
 }
 
 /// `Board::count_instructions`: every call carries its `minstret` delta,
