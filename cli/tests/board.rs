@@ -372,7 +372,10 @@ fn x86_64_firmware_matches_its_ground_truth() {
 /// firmware starts itself, calls recorded, then two tasks' calls
 /// interleaved on the hart's shadow stack, as a task switch leaves them:
 /// `task_a` returns first, popping `task_b`'s frame with its own, so
-/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost.
+/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost;
+/// then a call (`across_sessions`) that stops that session and starts a
+/// third before it returns: counted lost (open at stop) in the second
+/// session, recorded in neither, the third recording only its own call.
 /// Every count exact against the firmware's own, in the traces and in what
 /// `fgtrace board` prints.
 fn check_losses(target: &str) {
@@ -394,8 +397,14 @@ fn check_losses(target: &str) {
         calls
     };
     assert_eq!(
-        (truth("stop_inside"), truth("task_a"), truth("task_b")),
-        (3, 1, 1),
+        (
+            truth("stop_inside"),
+            truth("task_a"),
+            truth("task_b"),
+            truth("across_sessions"),
+            truth("in_third_session")
+        ),
+        (3, 1, 1, 1, 1),
         "{target}: {}",
         run.console
     );
@@ -428,12 +437,35 @@ fn check_losses(target: &str) {
         "{target}: session 2 records its own calls, none of session 1's"
     );
     // The sites' first calls in a session take the shadow stack (lean
-    // calls or not): task B's frame is gone at its exit.
-    assert_eq!(second.meta().total_lost(), 1, "{target}: task_b's guard");
-    assert!(second.meta().warnings.is_empty(), "{target}");
+    // calls or not): task B's frame is gone at its exit; `across_sessions`
+    // is open at the stop.
+    assert_eq!(
+        second.meta().total_lost(),
+        2,
+        "{target}: task_b's guard, across_sessions"
+    );
+    assert_eq!(
+        second.meta().warnings,
+        [
+            "hart 0: 1 call still open at stop: not recorded (they ended after the session), \
+          counted lost"
+        ],
+        "{target}"
+    );
+    // `across_sessions` ends in the third session, which it did not begin
+    // in: not recorded there, nor counted again.
+    let third = Trace::load(run.path.with_file_name("run-3.fgt"))
+        .unwrap_or_else(|e| panic!("{target}: the third session's trace: {e}"));
+    assert_eq!(
+        per_function(&third),
+        BTreeMap::from([("in_third_session".to_string(), 1)]),
+        "{target}: session 3 records its own call, none begun before it"
+    );
+    assert_eq!(third.meta().total_lost(), 0, "{target}");
+    assert!(third.meta().warnings.is_empty(), "{target}");
     assert!(
-        !run.path.with_file_name("run-3.fgt").exists(),
-        "{target}: two sessions"
+        !run.path.with_file_name("run-4.fgt").exists(),
+        "{target}: three sessions"
     );
 
     // `fgtrace board` says so.
@@ -442,7 +474,9 @@ fn check_losses(target: &str) {
     for line in [
         format!("session 1: {fib} calls (3 lost)"),
         "session 1: hart 0: 3 calls still open at stop".to_string(),
-        format!("session 2: {} calls (1 lost)", crc + 1),
+        format!("session 2: {} calls (2 lost)", crc + 1),
+        "session 2: hart 0: 1 call still open at stop".to_string(),
+        "session 3: 1 calls (0 lost)".to_string(),
     ] {
         assert!(
             run.stderr.contains(&line),
