@@ -1324,7 +1324,9 @@ pub fn stop() {
 fn count_other_harts(id: usize) {
     // No hart hands a buffer over from here on (see `drain`); wait for the
     // sends that began before, so that they go out before END and their
-    // records are among the `written` sent after.
+    // records are among the `written` sent after. Not if this hart holds
+    // the output (a stop from an interrupt handler that interrupted this
+    // hart's own output): those sends wait for it, and go out after END.
     HANDOFFS.store(false, SeqCst);
     fence(SeqCst);
     let gen = SESSION.gen.load(Relaxed);
@@ -1333,7 +1335,7 @@ fn count_other_harts(id: usize) {
         if k == id {
             continue;
         }
-        while x.sending.load(SeqCst) {
+        while x.sending.load(SeqCst) && OUT_OWNER.load(Relaxed) != id + 1 {
             core::hint::spin_loop();
         }
         let st = probe::board::STATES[k].state();

@@ -338,7 +338,7 @@ fn probe_cost() -> (u64, u64, u64, u64) {
 
 // Built with the `losses` feature (run.sh with LOSSES=1), for the test that
 // checks that a board's losses are counted and shown: instead of the rounds,
-// two sessions that each lose calls in a known way.
+// three sessions that each lose calls in a known way.
 #[cfg(feature = "losses")]
 truth!(
     LOSSES:
@@ -444,7 +444,7 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
     }
-    // The `losses` build runs its two sessions instead of the rounds.
+    // The `losses` build runs its three sessions instead of the rounds.
     #[cfg(feature = "losses")]
     {
         let _ = timer;

@@ -10,7 +10,7 @@
 # feature (each call records its minstret delta; `fgtrace report` shows
 # instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
 # probe's clock instead of `mcycle`; with LOSSES=1, with its `losses` feature (a
-# test's build: two sessions that lose calls in known ways, counted and shown);
+# test's build: three sessions that lose calls in known ways, counted and shown);
 # with SINGLE_HART=1, built for one hart (the probe asks no hart index); with
 # HARTS=2, with its `harts2` feature on two harts (qemu -smp 2: a test's
 # build, hart 1 runs a workload of its own and parks before the stop); each

@@ -57,7 +57,7 @@ fn run(target: &str) -> Option<Run> {
 
 /// `instructions`: the firmware built with its per-call counters; `clock`:
 /// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
-/// firmware's `losses` build (two sessions that lose calls in known ways).
+/// firmware's `losses` build (three sessions that lose calls in known ways).
 fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
     run_full(target, instructions, clock, losses, false, false)
 }
@@ -563,11 +563,7 @@ fn riscv64gc_a_stop_counts_the_calls_another_hart_still_holds() {
         "session 1: hart 1: 3 calls still open at stop",
         "session 1: hart 1: 5 calls written on the board never arrived",
     ] {
-        assert!(
-            run.stderr.contains(line),
-            "`{line}` in:\n{}",
-            run.stderr
-        );
+        assert!(run.stderr.contains(line), "`{line}` in:\n{}", run.stderr);
     }
 }
 

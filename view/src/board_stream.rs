@@ -1614,6 +1614,15 @@ mod tests {
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert_eq!(t.calls().count(), 0);
         assert_eq!(t.meta().threads[0].lost, 3, "STATS said 3 were written");
+        // And says why: calls the board wrote (a lost frame's, or records
+        // another hart's stop found unsent in this one's buffer) never came.
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 3 calls written on the board never arrived (their frames lost, or \
+                 still in the hart's buffer when the session stopped), counted lost"
+            ]
+        );
     }
 
     type BoxedFill = Box<dyn Fn(&mut Writer<'_>)>;
