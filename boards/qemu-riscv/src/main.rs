@@ -11,7 +11,10 @@
 //! Board support, all in this file: the UART at 0x1000_0000 (a 16550,
 //! FIFOs on) is the sink and the command source, the CLINT timer interrupt
 //! drives the sampler, the SiFive test device at 0x10_0000 ends the run;
-//! the probe's clock is `mcycle` (the timer's is `mtime`).
+//! the probe's clock is `mcycle` (the timer's is `mtime`). Every hart but
+//! the first parks (`wfi`) at `_start`, before touching memory; the `harts2`
+//! build (run.sh with HARTS=2, qemu `-smp 2`) gives hart 1 a stack and a
+//! traced workload of its own (see the end of this file).
 #![no_std]
 #![no_main]
 // The `losses` build (a test's) runs three small sessions instead of the rounds.
