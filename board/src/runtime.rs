@@ -33,9 +33,9 @@
 
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
 use fgtrace_core::probe::board::{lean_writer, LeanCall};
-use fgtrace_core::probe::{self, Counter, Hooks, ThreadState};
+use fgtrace_core::probe::{self, Counter, Hooks, ThreadState, GEN_TAGS};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
 use fgtrace_core::{clock, control, unwind};
@@ -137,6 +137,12 @@ struct Hart {
     /// Calls open on the hart when the session stopped: they end after it,
     /// so the session never records them (sent in [`STATS`]).
     open_at_stop: AtomicUsize,
+    /// Another hart's records still in its buffer (never handed over) when
+    /// the session stopped on this one: they never go out, and are sent
+    /// in [`STATS`] among the records written (`written` counts only those
+    /// handed over), so that the host counts them lost. Set by the
+    /// stopping hart.
+    unsent: AtomicUsize,
     written: AtomicU64,
     dropped: AtomicU64,
     samples: UnsafeCell<[Sample; SAMPLE_SLOTS]>,
@@ -160,6 +166,7 @@ impl Hart {
             overruns: AtomicUsize::new(0),
             nested_dropped: AtomicUsize::new(0),
             open_at_stop: AtomicUsize::new(0),
+            unsent: AtomicUsize::new(0),
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             samples: UnsafeCell::new([Sample::EMPTY; SAMPLE_SLOTS]),
@@ -645,7 +652,9 @@ impl Out {
     fn stats(&mut self, h: usize) {
         let x = &HARTS[h];
         self.frame(STATS, h as u8, |w| {
-            w.u64(x.written.load(Relaxed))
+            // Records left unsent at stop were written too: the host counts
+            // the ones it never received as lost.
+            w.u64(x.written.load(Relaxed) + x.unsent.load(Relaxed) as u64)
                 .u64(x.dropped.load(Relaxed) + x.nested_dropped.load(Relaxed) as u64)
                 .u64(x.samples_taken.load(Relaxed))
                 .u64(x.samples_dropped.load(Relaxed))
@@ -1033,7 +1042,15 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
     st.frames = probe::board::hart().frames();
     st.stack_cap = STACK_DEPTH as u32;
-    st.depth = st.depth.min(st.stack_cap);
+    // The frames still on the shadow stack are calls begun before this
+    // session (the hart joins at its first entry in it): the stop that
+    // ended theirs counted them as open. Their exits must not record them
+    // here too: from depth 0, every such exit finds its slot above the
+    // stack (the calls made since, nested inside them, have all returned),
+    // so it takes the general exit, which finds no frame and counts nothing
+    // (the guard names an earlier session, or a serial from before this
+    // join).
+    st.depth = 0;
     st.buf = h.bufs.get() as *mut RawCall;
     h.sending.store(false, Relaxed);
     st.count = 0;
@@ -1111,6 +1128,23 @@ fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
             __fgtrace_irq_restore(saved);
             return !nested;
         }
+        // Claimed, then the session checked: [`stop`] closes `HANDOFFS`,
+        // then waits for every other hart's `sending` to clear (both
+        // sequentially consistent), so either this hart sees the stop or
+        // the stopping hart sees this send and waits for it (it goes out
+        // before END, and is among the `written` the stop then sends).
+        h.sending.store(true, SeqCst);
+        fence(SeqCst);
+        if !HANDOFFS.load(SeqCst) || st.gen & !GEN_TAGS != SESSION.gen.load(Relaxed) {
+            // The session these records belong to is over: the stopping
+            // hart counted them (and this hart's open calls) and they never
+            // go out; the buffer stays closed until the hart joins the next
+            // session (its exits meanwhile write nothing).
+            h.sending.store(false, Release);
+            close_state(st);
+            __fgtrace_irq_restore(saved);
+            return false;
+        }
         once = false;
         let bufs = h.bufs.get() as *mut RawCall;
         // SAFETY: the hart's two buffers, BUF_CALLS records apart.
@@ -1125,7 +1159,6 @@ fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
             core::ptr::write_volatile(&mut st.count, 0);
         }
         h.published.store(0, Relaxed);
-        h.sending.store(true, Relaxed);
         let first = h.written.fetch_add(n as u64, Relaxed);
         __fgtrace_irq_restore(saved);
         // SAFETY: the buffer just swapped out; `n` records were written and
@@ -1175,6 +1208,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
         h.samples_dropped.store(0, Relaxed);
         h.overruns.store(0, Relaxed);
         h.open_at_stop.store(0, Relaxed);
+        h.unsent.store(0, Relaxed);
         h.queued.store(0, Relaxed);
     }
     REFUSED.store(0, Relaxed);
@@ -1184,9 +1218,15 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     // Every hart joins the new session on its next call (the plain entry
     // would match the last session's decisions otherwise).
     probe::board::reset_fast();
+    HANDOFFS.store(true, SeqCst);
     control::session_on(gen);
     probe::board::set_on(true);
 }
+
+/// Harts may hand their full buffers over (see [`drain`]): set when a
+/// session starts, cleared by [`stop`] once the stopping hart's own records
+/// went out.
+static HANDOFFS: AtomicBool = AtomicBool::new(false);
 
 /// Whether a session records.
 pub fn recording() -> bool {
@@ -1217,6 +1257,13 @@ pub fn sample_hz() -> u32 {
 /// closed for that: their exits pop their frames and write nothing (the
 /// plain exit finds no room, the general one no buffer), until the hart
 /// joins the next session.
+///
+/// Every other hart that joined the session may be running, or parked, or
+/// halted: its buffer and shadow stack are its own, so they are not
+/// touched, only read (see [`count_other_harts`]): its calls open at this
+/// point and its records not yet handed over are counted lost on it, never
+/// sent; its own next handoff finds the session over and closes its
+/// buffer instead (see [`drain`]).
 pub fn stop() {
     probe::board::set_on(false);
     control::session_off();
@@ -1235,9 +1282,11 @@ pub fn stop() {
     }
     close();
     flush_samples(id);
+    count_other_harts(id);
     with_out(|o| {
         for (h, x) in HARTS.iter().enumerate() {
             if x.written.load(Relaxed) != 0
+                || x.unsent.load(Relaxed) != 0
                 || x.samples_taken.load(Relaxed) != 0
                 || x.open_at_stop.load(Relaxed) != 0
                 || (h == 0 && lean_written() != 0)
@@ -1253,21 +1302,78 @@ pub fn stop() {
     });
 }
 
+/// What a stop on hart `id` counts for every other hart that joined the
+/// session, once those harts can no longer hand a buffer over: the calls
+/// open on it (its shadow stack's depth) and its records still in its
+/// buffer, never handed over (stream mode: those since its last handoff;
+/// a flight recorder's ring: all its records, as only the stopping hart's
+/// ring is sent). The host counts both lost on that hart and names them.
+///
+/// Another hart's state is only read here, never written: it may be
+/// recording at this very moment (its exits go on after the stop; its
+/// entries stop as soon as it sees the session off). The figures are exact
+/// for a hart that makes no traced call or return meanwhile (parked,
+/// halted, or in untraced code); for one that does, the reads race with
+/// it: a call returning at that instant may be counted twice (open and
+/// written) or not at all (its pop read, its record not yet), and a call
+/// whose entry read the session on just before the stop, and pushes its
+/// frame after this read, is not counted (a window of one entry's few
+/// instructions; closing it would take a fence on every entry, which every
+/// call would pay). Records written after the read (returns of the calls
+/// counted open) never go out, so nothing is counted twice otherwise.
+fn count_other_harts(id: usize) {
+    // No hart hands a buffer over from here on (see `drain`); wait for the
+    // sends that began before, so that they go out before END and their
+    // records are among the `written` sent after. Not if this hart holds
+    // the output (a stop from an interrupt handler that interrupted this
+    // hart's own output): those sends wait for it, and go out after END.
+    HANDOFFS.store(false, SeqCst);
+    fence(SeqCst);
+    let gen = SESSION.gen.load(Relaxed);
+    let flight = SESSION.mode.load(Relaxed) == MODE_FLIGHT;
+    for (k, x) in HARTS.iter().enumerate() {
+        if k == id {
+            continue;
+        }
+        while x.sending.load(SeqCst) && OUT_OWNER.load(Relaxed) != id + 1 {
+            core::hint::spin_loop();
+        }
+        let st = probe::board::STATES[k].state();
+        // SAFETY: plain reads of another hart's state (see above): words it
+        // writes whole, read whole.
+        let (joined, depth, count) = unsafe {
+            (
+                core::ptr::addr_of!((*st).gen).read_volatile(),
+                core::ptr::addr_of!((*st).depth).read_volatile(),
+                core::ptr::addr_of!((*st).count).read_volatile(),
+            )
+        };
+        if joined & !GEN_TAGS != gen {
+            // Not in this session (never joined it, or joining right now):
+            // its state is another session's.
+            continue;
+        }
+        x.open_at_stop
+            .store(depth.min(STACK_DEPTH as u32) as usize, Relaxed);
+        // A stream buffer holds at most BUF_CALLS records; a flight
+        // recorder's count is all its records.
+        let unsent = if flight { count } else { count.min(BUF_CALLS) };
+        x.unsent.store(unsent, Relaxed);
+    }
+}
+
 /// Closes the running hart's buffer once its records went out: nothing is
 /// written to it until the hart joins the next session (which sets it
 /// anew), so that no exit after [`stop`] leaves a record there for the next
-/// session to find. A `limit` of 0 sends every exit off the plain path,
-/// whose only test is the room left; the general exit, finding no buffer,
-/// pops the frame and writes nothing.
+/// session to find.
 fn close() {
     let saved = __fgtrace_irq_save();
     // SAFETY: this hart's state, interrupts masked; `drain` and `dump`
     // test for a null buffer.
     unsafe {
         probe::with_thread_state(|st| {
-            st.buf = core::ptr::null_mut();
+            close_state(st);
             st.count = 0;
-            st.limit = 0;
         })
     };
     // The lean writer too: a lean call open at stop has no frame to count
@@ -1283,6 +1389,16 @@ fn close() {
         LEAN.late.store(0, Relaxed);
     }
     __fgtrace_irq_restore(saved);
+}
+
+/// Closes a hart's buffer (its own, interrupts masked): a `limit` of 0
+/// sends every exit off the plain path, whose only test is the room left;
+/// the general exit, finding no buffer, pops the frame and writes nothing.
+/// The count stays: it is what the buffer held (see [`count_other_harts`]),
+/// until the hart joins the next session.
+fn close_state(st: &mut ThreadState) {
+    st.buf = core::ptr::null_mut();
+    st.limit = 0;
 }
 
 /// The running hart's unsent stream records (see [`drain`]).

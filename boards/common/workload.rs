@@ -338,13 +338,15 @@ fn probe_cost() -> (u64, u64, u64, u64) {
 
 // Built with the `losses` feature (run.sh with LOSSES=1), for the test that
 // checks that a board's losses are counted and shown: instead of the rounds,
-// two sessions that each lose calls in a known way.
+// three sessions that each lose calls in a known way.
 #[cfg(feature = "losses")]
 truth!(
     LOSSES:
     T_STOP_INSIDE = "stop_inside",
     T_TASK_A = "task_a",
     T_TASK_B = "task_b",
+    T_ACROSS = "across_sessions",
+    T_THIRD = "in_third_session",
 );
 
 /// Stops the session from inside `n` nested traced calls: they are open at
@@ -385,10 +387,34 @@ fn interleaved_tasks() {
     drop(b);
 }
 
+/// A call of the third session.
+#[cfg(feature = "losses")]
+#[fgtrace::traced]
+fn in_third_session(x: u32) -> u32 {
+    count(&T_THIRD);
+    black_box(x) ^ 1
+}
+
+/// Stops the session from inside itself and starts the next one before it
+/// returns: open at the stop, it is counted lost in the session it began
+/// in; it ends in the next one (which the hart has joined: a call made
+/// there first), and that one neither records it nor counts it (it began
+/// before).
+#[cfg(feature = "losses")]
+#[fgtrace::traced]
+fn across_sessions() {
+    count(&T_ACROSS);
+    board::stop();
+    board::start(fgtrace::wire::MODE_STREAM, 0, 0);
+    black_box(in_third_session(black_box(7)));
+}
+
 /// The `losses` build's run, in the session the host started: calls
 /// recorded, then a stop inside three traced calls (3 lost: open at stop);
-/// then a session of its own: calls recorded, and a task's call whose frame
-/// another task's exit popped (1 lost).
+/// then a session of its own: calls recorded, a task's call whose frame
+/// another task's exit popped (1 lost), and a call open at its stop (1
+/// lost) that starts a third session, ends in it, and is recorded in
+/// neither; the third session records its own call.
 #[cfg(feature = "losses")]
 fn losses() {
     black_box(fib(black_box(5)));
@@ -396,6 +422,7 @@ fn losses() {
     board::start(fgtrace::wire::MODE_STREAM, 0, 0);
     black_box(crc32(black_box(&[1, 2, 3, 4])));
     interleaved_tasks();
+    across_sessions();
     board::stop();
     for t in LOSSES {
         board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
@@ -417,7 +444,7 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
     }
-    // The `losses` build runs its two sessions instead of the rounds.
+    // The `losses` build runs its three sessions instead of the rounds.
     #[cfg(feature = "losses")]
     {
         let _ = timer;

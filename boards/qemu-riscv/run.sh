@@ -10,8 +10,10 @@
 # feature (each call records its minstret delta; `fgtrace report` shows
 # instructions and IPC per function); with CLOCK=rdtime, with `rdtime` as the
 # probe's clock instead of `mcycle`; with LOSSES=1, with its `losses` feature (a
-# test's build: two sessions that lose calls in known ways, counted and shown);
-# with SINGLE_HART=1, built for one hart (the probe asks no hart index); each
+# test's build: three sessions that lose calls in known ways, counted and shown);
+# with SINGLE_HART=1, built for one hart (the probe asks no hart index); with
+# HARTS=2, with its `harts2` feature on two harts (qemu -smp 2: a test's
+# build, hart 1 runs a workload of its own and parks before the stop); each
 # variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
@@ -44,6 +46,10 @@ fi
 if [ "${COUNT_INSTRUCTIONS:-0}" = 1 ]; then
   features+=(--features instructions) tdir="$tdir/instructions"
 fi
+smp=()
+if [ "${HARTS:-1}" = 2 ]; then
+  features+=(--features harts2) tdir="$tdir/harts2" smp=(-smp 2)
+fi
 if [ "${LOSSES:-0}" = 1 ]; then
   features+=(--features losses) tdir="$tdir/losses"
 fi
@@ -61,5 +67,5 @@ fi
 # -icount shift=0: one instruction per virtual nanosecond, so the run (and the
 # sampler's timer) is the same every time and minstret counts instructions.
 "$fgtrace" board -o "$out" --elf "$fw" --command "record 0 $rate" -- \
-  "$qemu" -machine virt -bios none -display none -monitor none -icount shift=0 \
+  "$qemu" -machine virt ${smp[@]+"${smp[@]}"} -bios none -display none -monitor none -icount shift=0 \
   -serial stdio -kernel "$fw"

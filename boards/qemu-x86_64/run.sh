@@ -7,7 +7,7 @@
 #   boards/qemu-x86_64/run.sh run.fgt [RATE_HZ]
 #
 # With LOSSES=1 the firmware is built with its `losses` feature (a test's build:
-# two sessions that lose calls in known ways, counted and shown), in a target
+# three sessions that lose calls in known ways, counted and shown), in a target
 # directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-x86

@@ -57,19 +57,20 @@ fn run(target: &str) -> Option<Run> {
 
 /// `instructions`: the firmware built with its per-call counters; `clock`:
 /// the probe's clock on RISC-V (`mcycle` or `rdtime`); `losses`: the
-/// firmware's `losses` build (two sessions that lose calls in known ways).
+/// firmware's `losses` build (three sessions that lose calls in known ways).
 fn run_with(target: &str, instructions: bool, clock: &str, losses: bool) -> Option<Run> {
-    run_full(target, instructions, clock, losses, false)
+    run_full(target, instructions, clock, losses, false, false)
 }
 
 /// [`run_with`]; `single_hart`: the firmware built for one hart (the probe
-/// asks no hart index).
+/// asks no hart index); `harts2`: its `harts2` build on two harts (RISC-V).
 fn run_full(
     target: &str,
     instructions: bool,
     clock: &str,
     losses: bool,
     single_hart: bool,
+    harts2: bool,
 ) -> Option<Run> {
     if !tools_present(target) {
         return None;
@@ -93,6 +94,7 @@ fn run_full(
         .env("CLOCK", clock)
         .env("LOSSES", if losses { "1" } else { "0" })
         .env("SINGLE_HART", if single_hart { "1" } else { "0" })
+        .env("HARTS", if harts2 { "2" } else { "1" })
         .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
         .output()
         .expect("run.sh runs");
@@ -349,7 +351,7 @@ fn riscv64gc_firmware_matches_its_ground_truth() {
 fn riscv64gc_firmware_built_for_one_hart_matches_its_ground_truth() {
     check_run(
         "riscv64gc",
-        run_full("riscv64gc", false, "mcycle", false, true),
+        run_full("riscv64gc", false, "mcycle", false, true, false),
     );
 }
 
@@ -370,7 +372,10 @@ fn x86_64_firmware_matches_its_ground_truth() {
 /// firmware starts itself, calls recorded, then two tasks' calls
 /// interleaved on the hart's shadow stack, as a task switch leaves them:
 /// `task_a` returns first, popping `task_b`'s frame with its own, so
-/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost.
+/// `task_b`'s exit finds its frame gone: recorded nowhere, 1 counted lost;
+/// then a call (`across_sessions`) that stops that session and starts a
+/// third before it returns: counted lost (open at stop) in the second
+/// session, recorded in neither, the third recording only its own call.
 /// Every count exact against the firmware's own, in the traces and in what
 /// `fgtrace board` prints.
 fn check_losses(target: &str) {
@@ -392,8 +397,14 @@ fn check_losses(target: &str) {
         calls
     };
     assert_eq!(
-        (truth("stop_inside"), truth("task_a"), truth("task_b")),
-        (3, 1, 1),
+        (
+            truth("stop_inside"),
+            truth("task_a"),
+            truth("task_b"),
+            truth("across_sessions"),
+            truth("in_third_session")
+        ),
+        (3, 1, 1, 1, 1),
         "{target}: {}",
         run.console
     );
@@ -426,12 +437,35 @@ fn check_losses(target: &str) {
         "{target}: session 2 records its own calls, none of session 1's"
     );
     // The sites' first calls in a session take the shadow stack (lean
-    // calls or not): task B's frame is gone at its exit.
-    assert_eq!(second.meta().total_lost(), 1, "{target}: task_b's guard");
-    assert!(second.meta().warnings.is_empty(), "{target}");
+    // calls or not): task B's frame is gone at its exit; `across_sessions`
+    // is open at the stop.
+    assert_eq!(
+        second.meta().total_lost(),
+        2,
+        "{target}: task_b's guard, across_sessions"
+    );
+    assert_eq!(
+        second.meta().warnings,
+        [
+            "hart 0: 1 call still open at stop: not recorded (they ended after the session), \
+          counted lost"
+        ],
+        "{target}"
+    );
+    // `across_sessions` ends in the third session, which it did not begin
+    // in: not recorded there, nor counted again.
+    let third = Trace::load(run.path.with_file_name("run-3.fgt"))
+        .unwrap_or_else(|e| panic!("{target}: the third session's trace: {e}"));
+    assert_eq!(
+        per_function(&third),
+        BTreeMap::from([("in_third_session".to_string(), 1)]),
+        "{target}: session 3 records its own call, none begun before it"
+    );
+    assert_eq!(third.meta().total_lost(), 0, "{target}");
+    assert!(third.meta().warnings.is_empty(), "{target}");
     assert!(
-        !run.path.with_file_name("run-3.fgt").exists(),
-        "{target}: two sessions"
+        !run.path.with_file_name("run-4.fgt").exists(),
+        "{target}: three sessions"
     );
 
     // `fgtrace board` says so.
@@ -440,7 +474,9 @@ fn check_losses(target: &str) {
     for line in [
         format!("session 1: {fib} calls (3 lost)"),
         "session 1: hart 0: 3 calls still open at stop".to_string(),
-        format!("session 2: {} calls (1 lost)", crc + 1),
+        format!("session 2: {} calls (2 lost)", crc + 1),
+        "session 2: hart 0: 1 call still open at stop".to_string(),
+        "session 3: 1 calls (0 lost)".to_string(),
     ] {
         assert!(
             run.stderr.contains(&line),
@@ -460,6 +496,75 @@ fn riscv64gc_board_losses_are_counted_and_shown() {
 #[test]
 fn x86_64_board_losses_are_counted_and_shown() {
     check_losses("x86_64");
+}
+
+/// The firmware's `harts2` build on two harts: hart 1 runs a traced
+/// workload of its own beside hart 0's rounds, then parks inside three
+/// traced calls (`hart1_park`) with five calls recorded since its last
+/// flush; hart 0 stops the session. Hart 1's calls that arrived plus those
+/// the host counts lost on it equal its ground truth exactly (its open
+/// calls and its unsent records are counted, nothing is silently missing),
+/// `fgtrace board` names both losses, and hart 0's calls are all there,
+/// none lost.
+#[test]
+fn riscv64gc_a_stop_counts_the_calls_another_hart_still_holds() {
+    let target = "riscv64gc";
+    let Some(run) = run_full(target, false, "mcycle", false, false, true) else {
+        return;
+    };
+    let t = &run.trace;
+    let meta = t.meta();
+    let hart1 = ["hart1_work", "hart1_leaf", "hart1_park"];
+    let truth1: u64 = hart1.iter().map(|n| run.truth[*n]).sum();
+    assert_eq!(run.truth["hart1_park"], 3, "{}", run.console);
+    assert!(
+        run.truth["hart1_leaf"] > 1000,
+        "hart 1 ran a while: {:?}",
+        run.truth
+    );
+    let mut calls: [BTreeMap<String, u64>; 2] = Default::default();
+    for c in t.calls() {
+        assert!(c.thread < 2, "hart {}", c.thread);
+        *calls[c.thread as usize]
+            .entry(meta.site_name(c.site).to_string())
+            .or_default() += 1;
+    }
+    let lost = |hart: u32| {
+        (meta.threads.iter())
+            .find(|x| x.tid == hart)
+            .map_or(0, |x| x.lost)
+    };
+    // Hart 0: every call, none lost.
+    let truth0: BTreeMap<String, u64> = (run.truth.iter())
+        .filter(|(n, _)| !hart1.contains(&n.as_str()))
+        .map(|(n, c)| (n.clone(), *c))
+        .collect();
+    assert_eq!(calls[0], truth0, "hart 0's calls");
+    assert_eq!(lost(0), 0, "hart 0's losses");
+    // Hart 1: what arrived and what is counted lost, exactly its truth.
+    for (name, n) in &calls[1] {
+        assert!(
+            hart1.contains(&name.as_str()) && *n <= run.truth[name],
+            "hart 1: {n} calls of {name}: {:?}",
+            run.truth
+        );
+    }
+    let arrived: u64 = calls[1].values().sum();
+    assert_eq!(
+        arrived + lost(1),
+        truth1,
+        "hart 1: {arrived} calls arrived, {} counted lost, {truth1} made:\n{}",
+        lost(1),
+        run.stderr
+    );
+    // Its three open calls and its five unsent records, named.
+    assert_eq!(lost(1), 3 + 5, "{}", run.stderr);
+    for line in [
+        "session 1: hart 1: 3 calls still open at stop",
+        "session 1: hart 1: 5 calls written on the board never arrived",
+    ] {
+        assert!(run.stderr.contains(line), "`{line}` in:\n{}", run.stderr);
+    }
 }
 
 /// `Board::count_instructions`: every call carries its `minstret` delta,

@@ -226,10 +226,33 @@ impl BoardSession {
                             calls(open_at_stop)
                         ));
                     }
-                    if flight {
+                    // Written on the board (numbered, or counted in
+                    // `written`), never received: frames lost on the way,
+                    // or records still in the hart's buffer when the
+                    // session stopped on another hart (counted `written`
+                    // there, never sent).
+                    let gaps = if flight {
                         // The ring's first kept record is numbered `dropped`:
                         // everything before it was overwritten on the board.
-                        let gaps = h.numbered.gaps.saturating_sub(st.dropped);
+                        h.numbered.gaps.saturating_sub(st.dropped)
+                    } else {
+                        h.numbered.gaps
+                    };
+                    let lean_unarrived = if flight {
+                        lean_lost
+                    } else {
+                        h.lean_numbered.gaps + lean_tail
+                    };
+                    let unarrived = saturating_sum([gaps, tail, lean_unarrived]);
+                    if unarrived > 0 {
+                        warnings.push(format!(
+                            "hart {id}: {} written on the board never arrived (their frames \
+                             lost, or still in the hart's buffer when the session stopped), \
+                             counted lost",
+                            calls(unarrived)
+                        ));
+                    }
+                    if flight {
                         let lost =
                             saturating_sum([gaps, tail, open_at_stop, lean_lost, overlapped]);
                         let over = saturating_sum([st.dropped, lean_over, trimmed]);
@@ -1591,6 +1614,15 @@ mod tests {
         let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
         assert_eq!(t.calls().count(), 0);
         assert_eq!(t.meta().threads[0].lost, 3, "STATS said 3 were written");
+        // And says why: calls the board wrote (a lost frame's, or records
+        // another hart's stop found unsent in this one's buffer) never came.
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 3 calls written on the board never arrived (their frames lost, or \
+                 still in the hart's buffer when the session stopped), counted lost"
+            ]
+        );
     }
 
     type BoxedFill = Box<dyn Fn(&mut Writer<'_>)>;

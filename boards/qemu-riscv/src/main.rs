@@ -11,10 +11,13 @@
 //! Board support, all in this file: the UART at 0x1000_0000 (a 16550,
 //! FIFOs on) is the sink and the command source, the CLINT timer interrupt
 //! drives the sampler, the SiFive test device at 0x10_0000 ends the run;
-//! the probe's clock is `mcycle` (the timer's is `mtime`).
+//! the probe's clock is `mcycle` (the timer's is `mtime`). Every hart but
+//! the first parks (`wfi`) at `_start`, before touching memory; the `harts2`
+//! build (run.sh with HARTS=2, qemu `-smp 2`) gives hart 1 a stack and a
+//! traced workload of its own (see the end of this file).
 #![no_std]
 #![no_main]
-// The `losses` build (a test's) runs two small sessions instead of the rounds.
+// The `losses` build (a test's) runs three small sessions instead of the rounds.
 #![cfg_attr(feature = "losses", allow(dead_code))]
 
 use core::hint::black_box;
@@ -207,6 +210,8 @@ _start:
     .option norelax
     la gp, __global_pointer$
     .option pop
+    csrr t0, mhartid
+    bnez t0, 5f
     la sp, _stack_hi
     la t0, _sbss
     la t1, _ebss
@@ -219,6 +224,20 @@ _start:
     li s0, 0
     call firmware_main
 3:  j 3b
+
+    // Every other hart: the same trap entry, on a stack of its own; hart 1
+    // goes to `hart1_main` (which parks it unless the firmware was built
+    // with `harts2`), any further hart parks here. None touches memory
+    // before hart 0 has cleared .bss and set the runtime up.
+5:  la t1, trap_entry
+    csrw mtvec, t1
+    li t1, 1
+    bne t0, t1, 6f
+    la sp, _stack1_hi
+    li s0, 0
+    call hart1_main
+6:  wfi
+    j 6b
 
     .section .text
     .align 4
@@ -351,6 +370,144 @@ extern "C" fn firmware_main() -> ! {
         count_instructions: cfg!(feature = "instructions"),
         hpm_counters: &[(3, "hpm3_instructions")],
     });
+    #[cfg(feature = "harts2")]
+    HART1_GO.store(GO, Release);
+    #[cfg(not(feature = "harts2"))]
     demo(&mut Uart, sampling_timer, || mtime() * 1000 / MTIME_HZ);
+    // The rounds' timer hook also parks hart 1 when the rounds are done
+    // (before the probe's cost is measured and the session stops).
+    #[cfg(feature = "harts2")]
+    demo(&mut Uart, timer_then_park, || mtime() * 1000 / MTIME_HZ);
+    #[cfg(feature = "harts2")]
+    for t in HART1 {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
     exit(0);
+}
+
+/// Hart 1's entry (`_start`, on its own stack): parked for good in a
+/// firmware built for one hart's work.
+#[cfg(not(feature = "harts2"))]
+#[no_mangle]
+extern "C" fn hart1_main() -> ! {
+    loop {
+        // SAFETY: waits for an interrupt (none is enabled on this hart).
+        unsafe { core::arch::asm!("wfi") };
+    }
+}
+
+// ------------------------------------------------- a second hart (`harts2`)
+
+// Built with the `harts2` feature (run.sh with HARTS=2, qemu `-smp 2`), for
+// the test that checks what a session's stop does to the calls of a hart
+// other than the one that stops it: hart 1 runs a traced workload of its
+// own beside hart 0's rounds (its buffers handed off and sent from it),
+// then parks inside three traced calls, with calls recorded since its last
+// flush; hart 0 waits for that after its rounds and stops the session:
+// hart 1's unsent records and its open calls must be counted, never
+// silently lost. A fixed number of rounds rather than a loop until the
+// stop: under qemu's `-icount` the harts take turns, and a hart that never
+// sleeps would take most of them. Its own ground truth, counted as hart
+// 0's, is printed by hart 0 at the end.
+
+#[cfg(feature = "harts2")]
+use core::sync::atomic::Ordering::{Acquire, Release};
+
+/// Hart 0 sets it to [`GO`] once .bss is clear and the runtime set up
+/// (hart 1 waits for that value: .bss holds 0 before and after clearing).
+#[cfg(feature = "harts2")]
+static HART1_GO: AtomicU32 = AtomicU32::new(0);
+#[cfg(feature = "harts2")]
+const GO: u32 = 0x600d;
+/// Hart 1 says it has parked.
+#[cfg(feature = "harts2")]
+static HART1_PARKED: AtomicU32 = AtomicU32::new(0);
+/// Hart 1's workload rounds.
+#[cfg(feature = "harts2")]
+const HART1_ROUNDS: u32 = 300;
+/// Records hart 1 makes after its last flush, before it parks.
+#[cfg(feature = "harts2")]
+const HART1_UNSENT: u32 = 5;
+/// Calls open on hart 1 while it is parked.
+#[cfg(feature = "harts2")]
+const HART1_OPEN: u32 = 3;
+
+#[cfg(feature = "harts2")]
+truth!(
+    HART1:
+    T_H1_WORK = "hart1_work",
+    T_H1_LEAF = "hart1_leaf",
+    T_H1_PARK = "hart1_park",
+);
+
+#[cfg(feature = "harts2")]
+#[fgtrace::traced]
+fn hart1_leaf(x: u32) -> u32 {
+    count(&T_H1_LEAF);
+    x.wrapping_mul(0x9e37_79b9).rotate_left(5)
+}
+
+/// A few leaf calls, then untraced work, so that hart 1's stream stays a
+/// fraction of hart 0's.
+#[cfg(feature = "harts2")]
+#[fgtrace::traced]
+fn hart1_work(seed: u32) -> u32 {
+    count(&T_H1_WORK);
+    let mut x = seed;
+    for _ in 0..6 {
+        x = black_box(hart1_leaf(black_box(x)));
+    }
+    light_one(black_box(2000)) ^ x
+}
+
+/// `n` nested calls, the innermost making [`HART1_UNSENT`] leaf calls and
+/// then parking the hart for good (`wfi`): its calls stay open, its
+/// records unsent.
+#[cfg(feature = "harts2")]
+#[fgtrace::traced]
+fn hart1_park(n: u32) {
+    count(&T_H1_PARK);
+    if black_box(n) > 1 {
+        return hart1_park(n - 1);
+    }
+    for i in 0..HART1_UNSENT {
+        black_box(hart1_leaf(black_box(i)));
+    }
+    HART1_PARKED.store(1, Release);
+    loop {
+        // SAFETY: waits for an interrupt (none is enabled on this hart).
+        unsafe { core::arch::asm!("wfi") };
+    }
+}
+
+#[cfg(feature = "harts2")]
+#[no_mangle]
+extern "C" fn hart1_main() -> ! {
+    while HART1_GO.load(Acquire) != GO {
+        core::hint::spin_loop();
+    }
+    while !board::recording() {
+        core::hint::spin_loop();
+    }
+    let mut seed = 1u32;
+    for _ in 0..HART1_ROUNDS {
+        seed = black_box(hart1_work(seed));
+    }
+    // Its records so far sent (from this hart), so that exactly
+    // HART1_UNSENT are in its buffer when it parks.
+    board::flush();
+    hart1_park(HART1_OPEN);
+    unreachable!("hart 1 parks in hart1_park")
+}
+
+/// The rounds' sampling timer (see [`sampling_timer`]); when the rounds are
+/// done (`false`), hart 0 waits for hart 1 to have parked.
+#[cfg(feature = "harts2")]
+fn timer_then_park(on: bool) {
+    sampling_timer(on);
+    if !on {
+        while HART1_PARKED.load(Acquire) == 0 {
+            core::hint::spin_loop();
+        }
+    }
 }

@@ -13,7 +13,7 @@
 //! ends the run; the probe's clock is the TSC.
 #![no_std]
 #![no_main]
-// The `losses` build (a test's) runs two small sessions instead of the rounds.
+// The `losses` build (a test's) runs three small sessions instead of the rounds.
 #![cfg_attr(feature = "losses", allow(dead_code))]
 
 use core::hint::black_box;
