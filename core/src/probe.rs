@@ -556,16 +556,29 @@ impl Drop for Guard {
 /// Entry probe: what `#[traced]` calls first in every instrumented fn.
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
-    // Boards test a byte of their own (a session records), which their
+    // Boards test a word of their own (a session records), which their
     // runtime keeps with the control word: one load and a branch, no mask.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     {
+        // With lean calls the guard is one word, and the session word just
+        // loaded, 0 when nothing records, is the off path's guard as it is
+        // (see `board::on_word`): no constant to set. Zero-extended on a
+        // 32-bit hart, whose guard is two registers: sign-extended, its
+        // high half took a shift (riscv32imac off: one instruction more).
+        #[cfg(all(fgtrace_lean, not(test)))]
+        {
+            let on = board::on_word();
+            if on <= 0 {
+                return Guard {
+                    word: on as usize as u64,
+                    site,
+                    _not_send: PhantomData,
+                };
+            }
+        }
+        #[cfg(not(all(fgtrace_lean, not(test))))]
         if !board::on() {
-            return Guard {
-                #[cfg(all(fgtrace_lean, not(test)))]
-                site,
-                ..Guard::OFF
-            };
+            return Guard::OFF;
         }
         board::enter_board(site)
     }
