@@ -567,7 +567,19 @@ pub fn enter(site: &'static Site) -> Guard {
         // high half took a shift (riscv32imac off: one instruction more).
         #[cfg(all(fgtrace_lean, not(test)))]
         {
-            let on = board::on_word();
+            #[cfg_attr(not(target_arch = "riscv32"), allow(unused_mut))]
+            let mut on = board::on_word();
+            // On riscv32 the word is loaded into t6, where the general
+            // entry's trampoline returns the guard's low half: every path
+            // then leaves it in one register. Left to itself the compiler
+            // gave the single-hart build's guard the argument's register
+            // and moved the argument out of it on every path (off 29 -> 28,
+            // recording 59 -> 58; no change elsewhere).
+            #[cfg(target_arch = "riscv32")]
+            // SAFETY: an empty `asm!`: no instruction, only the register.
+            unsafe {
+                core::arch::asm!("", inout("t6") on, options(nomem, nostack, preserves_flags, pure))
+            };
             if on <= 0 {
                 return Guard {
                     word: on as usize as u64,
