@@ -556,16 +556,41 @@ impl Drop for Guard {
 /// Entry probe: what `#[traced]` calls first in every instrumented fn.
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
-    // Boards test a byte of their own (a session records), which their
+    // Boards test a word of their own (a session records), which their
     // runtime keeps with the control word: one load and a branch, no mask.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     {
-        if !board::on() {
-            return Guard {
-                #[cfg(all(fgtrace_lean, not(test)))]
-                site,
-                ..Guard::OFF
+        // With lean calls the guard is one word, and the session word just
+        // loaded, 0 when nothing records, is the off path's guard as it is
+        // (see `board::on_word`): no constant to set. Zero-extended on a
+        // 32-bit hart, whose guard is two registers: sign-extended, its
+        // high half took a shift (riscv32imac off: one instruction more).
+        #[cfg(all(fgtrace_lean, not(test)))]
+        {
+            #[cfg_attr(not(target_arch = "riscv32"), allow(unused_mut))]
+            let mut on = board::on_word();
+            // On riscv32 the word is loaded into t6, where the general
+            // entry's trampoline returns the guard's low half: every path
+            // then leaves it in one register. Left to itself the compiler
+            // gave the single-hart build's guard the argument's register
+            // and moved the argument out of it on every path (off 29 -> 28,
+            // recording 59 -> 58; no change elsewhere).
+            #[cfg(target_arch = "riscv32")]
+            // SAFETY: an empty `asm!`: no instruction, only the register.
+            unsafe {
+                core::arch::asm!("", inout("t6") on, options(nomem, nostack, preserves_flags, pure))
             };
+            if on <= 0 {
+                return Guard {
+                    word: on as usize as u64,
+                    site,
+                    _not_send: PhantomData,
+                };
+            }
+        }
+        #[cfg(not(all(fgtrace_lean, not(test))))]
+        if !board::on() {
+            return Guard::OFF;
         }
         board::enter_board(site)
     }
