@@ -5,8 +5,10 @@
 //!   dependencies, any target; dev-dependencies aside).
 //! * No import cycle between the source files of any library or binary of
 //!   the workspace.
-//! * Inside this crate, the [`RULES`]: the runtime never reaches `testing`,
-//!   the recording side never reaches the session machinery.
+//! * Inside the runtime, the [`RULES`]: the recording side never reaches the
+//!   session machinery.
+//! * The `fgtrace` package users add is a facade: its `src/lib.rs` only
+//!   re-exports.
 //!
 //! The file graph: nodes are the module files, found through `mod`
 //! declarations from the crate root (`#[path]` too). An edge A -> B is code
@@ -14,7 +16,7 @@
 //! `self::` (in `use` trees, code and macro arguments), or through a name such
 //! a `use` brought in. A path resolves as deep as the module tree goes, then
 //! through `use` re-exports to the file that defines the item (`crate::Session`
-//! is `src/collector.rs`, not the `pub use` in `src/lib.rs`). Not edges:
+//! is `runtime/src/collector.rs`, not the `pub use` in `src/lib.rs`). Not edges:
 //! `mod child;`, naming a child by its bare name (a facade re-exporting its
 //! children), other crates' paths, and anything under `#[cfg(test)]` or
 //! `#[test]` (test modules and their files are left out).
@@ -34,29 +36,31 @@ const CRATE_DEPS: &str = "
     fgtrace-macros:
     fgtrace-board: fgtrace-core fgtrace-macros
     fgtrace-trace: fgtrace-core
-    fgtrace-view: fgtrace-trace fgtrace-core fgtrace-board?
-    fgtrace: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-view?
-    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view
+    fgtrace-runtime: fgtrace-core fgtrace-trace
+    fgtrace-symbols: fgtrace-trace
+    fgtrace-view: fgtrace-trace fgtrace-core fgtrace-symbols?
+    fgtrace-import: fgtrace-core fgtrace-trace fgtrace-symbols fgtrace-board? fgtrace-view?
+    fgtrace-testing: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-runtime fgtrace-view
+    fgtrace: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-runtime fgtrace-symbols? \
+             fgtrace-view? fgtrace-import? fgtrace-testing?
+    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view fgtrace-symbols fgtrace-import
     checks/*: fgtrace";
 
-/// Inside `fgtrace (lib)`: no file of `from` reaches, through any chain of
-/// edges, a file of `to`. Patterns: a file, a directory (ending in `/`), `!`
-/// to leave one out.
-const RULES: &[Rule] = &[
-    Rule {
-        from: "src/ !src/testing/ !src/lib.rs",
-        to: "src/testing/",
-        why: "the runtime never depends on `testing`, which is built on top of it",
-    },
-    Rule {
-        from: "src/recorder.rs src/buffer.rs src/alloc.rs src/thread.rs src/sampler/ \
-               src/offcpu.rs src/pmu.rs src/perf_ring.rs",
-        to: "src/collector.rs src/collector/ src/control/ src/dump.rs",
-        why: "recording (the hooks the probe calls, buffers, the counting allocator, the \
-              sampler, off-CPU and counter readers) stays below sessions, dumps and the \
-              control endpoint",
-    },
-];
+/// The library whose files [`RULES`] are about.
+const RULED: &str = "fgtrace-runtime (lib)";
+
+/// Inside [`RULED`]: no file of `from` reaches, through any chain of edges, a
+/// file of `to`. Patterns: a file, a directory (ending in `/`), `!` to leave
+/// one out.
+const RULES: &[Rule] = &[Rule {
+    from: "runtime/src/recorder.rs runtime/src/buffer.rs runtime/src/alloc.rs \
+           runtime/src/thread.rs runtime/src/sampler/ runtime/src/offcpu.rs runtime/src/pmu.rs \
+           runtime/src/perf_ring.rs",
+    to: "runtime/src/collector.rs runtime/src/collector/ runtime/src/control/ runtime/src/dump.rs",
+    why: "recording (the hooks the probe calls, buffers, the counting allocator, the \
+          sampler, off-CPU and counter readers) stays below sessions, dumps and the \
+          control endpoint",
+}];
 
 struct Rule {
     from: &'static str,
@@ -73,7 +77,7 @@ fn workspace_crates_depend_only_on_the_crates_below_them() {
 #[test]
 fn no_import_cycles_between_source_files() {
     let graphs = workspace_graphs();
-    assert!(graphs.iter().any(|g| g.label == "fgtrace (lib)"));
+    assert!(graphs.iter().any(|g| g.label == RULED));
     let report: Vec<String> = graphs.iter().filter_map(cycles_report).collect();
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
@@ -81,7 +85,7 @@ fn no_import_cycles_between_source_files() {
 #[test]
 fn the_root_crate_keeps_its_layers() {
     let graphs = workspace_graphs();
-    let g = graphs.iter().find(|g| g.label == "fgtrace (lib)").unwrap();
+    let g = graphs.iter().find(|g| g.label == RULED).unwrap();
     for p in RULES
         .iter()
         .flat_map(|r| r.from.split_whitespace().chain(r.to.split_whitespace()))
@@ -91,6 +95,40 @@ fn the_root_crate_keeps_its_layers() {
     }
     let bad = rule_violations(g, RULES);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_package_users_add_only_re_exports() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs");
+    let file = syn::parse_file(&std::fs::read_to_string(root).unwrap()).unwrap();
+    let bad = facade_items_with_code(&file.items);
+    assert!(bad.is_empty(), "src/lib.rs has code of its own: {bad:?}");
+    let src = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src")).unwrap();
+    let names: Vec<_> = src.map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["lib.rs"], "src/ holds the facade alone");
+}
+
+/// The items of a facade that are not re-exports (or modules of them).
+fn facade_items_with_code(items: &[Item]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for item in items {
+        match item {
+            Item::Use(_) => {}
+            Item::Mod(m) => match &m.content {
+                Some((_, inner)) => bad.extend(facade_items_with_code(inner)),
+                None => bad.push(format!("mod {} (a file of its own)", m.ident)),
+            },
+            other => bad.push(
+                other
+                    .to_token_stream()
+                    .to_string()
+                    .chars()
+                    .take(60)
+                    .collect(),
+            ),
+        }
+    }
+    bad
 }
 
 fn metadata() -> &'static Value {
@@ -593,7 +631,8 @@ mod examples {
 
     fn graph(files: &[(&str, &str)]) -> Graph {
         let read = |p: &str| files.iter().find(|f| f.0 == p).map(|f| f.1.to_string());
-        load_crate("src/lib.rs", &read).graph("demo (lib)")
+        // The crate root is the first file given.
+        load_crate(files[0].0, &read).graph("demo (lib)")
     }
 
     fn edges(g: &Graph) -> BTreeSet<String> {
@@ -660,33 +699,42 @@ mod examples {
     fn each_rule_reports_a_forbidden_edge_even_through_other_files() {
         let g = graph(&[
             (
-                "src/lib.rs",
-                "mod recorder;\nmod active;\nmod collector;\nmod testing;\n",
+                "runtime/src/lib.rs",
+                "mod recorder;\nmod active;\nmod collector;\nmod pmu;\n",
             ),
-            ("src/recorder.rs", "fn f() { crate::active::g() }\n"),
+            ("runtime/src/recorder.rs", "fn f() { crate::active::g() }\n"),
             (
-                "src/active.rs",
+                "runtime/src/active.rs",
                 "pub fn g() { crate::collector::Session; }\n",
             ),
+            ("runtime/src/collector.rs", "pub struct Session;\n"),
             (
-                "src/collector.rs",
-                "pub struct Session;\nuse crate::testing::Capture;\n",
+                "runtime/src/pmu.rs",
+                "fn h() { crate::collector::Session; }\n",
             ),
-            ("src/testing/mod.rs", "pub struct Capture;\n"),
         ]);
         let bad = rule_violations(&g, RULES);
         let chain = |i: usize| bad[i].lines().nth(1).unwrap_or_default().trim().to_string();
         let chains: Vec<String> = (0..bad.len()).map(chain).collect();
         let want = [
-            "src/recorder.rs -> src/active.rs -> src/collector.rs -> src/testing/mod.rs",
-            "src/active.rs -> src/collector.rs -> src/testing/mod.rs",
-            "src/collector.rs -> src/testing/mod.rs",
-            "src/recorder.rs -> src/active.rs -> src/collector.rs",
+            "runtime/src/recorder.rs -> runtime/src/active.rs -> runtime/src/collector.rs",
+            "runtime/src/pmu.rs -> runtime/src/collector.rs",
         ];
         assert_eq!(chains, want, "{bad:#?}");
         assert!(bad[0].starts_with(&format!("demo (lib): {}", RULES[0].why)));
-        assert!(bad[3].starts_with(&format!("demo (lib): {}", RULES[1].why)));
-        assert!(bad[3].ends_with("src/active.rs:1: crate::collector::Session"));
+        assert!(bad[0].ends_with("runtime/src/active.rs:1: crate::collector::Session"));
+    }
+
+    #[test]
+    fn a_facade_with_a_fn_is_reported() {
+        let file: syn::File = syn::parse_str(
+            "pub use a::b;\npub mod m { pub use c::d; pub fn f() {} }\nmod x;\nstruct S;",
+        )
+        .unwrap();
+        let bad = facade_items_with_code(&file.items);
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(bad[0].starts_with("pub fn f"), "{bad:?}");
+        assert_eq!(bad[1], "mod x (a file of its own)");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! sends it host commands, prints its console text, and writes each
 //! recording session as an ordinary trace.
 
+use fgtrace_import::board_stream::{elf_mappings, Decoder, ElfStrings, Output};
 use fgtrace_trace::recorded::TextOf;
-use fgtrace_view::board_stream::{elf_mappings, Decoder, ElfStrings, Output};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,9 @@
 //! `fgtrace html`: the whole trace on one self-contained page.
 
 use super::{io_err, progress, threads};
+use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::{Event, TraceError};
 use fgtrace_view::html::{write_html, HtmlOptions};
-use fgtrace_view::symbolize::Symbolizer;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

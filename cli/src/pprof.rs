@@ -5,8 +5,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_view::pprof::{write_pprof, PprofError, PprofOptions};
-use fgtrace_view::symbolize::Symbolizer;
 
 /// Export the samples for `go tool pprof`, pprof's web UI, and the tools that read profile.proto.
 #[derive(clap::Args, Debug, Clone)]

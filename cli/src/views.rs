@@ -2,6 +2,7 @@
 //! library's options, one clear line on error.
 
 use super::{io_err, open, threads};
+use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::parallel;
 use fgtrace_trace::{TraceError, TraceMeta};
 use fgtrace_view::chart::ChartBuilder;
@@ -21,7 +22,6 @@ use fgtrace_view::offcpu::{
     OffCpuFoldedOptions,
 };
 use fgtrace_view::perfetto::{write_perfetto, PerfettoOptions};
-use fgtrace_view::symbolize::Symbolizer;
 use fgtrace_view::window::{estimate, size_warning, Viewer, Window};
 use fgtrace_view::ThreadSel;
 use std::fs::File;

@@ -5,8 +5,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use fgtrace_view::bridge::elf::{FuncSymbols, Inliner};
-use fgtrace_view::bridge::zephyr::{collapse, CollapseOptions, Dump, Folded, WarningKind};
+use fgtrace_import::bridge::zephyr::{collapse, CollapseOptions, Dump, Folded, WarningKind};
+use fgtrace_symbols::elf::{FuncSymbols, Inliner};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 
 /// Skipped-line warnings printed before they are only counted: a paste with

@@ -10,8 +10,8 @@
 #[path = "../../tests/support/tools.rs"]
 mod tools;
 
+use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::{Call, Event, Trace};
-use fgtrace_view::symbolize::Symbolizer;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -839,7 +839,7 @@ fn a_flight_recorder_session_keeps_the_last_calls_and_counts_the_rest() {
 }
 
 fn decode(bytes: &[u8]) -> Trace {
-    let mut d = fgtrace_view::board_stream::Decoder::new();
+    let mut d = fgtrace_import::board_stream::Decoder::new();
     for chunk in bytes.chunks(4093) {
         d.push(chunk);
     }

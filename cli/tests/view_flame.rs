@@ -798,8 +798,8 @@ fn cli_flame_folded_svg_and_errors() {
 /// says nothing.
 #[test]
 fn cli_flame_names_the_profile_setting_when_line_tables_are_missing() {
+    use fgtrace_symbols::symbolize::Symbolizer;
     use fgtrace_trace::Mapping;
-    use fgtrace_view::symbolize::Symbolizer;
     const BIN: &str = "/bin/true";
     let mapping = Mapping {
         start: 0x10_0000,

@@ -159,7 +159,7 @@ fn library_page_from_an_in_memory_trace() {
         plots: 1,
         ..HtmlOptions::default()
     };
-    let names = fgtrace_view::symbolize::Symbolizer::new(&trace.meta().mappings);
+    let names = fgtrace_symbols::symbolize::Symbolizer::new(&trace.meta().mappings);
     trace.write_html(names, &opts, &mut page).unwrap();
     let html = String::from_utf8(page).unwrap();
     assert!(html.contains("2 of 5 functions"), "rows cap");

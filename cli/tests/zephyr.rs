@@ -11,10 +11,10 @@ mod tools;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use fgtrace_view::bridge::elf::{ElfError, FuncSymbols, Inliner};
-use fgtrace_view::bridge::zephyr::{
+use fgtrace_import::bridge::zephyr::{
     collapse, stackcollapse, CollapseOptions, Dump, Warning, WarningKind, ZephyrError,
 };
+use fgtrace_symbols::elf::{ElfError, FuncSymbols, Inliner};
 
 const ARCHES: [&str; 4] = ["x86_64", "i686", "riscv64", "aarch64"];
 const MERGE: CollapseOptions = CollapseOptions {

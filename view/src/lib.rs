@@ -1,7 +1,9 @@
-//! fgtrace's analysis side: the views that render a trace, and what they
-//! need to name and import things (symbolizer, ELF reading, bridges, the
-//! board stream decoder). It depends on the trace model (`fgtrace-trace`),
-//! never on the recording runtime: whatever reads a trace file can use it.
+//! fgtrace's views: what renders a trace (function graph, report, folded
+//! stacks and flamegraphs, Chrome, Perfetto, Firefox and pprof exports, HTML,
+//! plots, diff). It depends on the trace model (`fgtrace-trace`) and, for
+//! naming sampled addresses, on the symbolizer (`fgtrace-symbols`, feature
+//! `symbolize`), never on the recording runtime or the importers: whatever
+//! reads a trace file can use it.
 //!
 //! Every view reads a [`TraceMeta`](fgtrace_trace::TraceMeta) and a stream
 //! of `Result<Event, TraceError>` (a
@@ -12,10 +14,6 @@
 //! through [`Consume`], fed by [`feed`]. When the stream fails part-way, a view
 //! still renders everything read before the damage, then returns the error.
 
-#[cfg(feature = "board")]
-pub mod board_stream;
-#[cfg(any(feature = "symbolize", feature = "minitrace", feature = "fastrace"))]
-pub mod bridge;
 pub mod by_value;
 pub mod chart;
 pub mod chrome;
@@ -45,8 +43,6 @@ pub mod pprof;
 pub mod report;
 pub mod resolve;
 pub mod sampled;
-#[cfg(feature = "symbolize")]
-pub mod symbolize;
 pub mod threads;
 pub mod window;
 
@@ -79,7 +75,7 @@ pub trait TraceViews {
     /// Writes the trace's report as text.
     fn write_report(&self, opts: &ReportOptions, w: impl io::Write) -> io::Result<()>;
     /// Writes the trace's HTML report (see [`html`]), naming samples with
-    /// `resolver` (a [`symbolize::Symbolizer`] of the traced process's
+    /// `resolver` (a `fgtrace_symbols::symbolize::Symbolizer` of the traced process's
     /// mappings, or [`HexResolve`] for bare addresses).
     #[cfg(feature = "html")]
     fn write_html(

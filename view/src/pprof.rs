@@ -11,8 +11,8 @@
 //! profile.proto needs only varints and length-delimited fields.
 
 use crate::consume::{collect, Consume};
-use crate::symbolize::Symbolizer;
 use crate::threads::{shown, thread_mask, ThreadSel};
+use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::{Event, Sample, TraceError, TraceMeta};
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -1,8 +1,8 @@
 //! Naming sampled addresses: the interface every view that shows sampled
 //! frames takes from its caller ([`Resolve`]), and the resolvers that need no
 //! binary (bare addresses, a closure). The symbolizer that reads the traced
-//! program's ELF and DWARF (`symbolize`, feature `symbolize`) implements it
-//! too; no view imports it.
+//! program's ELF and DWARF (`fgtrace-symbols`, feature `symbolize`)
+//! implements it too, here; no view imports it.
 
 /// Address to names: innermost first, inlined frames expanded (the first name
 /// is the innermost inlined function at `addr`, the last the function the
@@ -70,5 +70,22 @@ pub struct FnResolve<F>(pub F);
 impl<F: FnMut(u64, bool) -> Vec<String>> Resolve for FnResolve<F> {
     fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String> {
         (self.0)(addr, is_return_address)
+    }
+}
+
+#[cfg(feature = "symbolize")]
+impl Resolve for fgtrace_symbols::symbolize::Symbolizer {
+    fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String> {
+        fgtrace_symbols::symbolize::Symbolizer::frames(self, addr, is_return_address)
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    fn frame_info(&mut self, addr: u64, is_return_address: bool) -> FrameInfo {
+        FrameInfo {
+            frame_record: self.frame_record(addr, is_return_address),
+            in_probe: self.in_probe(addr, is_return_address),
+        }
     }
 }

@@ -1,0 +1,373 @@
+//! What the collector keeps: each thread's calls encoded as raw chunks, in
+//! memory or appended to the session's output file as they arrive (with the
+//! off-CPU time closed meanwhile), and the trace head both say about
+//! themselves.
+
+use crate::buffer::{Batch, RawCall, Storage};
+use crate::config::Config;
+use fgtrace_trace::build;
+use fgtrace_trace::clock::Calibration;
+use fgtrace_trace::file::RecordingWriter;
+use fgtrace_trace::format::ChunkEncoder;
+use fgtrace_trace::recorded::{RawChunk, RawEncoder, RawSample, SiteMap};
+use fgtrace_trace::{Event, RecordMode, Sample, TraceMeta};
+use std::path::PathBuf;
+#[cfg(target_os = "linux")]
+use std::sync::Arc;
+#[cfg(target_os = "linux")]
+use std::time::Duration;
+
+/// What the collector keeps: each thread's calls encoded as raw chunks, one
+/// per batch, as they arrive (or appended to the output file).
+pub(super) struct Gathered {
+    pub(super) origin: u64,
+    pub(super) sites: SiteMap,
+    pub(super) threads: Vec<Gathering>,
+    pub(super) out: Option<Output>,
+    /// Automatic exclusion of tiny functions (`Config::auto_exclude`).
+    pub(super) auto: Option<super::auto::AutoExclude>,
+    /// Off-CPU time going to the file while recording.
+    #[cfg(target_os = "linux")]
+    pub(super) off_cpu: Option<OffCpuOut>,
+}
+
+/// The collector's side of off-CPU time in a file: every few ms
+/// the intervals the recorder closed since are written in off-CPU
+/// sections, so a process killed while recording keeps them.
+#[cfg(target_os = "linux")]
+pub(super) struct OffCpuOut {
+    pub(super) rec: Arc<crate::offcpu::Recorder>,
+    pub(super) cal: Calibration,
+    /// Per thread index: the end of its last interval written.
+    pub(super) written_end: Vec<u64>,
+    pub(super) last: std::time::Instant,
+}
+
+/// How often off-CPU sections are written (a killed process loses this
+/// much, plus the reader's 5 ms, of its off-CPU time).
+#[cfg(target_os = "linux")]
+const OFF_CPU_EVERY: Duration = Duration::from_millis(10);
+
+#[derive(Default)]
+pub(super) struct Gathering {
+    pub(super) enc: RawEncoder,
+    pub(super) raw: Vec<RawChunk>,
+    /// Batches received (a dump waits for those handed before it).
+    pub(super) batches: u64,
+}
+
+/// The file a session writes while it records.
+pub(super) struct Output {
+    pub(super) w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
+    pub(super) path: PathBuf,
+    pub(super) sites_written: usize,
+    /// String table entries written so far.
+    pub(super) strings_written: usize,
+    pub(super) threads_written: usize,
+    /// The first write that failed; nothing is written after it.
+    pub(super) error: Option<String>,
+    pub(super) dirty: bool,
+}
+
+impl Output {
+    pub(super) fn check(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            if self.error.is_none() {
+                self.error = Some(format!(
+                    "writing {} failed after {} bytes: {e}",
+                    self.path.display(),
+                    self.w.written
+                ));
+            }
+        }
+    }
+}
+
+impl Gathered {
+    pub(super) fn new(origin: u64, out: Option<Output>) -> Gathered {
+        Gathered {
+            origin,
+            // SAFETY: the collector encodes only the batches of this
+            // process's probes.
+            sites: SiteMap::with_text(unsafe { build::registered_text() }),
+            threads: Vec::new(),
+            out,
+            auto: None,
+            #[cfg(target_os = "linux")]
+            off_cpu: None,
+        }
+    }
+
+    /// Announces threads up to index `i` in the file.
+    fn announce(
+        o: &mut Output,
+        i: usize,
+        who: &dyn Fn(u32) -> (u32, String),
+    ) -> std::io::Result<()> {
+        while o.threads_written <= i {
+            let (tid, name) = who(o.threads_written as u32);
+            o.w.thread(o.threads_written as u32, tid, &name)?;
+            o.threads_written += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the off-CPU intervals closed since the last time (every
+    /// [`OFF_CPU_EVERY`] at most), announcing their threads first.
+    /// `tids()`: the session's threads' tids, by index.
+    #[cfg(target_os = "linux")]
+    pub(super) fn write_off_cpu(
+        &mut self,
+        who: &dyn Fn(u32) -> (u32, String),
+        tids: &dyn Fn() -> Vec<u32>,
+    ) {
+        let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
+            return;
+        };
+        if o.error.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
+            return;
+        }
+        oc.last = std::time::Instant::now();
+        let (rec, cal, written_end) = (&oc.rec, &oc.cal, &mut oc.written_end);
+        // Taken under the recorder's lock, written after it (the reader
+        // thread and joining threads wait for that lock).
+        let mut news = Vec::new();
+        let tids = tids();
+        rec.publish(|tid, ivs, lost| {
+            // A thread not registered yet (or gone from the list): next time.
+            let Some(i) = tids.iter().position(|&t| t == tid) else {
+                return false;
+            };
+            if written_end.len() <= i {
+                written_end.resize(i + 1, 0);
+            }
+            let ivs = crate::offcpu::to_trace_after(cal, written_end[i], u64::MAX, ivs);
+            if let Some(l) = ivs.last() {
+                written_end[i] = l.end_ns();
+            }
+            news.push((i, lost, ivs));
+            true
+        });
+        let mut r = Ok(());
+        for (i, lost, ivs) in news {
+            r = r
+                .and_then(|_| Self::announce(o, i, who))
+                .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
+            o.dirty = true;
+        }
+        o.check(r);
+    }
+
+    /// Encodes one thread's records; `who` names thread `i` (tid, name) for
+    /// the file.
+    pub(super) fn add_records(
+        &mut self,
+        thread: u32,
+        recs: &[RawCall],
+        who: &dyn Fn(u32) -> (u32, String),
+    ) {
+        let i = thread as usize;
+        if self.threads.len() <= i {
+            // Chunks kept in memory go into arenas; chunks written to the
+            // file are encoded in a scratch buffer and dropped.
+            let retain = self.out.is_none();
+            self.threads.resize_with(i + 1, || {
+                let mut g = Gathering::default();
+                g.enc.retain = retain;
+                g
+            });
+        }
+        if recs.is_empty() {
+            return;
+        }
+        if let Some(a) = &mut self.auto {
+            a.observe(thread, recs);
+        }
+        let c = self.threads[i].enc.encode(
+            thread,
+            recs,
+            self.origin,
+            &mut self.sites,
+            &build::registered_site,
+        );
+        match &mut self.out {
+            None => self.threads[i].raw.push(c),
+            Some(o) if o.error.is_some() => self.threads[i].raw.push(c),
+            Some(o) => {
+                let mut r = Ok(());
+                while r.is_ok() && o.sites_written < self.sites.sites.len() {
+                    r =
+                        o.w.site(o.sites_written as u32, &self.sites.sites[o.sites_written]);
+                    o.sites_written += 1;
+                }
+                while r.is_ok() && o.strings_written < self.sites.strings.len() {
+                    r = o.w.string(
+                        o.strings_written as u32,
+                        &self.sites.strings[o.strings_written],
+                    );
+                    o.strings_written += 1;
+                }
+                let r = r
+                    .and_then(|_| Self::announce(o, i, who))
+                    .and_then(|_| o.w.raw(&c));
+                let failed = r.is_err();
+                o.check(r);
+                o.dirty = true;
+                if failed {
+                    // Kept in memory instead; `stop` reports the error.
+                    self.threads[i].raw.push(c);
+                }
+            }
+        }
+    }
+
+    pub(super) fn add(&mut self, b: Batch, who: &dyn Fn(u32) -> (u32, String)) -> Storage {
+        // SAFETY: the first `len` slots of a handed-off batch were written.
+        let recs = unsafe {
+            std::slice::from_raw_parts(
+                b.storage.as_ptr() as *const RawCall,
+                b.len.min(b.storage.len()),
+            )
+        };
+        self.add_records(b.thread, recs, who);
+        if let Some(t) = self.threads.get_mut(b.thread as usize) {
+            t.batches += 1;
+        }
+        b.storage
+    }
+
+    pub(super) fn batches(&self, thread: u32) -> u64 {
+        self.threads.get(thread as usize).map_or(0, |t| t.batches)
+    }
+
+    /// Flushes the file while the collector idles, so a crash loses little.
+    pub(super) fn idle(&mut self) {
+        if let Some(o) = &mut self.out {
+            if o.dirty && o.error.is_none() {
+                let r = o.w.flush();
+                o.check(r);
+                o.dirty = false;
+            }
+        }
+    }
+}
+
+/// What every trace of this session says about itself, before threads and sites.
+pub(super) fn base_meta(cal: &Calibration, end_ticks: u64, config: &Config) -> TraceMeta {
+    meta_of(
+        cal,
+        end_ticks,
+        config.mode,
+        config.describe(),
+        config.counters.iter().map(|c| c.name()),
+    )
+}
+
+pub(super) fn meta_of<'a>(
+    cal: &Calibration,
+    end_ticks: u64,
+    mode: RecordMode,
+    filters: String,
+    counters: impl Iterator<Item = &'a str>,
+) -> TraceMeta {
+    // Per-call figures beside each call (extension records): allocations
+    // when the counting allocator is installed, then the session's counter.
+    crate::process::base(
+        *cal,
+        end_ticks,
+        mode,
+        filters,
+        counters.map(String::from).collect(),
+    )
+    .meta(fgtrace_core::alloc::installed())
+}
+
+/// Creates the output file and writes its provisional header (with
+/// `off_cpu`: whether off-CPU time is recorded, or why not).
+pub(super) fn open_output(
+    path: &std::path::Path,
+    cal: &Calibration,
+    config: &Config,
+    off_cpu: Option<fgtrace_trace::OffCpu>,
+) -> Result<Output, String> {
+    let f = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let meta = TraceMeta {
+        off_cpu,
+        ..base_meta(cal, cal.origin.ticks, config)
+    };
+    // The header reaches the file at once: a process killed before its
+    // first batch leaves a file that reads (no calls, and what the header
+    // says, such as why off-CPU time is missing).
+    let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
+        .and_then(|mut w| w.flush().map(|()| w))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Output {
+        w,
+        path: path.to_path_buf(),
+        sites_written: 0,
+        strings_written: 0,
+        threads_written: 0,
+        error: None,
+        dirty: false,
+    })
+}
+
+/// Writes what the file still lacks at stop: sites and threads not yet
+/// announced, the chunks kept in memory, the samples.
+pub(super) fn finish_output(
+    o: &mut Output,
+    meta: &TraceMeta,
+    threads: &[Gathering],
+    samples: Vec<Vec<RawSample>>,
+    overwritten: &[u64],
+) {
+    if o.error.is_some() {
+        return;
+    }
+    let mut r = Ok(());
+    while r.is_ok() && o.sites_written < meta.sites.len() {
+        r =
+            o.w.site(o.sites_written as u32, &meta.sites[o.sites_written]);
+        o.sites_written += 1;
+    }
+    while r.is_ok() && o.strings_written < meta.strings.len() {
+        r =
+            o.w.string(o.strings_written as u32, &meta.strings[o.strings_written]);
+        o.strings_written += 1;
+    }
+    while r.is_ok() && o.threads_written < meta.threads.len() {
+        let t = &meta.threads[o.threads_written];
+        r = o.w.thread(o.threads_written as u32, t.tid, &t.name);
+        o.threads_written += 1;
+    }
+    for th in threads {
+        for c in &th.raw {
+            r = r.and_then(|_| o.w.raw(c));
+        }
+    }
+    for (t, s) in samples.into_iter().enumerate() {
+        if s.is_empty() {
+            continue;
+        }
+        let mut enc = ChunkEncoder::new(t as u32);
+        for (ts, shadow_depth, cut, frames) in s {
+            enc.push(&Event::Sample(Sample {
+                thread: t as u32,
+                ts_ns: ts,
+                shadow_depth,
+                cut,
+                frames,
+            }));
+        }
+        for c in enc.finish() {
+            r = r.and_then(|_| o.w.samples(&c));
+        }
+    }
+    for (t, &n) in overwritten.iter().enumerate() {
+        if n > 0 {
+            r = r.and_then(|_| o.w.overwritten(t as u32, n));
+        }
+    }
+    o.check(r);
+}
