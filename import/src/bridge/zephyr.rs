@@ -10,8 +10,8 @@
 //! cannot be the dump's is an error instead of a page of `[unknown]`.
 //!
 //! ```no_run
-//! use fgtrace_view::bridge::elf::FuncSymbols;
-//! use fgtrace_view::bridge::zephyr::{collapse, CollapseOptions, Dump};
+//! use fgtrace_symbols::elf::FuncSymbols;
+//! use fgtrace_import::bridge::zephyr::{collapse, CollapseOptions, Dump};
 //! let dump = Dump::parse(&std::fs::read("perf_data.txt")?)?;
 //! let syms = FuncSymbols::from_elf(&std::fs::read("zephyr.elf")?)?;
 //! let folded = collapse(&dump, &syms, None, CollapseOptions::default())?;
