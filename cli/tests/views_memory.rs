@@ -180,6 +180,12 @@ fn peak_kb(args: &[&str], out: &Path) -> u64 {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "fgtrace {args:?} failed (status {status}): {err}"
     );
+    eprintln!(
+        "fgtrace {}: peak RSS {} KB, {:.1} s of CPU",
+        args[..args.len().min(2)].join(" "),
+        usage.ru_maxrss,
+        usage.ru_utime.tv_sec as f64 + usage.ru_stime.tv_sec as f64
+    );
     usage.ru_maxrss as u64
 }
 
@@ -221,15 +227,22 @@ fn views_read_hundreds_of_threads_and_tens_of_millions_of_calls_in_bounded_memor
     let kb = peak_kb(&["flame", "--folded", &s(&one)], &folded);
     let f = text_of(&folded);
     assert!(
-        f.lines().any(|l| l.starts_with("test_body;insert;probe;eq ")),
+        f.lines()
+            .any(|l| l.starts_with("suite::test_body;suite::insert;suite::probe;suite::eq ")),
         "{}",
         &f[..f.len().min(2000)]
     );
-    assert!(kb < BOUND_KB, "flame --folded of {total} calls: peak RSS {kb} KB");
+    assert!(
+        kb < BOUND_KB,
+        "flame --folded of {total} calls: peak RSS {kb} KB"
+    );
 
     let merged = dir.join("merged.txt");
     let kb = peak_kb(&["report", &s(&halves[0]), &s(&halves[1])], &merged);
     assert!(text_of(&merged).contains("insert"));
-    assert!(kb < BOUND_KB, "report of 2 files, {total} calls: peak RSS {kb} KB");
+    assert!(
+        kb < BOUND_KB,
+        "report of 2 files, {total} calls: peak RSS {kb} KB"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
