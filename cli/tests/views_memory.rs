@@ -20,7 +20,7 @@ use fgtrace_trace::file::RecordingWriter;
 use fgtrace_trace::recorded::{RawEncoder, SiteMap};
 use fgtrace_trace::{ClockInfo, RecordMode, SiteInfo, ThreadInfo, TraceMeta};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const THREADS: u32 = 300;
 /// Loop iterations of the two large threads (4 calls each, 1 in 64 with a 5th).
@@ -154,12 +154,15 @@ fn write_recorded(path: &Path, threads: std::ops::Range<u32>) -> u64 {
 
 /// Runs `fgtrace args`, its output into `out`; returns its peak RSS in KB,
 /// as the kernel counted it for that process alone.
+// The child is reaped by `wait4`, which std does not know of.
+#[allow(clippy::zombie_processes)]
 fn peak_kb(args: &[&str], out: &Path) -> u64 {
+    let err_path = out.with_extension("err");
     let child = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args(args)
         .env("FGTRACE_THREADS", "2")
         .stdout(std::fs::File::create(out).unwrap())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .expect("run fgtrace");
     let pid = child.id() as libc::pid_t;
@@ -171,11 +174,8 @@ fn peak_kb(args: &[&str], out: &Path) -> u64 {
     // SAFETY: `pid` is our child, not yet waited for; both pointers are valid.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr {
-        use std::io::Read;
-        let _ = e.read_to_string(&mut err);
-    }
+    drop(child);
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "fgtrace {args:?} failed (status {status}): {err}"

@@ -352,7 +352,8 @@ impl Recorded {
 
     /// The pre-order chunks of every thread, interleaved by time, built as
     /// they are read ([`Built`]): each thread's raw chunks are rebuilt by a
-    /// [`ThreadBuilder`] (the open call tree in memory), and only a few built
+    /// [`ThreadBuilder`] (a budget of records per level, the others read
+    /// again from the raw chunks when written out), and only a few built
     /// chunks per thread wait to be read.
     pub fn stream(self, n_sites: usize, counters: &[String], in_file: Option<InFile>) -> Built {
         self.stream_on(n_sites, counters, in_file, crate::parallel::threads())
