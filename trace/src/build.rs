@@ -4,12 +4,9 @@
 
 use super::format::{self, Chunk, ChunkEncoder, TraceError};
 use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
-use super::{
-    flags, Call, ClockInfo, Event, FutureSpan, LossKind, Lost, RecordMode, SiteInfo, ThreadInfo,
-    Trace, TraceMeta,
-};
+use super::{flags, ClockInfo, Event, RecordMode, SiteInfo, ThreadInfo, Trace, TraceMeta};
 use crate::clock::Calibration;
-use fgtrace_core::record::{kind, RawCall};
+use fgtrace_core::record::RawCall;
 use fgtrace_core::site::Site;
 
 /// One thread's records as gathered, oldest first.
@@ -279,311 +276,9 @@ impl CounterLayout {
     }
 }
 
-/// One thread's records (exit order) as pre-order chunks, with its samples
-/// merged in by time; returns the chunks and the number of calls.
-pub fn build_thread(
-    t: u32,
-    recs: &[Rec],
-    samples: Vec<RawSample>,
-    overwritten: u64,
-    layout: CounterLayout,
-) -> (Vec<super::format::Chunk>, u64) {
-    let mut b = ThreadBuilder::new(t, samples, overwritten, layout);
-    b.push(recs);
-    b.finish()
-}
-
-/// One thread's records, in exit order as the probes wrote them, rebuilt
-/// into the pre-order call stream views read, as they come: records are
-/// [`push`](Self::push)ed a batch at a time (a raw chunk's), and every
-/// finished top-level call tree is written out and dropped. Memory holds
-/// the records of the tree still open (a thread whose whole run is one
-/// traced call keeps them all), the encoded chunks, and the futures.
-///
-/// A record's subtree is found in exit order: it adopts the finished
-/// subtrees on the stack that are deeper and started no earlier (the time
-/// check keeps orphans of a lost parent from being adopted by a later
-/// sibling of that parent). A depth-0 entry is never adopted, so once one is
-/// on the stack, the stack up to it is final: those roots are walked in
-/// pre-order (roots left to right, children left to right), with the
-/// samples put before the first call that starts after them, exactly as a
-/// walk of the whole thread at its end would.
-pub struct ThreadBuilder {
-    t: u32,
-    samples: std::iter::Peekable<std::vec::IntoIter<RawSample>>,
-    overwritten: u64,
-    layout: CounterLayout,
-    /// Records since the last flush; `buf[k]` is record `base + k`.
-    buf: Vec<Rec>,
-    base: usize,
-    /// Tree records (not futures, not extension records) by index, their
-    /// subtree sizes, and the stack of subtrees not yet adopted (indices
-    /// into `tree`): all since the last flush.
-    tree: Vec<usize>,
-    size: Vec<u32>,
-    stack: Vec<u32>,
-    /// Whole-future records with their indices, emitted at the end by start.
-    futures: Vec<(usize, Rec)>,
-    figures: alloc_figures::Attach,
-    /// The (depth, end) of the calls emitted so far that may still be open.
-    open: Vec<(u32, u64)>,
-    enc: ChunkEncoder,
-    calls: u64,
-    /// The first record's start (the overwritten marker's time).
-    first_start: Option<u64>,
-    started: bool,
-}
-
-impl ThreadBuilder {
-    pub fn new(t: u32, samples: Vec<RawSample>, overwritten: u64, layout: CounterLayout) -> Self {
-        ThreadBuilder {
-            t,
-            samples: samples.into_iter().peekable(),
-            overwritten,
-            layout,
-            buf: Vec::new(),
-            base: 0,
-            tree: Vec::new(),
-            size: Vec::new(),
-            stack: Vec::new(),
-            futures: Vec::new(),
-            figures: alloc_figures::Attach::default(),
-            open: Vec::new(),
-            enc: ChunkEncoder::new(t),
-            calls: 0,
-            first_start: None,
-            started: false,
-        }
-    }
-
-    /// Keeps the built chunks' events decoded (see
-    /// [`ChunkEncoder::decoded`]): before the first push.
-    pub fn keep_events(&mut self, buffers: &super::format::EventBuffers) {
-        if !self.enc.keeps_events() {
-            self.enc = ChunkEncoder::decoded(self.t, buffers.clone());
-        }
-    }
-
-    /// The next records of the thread, in the order they were written.
-    pub fn push(&mut self, recs: &[Rec]) {
-        for r in recs {
-            self.first_start.get_or_insert(r.start_ns);
-            let i = self.base + self.buf.len();
-            // Extension records belong to the call before them: a finished
-            // tree is written out only when the next record that is not one
-            // arrives, so its last call has its figures by then.
-            if self.figures.take(i, r) {
-                self.buf.push(*r);
-                continue;
-            }
-            if self
-                .stack
-                .last()
-                .is_some_and(|&top| self.rec(self.tree[top as usize]).depth == 0)
-            {
-                self.flush();
-            }
-            let i = self.base + self.buf.len();
-            self.buf.push(*r);
-            if r.kind as u64 == kind::FUTURE {
-                self.futures.push((i, *r));
-                continue;
-            }
-            let k = self.tree.len();
-            self.tree.push(i);
-            let mut sz = 1u32;
-            while let Some(&top) = self.stack.last() {
-                let tr = self.rec(self.tree[top as usize]);
-                if tr.depth > r.depth && tr.start_ns >= r.start_ns {
-                    sz += self.size[top as usize];
-                    self.stack.pop();
-                } else {
-                    break;
-                }
-            }
-            self.size.push(sz);
-            self.stack.push(k as u32);
-        }
-    }
-
-    fn rec(&self, i: usize) -> &Rec {
-        &self.buf[i - self.base]
-    }
-
-    /// Records held (those of the call trees not yet written out).
-    pub fn held(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The overwritten calls' marker, before anything else of the thread.
-    fn start(&mut self) {
-        if self.started {
-            return;
-        }
-        self.started = true;
-        if self.overwritten > 0 {
-            self.enc.push_event(Event::Lost(Lost {
-                thread: self.t,
-                depth: 0,
-                at_ns: self.first_start.unwrap_or(0),
-                count: self.overwritten,
-                kind: LossKind::Overwritten,
-            }));
-        }
-    }
-
-    /// Samples before `until`, each with the traced calls open at its time
-    /// where the sampler could not count them (kernel call chains: the
-    /// innermost open call's depth + 1).
-    fn samples_before(&mut self, until: u64) {
-        while let Some(s) = self.samples.next_if(|s| s.0 < until) {
-            let shadow_depth = if s.1 == crate::SHADOW_DEPTH_FROM_TRACE {
-                self.open
-                    .iter()
-                    .rev()
-                    .find(|o| o.1 > s.0)
-                    .map_or(0, |o| o.0.saturating_add(1))
-            } else {
-                s.1
-            };
-            self.enc.push_event(Event::Sample(super::Sample {
-                thread: self.t,
-                ts_ns: s.0.min(recorded::MAX_NS),
-                shadow_depth,
-                cut: s.2,
-                frames: s.3,
-            }));
-        }
-    }
-
-    /// Walks every root on the stack in pre-order and drops what it held.
-    fn flush(&mut self) {
-        self.start();
-        let t = self.t;
-        let stack = std::mem::take(&mut self.stack);
-        let mut work: Vec<u32> = Vec::new();
-        for &root in &stack {
-            work.push(root);
-            while let Some(k) = work.pop() {
-                let i = self.tree[k as usize];
-                let r = *self.rec(i);
-                self.samples_before(r.start_ns);
-                while self.open.last().is_some_and(|o| o.0 >= r.depth) {
-                    self.open.pop();
-                }
-                if self.figures.is_marker(i) {
-                    self.enc.push_event(Event::Marker(super::Marker {
-                        thread: t,
-                        site: r.site,
-                        depth: r.depth,
-                        ts_ns: r.start_ns,
-                    }));
-                    if let Some(e) = self.figures.values_event(t, i) {
-                        self.enc.push_event(e);
-                    }
-                    continue;
-                }
-                if r.kind as u64 != kind::LOST {
-                    self.open.push((r.depth, r.end_ns));
-                }
-                match r.kind as u64 {
-                    kind::LOST => self.enc.push_event(Event::Lost(Lost {
-                        thread: t,
-                        depth: r.depth,
-                        at_ns: r.start_ns,
-                        count: r.count,
-                        kind: LossKind::Dropped,
-                    })),
-                    rk => {
-                        self.calls += 1;
-                        let mut fl = 0;
-                        if r.unwound {
-                            fl |= flags::UNWOUND;
-                        }
-                        if rk == kind::POLL {
-                            fl |= flags::POLL;
-                        }
-                        if self.size[k as usize] > 1 {
-                            fl |= flags::HAS_CHILDREN;
-                        }
-                        self.enc.push_event(Event::Call(Call {
-                            thread: t,
-                            site: r.site,
-                            depth: r.depth,
-                            start_ns: r.start_ns,
-                            dur_ns: r.end_ns - r.start_ns,
-                            flags: fl,
-                        }));
-                        if let Some(e) = self.figures.event(t, i, self.layout) {
-                            self.enc.push_event(e);
-                        }
-                        if let Some(e) = self.figures.values_event(t, i) {
-                            self.enc.push_event(e);
-                        }
-                    }
-                }
-                let sz = self.size[k as usize];
-                if sz > 1 {
-                    let lo = k + 1 - sz;
-                    let mut c = k - 1;
-                    loop {
-                        work.push(c);
-                        let csz = self.size[c as usize];
-                        if c < lo + csz {
-                            break;
-                        }
-                        c -= csz;
-                    }
-                }
-            }
-        }
-        self.base += self.buf.len();
-        self.buf.clear();
-        self.tree.clear();
-        self.size.clear();
-        self.stack = stack;
-        self.stack.clear();
-    }
-
-    /// Writes what is left: the last trees, the samples after them, the
-    /// futures by start. Returns the thread's chunks and its calls.
-    pub fn finish(mut self) -> (Vec<super::format::Chunk>, u64) {
-        self.flush();
-        self.samples_before(u64::MAX);
-        let t = self.t;
-        let mut futures = std::mem::take(&mut self.futures);
-        futures.sort_by_key(|(_, r)| r.start_ns);
-        // The whole futures go in chunks of their own, placed among the
-        // threads by the latest end of them: a future's polls may run on
-        // other threads, and a view matching polls to futures (the exports'
-        // async lanes) then has every poll before its future.
-        let (sealed, latest) = self.enc.seal();
-        let key = futures
-            .iter()
-            .map(|(_, r)| r.end_ns)
-            .max()
-            .unwrap_or(0)
-            .max(latest);
-        for (i, r) in &futures {
-            self.enc.push_event(Event::Future(FutureSpan {
-                thread: t,
-                site: r.site,
-                start_ns: r.start_ns,
-                dur_ns: r.end_ns - r.start_ns,
-                polls: r.depth,
-                cancelled: r.unwound,
-            }));
-            if let Some(e) = self.figures.values_event(t, *i) {
-                self.enc.push_event(e);
-            }
-        }
-        let mut chunks = self.enc.finish();
-        for c in chunks.iter_mut().skip(sealed) {
-            c.first_ns = key;
-        }
-        (chunks, self.calls)
-    }
-}
+mod rebuild;
+use rebuild::RawSeq;
+pub use rebuild::{build_thread, ThreadBuilder};
 
 /// Where a trace's calls are until something reads them.
 #[derive(Debug)]
@@ -657,7 +352,8 @@ impl Recorded {
 
     /// The pre-order chunks of every thread, interleaved by time, built as
     /// they are read ([`Built`]): each thread's raw chunks are rebuilt by a
-    /// [`ThreadBuilder`] (the open call tree in memory), and only a few built
+    /// [`ThreadBuilder`] (a budget of records per level, the others read
+    /// again from the raw chunks when written out), and only a few built
     /// chunks per thread wait to be read.
     pub fn stream(self, n_sites: usize, counters: &[String], in_file: Option<InFile>) -> Built {
         self.stream_on(n_sites, counters, in_file, crate::parallel::threads())
@@ -684,15 +380,16 @@ impl Recorded {
             .zip(self.threads)
             .zip(left)
             .map(|((t, th), left)| {
+                let seq =
+                    std::sync::Arc::new(RawSeq::new(th.raw, left, file.clone(), n_sites, scale));
                 let raw = RawChunks {
-                    raw: th.raw.into_iter(),
-                    in_file: left.into_iter(),
-                    file: file.clone(),
-                    n_sites,
-                    scale,
+                    seq: seq.clone(),
+                    next: 0,
                 };
+                let builder = ThreadBuilder::new(t, th.samples, th.overwritten, layout)
+                    .rereading(seq, held_budget(1));
                 ThreadStream {
-                    builder: Some(ThreadBuilder::new(t, th.samples, th.overwritten, layout)),
+                    builder: Some(builder),
                     records: if spare {
                         Records::ahead(raw)
                     } else {
@@ -701,6 +398,7 @@ impl Recorded {
                     ready: std::collections::VecDeque::new(),
                     failed: None,
                     recs: Vec::new(),
+                    ended: false,
                 }
             })
             .collect();
@@ -787,30 +485,40 @@ struct ThreadStream {
     /// before it is read first.
     failed: Option<TraceError>,
     recs: Vec<Rec>,
+    /// Every record was pushed.
+    ended: bool,
 }
 
-/// A thread's raw chunks, from memory and then from the file.
+/// Records a thread's builder may hold at each level before it lets
+/// subtrees go, when `alive` builders hold theirs at once: a total of
+/// [`HELD_TOTAL`], at least [`HELD_MIN`] each.
+fn held_budget(alive: usize) -> usize {
+    (HELD_TOTAL / alive.max(1)).max(HELD_MIN)
+}
+
+/// Records (about 70 bytes each held) all builders that run at once may
+/// hold, one level each.
+const HELD_TOTAL: usize = 1 << 19;
+const HELD_MIN: usize = 1 << 10;
+
+/// Most threads merged by time whose rebuilt chunks keep their events
+/// decoded ([`Built::keep_events`]).
+const KEEP_DECODED_MAX: usize = 8;
+
+/// A thread's raw chunks, from memory and then from the file, in order.
 struct RawChunks {
-    raw: std::vec::IntoIter<RawChunk>,
-    /// Raw chunks still in the file (after those in `raw`).
-    in_file: std::vec::IntoIter<RawAt>,
-    file: Option<std::sync::Arc<std::fs::File>>,
-    n_sites: usize,
-    scale: TickScale,
+    seq: std::sync::Arc<RawSeq>,
+    next: usize,
 }
 
 impl RawChunks {
     /// Decodes the next raw chunk into `recs`; `None` after the last.
     fn next_into(&mut self, recs: &mut Vec<Rec>) -> Option<Result<(), TraceError>> {
-        let c = match self.raw.next() {
-            Some(c) => c,
-            None => match self.in_file.next()?.read(self.file.as_ref()?) {
-                Ok(c) => c,
-                Err(e) => return Some(Err(e)),
-            },
-        };
-        recs.clear();
-        Some(decode(&c, self.n_sites, self.scale, recs))
+        if self.next >= self.seq.len() {
+            return None;
+        }
+        self.next += 1;
+        Some(self.seq.decode(self.next - 1, recs))
     }
 }
 
@@ -906,10 +614,35 @@ impl Iterator for ThreadStream {
                 return Some(Err(e));
             }
             let b = self.builder.as_mut()?;
+            if let Some(e) = b.take_error() {
+                // What was written before it is read first.
+                self.ready.extend(b.take_done());
+                self.builder = None;
+                self.failed = Some(e);
+                continue;
+            }
+            if b.has_work() {
+                b.fill();
+                self.ready.extend(b.take_done());
+                if b.side_by_side() {
+                    // Waiting for its turn among many, the thread keeps no
+                    // decoded records it can decode again.
+                    b.trim();
+                    self.recs = Vec::new();
+                }
+                continue;
+            }
+            if self.ended {
+                let b = self.builder.take()?;
+                self.ready.extend(b.finish().0);
+                continue;
+            }
             match self.records.next_into(&mut self.recs) {
                 Some(Ok(())) => {
                     b.push(&self.recs);
-                    self.ready.extend(b.enc.take_done());
+                    if b.side_by_side() {
+                        self.recs = Vec::new();
+                    }
                 }
                 Some(Err(e)) => {
                     // What was built before it is read first.
@@ -919,8 +652,8 @@ impl Iterator for ThreadStream {
                     self.failed = Some(e);
                 }
                 None => {
-                    let b = self.builder.take()?;
-                    self.ready.extend(b.finish().0);
+                    b.end_input();
+                    self.ended = true;
                 }
             }
         }
@@ -973,6 +706,11 @@ impl Built {
     /// Returns where the reader gives the emptied buffers back.
     pub fn keep_events(&mut self) -> Option<super::format::EventBuffers> {
         let (streams, _) = self.waiting.as_mut()?;
+        // A kept chunk takes ten times the memory of an encoded one: with
+        // many threads side by side, each holding a few, they stay encoded.
+        if streams.len() > KEEP_DECODED_MAX {
+            return None;
+        }
         let buffers = super::format::EventBuffers::default();
         for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
             b.keep_events(&buffers);
@@ -1004,6 +742,8 @@ impl Built {
         for (t, mut st) in streams.into_iter().enumerate() {
             if let Some(b) = st.builder.as_mut() {
                 b.keep_events(&buffers);
+                // A group rebuilds one thread at a time.
+                b.set_budget(held_budget(groups));
             }
             by_group[t % groups].push((t, st));
         }
@@ -1075,10 +815,14 @@ impl Built {
 
     /// Starts building, on the first chunk asked for.
     fn start(&mut self) {
-        let Some((streams, workers)) = self.waiting.take() else {
+        let Some((mut streams, workers)) = self.waiting.take() else {
             return;
         };
         let n = streams.len();
+        // Every thread is rebuilt side by side, each to its next chunk.
+        for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
+            b.set_budget(held_budget(n));
+        }
         let mut producers = Vec::new();
         let feeds = if workers > 1 && (1..=MAX_PRODUCERS).contains(&n) {
             // At most `workers` threads build at once; a producer gives its
@@ -1226,6 +970,16 @@ mod alloc_figures {
     }
 
     impl Attach {
+        /// No figures, but what the next extension records attach to: for
+        /// the records after a flush, which the last record's may follow.
+        pub fn fresh(&self) -> Attach {
+            Attach {
+                last_call: self.last_call,
+                last_with_values: self.last_with_values,
+                ..Attach::default()
+            }
+        }
+
         /// Takes record `i` if it is an extension record, attaching it to the
         /// call just before (one whose call is gone, overwritten or in a
         /// dropped batch, is dropped with it).
@@ -1340,6 +1094,7 @@ mod tests {
     use super::*;
     use crate::clock::ClockPoint;
     use crate::recorded::full_ticks;
+    use fgtrace_core::record::kind;
     use fgtrace_core::record::START_MASK;
 
     #[test]
@@ -1467,12 +1222,18 @@ mod tests {
         let layout = CounterLayout::of(&[]);
         let mut one = ThreadBuilder::new(0, Vec::new(), 0, layout);
         let mut most = 0;
+        let mut a = Vec::new();
         for r in &recs {
             one.push(std::slice::from_ref(r));
             most = most.max(one.held());
+            while one.has_work() {
+                one.fill();
+                a.extend(one.take_done());
+            }
         }
         assert!(most <= 5, "held up to {most} records");
-        let (a, calls) = one.finish();
+        let (rest, calls) = one.finish();
+        a.extend(rest);
         let (b, _) = build_thread(0, &recs, Vec::new(), 0, layout);
         assert_eq!(calls, 4000);
         let payloads = |c: &[Chunk]| c.iter().map(|c| c.payload.clone()).collect::<Vec<_>>();

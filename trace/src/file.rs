@@ -112,19 +112,6 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
     Ok((TraceReader::open(path)?.meta, MetaFrom::ReadThrough))
 }
 
-/// Whether `f` ends with a footer: its writer finished it.
-fn has_footer(f: &std::fs::File) -> bool {
-    let Ok(len) = f.metadata().map(|m| m.len()) else {
-        return false;
-    };
-    let mut b = [0u8; 16];
-    #[cfg(unix)]
-    let read = len >= 16 && std::os::unix::fs::FileExt::read_exact_at(f, &mut b, len - 16).is_ok();
-    #[cfg(not(unix))]
-    let read = false;
-    read && &b[8..] == FOOTER_MAGIC
-}
-
 const MAX_META: u32 = 256 << 20;
 const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
 
@@ -456,9 +443,10 @@ impl<R: Read> TraceReader<R> {
         let mut scratch = Vec::new();
         // Raw chunks in the file's order: (thread, index in its list).
         let mut order: Vec<(usize, usize)> = Vec::new();
-        // A finished file (its footer is there) read from a file leaves its
-        // raw chunks there until its threads are rebuilt.
-        let mut in_file = file.filter(has_footer).map(|f| super::build::InFile {
+        // A file read from a file (finished or not: every raw chunk is
+        // checked against its checksum when read again) leaves its raw
+        // chunks there until its threads are rebuilt.
+        let mut in_file = file.map(|f| super::build::InFile {
             file: std::sync::Arc::new(f),
             chunks: Vec::new(),
         });

@@ -551,6 +551,11 @@ impl ChunkEncoder {
         (self.done.len(), latest.max(self.latest_sealed))
     }
 
+    /// Whether a chunk is finished, to be taken out.
+    pub fn has_done(&self) -> bool {
+        !self.done.is_empty()
+    }
+
     /// The chunks finished so far, taken out.
     pub fn take_done(&mut self) -> Vec<Chunk> {
         if let Some(c) = self.done.last() {
