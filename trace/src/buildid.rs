@@ -4,7 +4,6 @@
 //! must not depend on `object`, and this runs at every session stop.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 const PT_NOTE: u32 = 4;
@@ -69,7 +68,7 @@ impl Elf {
 
 fn read_at(f: &File, off: u64, len: usize) -> Option<Vec<u8>> {
     let mut v = vec![0u8; len];
-    f.read_exact_at(&mut v, off).ok()?;
+    crate::pread::read_exact_at(f, &mut v, off).ok()?;
     Some(v)
 }
 

@@ -118,10 +118,7 @@ fn has_footer(f: &std::fs::File) -> bool {
         return false;
     };
     let mut b = [0u8; 16];
-    #[cfg(unix)]
-    let read = len >= 16 && std::os::unix::fs::FileExt::read_exact_at(f, &mut b, len - 16).is_ok();
-    #[cfg(not(unix))]
-    let read = false;
+    let read = len >= 16 && crate::pread::read_exact_at(f, &mut b, len - 16).is_ok();
     read && &b[8..] == FOOTER_MAGIC
 }
 
