@@ -16,7 +16,8 @@ const MAX_NOTES: u64 = 1 << 16;
 /// The GNU build id of the ELF file at `path`, lowercase hex; `None` for
 /// pseudo-paths (`[vdso]`), unreadable or non-ELF files, and files without one.
 pub fn of_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
+    // Pseudo-paths (`[vdso]`, `[heap]`) are not absolute.
+    if !Path::new(path).is_absolute() {
         return None;
     }
     let f = File::open(Path::new(path)).ok()?;
