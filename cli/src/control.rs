@@ -10,9 +10,9 @@
 use fgtrace::config::parse_duration;
 #[cfg(unix)]
 use fgtrace::control::{self, Client, ControlError, Settings};
-use std::path::PathBuf;
 #[cfg(unix)]
 use std::path::Path;
+use std::path::PathBuf;
 #[cfg(unix)]
 use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(unix)]

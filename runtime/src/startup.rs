@@ -1,6 +1,7 @@
 //! What runs before `main`: the one constructor of the runtime, an entry in
-//! `.init_array` (`__mod_init_func` on macOS, `.CRT$XCU` on Windows; four lines, rather than the `ctor` crate, which would add a
-//! proc macro to what every `#[traced]` user compiles). It reads the
+//! `.init_array` (`__mod_init_func` on macOS, `.CRT$XCU` on Windows; a few
+//! lines, rather than the `ctor` crate, which would add a proc macro to what
+//! every `#[traced]` user compiles). It reads the
 //! variables that act without code in the program, in this order:
 //!
 //! 1. `FGTRACE_RECORD` ([`crate::launch`]): a whole-program recording;
@@ -17,7 +18,12 @@ fn init() {
 
 // The constructor's section: `.init_array` on ELF systems, `__mod_init_func`
 // on macOS, `.CRT$XCU` (the C runtime's initializers) on Windows.
-#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple", windows))]
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_vendor = "apple",
+    windows
+))]
 #[used]
 #[cfg_attr(
     any(target_os = "linux", target_os = "android"),

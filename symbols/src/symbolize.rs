@@ -668,9 +668,7 @@ pub(crate) fn open_regular(path: &Path) -> Result<File, String> {
     open.read(true);
     #[cfg(unix)]
     open.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
-    let f = open
-        .open(path)
-        .map_err(|e| format!("cannot open ({e})"))?;
+    let f = open.open(path).map_err(|e| format!("cannot open ({e})"))?;
     let meta = f.metadata().map_err(|e| format!("cannot open ({e})"))?;
     if !meta.is_file() {
         return Err(not_regular());

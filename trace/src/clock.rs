@@ -4,9 +4,10 @@
 //! `ticks()` is the only clock read a probe makes: `rdtsc` on x86/x86_64,
 //! `rdtime` on RISC-V, `cntvct_el0` on AArch64, and the monotonic clock
 //! elsewhere. A [`Calibration`] pairs tick readings with the system's
-//! monotonic clock ([`monotonic_ns`]) and the wall clock so that traced calls, samples from
-//! `perf_event` (which stamps with `CLOCK_MONOTONIC`) and exported spans (which
-//! want unix time) all land on one time line: nanoseconds since session start.
+//! monotonic clock ([`monotonic_ns`]) and the wall clock so that traced
+//! calls, samples from `perf_event` (which stamps with `CLOCK_MONOTONIC`) and
+//! exported spans (which want unix time) all land on one time line:
+//! nanoseconds since session start.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -115,10 +115,9 @@ fn a_session_records_threads_on_the_calibrated_clock_and_the_trace_reads_back() 
 #[test]
 fn what_needs_linux_works_there_and_says_it_is_not_supported_elsewhere() {
     let _one = ONE_SESSION.lock().unwrap_or_else(|e| e.into_inner());
-    let sampled = Session::start(
-        Config::default().sampling(fgtrace::sampler::Sampling::timer(999)),
-    )
-    .map(|s| s.stop().map(drop));
+    let sampled =
+        Session::start(Config::default().sampling(fgtrace::sampler::Sampling::timer(999)))
+            .map(|s| s.stop().map(drop));
     let off_cpu = Session::start(Config::default().off_cpu(true)).map(|s| s.stop().map(drop));
     let counted = Session::start(Config::default().counters([fgtrace::Counter::Instructions]))
         .map(|s| s.stop().map(drop));
@@ -177,7 +176,13 @@ fn run_program(env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).lines().next(),
         // (Computed untraced: a session of another test may be recording.)
-        Some(format!("4 rounds: {}", 4 * (0..3).map(|x: u64| x.wrapping_mul(31) ^ 7).sum::<u64>()).as_str())
+        Some(
+            format!(
+                "4 rounds: {}",
+                4 * (0..3).map(|x: u64| x.wrapping_mul(31) ^ 7).sum::<u64>()
+            )
+            .as_str()
+        )
     );
     out
 }

@@ -17,6 +17,9 @@
 //! a client's `record` (it starts again afterwards, empty) or the program's
 //! own `Session::start`.
 //!
+//! Unix only (Linux and macOS); elsewhere [`listen()`] returns an error that
+//! says the endpoint is not supported on this system.
+//!
 //! * **Where.** A Unix socket named by the pid, `<pid>.sock`, in
 //!   `$XDG_RUNTIME_DIR/fgtrace/` (or `/tmp/fgtrace-<uid>/` where that is
 //!   unset). The directory is created with mode 0700; one that exists is
@@ -24,10 +27,10 @@
 //!   with no permission for group or others. The socket gets mode 0600; it
 //!   is bound as `.<pid>.sock.new` and renamed once it listens with that
 //!   mode, so a socket found under its name always accepts connections.
-//! * **Who.** Every connection's peer is checked with `SO_PEERCRED`: the
-//!   same uid as the process, or root. Anyone else gets an error reply (and
-//!   what it sent is read before the connection closes, so it gets the
-//!   reply rather than a broken pipe).
+//! * **Who.** Every connection's peer is checked with `SO_PEERCRED`
+//!   (`getpeereid` on macOS): the same uid as the process, or root. Anyone
+//!   else gets an error reply (and what it sent is read before the
+//!   connection closes, so it gets the reply rather than a broken pipe).
 //! * **How.** One thread (`fgtrace-control`, marked as fgtrace's own, so
 //!   nothing it does is recorded) sleeps in `poll` until a client connects;
 //!   traced threads never wait for it or wake it. Requests and replies are
