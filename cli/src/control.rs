@@ -1,10 +1,21 @@
 //! `fgtrace record --pid`, `fgtrace ctl`, `fgtrace ps`: a running process's
 //! control endpoint (`fgtrace::control`), one library call each.
 
+//!
+//! Unix only (Linux and macOS): the endpoint is a Unix socket, and a
+//! whole-program recording needs `atexit` and the stop signals. Elsewhere
+//! the three commands say they are not supported.
+
+#[cfg(unix)]
 use fgtrace::config::parse_duration;
+#[cfg(unix)]
 use fgtrace::control::{self, Client, ControlError, Settings};
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
+#[cfg(unix)]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(unix)]
 use std::sync::Arc;
 
 /// Session settings sent to the target (the `FGTRACE_*` variables' values).
@@ -37,6 +48,7 @@ pub struct SessionArgs {
     auto_exclude: Option<String>,
 }
 
+#[cfg(unix)]
 impl SessionArgs {
     fn settings(&self, mode: Option<String>, duration_ms: Option<u64>) -> Settings {
         Settings {
@@ -121,11 +133,13 @@ enum CtlAction {
     },
 }
 
+#[cfg(unix)]
 fn err(e: ControlError) -> Option<String> {
     Some(e.to_string())
 }
 
 /// Writes a received trace and says what it holds (on stderr).
+#[cfg(unix)]
 fn save(received: control::client::Received, path: &Path) -> Result<(), Option<String>> {
     std::fs::write(path, &received.bytes)
         .map_err(|e| Some(format!("cannot write {}: {e}", path.display())))?;
@@ -151,6 +165,7 @@ fn save(received: control::client::Received, path: &Path) -> Result<(), Option<S
     Ok(())
 }
 
+#[cfg(unix)]
 pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     let duration_ms = match &a.duration {
         Some(d) => Some(parse_duration(d).map_err(|e| Some(format!("--duration: {e}")))?),
@@ -190,6 +205,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     save(received, &out)
 }
 
+#[cfg(unix)]
 pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
     let client = Client::connect(a.pid).map_err(err)?;
     match &a.action {
@@ -239,6 +255,7 @@ pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
     }
 }
 
+#[cfg(unix)]
 pub fn ps() -> Result<(), Option<String>> {
     println!("{:>8}  {:<11} {:<14} PROGRAM", "PID", "SESSION", "MODE");
     for p in control::client::list() {
@@ -254,4 +271,32 @@ pub fn ps() -> Result<(), Option<String>> {
         }
     }
     Ok(())
+}
+
+/// What `record`, `ctl` and `ps` say where they are not supported.
+#[cfg(not(unix))]
+fn unsupported(what: &str) -> Result<(), Option<String>> {
+    Err(Some(format!(
+        "{what} is not supported on this system ({}): it needs Unix (Linux or macOS); \
+         record with a `Session` in the program instead",
+        std::env::consts::OS
+    )))
+}
+
+#[cfg(not(unix))]
+pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
+    match a.pid {
+        Some(_) => unsupported("`fgtrace record --pid` (the control endpoint, a Unix socket)"),
+        None => unsupported("`fgtrace record -- COMMAND` (whole-program recording)"),
+    }
+}
+
+#[cfg(not(unix))]
+pub fn ctl(_: &CtlArgs) -> Result<(), Option<String>> {
+    unsupported("`fgtrace ctl` (the control endpoint, a Unix socket)")
+}
+
+#[cfg(not(unix))]
+pub fn ps() -> Result<(), Option<String>> {
+    unsupported("`fgtrace ps` (the control endpoint, a Unix socket)")
 }

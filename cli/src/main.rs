@@ -6,6 +6,7 @@ mod board;
 mod control;
 mod html;
 mod inputs;
+#[cfg(unix)]
 mod launch;
 mod plot;
 mod pprof;
