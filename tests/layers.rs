@@ -36,7 +36,8 @@ const CRATE_DEPS: &str = "
     fgtrace-trace: fgtrace-core
     fgtrace-view: fgtrace-trace fgtrace-core fgtrace-board?
     fgtrace: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-view?
-    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view
+    fgtrace-instrument:
+    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view fgtrace-instrument
     checks/*: fgtrace";
 
 /// Inside `fgtrace (lib)`: no file of `from` reaches, through any chain of
