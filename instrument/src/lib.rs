@@ -283,10 +283,9 @@ pub fn instrument_dir(src: &Path, krate: &str, skip: &dyn Skip) -> DirReport {
             }
             Err(e) => {
                 let at = e.span().start();
-                report.unparsed.push((
-                    file.clone(),
-                    format!("{}:{}: {e}", at.line, at.column + 1),
-                ));
+                report
+                    .unparsed
+                    .push((file.clone(), format!("{}:{}: {e}", at.line, at.column + 1)));
             }
         }
     }
@@ -377,7 +376,11 @@ impl Visit<'_> {
             })
             .collect();
         for m in &methods {
-            self.found(Kind::Method, &format!("{path}::{}", m.sig.ident.unraw()), *m);
+            self.found(
+                Kind::Method,
+                &format!("{path}::{}", m.sig.ident.unraw()),
+                *m,
+            );
         }
         if is_traced(&imp.attrs) {
             self.counts.already += 1;
@@ -392,10 +395,7 @@ impl Visit<'_> {
         for m in methods {
             if m.sig.constness.is_some() || has_attr(&m.attrs, "notrace") {
                 self.counts.methods_left += 1;
-            } else if self
-                .skip
-                .skip(&format!("{path}::{}", m.sig.ident.unraw()))
-            {
+            } else if self.skip.skip(&format!("{path}::{}", m.sig.ident.unraw())) {
                 self.counts.skipped += 1;
                 let mut bare = m.clone();
                 bare.attrs.clear();
@@ -637,7 +637,10 @@ mod inner {
 }
 "
         );
-        assert_eq!((counts.fns, counts.impls, counts.methods, counts.skipped), (1, 1, 1, 3));
+        assert_eq!(
+            (counts.fns, counts.impls, counts.methods, counts.skipped),
+            (1, 1, 1, 3)
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The build: cargo with `--message-format=json-render-diagnostics`, its
+//! The build: cargo with `--message-format=json` (the compiler's
+//! diagnostics as JSON on stdout, cargo's own lines on stderr), its
 //! messages read as they come. The user's own crates' diagnostics are shown
 //! as cargo shows them; those of an instrumented crate go to the log, and an
 //! error there becomes one message that names the item (found by line in the
@@ -47,10 +48,18 @@ pub fn build(prep: &Prepared, line: &[String]) -> Result<Built, (i32, String)> {
         .map_err(|e| fail(format!("cannot run `{}`: {e}", prep.cargo)))?;
     // cargo's own lines (Compiling .., Finished ..) are passed on as they come.
     let stderr = child.stderr.take().expect("piped");
+    // Except its verdict on an instrumented crate: the message below says more.
+    let quiet: Vec<String> = prep
+        .instrumented
+        .iter()
+        .map(|i| format!("error: could not compile `{}`", i.name))
+        .collect();
     let err_lines = std::thread::spawn(move || {
         let mut all = String::new();
         for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("{l}");
+            if !quiet.iter().any(|q| l.starts_with(q.as_str())) {
+                eprintln!("{l}");
+            }
             all.push_str(&l);
             all.push('\n');
         }
@@ -131,7 +140,8 @@ pub fn build(prep: &Prepared, line: &[String]) -> Result<Built, (i32, String)> {
         }
     }
     if globs.is_empty() {
-        text += "no traced item holds the error: leave the crate out (name the others with --crate)";
+        text +=
+            "no traced item holds the error: leave the crate out (name the others with --crate)";
     } else {
         text += &format!(
             "leave {} out with {} (as #[notrace] would), or the crate (name the others with --crate)",
@@ -179,8 +189,7 @@ fn locate(prep: &Prepared, inst: &Instrumented, msg: &Value) -> Option<Broken> {
     let item = rel.and_then(|rel| {
         let src = inst.src_dirs.iter().find(|d| rel.starts_with(d))?;
         let text = std::fs::read_to_string(inst.copy_dir.join(&rel)).ok()?;
-        let module =
-            fgtrace_instrument::module_path(&inst.krate, rel.strip_prefix(src).ok()?);
+        let module = fgtrace_instrument::module_path(&inst.krate, rel.strip_prefix(src).ok()?);
         fgtrace_instrument::item_at(&text, &module, line).map(|i| i.path)
     });
     Some(Broken { item, at, message })

@@ -116,7 +116,7 @@ fn prepare_and_build(
     let prep = prepare::prepare(args, &selection(select)).map_err(|e| (1, e))?;
     let built = match args.build_only() {
         Some((sub, extra)) => {
-            let mut more = vec!["--message-format=json-render-diagnostics"];
+            let mut more = vec!["--message-format=json"];
             more.extend(extra);
             // A `build` keeps whatever follows `--` (nothing cargo takes);
             // `run`'s and `test`'s arguments are for the program.

@@ -182,7 +182,10 @@ path = \"../../far\"
             "{out}"
         );
         assert!(out.contains("path = \"/far\""), "{out}");
-        assert!(out.contains("fgtrace = { path = \"/src/fgtrace\" }"), "{out}");
+        assert!(
+            out.contains("fgtrace = { path = \"/src/fgtrace\" }"),
+            "{out}"
+        );
         assert!(out.contains("\n[workspace]\n"), "{out}");
         // Applied again, nothing more changes.
         assert_eq!(edit.apply(&out).unwrap(), out);

@@ -2,6 +2,7 @@
 //! packages, where their sources are, their targets.
 
 use serde_json::Value;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -72,9 +73,26 @@ pub struct Metadata {
     pub target_dir: PathBuf,
     pub members: Vec<String>,
     pub packages: Vec<Package>,
+    /// The resolved graph (empty with `--no-deps`): each package's
+    /// dependencies that are not dev-dependencies.
+    pub deps: HashMap<String, Vec<String>>,
 }
 
 impl Metadata {
+    /// The packages `id` depends on, directly or not (itself included).
+    pub fn closure(&self, id: &str) -> HashSet<String> {
+        let mut seen = HashSet::from([id.to_string()]);
+        let mut todo = vec![id.to_string()];
+        while let Some(id) = todo.pop() {
+            for d in self.deps.get(&id).into_iter().flatten() {
+                if seen.insert(d.clone()) {
+                    todo.push(d.clone());
+                }
+            }
+        }
+        seen
+    }
+
     pub fn members(&self) -> impl Iterator<Item = &Package> {
         self.packages
             .iter()
@@ -171,6 +189,32 @@ fn parse(json: &[u8]) -> Result<Metadata, String> {
             })
             .unwrap_or_default(),
         packages,
+        deps: v
+            .get("resolve")
+            .and_then(|r| r.get("nodes"))
+            .and_then(Value::as_array)
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .filter_map(|n| {
+                        let deps = n
+                            .get("deps")
+                            .and_then(Value::as_array)?
+                            .iter()
+                            .filter(|d| {
+                                d.get("dep_kinds")
+                                    .and_then(Value::as_array)
+                                    .is_none_or(|ks| {
+                                        ks.iter().any(|k| k["kind"].as_str() != Some("dev"))
+                                    })
+                            })
+                            .filter_map(|d| s(d, "pkg"))
+                            .collect();
+                        Some((s(n, "id")?, deps))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 

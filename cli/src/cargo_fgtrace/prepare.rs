@@ -22,6 +22,7 @@ pub struct Selection<'a> {
 /// A package built instrumented.
 #[derive(Debug, Clone)]
 pub struct Instrumented {
+    pub name: String,
     pub label: String,
     pub krate: String,
     /// The package's directory in the original and in the copy.
@@ -266,6 +267,73 @@ fn patch_source(source: &str) -> Option<String> {
     Some(url.split(['?', '#']).next().unwrap_or(url).to_string())
 }
 
+/// The names of the packages the `fgtrace` package at `dir` is built from
+/// in a crate that only depends on it (as an instrumented copy does),
+/// resolved in a manifest of its own under `work`.
+fn fgtrace_dependencies(
+    cargo: &str,
+    dir: &Path,
+    work: &Path,
+    extra: &[String],
+) -> Result<Vec<String>, String> {
+    let manifest = work.join("Cargo.toml");
+    let text = format!(
+        "[package]\nname = \"fgtrace-dependencies\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+         [lib]\npath = \"lib.rs\"\n\n[dependencies]\nfgtrace = {{ path = {} }}\n\n[workspace]\n",
+        toml_str(&dir.display().to_string())
+    );
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    tree::write_if_changed(&manifest, text.as_bytes()).map_err(|e| io(&manifest, e))?;
+    let lib = work.join("lib.rs");
+    tree::write_if_changed(&lib, b"").map_err(|e| io(&lib, e))?;
+    let m = metadata::read(cargo, Some(&manifest), false, extra)?;
+    let me = m
+        .packages
+        .iter()
+        .find(|p| p.name == "fgtrace" && p.source.is_none())
+        .ok_or("fgtrace is not in the graph of a crate that depends on it")?;
+    let ids = m.closure(&me.id);
+    Ok(m.packages
+        .iter()
+        .filter(|p| p.id != me.id && ids.contains(&p.id))
+        .map(|p| p.name.clone())
+        .collect())
+}
+
+/// `dir/name.ext` for `dir/name` (names hold dots: `regex-1.13.2`).
+fn beside(p: &Path, ext: &str) -> PathBuf {
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    p.with_file_name(format!("{name}.{ext}"))
+}
+
+/// Notes beside a directory of copies (`COPIES.from`) where they come
+/// from, for the path remaps of later runs.
+fn remember_origin(copies: &Path, from: &Path) -> Result<(), String> {
+    let note = beside(copies, "from");
+    tree::write_if_changed(&note, from.display().to_string().as_bytes())
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", note.display()))
+}
+
+/// Every directory of copies under `crates` (and `crates/git`), with its
+/// origin, in a stable order.
+fn origins(crates: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut found = Vec::new();
+    for dir in [crates.to_path_buf(), crates.join("git")] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(copies) = name.strip_suffix(".from") {
+                if let Ok(from) = std::fs::read_to_string(&p) {
+                    found.push((dir.join(copies), PathBuf::from(from)));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// A TOML string.
 fn toml_str(s: &str) -> String {
     toml_edit::Value::from(s).to_string().trim().to_string()
@@ -335,6 +403,7 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
         let rel = p.dir().strip_prefix(&root).unwrap_or(Path::new(""));
         plan.fgtrace_manifests.push(rel.join("Cargo.toml"));
         instrumented.push(Instrumented {
+            name: p.name.clone(),
             label: p.label(),
             krate: p.crate_name(),
             orig_dir: p.dir().to_path_buf(),
@@ -354,6 +423,15 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
     let mut remaps = vec![(ws_copy.clone(), root.clone())];
     if !wanted_deps.is_empty() {
         let full = metadata::read(&cargo, Some(&manifest), false, &offline)?;
+        // What fgtrace itself is built from cannot depend on fgtrace. Told
+        // by name: another major version of such a crate would do, but the
+        // user's graph, where fgtrace is not yet, cannot tell which.
+        let fgtrace_deps = fgtrace_dependencies(
+            &cargo,
+            &fgtrace,
+            &dir.join("fgtrace-dependencies"),
+            &offline,
+        )?;
         let mut found: Vec<&Package> = Vec::new();
         for name in &wanted_deps {
             let all: Vec<&Package> = full
@@ -372,6 +450,14 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
                     return Err(format!(
                         "--crate {name}: {} is a proc-macro crate: it runs inside the \
                          compiler, where nothing is traced",
+                        p.label()
+                    ));
+                }
+                if fgtrace_deps.iter().any(|d| d == &p.name) {
+                    return Err(format!(
+                        "--crate {name}: fgtrace itself is built with {}, so that crate \
+                         cannot be traced (its instrumented copy would depend on fgtrace: \
+                         a cycle)",
                         p.label()
                     ));
                 }
@@ -417,16 +503,29 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
             } else {
                 p.dir().to_path_buf()
             };
-            let copy_root = dir.join("crates").join(format!(
-                "{}-{}{}",
-                p.name,
-                p.version,
-                if source.starts_with("git+") {
-                    "-git"
-                } else {
-                    ""
-                }
-            ));
+            // Named as in cargo's own directory, so that one path remap
+            // covers every crate of a registry: the flags stay the same
+            // when the choice of crates changes, and so does what cargo
+            // built with them.
+            let (copy_root, origin) = if source.starts_with("git+") {
+                let name = tree_root.file_name().unwrap_or_default().to_string_lossy();
+                let checkout = tree_root
+                    .parent()
+                    .and_then(Path::file_name)
+                    .unwrap_or_default()
+                    .to_string_lossy();
+                let root = dir.join("crates/git").join(format!("{checkout}-{name}"));
+                (root.clone(), (root, tree_root.clone()))
+            } else {
+                let registry = tree_root.parent().unwrap_or(&tree_root);
+                let name = registry.file_name().unwrap_or_default().to_string_lossy();
+                let copies = dir.join("crates").join(&*name);
+                (
+                    copies.join(tree_root.file_name().unwrap_or_default()),
+                    (copies, registry.to_path_buf()),
+                )
+            };
+            remember_origin(&origin.0, &origin.1)?;
             let rel = p.dir().strip_prefix(&tree_root).unwrap_or(Path::new(""));
             let (files, src_dirs) = rust_files_of(p, &tree_root);
             let plan = Plan {
@@ -437,7 +536,7 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
                 fgtrace: &fgtrace,
                 skips: &skips,
             };
-            let stamp = copy_root.with_extension("stamp");
+            let stamp = beside(&copy_root, "stamp");
             sync(&plan, &copy_root, stamp, vec![])?;
             let copy_dir = copy_root.join(rel);
             let entry = if versions[&(source.to_string(), p.name.clone())] > 1 {
@@ -453,8 +552,8 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
             if entry != p.name {
                 patches.push(format!("{at}.package={}", toml_str(&p.name)));
             }
-            remaps.push((copy_root.clone(), tree_root.clone()));
             instrumented.push(Instrumented {
+                name: p.name.clone(),
                 label: p.label(),
                 krate: p.crate_name(),
                 orig_dir: p.dir().to_path_buf(),
@@ -480,6 +579,7 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
         )?;
     }
     let mut flags = vec!["-C".to_string(), "force-frame-pointers=yes".to_string()];
+    remaps.extend(origins(&dir.join("crates")));
     for (copy, orig) in &remaps {
         flags.push(format!(
             "--remap-path-prefix={}={}",
@@ -487,10 +587,11 @@ pub fn prepare(args: &CargoArgs, sel: &Selection) -> Result<Prepared, String> {
             orig.display()
         ));
     }
-    let mut env = vec![(
-        "CARGO_TARGET_DIR".to_string(),
-        dir.join("target").display().to_string(),
-    )];
+    // Where cargo builds: beside the copies, or a directory several
+    // projects share (fgtrace and its dependencies are then built once).
+    let target = std::env::var_os("CARGO_FGTRACE_TARGET_DIR")
+        .map_or_else(|| dir.join("target"), PathBuf::from);
+    let mut env = vec![("CARGO_TARGET_DIR".to_string(), target.display().to_string())];
     // RUSTFLAGS in the environment outranks `build.rustflags`: add to it then.
     let from_env = match (
         std::env::var("CARGO_ENCODED_RUSTFLAGS"),
