@@ -47,7 +47,7 @@ enum Cmd {
         cargo fgtrace record --crate regex --crate regex-syntax -o re.fgt -- run --release\n  \
         cargo fgtrace record --auto-exclude 50ns -- test --release\n  \
         cargo fgtrace record --crate regex --skip 'regex::*::Cache*' -- run --example demo")]
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Build instrumented and print `executable: PATH` for each executable built.
     #[command(after_help = "Examples:\n  \
         cargo fgtrace build -- build --release\n  \

@@ -96,7 +96,7 @@ impl Metadata {
     pub fn members(&self) -> impl Iterator<Item = &Package> {
         self.packages
             .iter()
-            .filter(|p| self.members.iter().any(|m| *m == p.id))
+            .filter(|p| self.members.contains(&p.id))
     }
 }
 

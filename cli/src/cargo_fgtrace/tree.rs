@@ -134,7 +134,7 @@ pub fn sync(t: &Tree) -> Result<Synced, String> {
             }
             if meta.is_dir() {
                 let skip = entry.file_name() == ".git"
-                    || t.skip_dirs.iter().any(|s| *s == path)
+                    || t.skip_dirs.contains(&path)
                     // Cargo marks its target directories so.
                     || path.join("CACHEDIR.TAG").exists();
                 if !skip {
