@@ -48,11 +48,18 @@ pub fn build(prep: &Prepared, line: &[String]) -> Result<Built, (i32, String)> {
         .map_err(|e| fail(format!("cannot run `{}`: {e}", prep.cargo)))?;
     // cargo's own lines (Compiling .., Finished ..) are passed on as they come.
     let stderr = child.stderr.take().expect("piped");
-    // Except its verdict on an instrumented crate: the message below says more.
+    // Except what it says of an instrumented crate: its verdict (the
+    // message below says more) and its count of warnings (they are in the
+    // log; cargo would not show a registry crate's at all).
     let quiet: Vec<String> = prep
         .instrumented
         .iter()
-        .map(|i| format!("error: could not compile `{}`", i.name))
+        .flat_map(|i| {
+            [
+                format!("error: could not compile `{}`", i.name),
+                format!("warning: `{}` (", i.name),
+            ]
+        })
         .collect();
     let err_lines = std::thread::spawn(move || {
         let mut all = String::new();
