@@ -1,6 +1,5 @@
 //! `fgtrace record --pid`, `fgtrace ctl`, `fgtrace ps`: a running process's
 //! control endpoint (`fgtrace::control`), one library call each.
-
 //!
 //! Unix only (Linux and macOS): the endpoint is a Unix socket, and a
 //! whole-program recording needs `atexit` and the stop signals. Elsewhere
@@ -9,7 +8,7 @@
 #[cfg(unix)]
 use fgtrace::config::parse_duration;
 #[cfg(unix)]
-use fgtrace::control::{self, Client, ControlError, Settings};
+use fgtrace::control::{self, Client, ControlError};
 #[cfg(unix)]
 use std::path::Path;
 use std::path::PathBuf;
@@ -18,53 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(unix)]
 use std::sync::Arc;
 
-/// Session settings sent to the target (the `FGTRACE_*` variables' values).
-#[derive(clap::Args, Clone, Default)]
-pub struct SessionArgs {
-    /// Also sample stacks: timer:HZ, wall:HZ or a perf event (cycles:100000).
-    #[arg(long)]
-    sample: Option<String>,
-    /// Record only these functions (globs; repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
-    filter: Vec<String>,
-    /// Never record these functions.
-    #[arg(long, value_delimiter = ',')]
-    exclude: Vec<String>,
-    /// Record only inside these functions.
-    #[arg(long = "graph-function", value_delimiter = ',')]
-    graph_function: Vec<String>,
-    /// Hide these functions and everything they call.
-    #[arg(long, value_delimiter = ',')]
-    notrace: Vec<String>,
-    /// Only calls at depth < N.
-    #[arg(long, short = 'D')]
-    depth: Option<u32>,
-    /// Only calls lasting at least this long (10us, 1.5ms).
-    #[arg(long)]
-    threshold: Option<String>,
-    /// Only count (no longer record) a function on a thread once its first
-    /// 1,024 calls there average at most this long (50ns). Stream mode only.
-    #[arg(long = "auto-exclude")]
-    auto_exclude: Option<String>,
-}
-
-#[cfg(unix)]
-impl SessionArgs {
-    fn settings(&self, mode: Option<String>, duration_ms: Option<u64>) -> Settings {
-        Settings {
-            duration_ms,
-            mode,
-            sample: self.sample.clone(),
-            filter: self.filter.clone(),
-            exclude: self.exclude.clone(),
-            graph_function: self.graph_function.clone(),
-            notrace: self.notrace.clone(),
-            depth: self.depth,
-            threshold: self.threshold.clone(),
-            auto_exclude: self.auto_exclude.clone(),
-        }
-    }
-}
+use crate::session::SessionArgs;
 
 #[derive(clap::Args)]
 pub struct RecordArgs {

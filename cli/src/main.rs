@@ -11,6 +11,7 @@ mod launch;
 mod plot;
 mod pprof;
 mod progress;
+mod session;
 mod views;
 mod zephyr;
 
