@@ -34,6 +34,9 @@ pub struct SessionArgs {
 }
 
 impl SessionArgs {
+    /// The settings these flags ask for. Unused where the control endpoint
+    /// and the launcher are not supported (Windows).
+    #[cfg_attr(not(unix), allow(dead_code))]
     pub fn settings(&self, mode: Option<String>, duration_ms: Option<u64>) -> Settings {
         Settings {
             duration_ms,

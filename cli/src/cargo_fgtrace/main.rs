@@ -3,23 +3,39 @@
 //! files, and runs a cargo command recording every process, or prints the
 //! executables built. See the README's "Tracing a project without editing
 //! it" and, for how, its Architecture.
+//!
+//! Unix only (Linux and macOS): it records through the whole-program
+//! launcher (`FGTRACE_RECORD`), which needs `atexit` and the stop signals.
+//! Elsewhere it says it is not supported.
 
+#[cfg(unix)]
 mod cargo_args;
+#[cfg(unix)]
 mod compile;
+#[cfg(unix)]
 #[path = "../launch.rs"]
 mod launch;
+#[cfg(unix)]
 mod manifest;
+#[cfg(unix)]
 mod metadata;
+#[cfg(unix)]
 mod prepare;
+#[cfg(unix)]
 #[path = "../session.rs"]
 mod session;
+#[cfg(unix)]
 mod tree;
 
+#[cfg(unix)]
 use cargo_args::CargoArgs;
+#[cfg(unix)]
 use clap::{Parser, Subcommand};
+#[cfg(unix)]
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[cfg(unix)]
 #[derive(Parser)]
 #[command(
     name = "cargo fgtrace",
@@ -39,6 +55,7 @@ struct Cli {
     cmd: Cmd,
 }
 
+#[cfg(unix)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Build instrumented, then run the cargo command with every process recording.
@@ -55,6 +72,7 @@ enum Cmd {
     Build(BuildArgs),
 }
 
+#[cfg(unix)]
 #[derive(clap::Args)]
 struct Select {
     /// A package to instrument (workspace member, or a dependency from a
@@ -67,6 +85,7 @@ struct Select {
     skip: Vec<String>,
 }
 
+#[cfg(unix)]
 #[derive(clap::Args)]
 struct RecordArgs {
     #[command(flatten)]
@@ -91,6 +110,7 @@ struct RecordArgs {
     cargo: Vec<String>,
 }
 
+#[cfg(unix)]
 #[derive(clap::Args)]
 struct BuildArgs {
     #[command(flatten)]
@@ -100,6 +120,7 @@ struct BuildArgs {
     cargo: Vec<String>,
 }
 
+#[cfg(unix)]
 fn selection(s: &Select) -> prepare::Selection<'_> {
     prepare::Selection {
         crates: &s.crates,
@@ -108,6 +129,7 @@ fn selection(s: &Select) -> prepare::Selection<'_> {
 }
 
 /// Prepares and builds; the build-only command for `args`.
+#[cfg(unix)]
 fn prepare_and_build(
     select: &Select,
     args: &CargoArgs,
@@ -138,6 +160,7 @@ fn prepare_and_build(
     Ok((prep, built))
 }
 
+#[cfg(unix)]
 fn run(cli: Cli) -> Result<i32, (i32, String)> {
     match cli.cmd {
         Cmd::Build(b) => {
@@ -169,6 +192,7 @@ fn run(cli: Cli) -> Result<i32, (i32, String)> {
     }
 }
 
+#[cfg(unix)]
 fn main() -> ExitCode {
     // This tool links fgtrace (the launcher): it neither listens nor records.
     fgtrace::control::close();
@@ -187,4 +211,14 @@ fn main() -> ExitCode {
             ExitCode::from(code.clamp(1, 255) as u8)
         }
     }
+}
+
+#[cfg(not(unix))]
+fn main() -> ExitCode {
+    eprintln!(
+        "cargo fgtrace: not supported on this system ({}): it records through the \
+         whole-program launcher, which needs Linux or macOS",
+        std::env::consts::OS
+    );
+    ExitCode::from(2)
 }
