@@ -12,6 +12,8 @@
 //! It stands on the trace model and on the symbols crate (ELF reading); only
 //! the span exporters use the views' event loop.
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "board")]
 pub mod board_stream;
 pub mod bridge;

@@ -26,13 +26,22 @@ use object::FileKind;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ElfError {
     /// The bytes are not an ELF file (`what` names what `object` thinks they are).
-    NotElf { what: String },
+    NotElf {
+        /// What the bytes look like instead.
+        what: String,
+    },
     /// The ELF headers or tables are malformed.
-    Malformed { reason: String },
+    Malformed {
+        /// What is wrong.
+        reason: String,
+    },
     /// There is no `.symtab`: the ELF was stripped, so no function names.
     NoSymtab,
     /// DWARF (needed for inlined frames) could not be read.
-    Dwarf { reason: String },
+    Dwarf {
+        /// What the DWARF reader said.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ElfError {
@@ -59,6 +68,7 @@ pub type NameId = u32;
 pub struct ElfInfo {
     /// 32 or 64.
     pub bits: u8,
+    /// Big-endian (else little-endian).
     pub big_endian: bool,
     /// `e_machine` (`object::elf::EM_*`).
     pub machine: u16,

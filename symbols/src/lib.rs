@@ -6,5 +6,7 @@
 //! through the mappings the trace recorded. The views (`fgtrace-view`) and
 //! the importers (`fgtrace-import`) both use it; it uses neither.
 
+#![warn(missing_docs)]
+
 pub mod elf;
 pub mod symbolize;

@@ -36,7 +36,9 @@ pub struct Frame {
     /// Demangled function name (Rust without the hash), `[unknown]`, or a
     /// pseudo-mapping such as `[vdso]`.
     pub name: String,
+    /// The source file, where the line tables say.
     pub file: Option<String>,
+    /// The source line, where the line tables say.
     pub line: Option<u32>,
     /// This function was inlined into the next frame.
     pub inlined: bool,

@@ -44,23 +44,32 @@ pub type Property = (Cow<'static, str>, Cow<'static, str>);
 /// One span, neutral between minitrace's and fastrace's `SpanRecord`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Span {
+    /// The trace the span belongs to.
     pub trace_id: u128,
     /// Nonzero.
     pub span_id: u64,
     /// 0 for a root.
     pub parent_id: u64,
+    /// Start, in nanoseconds since the Unix epoch.
     pub begin_unix_ns: u64,
+    /// Length in nanoseconds.
     pub duration_ns: u64,
+    /// The span's name (a traced call's function name).
     pub name: Cow<'static, str>,
+    /// Key-value properties (see [`keys`] for those fgtrace writes).
     pub properties: Vec<Property>,
+    /// Point events inside the span.
     pub events: Vec<SpanEvent>,
 }
 
 /// A point event inside a span (`EventRecord` in both crates).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpanEvent {
+    /// The event's name.
     pub name: Cow<'static, str>,
+    /// When it happened, in nanoseconds since the Unix epoch.
     pub timestamp_unix_ns: u64,
+    /// Key-value properties.
     pub properties: Vec<Property>,
 }
 
@@ -82,10 +91,15 @@ fn find<'a>(props: &'a [Property], key: &str) -> Option<&'a str> {
 /// OpenTelemetry semantic conventions, so Jaeger and OTLP backends show them
 /// in their usual places.
 pub mod keys {
+    /// The OS thread id the call ran on.
     pub const THREAD_ID: &str = "thread.id";
+    /// The thread's name.
     pub const THREAD_NAME: &str = "thread.name";
+    /// The function's module path.
     pub const CODE_NAMESPACE: &str = "code.namespace";
+    /// The function's source file.
     pub const CODE_FILEPATH: &str = "code.filepath";
+    /// The function's line in its source file.
     pub const CODE_LINENO: &str = "code.lineno";
     /// `"true"` when a panic unwound through the call.
     pub const UNWOUND: &str = "unwound";
@@ -105,6 +119,7 @@ pub mod keys {
     pub const COUNTER_PREFIX: &str = "counter.";
     /// Name of the span event (and, with brackets, the span) of a loss.
     pub const LOST_EVENT: &str = "lost";
+    /// Name of the span that stands for a loss.
     pub const LOST_SPAN: &str = "[lost]";
 }
 
@@ -124,6 +139,7 @@ pub enum TraceIdScope {
 /// How [`export_spans`] names and batches spans.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportOptions {
+    /// Which calls share a trace id.
     pub trace_ids: TraceIdScope,
     /// First trace id; later ones count up from it. `None`: derived from the
     /// session's pid and start time, so exporting the same trace twice gives
@@ -149,6 +165,7 @@ impl Default for ExportOptions {
 /// What an export handed over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExportSummary {
+    /// Spans handed to the reporter.
     pub spans: u64,
     /// Distinct trace ids used.
     pub traces: u64,
@@ -517,9 +534,11 @@ pub fn export_event_spans<R>(
 /// What an import found besides the calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ImportSummary {
+    /// Spans read.
     pub spans: u64,
     /// Distinct trace ids.
     pub traces: u64,
+    /// Distinct threads the spans name.
     pub threads: u64,
     /// Spans whose parent was not received; imported as roots.
     pub orphans: u64,
@@ -547,6 +566,7 @@ struct Collected {
 }
 
 impl SpanCollector {
+    /// A collector holding no span.
     pub fn new() -> Self {
         Self::default()
     }
@@ -558,14 +578,17 @@ impl SpanCollector {
         c.spans.extend(spans);
     }
 
+    /// Spans held.
     pub fn len(&self) -> usize {
         self.inner.lock().spans.len()
     }
 
+    /// Whether no span is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Drops every span held.
     pub fn clear(&self) {
         self.inner.lock().spans.clear();
     }

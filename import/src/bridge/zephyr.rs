@@ -44,20 +44,32 @@ pub enum ZephyrError {
     /// The dump is an ELF file: the two arguments are probably swapped.
     DumpIsElf,
     /// A `Perf buf length` line without a usable count.
-    BadHeader { line: usize },
+    BadHeader {
+        /// The header's line, 1-based.
+        line: usize,
+    },
     /// A record announces 0 frames: `perf` never writes that, the data is mangled.
-    ZeroLengthSample { line: usize },
+    ZeroLengthSample {
+        /// The record's line, 1-based.
+        line: usize,
+    },
     /// A record announces more frames than the whole buffer holds: the words
     /// are misaligned (a lost or extra line), so nothing after it can be trusted.
     ImpossibleSample {
+        /// The record's line, 1-based.
         line: usize,
+        /// The frames it announces.
         frames: u64,
+        /// The words the whole buffer holds.
         buffer: usize,
     },
     /// The ELF is unusable.
     Elf(ElfError),
     /// The ELF cannot be the one the dump came from.
-    ElfMismatch { reason: String },
+    ElfMismatch {
+        /// What gives it away.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ZephyrError {
@@ -112,7 +124,9 @@ impl From<ElfError> for ZephyrError {
 /// Something recovered from rather than rejected; `line` is 1-based in the input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The input line, 1-based.
     pub line: usize,
+    /// What was recovered from.
     pub kind: WarningKind,
 }
 
@@ -123,17 +137,38 @@ pub enum WarningKind {
     SkippedLine,
     /// A run of hex digits of the wrong length (a line cut mid-word): the data
     /// ends here, because every word after it would be misaligned.
-    MalformedWord { text: String },
+    MalformedWord {
+        /// The word as read.
+        text: String,
+    },
     /// Another `Perf buf length` header before this dump was complete.
     NewHeader,
     /// The data ended before the word count in the header.
-    Truncated { announced: usize, found: usize },
+    Truncated {
+        /// Words the header announced.
+        announced: usize,
+        /// Words found.
+        found: usize,
+    },
     /// The last sample is incomplete and dropped; the complete ones are kept.
-    IncompleteSample { frames: u64, present: usize },
+    IncompleteSample {
+        /// Frames the sample announced.
+        frames: u64,
+        /// Frames present.
+        present: usize,
+    },
     /// More data words follow the count in the header: ignored.
-    ExtraWords { announced: usize },
+    ExtraWords {
+        /// Words the header announced.
+        announced: usize,
+    },
     /// Many addresses fall outside the ELF's text: maybe not the dump's ELF.
-    OutsideText { outside: usize, total: usize },
+    OutsideText {
+        /// Addresses outside the ELF's text.
+        outside: usize,
+        /// Addresses in all.
+        total: usize,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -174,6 +209,7 @@ impl fmt::Display for Warning {
 pub struct Sample<'a> {
     /// Input line of the sample's length word.
     pub line: usize,
+    /// The frames' addresses, innermost first.
     pub addrs: &'a [u64],
 }
 
@@ -214,6 +250,7 @@ impl Dump {
         self.samples.len()
     }
 
+    /// Whether the dump holds no complete sample.
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
@@ -466,7 +503,9 @@ impl Default for CollapseOptions {
 /// One folded line: frames root first joined by `;`, and how many samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoldedStack {
+    /// Frames root first, joined by `;`.
     pub stack: String,
+    /// Samples with this stack.
     pub count: u64,
 }
 
@@ -479,7 +518,9 @@ impl fmt::Display for FoldedStack {
 /// The folded stacks of a dump and every warning from parsing and symbolizing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Folded {
+    /// The folded lines.
     pub stacks: Vec<FoldedStack>,
+    /// What parsing and symbolizing recovered from.
     pub warnings: Vec<Warning>,
 }
 
