@@ -44,7 +44,9 @@ const CRATE_DEPS: &str = "
     fgtrace-testing: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-runtime fgtrace-view
     fgtrace: fgtrace-core fgtrace-macros fgtrace-trace fgtrace-runtime fgtrace-symbols? \
              fgtrace-view? fgtrace-import? fgtrace-testing?
-    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view fgtrace-symbols fgtrace-import
+    fgtrace-instrument:
+    fgtrace-cli: fgtrace fgtrace-trace fgtrace-view fgtrace-symbols fgtrace-import \
+                 fgtrace-instrument
     fgtrace-guide: fgtrace
     checks/*: fgtrace";
 

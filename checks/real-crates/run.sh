@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole real crates, traced: each crate below, as published on crates.io, gets
 # `#[fgtrace::traced]` on every free fn and impl block of its `src/` (see
-# instrument/), then its own tests run twice: plain, and with every test
+# instrument/, a command over the fgtrace-instrument crate), then its own tests run twice: plain, and with every test
 # process recording its whole run (FGTRACE_RECORD). Whatever fails to compile
 # is a bug of the attribute macro (macros/), never a reason to edit the crate.
 #

@@ -78,10 +78,14 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
                         .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
                     // A serial device takes commands on the same file.
                     let w = std::fs::OpenOptions::new().write(true).open(p).ok();
+                    // (A Unix character device; on other systems, use --tcp.)
+                    #[cfg(unix)]
                     let is_char = std::fs::metadata(p).map(|m| {
                         use std::os::unix::fs::FileTypeExt;
                         m.file_type().is_char_device()
                     });
+                    #[cfg(not(unix))]
+                    let is_char = Ok::<bool, std::io::Error>(false);
                     let control = match (w, is_char) {
                         (Some(w), Ok(true)) => Some(Box::new(w) as Box<dyn Write + Send>),
                         _ => None,

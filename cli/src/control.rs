@@ -1,58 +1,23 @@
 //! `fgtrace record --pid`, `fgtrace ctl`, `fgtrace ps`: a running process's
 //! control endpoint (`fgtrace::control`), one library call each.
+//!
+//! Unix only (Linux and macOS): the endpoint is a Unix socket, and a
+//! whole-program recording needs `atexit` and the stop signals. Elsewhere
+//! the three commands say they are not supported.
 
+#[cfg(unix)]
 use fgtrace::config::parse_duration;
-use fgtrace::control::{self, Client, ControlError, Settings};
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use fgtrace::control::{self, Client, ControlError};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
+#[cfg(unix)]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(unix)]
 use std::sync::Arc;
 
-/// Session settings sent to the target (the `FGTRACE_*` variables' values).
-#[derive(clap::Args, Clone, Default)]
-pub struct SessionArgs {
-    /// Also sample stacks: timer:HZ, wall:HZ or a perf event (cycles:100000).
-    #[arg(long)]
-    sample: Option<String>,
-    /// Record only these functions (globs; repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
-    filter: Vec<String>,
-    /// Never record these functions.
-    #[arg(long, value_delimiter = ',')]
-    exclude: Vec<String>,
-    /// Record only inside these functions.
-    #[arg(long = "graph-function", value_delimiter = ',')]
-    graph_function: Vec<String>,
-    /// Hide these functions and everything they call.
-    #[arg(long, value_delimiter = ',')]
-    notrace: Vec<String>,
-    /// Only calls at depth < N.
-    #[arg(long, short = 'D')]
-    depth: Option<u32>,
-    /// Only calls lasting at least this long (10us, 1.5ms).
-    #[arg(long)]
-    threshold: Option<String>,
-    /// Only count (no longer record) a function on a thread once its first
-    /// 1,024 calls there average at most this long (50ns). Stream mode only.
-    #[arg(long = "auto-exclude")]
-    auto_exclude: Option<String>,
-}
-
-impl SessionArgs {
-    fn settings(&self, mode: Option<String>, duration_ms: Option<u64>) -> Settings {
-        Settings {
-            duration_ms,
-            mode,
-            sample: self.sample.clone(),
-            filter: self.filter.clone(),
-            exclude: self.exclude.clone(),
-            graph_function: self.graph_function.clone(),
-            notrace: self.notrace.clone(),
-            depth: self.depth,
-            threshold: self.threshold.clone(),
-            auto_exclude: self.auto_exclude.clone(),
-        }
-    }
-}
+use crate::session::SessionArgs;
 
 #[derive(clap::Args)]
 pub struct RecordArgs {
@@ -121,11 +86,13 @@ enum CtlAction {
     },
 }
 
+#[cfg(unix)]
 fn err(e: ControlError) -> Option<String> {
     Some(e.to_string())
 }
 
 /// Writes a received trace and says what it holds (on stderr).
+#[cfg(unix)]
 fn save(received: control::client::Received, path: &Path) -> Result<(), Option<String>> {
     std::fs::write(path, &received.bytes)
         .map_err(|e| Some(format!("cannot write {}: {e}", path.display())))?;
@@ -151,6 +118,7 @@ fn save(received: control::client::Received, path: &Path) -> Result<(), Option<S
     Ok(())
 }
 
+#[cfg(unix)]
 pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     let duration_ms = match &a.duration {
         Some(d) => Some(parse_duration(d).map_err(|e| Some(format!("--duration: {e}")))?),
@@ -190,6 +158,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     save(received, &out)
 }
 
+#[cfg(unix)]
 pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
     let client = Client::connect(a.pid).map_err(err)?;
     match &a.action {
@@ -239,6 +208,7 @@ pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
     }
 }
 
+#[cfg(unix)]
 pub fn ps() -> Result<(), Option<String>> {
     println!("{:>8}  {:<11} {:<14} PROGRAM", "PID", "SESSION", "MODE");
     for p in control::client::list() {
@@ -254,4 +224,32 @@ pub fn ps() -> Result<(), Option<String>> {
         }
     }
     Ok(())
+}
+
+/// What `record`, `ctl` and `ps` say where they are not supported.
+#[cfg(not(unix))]
+fn unsupported(what: &str) -> Result<(), Option<String>> {
+    Err(Some(format!(
+        "{what} is not supported on this system ({}): it needs Unix (Linux or macOS); \
+         record with a `Session` in the program instead",
+        std::env::consts::OS
+    )))
+}
+
+#[cfg(not(unix))]
+pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
+    match a.pid {
+        Some(_) => unsupported("`fgtrace record --pid` (the control endpoint, a Unix socket)"),
+        None => unsupported("`fgtrace record -- COMMAND` (whole-program recording)"),
+    }
+}
+
+#[cfg(not(unix))]
+pub fn ctl(_: &CtlArgs) -> Result<(), Option<String>> {
+    unsupported("`fgtrace ctl` (the control endpoint, a Unix socket)")
+}
+
+#[cfg(not(unix))]
+pub fn ps() -> Result<(), Option<String>> {
+    unsupported("`fgtrace ps` (the control endpoint, a Unix socket)")
 }

@@ -6,10 +6,12 @@ mod board;
 mod control;
 mod html;
 mod inputs;
+#[cfg(unix)]
 mod launch;
 mod plot;
 mod pprof;
 mod progress;
+mod session;
 mod views;
 mod zephyr;
 

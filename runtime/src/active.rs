@@ -24,6 +24,7 @@ pub(crate) struct Active {
     /// table at join.
     pub auto_exclude: bool,
     /// Stacks are sampled too: threads register with the sampler on first use.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub sampling: bool,
     /// A per-call hardware counter each thread opens on itself at join.
     pub counter: Option<crate::pmu::Counter>,
@@ -122,6 +123,7 @@ pub(crate) static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 
 /// Registers (once) the handler that runs in the child after `fork()`.
 pub(crate) fn watch_forks() {
+    #[cfg(unix)]
     static ONCE: std::sync::Once = std::sync::Once::new();
     #[cfg(unix)]
     ONCE.call_once(|| {

@@ -124,6 +124,19 @@ impl Session {
         }
         // Per-call hardware counters: fail early, naming the counter.
         crate::pmu::check_session_counters(&config.counters).map_err(Error::Counters)?;
+        // What needs Linux's perf_event fails here, before anything starts.
+        #[cfg(not(target_os = "linux"))]
+        if let Some(s) = &config.sampling {
+            return Err(Error::Sampler(crate::unsupported(&format!(
+                "stack sampling ({s})"
+            ))));
+        }
+        #[cfg(not(target_os = "linux"))]
+        if config.off_cpu {
+            return Err(Error::OffCpu(crate::unsupported(
+                "off-CPU time (the kernel's context switches, from perf_event)",
+            )));
+        }
         // A session the control endpoint runs in the background (an
         // always-on flight recorder) makes way for the program's own; the
         // panic hook of `Config::dump_on_panic`.
@@ -185,9 +198,7 @@ impl Session {
             threads: Vec::new(),
         });
         #[cfg(not(target_os = "linux"))]
-        let off_cpu_said = config
-            .off_cpu
-            .then(|| fgtrace_trace::OffCpu::unavailable("off-CPU time needs Linux (perf_event)"));
+        let off_cpu_said = None;
         // The output file before anything else runs: nothing else has
         // started if it cannot be created.
         let out = match &config.output {
@@ -280,10 +291,6 @@ impl Session {
             },
             None => None,
         };
-        #[cfg(not(target_os = "linux"))]
-        if config.sampling.is_some() {
-            return Err(Error::Sampler("sampling needs Linux".into()));
-        }
         *slot = Some(active.clone());
         drop(slot);
         crate::active::FORKED.store(false, SeqCst);
@@ -411,6 +418,7 @@ impl Session {
             Some(a) => a.count_only(&self.cal, &threads, &mut g.sites),
             None => Vec::new(),
         };
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut meta = TraceMeta {
             count_only,
             sites: std::mem::take(&mut g.sites.sites),
@@ -425,12 +433,6 @@ impl Session {
         #[cfg(target_os = "linux")]
         if let Some(o) = &self.active.off_cpu {
             meta.off_cpu = Some(o.finish(&self.cal, meta.duration_ns, &meta.threads));
-        }
-        #[cfg(not(target_os = "linux"))]
-        if self.config.off_cpu {
-            meta.off_cpu = Some(fgtrace_trace::OffCpu::unavailable(
-                "off-CPU time needs Linux (perf_event)",
-            ));
         }
         match g.out.take() {
             None => {

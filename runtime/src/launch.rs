@@ -30,12 +30,22 @@
 //! The session is started on a thread of fgtrace's own (the constructor
 //! waits for it): code run before `main` must not create the main thread's
 //! `std::thread` handle, and that thread's calls are never recorded.
+//!
+//! Unix only (Linux and macOS): it needs `atexit` to run at every exit and
+//! the stop signals. Elsewhere the variable gets a line on stderr saying it
+//! is not supported, and nothing is recorded.
+
+// Where the recording is not supported, only the file naming and the
+// variable's parsing are used (by `fgtrace record`, the tests).
+#![cfg_attr(not(unix), allow(dead_code))]
 
 use crate::{Config, Session};
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+#[cfg(unix)]
+use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 /// The variable read at process start: the directory the trace goes in.
@@ -53,10 +63,12 @@ static NEXT_PART: AtomicU32 = AtomicU32::new(2);
 /// `atexit` registration and the signal handlers, not the session.
 static OWNER: OnceLock<u32> = OnceLock::new();
 /// The write end of the pipe the signal handler wakes the watcher through.
+#[cfg(unix)]
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// The signals whose default action ends the process and that a user sends
 /// to stop a program: the trace is completed before it dies of them.
+#[cfg(unix)]
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// The trace file of process `pid` running `program` in `dir`:
@@ -166,7 +178,10 @@ fn start(dir: &Path) -> Result<(), String> {
     crate::active::on_yield(yield_to_program);
     crate::active::on_session_end(after_program_session);
     // SAFETY: registers a plain extern "C" fn.
-    unsafe { libc::atexit(at_exit) };
+    #[cfg(unix)]
+    unsafe {
+        libc::atexit(at_exit)
+    };
     Ok(())
 }
 
@@ -212,6 +227,7 @@ extern "C" fn at_exit() {
 
 /// The signal handler: one byte (the signal) to the watcher. `write` is
 /// async-signal-safe; nothing else runs here.
+#[cfg(unix)]
 extern "C" fn on_signal(sig: libc::c_int) {
     let fd = WAKE_FD.load(Ordering::Relaxed);
     if fd >= 0 {
@@ -223,12 +239,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Catches the stop signals the program left at their default action.
 /// Returns the pipe's read end, or `None` if none was caught.
+#[cfg(unix)]
 fn catch_signals() -> Option<libc::c_int> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: creates a pipe into a local array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return None;
-    }
+    let fds = cloexec_pipe()?;
     WAKE_FD.store(fds[1], Ordering::SeqCst);
     let mut caught = false;
     for sig in SIGNALS {
@@ -251,8 +264,38 @@ fn catch_signals() -> Option<libc::c_int> {
     caught.then_some(fds[0])
 }
 
+/// A pipe whose ends are closed by `exec` (the program's children must not
+/// keep it): `pipe2(O_CLOEXEC)` where there is one, else `pipe` and then
+/// `fcntl` (macOS has no `pipe2`; the constructor runs before the program
+/// can start a child, so nothing can exec between the two calls).
+#[cfg(unix)]
+fn cloexec_pipe() -> Option<[libc::c_int; 2]> {
+    let mut fds = [0 as libc::c_int; 2];
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    // SAFETY: creates a pipe into a local array.
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    // SAFETY: creates a pipe into a local array, then sets a flag on its
+    // two descriptors (closed again if that fails), ours alone.
+    let made = unsafe {
+        libc::pipe(fds.as_mut_ptr()) == 0 && {
+            let flagged = fds
+                .iter()
+                .all(|&fd| libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0);
+            if !flagged {
+                for fd in fds {
+                    libc::close(fd);
+                }
+            }
+            flagged
+        }
+    };
+    made.then_some(fds)
+}
+
 /// The watcher: waits for a caught signal, completes the trace, then lets
 /// the signal take its default course.
+#[cfg(unix)]
 fn watch(read_fd: libc::c_int) {
     loop {
         let mut b = 0u8;
@@ -279,6 +322,7 @@ fn watch(read_fd: libc::c_int) {
 
 /// Reads `FGTRACE_RECORD` and starts the recording if asked. Problems are
 /// one line on stderr, and the program runs on.
+#[cfg(unix)]
 pub(crate) fn init_from_env() {
     let Some(dir) = std::env::var_os(ENV).and_then(|v| parse_env(&v.to_string_lossy())) else {
         return;
@@ -304,6 +348,18 @@ pub(crate) fn init_from_env() {
     };
     if let Err(e) = r {
         say(&format!("not recording: {e}"));
+    }
+}
+
+/// Says that `FGTRACE_RECORD`, if set, records nothing here.
+#[cfg(not(unix))]
+pub(crate) fn init_from_env() {
+    if std::env::var_os(ENV).is_some_and(|v| parse_env(&v.to_string_lossy()).is_some()) {
+        say(&format!(
+            "not recording: {ENV} (whole-program recording, `fgtrace record -- COMMAND`) \
+             is not supported on this system ({}); start a `Session` in the program instead",
+            std::env::consts::OS
+        ));
     }
 }
 

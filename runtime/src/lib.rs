@@ -42,6 +42,17 @@ pub use collector::{Error, Session};
 pub use config::Config;
 pub use pmu::Counter;
 
+/// The error for what this system cannot record: names it, the system, and
+/// where it is supported (the README's table of systems says the same).
+#[doc(hidden)]
+pub fn unsupported(what: &str) -> String {
+    format!(
+        "{what} is not supported on this system ({} {}): it needs Linux",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
 /// Sessions whose state is still allocated, and shadow stacks alive in the
 /// process (for tests of the stop protocol). Not a public API.
 #[doc(hidden)]

@@ -83,6 +83,7 @@ pub struct SelfCounter {
     pub page: *mut libc::c_void,
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for SelfCounter {
     fn drop(&mut self) {
         // SAFETY: mapped and opened in `open_self`; no reader uses it any more.
@@ -93,6 +94,7 @@ impl Drop for SelfCounter {
     }
 }
 
+#[cfg(target_os = "linux")]
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
@@ -145,8 +147,8 @@ pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn open_self(c: Counter) -> Result<SelfCounter, String> {
-    Err(format!("the {c} counter needs Linux perf_event"))
+pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
+    Err(crate::unsupported(&format!("the {c} counter (perf_event)")))
 }
 
 /// The counter's value by `read(2)` (the fallback when `rdpmc` cannot be used).
@@ -180,6 +182,7 @@ struct PageHead {
 }
 
 /// `cap_user_rdpmc` in `capabilities`.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const CAP_USER_RDPMC: u64 = 1 << 2;
 
 /// One round of the seqlock protocol of `perf_event_mmap_page`.
@@ -246,7 +249,7 @@ pub(crate) unsafe fn read_self(page: *const u8, fd: i32) -> u64 {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn read_fd(_fd: i32) -> u64 {
+pub fn read_fd(_fd: i32) -> u64 {
     0
 }
 

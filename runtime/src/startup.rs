@@ -1,6 +1,7 @@
 //! What runs before `main`: the one constructor of the runtime, an entry in
-//! `.init_array` (four lines, rather than the `ctor` crate, which would add a
-//! proc macro to what every `#[traced]` user compiles). It reads the
+//! `.init_array` (`__mod_init_func` on macOS, `.CRT$XCU` on Windows; a few
+//! lines, rather than the `ctor` crate, which would add a proc macro to what
+//! every `#[traced]` user compiles). It reads the
 //! variables that act without code in the program, in this order:
 //!
 //! 1. `FGTRACE_RECORD` ([`crate::launch`]): a whole-program recording;
@@ -15,9 +16,21 @@ fn init() {
     crate::control::init_from_env();
 }
 
-#[cfg(target_os = "linux")]
+// The constructor's section: `.init_array` on ELF systems, `__mod_init_func`
+// on macOS, `.CRT$XCU` (the C runtime's initializers) on Windows.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_vendor = "apple",
+    windows
+))]
 #[used]
-#[link_section = ".init_array"]
+#[cfg_attr(
+    any(target_os = "linux", target_os = "android"),
+    link_section = ".init_array"
+)]
+#[cfg_attr(target_vendor = "apple", link_section = "__DATA,__mod_init_func")]
+#[cfg_attr(windows, link_section = ".CRT$XCU")]
 static INIT: extern "C" fn() = {
     extern "C" fn run() {
         // A panic must not unwind out of a constructor.

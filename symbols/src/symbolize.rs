@@ -657,17 +657,18 @@ fn separate_debug_file(build_id: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
 /// would block or never end. Checked before opening, and again on the open
 /// file (opened non-blocking, so a FIFO swapped in between cannot hang).
 pub(crate) fn open_regular(path: &Path) -> Result<File, String> {
+    #[cfg(unix)]
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || "not a regular file".to_owned();
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot open ({e})"))?;
     if !meta.is_file() {
         return Err(not_regular());
     }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| format!("cannot open ({e})"))?;
+    let mut open = std::fs::OpenOptions::new();
+    open.read(true);
+    #[cfg(unix)]
+    open.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    let f = open.open(path).map_err(|e| format!("cannot open ({e})"))?;
     let meta = f.metadata().map_err(|e| format!("cannot open ({e})"))?;
     if !meta.is_file() {
         return Err(not_regular());

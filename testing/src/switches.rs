@@ -33,9 +33,15 @@ pub(crate) fn end(ring: Option<Result<offcpu::SwitchRing, String>>) -> PartOff {
     ring.map(|r| r.map(|r| r.finish(fgtrace_trace::clock::monotonic_ns())))
 }
 
+/// Why a capture records no off-CPU time where there is no perf_event.
+#[cfg(not(target_os = "linux"))]
+fn unsupported() -> String {
+    fgtrace_runtime::unsupported("off-CPU time (the kernel's context switches, from perf_event)")
+}
+
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn begin(wanted: bool) -> Option<Result<(), String>> {
-    wanted.then(|| Err("off-CPU time needs Linux (perf_event)".to_string()))
+    wanted.then(|| Err(unsupported()))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -95,25 +101,26 @@ impl AsyncOff {
         if !self.wanted || self.refused.is_some() {
             return None;
         }
-        let tid = fgtrace_runtime::thread::os_tid();
-        #[cfg(target_os = "linux")]
-        if !self.rings.iter().any(|r| r.tid == tid) {
-            match begin(true) {
-                Some(Ok(r)) => self.rings.push(r),
-                Some(Err(why)) => {
-                    self.refused = Some(why);
-                    return None;
-                }
-                None => return None,
-            }
-        }
         #[cfg(not(target_os = "linux"))]
         {
-            self.refused = Some("off-CPU time needs Linux (perf_event)".into());
-            return None;
+            self.refused = Some(unsupported());
+            None
         }
-        #[allow(unreachable_code)]
-        Some((tid, fgtrace_trace::clock::monotonic_ns()))
+        #[cfg(target_os = "linux")]
+        {
+            let tid = fgtrace_runtime::thread::os_tid();
+            if !self.rings.iter().any(|r| r.tid == tid) {
+                match begin(true) {
+                    Some(Ok(r)) => self.rings.push(r),
+                    Some(Err(why)) => {
+                        self.refused = Some(why);
+                        return None;
+                    }
+                    None => return None,
+                }
+            }
+            Some((tid, fgtrace_trace::clock::monotonic_ns()))
+        }
     }
 
     pub(crate) fn poll_ends(&mut self, started: Option<(u32, u64)>) {
@@ -131,7 +138,9 @@ impl AsyncOff {
         if let Some(why) = self.refused {
             return Some(Err(why));
         }
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut out = Vec::new();
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut lost = 0u64;
         #[cfg(target_os = "linux")]
         {

@@ -433,7 +433,7 @@ impl RawAt {
     /// Reads the chunk again, checking it is what was read at open.
     pub(crate) fn read(&self, file: &std::fs::File) -> Result<RawChunk, TraceError> {
         let mut payload = vec![0u8; self.len as usize];
-        read_at(file, &mut payload, self.offset).map_err(|e| {
+        crate::pread::read_exact_at(file, &mut payload, self.offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 // Cut short since it was opened (rewritten, truncated).
                 TraceError::Corrupt {
@@ -460,19 +460,6 @@ impl RawAt {
             offset: self.offset + self.prefix as u64,
         })
     }
-}
-
-#[cfg(unix)]
-fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
-}
-
-#[cfg(not(unix))]
-fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-    use std::io::{Read, Seek};
-    let mut f = file;
-    f.seek(std::io::SeekFrom::Start(at))?;
-    f.read_exact(buf)
 }
 
 /// One thread's pre-order chunks, rebuilt from its raw chunks one raw chunk

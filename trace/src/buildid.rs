@@ -4,7 +4,6 @@
 //! must not depend on `object`, and this runs at every session stop.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 const PT_NOTE: u32 = 4;
@@ -17,7 +16,8 @@ const MAX_NOTES: u64 = 1 << 16;
 /// The GNU build id of the ELF file at `path`, lowercase hex; `None` for
 /// pseudo-paths (`[vdso]`), unreadable or non-ELF files, and files without one.
 pub fn of_path(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
+    // Pseudo-paths (`[vdso]`, `[heap]`) are not absolute.
+    if !Path::new(path).is_absolute() {
         return None;
     }
     let f = File::open(Path::new(path)).ok()?;
@@ -69,7 +69,7 @@ impl Elf {
 
 fn read_at(f: &File, off: u64, len: usize) -> Option<Vec<u8>> {
     let mut v = vec![0u8; len];
-    f.read_exact_at(&mut v, off).ok()?;
+    crate::pread::read_exact_at(f, &mut v, off).ok()?;
     Some(v)
 }
 

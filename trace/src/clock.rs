@@ -2,26 +2,60 @@
 //! nanoseconds once, off the hot path.
 //!
 //! `ticks()` is the only clock read a probe makes: `rdtsc` on x86/x86_64,
-//! `rdtime` on RISC-V, `cntvct_el0` on AArch64, and `CLOCK_MONOTONIC` (a vDSO
-//! call, no syscall) elsewhere. A [`Calibration`] pairs tick readings with
-//! `CLOCK_MONOTONIC` and the wall clock so that traced calls, samples from
-//! `perf_event` (which stamps with `CLOCK_MONOTONIC`) and exported spans (which
-//! want unix time) all land on one time line: nanoseconds since session start.
+//! `rdtime` on RISC-V, `cntvct_el0` on AArch64, and the monotonic clock
+//! elsewhere. A [`Calibration`] pairs tick readings with the system's
+//! monotonic clock ([`monotonic_ns`]) and the wall clock so that traced
+//! calls, samples from `perf_event` (which stamps with `CLOCK_MONOTONIC`) and
+//! exported spans (which want unix time) all land on one time line:
+//! nanoseconds since session start.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use fgtrace_core::clock::{ticks, SOURCE};
 
-/// `CLOCK_MONOTONIC` in nanoseconds (the clock `perf_event` stamps samples with).
+/// The system's monotonic clock in nanoseconds: `CLOCK_MONOTONIC` on Unix
+/// (the clock `perf_event` stamps samples with on Linux),
+/// `QueryPerformanceCounter` on Windows. The tick counter is calibrated
+/// against it, so the trace clock is calibrated on every system.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointer to a timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+    #[cfg(windows)]
+    {
+        use windows_sys::Win32::System::Performance::{
+            QueryPerformanceCounter, QueryPerformanceFrequency,
+        };
+        // The frequency is fixed at boot.
+        static FREQ: OnceLock<u64> = OnceLock::new();
+        let freq = *FREQ.get_or_init(|| {
+            let mut f = 0i64;
+            // SAFETY: valid pointer; never fails on Windows XP and later.
+            unsafe { QueryPerformanceFrequency(&mut f) };
+            (f as u64).max(1)
+        });
+        let mut c = 0i64;
+        // SAFETY: valid pointer; never fails on Windows XP and later.
+        unsafe { QueryPerformanceCounter(&mut c) };
+        (u128::from(c as u64) * 1_000_000_000 / u128::from(freq)) as u64
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        // No system clock we know: the process's own, from its first read.
+        static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+        ORIGIN
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
 }
 
 fn unix_ns() -> u64 {

@@ -25,6 +25,7 @@ pub mod json;
 pub mod maps;
 pub mod merge;
 pub mod parallel;
+mod pread;
 #[doc(hidden)]
 pub mod recorded;
 
@@ -107,7 +108,8 @@ pub struct ClockInfo {
     /// `tsc`, `rdtime`, `cntvct_el0` or `monotonic`.
     pub source: String,
     pub ticks_per_ns: f64,
-    /// `CLOCK_MONOTONIC` at session start (nanosecond 0 of the trace).
+    /// The system's monotonic clock at session start (nanosecond 0 of the
+    /// trace): `CLOCK_MONOTONIC` on Unix, `QueryPerformanceCounter` on Windows.
     pub start_mono_ns: u64,
     /// Unix time at session start.
     pub start_unix_ns: u64,

@@ -30,6 +30,9 @@ pub mod recording_in_process {}
 #[doc = include_str!("../../src/recording/whole-program.md")]
 pub mod recording_whole_program {}
 
+#[doc = include_str!("../../src/recording/cargo-fgtrace.md")]
+pub mod recording_cargo_fgtrace {}
+
 #[doc = include_str!("../../src/recording/running-process.md")]
 pub mod recording_running_process {}
 

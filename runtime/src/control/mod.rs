@@ -17,6 +17,9 @@
 //! a client's `record` (it starts again afterwards, empty) or the program's
 //! own `Session::start`.
 //!
+//! Unix only (Linux and macOS); elsewhere [`listen()`] returns an error that
+//! says the endpoint is not supported on this system.
+//!
 //! * **Where.** A Unix socket named by the pid, `<pid>.sock`, in
 //!   `$XDG_RUNTIME_DIR/fgtrace/` (or `/tmp/fgtrace-<uid>/` where that is
 //!   unset). The directory is created with mode 0700; one that exists is
@@ -24,10 +27,10 @@
 //!   with no permission for group or others. The socket gets mode 0600; it
 //!   is bound as `.<pid>.sock.new` and renamed once it listens with that
 //!   mode, so a socket found under its name always accepts connections.
-//! * **Who.** Every connection's peer is checked with `SO_PEERCRED`: the
-//!   same uid as the process, or root. Anyone else gets an error reply (and
-//!   what it sent is read before the connection closes, so it gets the
-//!   reply rather than a broken pipe).
+//! * **Who.** Every connection's peer is checked with `SO_PEERCRED`
+//!   (`getpeereid` on macOS): the same uid as the process, or root. Anyone
+//!   else gets an error reply (and what it sent is read before the
+//!   connection closes, so it gets the reply rather than a broken pipe).
 //! * **How.** One thread (`fgtrace-control`, marked as fgtrace's own, so
 //!   nothing it does is recorded) sleeps in `poll` until a client connects;
 //!   traced threads never wait for it or wake it. Requests and replies are
@@ -41,16 +44,21 @@
 //!   process that was killed is removed by the next `listen` in that
 //!   directory or by `fgtrace ps`.
 
+#[cfg(unix)]
 pub mod client;
 pub mod protocol;
+#[cfg(unix)]
 mod server;
 
 use std::io;
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+#[cfg(unix)]
 pub use client::{Client, ControlError, ProcessInfo};
 pub use protocol::{Reply, Request, Settings, Status};
 
@@ -59,6 +67,7 @@ pub const ENV: &str = "FGTRACE_CONTROL";
 
 /// The directory this process's socket goes in:
 /// `$XDG_RUNTIME_DIR/fgtrace`, or `/tmp/fgtrace-<uid>`.
+#[cfg(unix)]
 pub fn socket_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if Path::new(&d).is_absolute() => Path::new(&d).join("fgtrace"),
@@ -74,6 +83,7 @@ pub fn socket_path_in(dir: &Path, pid: u32) -> PathBuf {
 
 /// Creates the socket directory (mode 0700) or checks the one there:
 /// a directory, not a symlink, owned by this uid, no access for others.
+#[cfg(unix)]
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
@@ -92,6 +102,7 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Refuses a directory that someone else could have prepared or can enter.
+#[cfg(unix)]
 pub fn check_private_dir(dir: &Path) -> io::Result<()> {
     let m = std::fs::symlink_metadata(dir)?;
     let refuse = |why: String| {
@@ -121,6 +132,7 @@ pub fn check_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Whether process `pid` exists (as any user).
+#[cfg(unix)]
 pub(crate) fn pid_alive(pid: u32) -> bool {
     let Ok(p) = i32::try_from(pid) else {
         return false;
@@ -135,6 +147,7 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
 
 /// Removes the sockets in `dir` whose process is gone, or that no process
 /// listens on any more. Returns how many were removed.
+#[cfg(unix)]
 pub fn clean_stale(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -166,6 +179,7 @@ pub fn clean_stale(dir: &Path) -> usize {
 }
 
 /// The pid a socket's file name stands for (`<pid>.sock`).
+#[cfg(unix)]
 pub(crate) fn pid_of_socket(path: &Path) -> Option<u32> {
     let name = path.file_name()?.to_str()?;
     let pid = name.strip_suffix(".sock")?;
@@ -176,9 +190,38 @@ pub(crate) fn pid_of_socket(path: &Path) -> Option<u32> {
 }
 
 /// The pid of a socket not yet in place (`.<pid>.sock.new`).
+#[cfg(unix)]
 fn pid_of_new_socket(path: &Path) -> Option<u32> {
     let name = path.file_name()?.to_str()?;
     pid_of_socket(Path::new(name.strip_prefix('.')?.strip_suffix(".new")?))
+}
+
+/// Where the endpoint cannot be had: it is a Unix socket, with its peer
+/// checked by the kernel (`SO_PEERCRED`, `getpeereid`).
+#[cfg(not(unix))]
+mod server {
+    use super::Settings;
+    use std::io;
+    use std::path::{Path, PathBuf};
+
+    pub(super) fn start(_dir: &Path, _background: Option<Settings>) -> io::Result<PathBuf> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "the control endpoint (fgtrace::control, FGTRACE_CONTROL, `fgtrace record \
+                 --pid`, `fgtrace ctl`) is not supported on this system ({}): it is a Unix socket",
+                std::env::consts::OS
+            ),
+        ))
+    }
+
+    pub(super) fn close() {}
+}
+
+/// The socket directory: none where the endpoint is not supported.
+#[cfg(not(unix))]
+pub fn socket_dir() -> PathBuf {
+    PathBuf::new()
 }
 
 /// The endpoint of this process, once [`listen`] has opened it.
@@ -298,6 +341,7 @@ mod tests {
         assert!(parse_env("maybe", None).is_err());
     }
 
+    #[cfg(unix)]
     #[test]
     fn socket_names_are_pids() {
         assert_eq!(pid_of_socket(Path::new("/x/123.sock")), Some(123));

@@ -118,7 +118,8 @@ fn send(stream: &mut UnixStream, reply: &Reply) -> io::Result<()> {
     protocol::write_json(stream, reply)
 }
 
-/// The uid of the peer, or why it cannot be had.
+/// The uid of the peer, or why it cannot be had: `SO_PEERCRED` on Linux.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     let mut cred = libc::ucred {
         pid: 0,
@@ -140,6 +141,19 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(cred.uid)
+}
+
+/// The uid of the peer, or why it cannot be had: `getpeereid` on macOS and
+/// the BSDs (the credentials the peer had when it connected, as
+/// `SO_PEERCRED`'s).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: a valid socket and two valid pointers.
+    if unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(uid)
 }
 
 /// Checks the peer: the same uid, or root. A refused peer gets an error
