@@ -30,7 +30,8 @@ use syn::{Attribute, Item, Meta};
 
 /// The workspace crates each crate may depend on (`name?`: only as an
 /// optional dependency, behind a feature); `checks/*`: the members under
-/// `checks/`.
+/// `checks/`. `fgtrace-guide` (`docs/tests`) runs the user guide's examples
+/// as doctests, through the facade as a user's crate would.
 const CRATE_DEPS: &str = "
     fgtrace-core:
     fgtrace-macros:
@@ -46,6 +47,7 @@ const CRATE_DEPS: &str = "
     fgtrace-instrument:
     fgtrace-cli: fgtrace fgtrace-trace fgtrace-view fgtrace-symbols fgtrace-import \
                  fgtrace-instrument
+    fgtrace-guide: fgtrace
     checks/*: fgtrace";
 
 /// The library whose files [`RULES`] are about.
