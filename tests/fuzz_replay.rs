@@ -1,7 +1,7 @@
 //! Replays the fuzzing corpus and every input a fuzzer ever crashed on
 //! (`fuzz/corpus/<target>/`, `fuzz/artifacts/<target>/`) through the same
 //! code the fuzz targets run (`fuzz/harness.rs`), so CI keeps them fixed
-//! without cargo-fuzz or a nightly compiler. See README, Fuzzing.
+//! without cargo-fuzz or a nightly compiler. See docs/src/contributing.md.
 
 #[path = "../fuzz/harness.rs"]
 mod harness;

@@ -146,7 +146,7 @@ fn check(sampling: Sampling, rate: f64, tolerance: f64) {
             "ratio {ratio:.2} on thread {tid}"
         );
         // An idle machine delivers 98 to 99.5% at 10 kHz in this debug
-        // build (the release figures are in the README's sampler table); a
+        // build (the release figures are in docs/src/performance.md); a
         // CI run on a 2-core VM once got 89.5% with nothing else of ours
         // running, so the bound leaves room for the host, not for a
         // sampler that drops a fifth of its samples.

@@ -17,7 +17,7 @@
 # variant in a target directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-misc
-# (see README, "Boards"). The fgtrace command comes from this repository.
+# (see docs/src/boards.md). The fgtrace command comes from this repository.
 set -euo pipefail
 target=${1:?usage: run.sh riscv32imac|riscv64gc OUT.fgt [RATE_HZ]}
 out=${2:?usage: run.sh riscv32imac|riscv64gc OUT.fgt [RATE_HZ]}

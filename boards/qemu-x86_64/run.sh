@@ -11,7 +11,7 @@
 # directory of its own.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-x86
-# (see README, "Boards"). The fgtrace command comes from this repository.
+# (see docs/src/boards.md). The fgtrace command comes from this repository.
 set -euo pipefail
 out=${1:?usage: run.sh OUT.fgt [RATE_HZ]}
 rate=${2:-10000}

@@ -43,7 +43,7 @@ pub use config::Config;
 pub use pmu::Counter;
 
 /// The error for what this system cannot record: names it, the system, and
-/// where it is supported (the README's table of systems says the same).
+/// where it is supported (the guide's Platforms page, docs/src/platforms.md, says the same).
 #[doc(hidden)]
 pub fn unsupported(what: &str) -> String {
     format!(

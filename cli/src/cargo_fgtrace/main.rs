@@ -1,8 +1,8 @@
 //! `cargo fgtrace`: builds a cargo project with chosen crates instrumented
 //! (every free fn and impl block `#[traced]`), without editing any of its
 //! files, and runs a cargo command recording every process, or prints the
-//! executables built. See the README's "Tracing a project without editing
-//! it" and, for how, its Architecture.
+//! executables built. See docs/src/recording/cargo-fgtrace.md and, for how, the guide's
+//! Architecture page.
 //!
 //! Unix only (Linux and macOS): it records through the whole-program
 //! launcher (`FGTRACE_RECORD`), which needs `atexit` and the stop signals.

@@ -1,7 +1,7 @@
 //! The instrumented copies and the cargo flags that build them: the
 //! workspace copied to `<target>/fgtrace/ws/`, chosen dependencies to
-//! `<target>/fgtrace/crates/`, patches and flags for cargo (see the README's
-//! Architecture, "cargo fgtrace").
+//! `<target>/fgtrace/crates/`, patches and flags for cargo (see the guide's
+//! Architecture page, docs/src/architecture.md, "cargo fgtrace").
 
 use crate::cargo_args::CargoArgs;
 use crate::manifest::{self, ManifestEdit};

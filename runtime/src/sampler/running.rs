@@ -272,8 +272,8 @@ fn esrch(e: &io::Error) -> bool {
 }
 
 /// Bytes of stack a ring sample copies for the `.eh_frame` unwinder
-/// (feature `unwind`): see the README's Sampler figures for size against
-/// cost.
+/// (feature `unwind`): see the guide's Performance page (docs/src/performance.md)
+/// for size against cost.
 #[cfg(feature = "unwind")]
 const STACK_COPY: u32 = 8192;
 

@@ -517,7 +517,7 @@ static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
 /// that signal(7) lists as never restarted (timeouts: `poll`, `epoll_wait`,
 /// `select`, `nanosleep`, `sigtimedwait`, `io_getevents`, SysV IPC, sockets
 /// with `SO_RCVTIMEO`/`SO_SNDTIMEO`, `inotify` reads) still return `EINTR`
-/// when a sample lands in them (see README, Sampling).
+/// when a sample lands in them (see docs/src/recording/sampling.md).
 pub fn install() -> std::io::Result<()> {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, AcqRel) {

@@ -77,8 +77,8 @@
 //! spans with fields or of future callsites, their values (a future's state
 //! goes in the span's extensions: one allocation per future span). The
 //! standalone subscriber adds nothing but the probe and the thread-local
-//! array to what `tracing` itself costs. Figures: the README's Performance
-//! section (`cargo bench --features tracing --bench tracing`).
+//! array to what `tracing` itself costs. Figures: the guide's Performance
+//! page (docs/src/performance.md) (`cargo bench --features tracing --bench tracing`).
 
 mod layer;
 mod sites;
