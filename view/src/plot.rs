@@ -274,7 +274,9 @@ pub struct CallDurations {
     pub sites: Vec<u32>,
     /// Every call, in stream order.
     pub calls: Vec<CallPoint>,
-    /// The values each call recorded, parallel to `calls` (empty where none).
+    /// The values each call recorded, parallel to `calls` (empty where
+    /// none); empty when no call recorded any, as is the common case, so
+    /// that a plain function's plot takes no memory for them.
     pub values: Vec<Vec<Value>>,
     /// The slowest calls, slowest first (ties: earlier first).
     pub slowest: Vec<SlowCall>,
@@ -400,7 +402,6 @@ impl<'a> DurationsBuilder<'a> {
                 dur_ns: c.dur_ns,
             };
             self.calls.push(p);
-            self.values.push(Vec::new());
             self.last_wanted = Some(c.thread);
             self.seq += 1;
             // The path is built only for a call that makes the list.
@@ -438,7 +439,10 @@ impl<'a> DurationsBuilder<'a> {
     }
 
     /// The collected calls; [`PlotError::NoCalls`] when there are none.
-    pub fn finish(self) -> Result<CallDurations, PlotError> {
+    pub fn finish(mut self) -> Result<CallDurations, PlotError> {
+        if !self.values.is_empty() {
+            self.values.resize(self.calls.len(), Vec::new());
+        }
         if self.calls.is_empty() {
             return Err(PlotError::NoCalls { name: self.name });
         }
@@ -504,6 +508,8 @@ impl Consume for DurationsBuilder<'_> {
             Event::Lost(l) => self.lost(l),
             Event::Counters(c) => self.last_wanted = last.filter(|&t| t == c.thread),
             Event::Values(v) if last == Some(v.thread) => {
+                // Grown to the calls only once some call has values.
+                self.values.resize(self.calls.len(), Vec::new());
                 if let Some(slot) = self.values.last_mut() {
                     *slot = v.values.clone();
                 }
