@@ -21,8 +21,8 @@ use std::str::FromStr;
 
 mod durations;
 mod text;
-pub use durations::Histogram;
 use durations::Durations;
+pub use durations::Histogram;
 
 /// What the rows are sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

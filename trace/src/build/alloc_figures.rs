@@ -1,8 +1,8 @@
 //! Allocation figures (`fgtrace::alloc::Counting`) and per-call
 //! counter deltas (`Config::counters`): the core writes them as extension
 //! records right after the record of the call they belong to; here they
-//! become an `Event::Counters` after that call (values as [`counter_names`](super::counter_names)
-//! lays them out; callees included).
+//! become an `Event::Counters` after that call (values as
+//! [`counter_names`](super::counter_names) lays them out; callees included).
 
 use super::{CounterLayout, ThreadInput};
 use crate::recorded::Rec;
