@@ -14,7 +14,7 @@ use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
 use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions, FoldedSummary};
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use fgtrace_view::join::{
     eh_frame_unwinding, missing_debug_lines_note, missing_frame_pointers_note,
 };

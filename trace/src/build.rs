@@ -2,7 +2,7 @@
 //! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
 //! from exit order (how probes write them) to pre-order (how views read them).
 
-use super::format::{self, Chunk, ChunkEncoder, TraceError};
+use super::encoding::{self, Chunk, ChunkEncoder, TraceError};
 use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use super::{flags, ClockInfo, Event, RecordMode, SiteInfo, ThreadInfo, Trace, TraceMeta};
 use crate::clock::Calibration;
@@ -135,7 +135,7 @@ impl TraceBuilder {
             }
             chunks.extend(enc.finish());
         }
-        Trace::from_chunks(self.meta, format::interleave(chunks))
+        Trace::from_chunks(self.meta, encoding::interleave(chunks))
     }
 }
 
@@ -245,7 +245,7 @@ pub fn build(
         ..head
     };
     meta.note_unreadable_strings(sites.strings_unreadable);
-    Trace::from_chunks(meta, format::interleave(chunks))
+    Trace::from_chunks(meta, encoding::interleave(chunks))
 }
 
 /// The per-call counters of a trace: the allocation figures
@@ -704,14 +704,14 @@ impl Built {
     /// encoded here nor decoded there. Only before the first chunk is taken.
     ///
     /// Returns where the reader gives the emptied buffers back.
-    pub fn keep_events(&mut self) -> Option<super::format::EventBuffers> {
+    pub fn keep_events(&mut self) -> Option<super::encoding::EventBuffers> {
         let (streams, _) = self.waiting.as_mut()?;
         // A kept chunk takes ten times the memory of an encoded one: with
         // many threads side by side, each holding a few, they stay encoded.
         if streams.len() > KEEP_DECODED_MAX {
             return None;
         }
-        let buffers = super::format::EventBuffers::default();
+        let buffers = super::encoding::EventBuffers::default();
         for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
             b.keep_events(&buffers);
         }
@@ -736,7 +736,7 @@ impl Built {
             return Err(Box::new((self, sinks)));
         };
         let groups = sinks.len();
-        let buffers = super::format::EventBuffers::default();
+        let buffers = super::encoding::EventBuffers::default();
         let mut by_group: Vec<Vec<(usize, ThreadStream)>> =
             (0..groups).map(|_| Vec::new()).collect();
         for (t, mut st) in streams.into_iter().enumerate() {

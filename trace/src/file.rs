@@ -1,7 +1,7 @@
 //! Trace files: writing (whole traces, and the version-2 file a session
 //! writes while it records) and reading, streaming where the layout allows,
 //! with errors that name the byte offset of the damage. The event encoding
-//! inside chunks is [`format`](super::format)'s; see there for the layout.
+//! inside chunks is [`encoding`](super::encoding)'s; see there for the layout.
 //!
 //! ```text
 //! version 2 (written while recording), after the same header:
@@ -27,7 +27,7 @@
 //! repeats everything (calibrated at stop). A file that has no final
 //! metadata (its writer was killed) gets its off-CPU time from the sections.
 
-use super::format::{
+use super::encoding::{
     put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED,
 };
 use super::{Event, TraceMeta};
@@ -113,7 +113,7 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
 }
 
 const MAX_META: u32 = 256 << 20;
-const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
+const CHUNK_EVENTS: usize = super::encoding::CHUNK_EVENTS;
 
 // Sections of a version-2 file: kind u8, payload_len varint, u32le crc32, payload.
 const SEC_SITE: u8 = 2;
@@ -821,7 +821,7 @@ mod tests {
     /// than it does (its checksum holds: only the decoder finds it); with
     /// `cut`, the file ends inside chunk 8.
     fn ten_chunks(bad: bool, cut: bool) -> Vec<u8> {
-        use crate::format::ChunkEncoder;
+        use crate::encoding::ChunkEncoder;
         use crate::{Call, SiteInfo, ThreadInfo};
         let mut enc = ChunkEncoder::new(0);
         for i in 0..10 * 8192u64 {

@@ -27,7 +27,7 @@
 //! caller's [`Resolve`]r.
 
 use crate::consume::{collect, Consume};
-use crate::format::human_duration;
+use crate::human::human_duration;
 use crate::join::{Cut, RecordedCut, SampleStack};
 use crate::resolve::{FrameInfo, HexResolve, Resolve};
 use crate::threads::{shown, thread_mask, ThreadSel};

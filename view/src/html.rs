@@ -23,8 +23,8 @@ mod passes;
 use self::passes::{longest_stretches, FirstPass, Flame, Root, SecondPass, Stretch, Subtree};
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
-use super::format::human_duration;
 use super::graph::{GraphOptions, PollValues, PollValuesBuilder};
+use super::human::human_duration;
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
 use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
@@ -559,7 +559,7 @@ fn table(p: &mut String, report: &Report, rows: usize) {
             let v = if own { &f.self_counters } else { &f.counters };
             let v = v.get(i).copied().unwrap_or(0);
             let shown = if label == "Alloc bytes" {
-                super::format::human_bytes(v)
+                super::human::human_bytes(v)
             } else {
                 v.to_string()
             };

@@ -13,7 +13,7 @@
 //! Text is written as SVG `<text>` with a generic font family: no font file
 //! is read at render time (plotters' `ttf` feature is off).
 
-use super::format::{human_duration, uftrace_time};
+use super::human::{human_duration, uftrace_time};
 use crate::consume::{collect, Consume};
 use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta, Value};

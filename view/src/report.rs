@@ -9,7 +9,7 @@
 //! call. Recursive calls count at every level, as in ftrace's profiler, so a
 //! recursive function's total can exceed the session.
 
-use super::format::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
+use super::human::{human_duration, loss_lines, push_ftrace_duration, uftrace_time};
 use crate::consume::Consume;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, FutureSpan, Lost, OffTime, TraceError, TraceMeta};

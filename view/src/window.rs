@@ -306,8 +306,9 @@ fn calls_in(meta: &TraceMeta, calls: u64, window: &Window) -> u64 {
     (calls as u128 * span as u128 / dur as u128) as u64
 }
 
-/// `3.2 GB`, `512 MB`, `900 kB`, `12 B`: decimal units, as file managers say.
-pub fn human_bytes(b: u64) -> String {
+/// `3.2 GB`, `512 MB`, `900 kB`, `12 B`: decimal units, as file managers say
+/// (the text views' [`human_bytes`](crate::human::human_bytes) counts in KiB).
+pub fn decimal_bytes(b: u64) -> String {
     let b = b as f64;
     if b >= 1e9 {
         format!("{:.1} GB", b / 1e9)
@@ -352,10 +353,10 @@ pub fn size_warning(
     Some(format!(
         "fgtrace: this export will be about {}{}, more than {} can load (about {}); \
          narrow it with --from/--to or --min-duration 10us ({hint})",
-        human_bytes(bytes),
+        decimal_bytes(bytes),
         viewer.measure(),
         viewer.name(),
-        human_bytes(limit),
+        decimal_bytes(limit),
     ))
 }
 
@@ -413,9 +414,9 @@ pub fn memory_warning(
     Some(format!(
         "fgtrace: {what} holds every call it shows in memory: about {} for {} calls, \
          more than {}; bound it with --from/--to, --min-duration or --thread ({hint})",
-        human_bytes(bytes),
+        decimal_bytes(bytes),
         human_count(calls),
-        human_bytes(limit),
+        decimal_bytes(limit),
     ))
 }
 

@@ -25,7 +25,7 @@
 
 use super::alloc_figures::Attach;
 use super::CounterLayout;
-use crate::format::{Chunk, ChunkEncoder, TraceError};
+use crate::encoding::{Chunk, ChunkEncoder, TraceError};
 use crate::recorded::{self, RawChunk, RawSample, Rec, TickScale};
 use crate::{flags, Call, Event, FutureSpan, LossKind, Lost};
 use fgtrace_core::record::kind;
@@ -673,7 +673,7 @@ impl ThreadBuilder {
 
     /// Keeps the built chunks' events decoded (see
     /// [`ChunkEncoder::decoded`]): before the first push.
-    pub fn keep_events(&mut self, buffers: &crate::format::EventBuffers) {
+    pub fn keep_events(&mut self, buffers: &crate::encoding::EventBuffers) {
         if !self.out.enc.keeps_events() {
             self.out.enc = ChunkEncoder::decoded(self.out.t, buffers.clone());
         }

@@ -7,7 +7,7 @@ use super::*;
 pub struct Events<R> {
     pub(super) reader: TraceReader<R>,
     /// Where the buffers of kept chunks go back once read.
-    pub(super) buffers: Option<crate::format::EventBuffers>,
+    pub(super) buffers: Option<crate::encoding::EventBuffers>,
     /// The current chunk's events; those before `pos` were handed out.
     pub(super) pending: Vec<Event>,
     pub(super) pos: usize,

@@ -112,7 +112,7 @@ impl Report {
     /// The report as JSON, for machine consumers (`fgtrace report --format
     /// json`): every field of [`Report`], durations in nanoseconds.
     pub fn write_json(&self, mut w: impl Write) -> io::Result<()> {
-        crate::format::write_pretty_json(&mut w, self)?;
+        crate::human::write_pretty_json(&mut w, self)?;
         w.write_all(b"\n")?;
         w.flush()
     }
