@@ -151,6 +151,15 @@ fn warn_size(meta: &TraceMeta, threads: &[ThreadSel], window: &Window, viewer: V
 /// says so before it starts (bytes).
 const MEMORY_ENV: &str = "FGTRACE_MEMORY_WARN_BYTES";
 
+/// The memory above which a view that holds every call it shows says so:
+/// [`MEMORY_WARN_BYTES`], or `FGTRACE_MEMORY_WARN_BYTES`.
+pub fn memory_limit() -> u64 {
+    std::env::var(MEMORY_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(MEMORY_WARN_BYTES)
+}
+
 /// One line on stderr, before anything is read, when `what` (a view that
 /// holds every call it shows) will take more memory than [`MEMORY_WARN_BYTES`]
 /// for the calls in `threads` and `window`, naming the flags that bound it.
@@ -161,10 +170,7 @@ fn warn_memory(
     what: &str,
     per_call: u64,
 ) {
-    let limit = std::env::var(MEMORY_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(MEMORY_WARN_BYTES);
+    let limit = memory_limit();
     let calls = estimate(meta, threads, window);
     if let Some(w) = memory_warning(meta, calls, window, what, per_call, limit) {
         eprintln!("{w}");

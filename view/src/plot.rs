@@ -27,6 +27,12 @@ use std::convert::Infallible;
 use std::fmt;
 use std::io::{self, Write};
 
+/// Memory a plot takes per call of its function: its thread, start and
+/// duration (24 bytes), and its duration again while the percentiles are
+/// sorted (on a 22M-call trace, 237 MB peak for the 8.0M calls of one
+/// function, 368 MB for an HTML page plotting 16M).
+pub const PLOT_MEMORY_PER_CALL: u64 = 32;
+
 /// What to plot and how big.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlotOptions {
