@@ -97,7 +97,8 @@ pub struct FlameArgs {
 }
 
 /// The time window and minimum duration of the timeline exports (`fgtrace
-/// chrome`, `perfetto`, `firefox`). Times are offsets from the trace's start
+/// chrome`, `perfetto`, `firefox`) and the flame chart (`fgtrace flame
+/// --chart`). Times are offsets from the trace's start
 /// (`1.5s`, `250ms`), or microseconds as the views print them (`1234.567`,
 /// `1234.567 us`).
 #[derive(clap::Args)]
