@@ -590,11 +590,11 @@ impl Out {
 /// into the pre-order call stream views read, as they come: records are
 /// [`push`](Self::push)ed a batch at a time (a raw chunk's), every finished
 /// top-level call tree is queued to be written out, and
-/// [`fill`](Self::fill) writes until a chunk is done. Without
-/// [`RawSeq`] to read them again ([`ThreadBuilder::new`]), the records of
-/// the tree still open are all held; with one
-/// ([`rereading`](Self::rereading)), a budget of them per level (see the
-/// module's documentation).
+/// [`fill`](Self::fill) writes until a chunk is done. Without a sequence
+/// of raw chunks to read them again ([`ThreadBuilder::new`]), the records
+/// of the tree still open are all held; with one (as views build threads
+/// from a file), a budget of them per level (see the module's
+/// documentation).
 pub struct ThreadBuilder {
     out: Out,
     top: Frame,
