@@ -682,7 +682,7 @@ fn traces_round_trip_through_files_within_8_bytes_per_call() {
         }
     }
     // Chunks hold 8192 events: the two complete ones are read.
-    assert_eq!(ok, 2 * fgtrace::trace::format::CHUNK_EVENTS);
+    assert_eq!(ok, 2 * fgtrace::trace::encoding::CHUNK_EVENTS);
     assert!(err.unwrap().contains("truncated at byte"));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -18,7 +18,7 @@ mod zephyr;
 use clap::{Parser, Subcommand};
 use fgtrace_trace::TraceError;
 use fgtrace_view as view;
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use fgtrace_view::{
     self, Column, GraphOptions, ReportOptions, ReportStyle, ThreadColumn, ThreadSel,
 };

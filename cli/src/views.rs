@@ -14,6 +14,7 @@ use fgtrace_view::firefox::{write_firefox, FirefoxOptions};
 use fgtrace_view::flame::{render_svg, FlameOptions};
 use fgtrace_view::flame_svg::{chart_svg, folded_svg};
 use fgtrace_view::folded::{Folded, FoldedBuilder, FoldedOptions, FoldedSummary};
+use fgtrace_view::human::human_duration;
 use fgtrace_view::join::{
     eh_frame_unwinding, missing_debug_lines_note, missing_frame_pointers_note,
 };
@@ -22,13 +23,21 @@ use fgtrace_view::offcpu::{
     OffCpuFoldedOptions,
 };
 use fgtrace_view::perfetto::{write_perfetto, PerfettoOptions};
-use fgtrace_view::window::{estimate, size_warning, Viewer, Window};
+use fgtrace_view::window::{
+    estimate, memory_warning, size_warning, Viewer, Window, CHART_FOLDED_MEMORY_PER_CALL,
+    CHART_SVG_MEMORY_PER_CALL, FIREFOX_MEMORY_PER_CALL, MEMORY_WARN_BYTES,
+};
 use fgtrace_view::ThreadSel;
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(
+    mut_arg("from", |a| a.requires("chart")),
+    mut_arg("to", |a| a.requires("chart")),
+    mut_arg("min_duration", |a| a.requires("chart"))
+)]
 pub struct FlameArgs {
     /// Trace file written by `Trace::save`.
     file: PathBuf,
@@ -79,13 +88,17 @@ pub struct FlameArgs {
     /// With --offcpu: blocked time only (leave preemption out).
     #[arg(long, requires = "offcpu")]
     blocked_only: bool,
+    /// With --chart: the part of the trace drawn (a chart holds every call it draws).
+    #[command(flatten)]
+    window: WindowArgs,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
 }
 
 /// The time window and minimum duration of the timeline exports (`fgtrace
-/// chrome`, `perfetto`, `firefox`). Times are offsets from the trace's start
+/// chrome`, `perfetto`, `firefox`) and the flame chart (`fgtrace flame
+/// --chart`). Times are offsets from the trace's start
 /// (`1.5s`, `250ms`), or microseconds as the views print them (`1234.567`,
 /// `1234.567 us`).
 #[derive(clap::Args)]
@@ -131,6 +144,36 @@ fn warn_size(meta: &TraceMeta, threads: &[ThreadSel], window: &Window, viewer: V
         .unwrap_or(viewer.limit_bytes());
     let calls = estimate(meta, threads, window);
     if let Some(w) = size_warning(meta, calls, window, viewer, limit) {
+        eprintln!("{w}");
+    }
+}
+
+/// Overrides the memory above which a view that holds every call it shows
+/// says so before it starts (bytes).
+const MEMORY_ENV: &str = "FGTRACE_MEMORY_WARN_BYTES";
+
+/// The memory above which a view that holds every call it shows says so:
+/// [`MEMORY_WARN_BYTES`], or `FGTRACE_MEMORY_WARN_BYTES`.
+pub fn memory_limit() -> u64 {
+    std::env::var(MEMORY_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(MEMORY_WARN_BYTES)
+}
+
+/// One line on stderr, before anything is read, when `what` (a view that
+/// holds every call it shows) will take more memory than [`MEMORY_WARN_BYTES`]
+/// for the calls in `threads` and `window`, naming the flags that bound it.
+fn warn_memory(
+    meta: &TraceMeta,
+    threads: &[ThreadSel],
+    window: &Window,
+    what: &str,
+    per_call: u64,
+) {
+    let limit = memory_limit();
+    let calls = estimate(meta, threads, window);
+    if let Some(w) = memory_warning(meta, calls, window, what, per_call, limit) {
         eprintln!("{w}");
     }
 }
@@ -369,13 +412,24 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
     };
     let read: Result<(), TraceError>;
     if a.chart {
-        let mut b = ChartBuilder::new(&meta, &fopts);
+        let window = a.window.window()?;
+        let (what, per_call) = if a.folded {
+            ("the flame chart", CHART_FOLDED_MEMORY_PER_CALL)
+        } else {
+            ("the flame chart's SVG", CHART_SVG_MEMORY_PER_CALL)
+        };
+        warn_memory(&meta, &fopts.threads, &window, what, per_call);
+        let mut b = ChartBuilder::new(&meta, &fopts).window(window);
         read = b.extend(source.events());
         let chart = b.finish();
         let draw = |svg: &mut Vec<u8>| {
             flame.count_name = "ns".into();
+            let since = match window.from_ns {
+                Some(f) if f > 0 => format!("--from ({})", human_duration(f)),
+                _ => "session start".into(),
+            };
             flame.subtitle = Some(format!(
-                "{} calls, time order per thread, x = ns since session start",
+                "{} calls, time order per thread, x = ns since {since}",
                 chart.summary().calls
             ));
             chart_svg(&chart, &meta, &flame, svg)
@@ -584,6 +638,13 @@ pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option
         ));
     }
     warn_size(&meta, &opts.threads, &opts.window, Viewer::Firefox);
+    warn_memory(
+        &meta,
+        &opts.threads,
+        &opts.window,
+        "the Firefox export",
+        FIREFOX_MEMORY_PER_CALL,
+    );
     let out = output(a.output.as_deref(), &mut stdout, false)?;
     let res = write_firefox(&meta, r.events(), &mut sym, &opts, out);
     warn_symbols(&sym);

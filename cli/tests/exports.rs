@@ -886,3 +886,67 @@ fn an_export_past_its_viewers_limit_is_announced_before_it_is_written() {
         assert_eq!(String::from_utf8_lossy(&narrow.stderr), "", "{cmd}");
     }
 }
+
+#[test]
+fn views_that_hold_every_call_announce_their_memory_and_the_flags_that_bound_it() {
+    let dir = tempdir("memory");
+    let path = dir.join("big.fgt");
+    // The metadata says 2M calls over the trace's 10 ms: a flame chart's
+    // folded text takes about 260 MB for them, a Firefox export 220 MB.
+    synthetic_with(|m| {
+        m.threads[0].calls = 1_500_000;
+        m.threads[1].calls = 500_000;
+    })
+    .save(&path)
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let run = |warn: Option<&str>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fgtrace"));
+        c.args(args)
+            .env_remove("FGTRACE_EXPORT_LIMIT_BYTES")
+            .env_remove("FGTRACE_MEMORY_WARN_BYTES");
+        if let Some(w) = warn {
+            c.env("FGTRACE_MEMORY_WARN_BYTES", w);
+        }
+        let out = c.output().expect("run fgtrace");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ff = dir.join("big.json.gz");
+    let ff = ff.to_str().unwrap();
+    for (args, what) in [
+        (
+            vec!["flame", "--chart", "--folded", p],
+            "the flame chart holds",
+        ),
+        (vec!["firefox", p, "-o", ff], "the Firefox export holds"),
+    ] {
+        // Under the default of 1 GB: nothing said.
+        let (out, err) = run(None, &args);
+        assert_eq!(err, "", "{args:?}");
+        // Over 50 MB: one line, and the view still runs.
+        let (loud, err) = run(Some("50000000"), &args);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "fgtrace: {what} every call it shows in memory: about "
+            )) && err.contains(
+                " for 2.0M calls, more than 50 MB; bound it with --from/--to, \
+                 --min-duration or --thread (--to "
+            ),
+            "{err}"
+        );
+        assert_eq!(loud, out, "{args:?}: the output is the same");
+        // A tenth of the trace: under 50 MB, nothing said.
+        let narrow = [&args[..], &["--to", "1ms"]].concat();
+        let (_, err) = run(Some("50000000"), &narrow);
+        assert_eq!(err, "", "{narrow:?}");
+    }
+    // The window is the chart's only: the other flame graphs take none.
+    let out = cli_support::fgtrace(&["flame", "--folded", p, "--to", "1ms"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--chart"));
+}

@@ -566,6 +566,46 @@ fn the_chart_is_time_ordered_and_each_call_as_wide_as_it_lasted() {
     );
 }
 
+#[test]
+fn a_windowed_chart_cuts_calls_at_its_edges_and_leaves_short_calls_to_their_caller() {
+    let mut m = meta();
+    m.duration_ns = 1_000;
+    let mut b = TraceBuilder::new(m);
+    // run [100, 900) { parse [100, 300), parse [300, 500), fib [600, 650) }
+    b.push(call(0, 0, 0, 100, 800));
+    b.push(call(0, 1, 1, 100, 200));
+    b.push(call(0, 1, 1, 300, 200));
+    b.push(call(0, 2, 1, 600, 50));
+    b.push(call(1, 2, 0, 0, 10));
+    let t = b.finish();
+    let opts = FoldedOptions {
+        short_names: true,
+        ..FoldedOptions::default()
+    };
+    let window = fgtrace_view::window::Window {
+        from_ns: Some(200),
+        to_ns: Some(700),
+        min_dur_ns: 100,
+    };
+    let mut cb = ChartBuilder::new(t.meta(), &opts).window(window);
+    cb.extend(ok_events(t.events())).unwrap();
+    let chart = cb.finish();
+    let lines: Vec<(String, u64)> = chart.lines().collect();
+    // One thread (the other's call ends before the window), x from 200 to 700.
+    assert_eq!(chart.total(), 500, "{lines:?}");
+    assert_eq!(chart.summary().calls, 3, "fib is shorter than 100 ns");
+    let frames = chart_frames(&lines);
+    assert_eq!(
+        frames,
+        [
+            (0, 0, 500, "main-4242".to_string()),
+            (1, 0, 500, "run".to_string()),
+            (2, 0, 100, "parse".to_string()), // [100, 300) cut at 200
+            (2, 100, 200, "parse".to_string()), // [300, 500)
+        ]
+    );
+}
+
 mod svg {
     use super::*;
     use fgtrace_view::flame::{render_svg, FlameOptions};

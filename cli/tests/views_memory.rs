@@ -10,6 +10,10 @@
 //! put in pre-order before the body's record, the thread's last, is read;
 //! the threads run side by side. Two threads are large (`BIG_ITERS` loop
 //! iterations each), the others small.
+//!
+//! The flame chart holds every call it draws, so it is read here through a
+//! window (its memory without one is announced before it starts, as the
+//! Firefox export's is: see cli/tests/exports.rs).
 
 #[path = "../../tests/support/cli.rs"]
 mod cli_support;
@@ -244,5 +248,46 @@ fn views_read_hundreds_of_threads_and_tens_of_millions_of_calls_in_bounded_memor
         kb < BOUND_KB,
         "report of 2 files, {total} calls: peak RSS {kb} KB"
     );
+
+    // A flame chart holds every call it draws: a window bounds it. Only
+    // the two large threads run from 100 to 101 ms (10,000 iterations each).
+    let chart = dir.join("chart.txt");
+    let args = [
+        "flame", "--chart", "--folded", "--from", "100ms", "--to", "101ms",
+    ];
+    let kb = peak_kb(&[&args[..], &[&s(&one)]].concat(), &chart);
+    let c = text_of(&chart);
+    let mut per_thread = std::collections::BTreeMap::<&str, u64>::new();
+    for l in c.lines() {
+        let (stack, n) = l.rsplit_once(' ').expect("stack count");
+        let thread = stack.split(';').next().unwrap();
+        *per_thread.entry(thread).or_default() += n.parse::<u64>().unwrap();
+    }
+    // Each thread drawn from --from to --to, calls cut at the edges.
+    let expected: std::collections::BTreeMap<&str, u64> = [
+        ("suite::test_0-10000", 1_000_000),
+        ("suite::test_1-10001", 1_000_000),
+    ]
+    .into();
+    assert_eq!(per_thread, expected, "{}", &c[..c.len().min(2000)]);
+    let eqs = c.lines().filter(|l| l.contains(";suite::eq ")).count();
+    assert!((19_900..=20_100).contains(&eqs), "{eqs} eq calls in 1 ms");
+    assert!(kb < BOUND_KB, "flame --chart of 1 ms: peak RSS {kb} KB");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes the test's traces into `$FGTRACE_VIEWS_MEMORY_OUT` and keeps them,
+/// to measure views by hand (`/usr/bin/time -f %M fgtrace VIEW DIR/suite.fgt`):
+/// `FGTRACE_VIEWS_MEMORY_OUT=DIR cargo test -p fgtrace-cli --test views_memory -- --ignored`.
+#[test]
+#[ignore = "writes about 100 MB of traces for measuring views by hand"]
+fn write_traces_to_measure_by_hand() {
+    let dir = PathBuf::from(
+        std::env::var_os("FGTRACE_VIEWS_MEMORY_OUT").expect("set FGTRACE_VIEWS_MEMORY_OUT=DIR"),
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    let total = write_recorded(&dir.join("suite.fgt"), 0..THREADS);
+    write_recorded(&dir.join("a.fgt"), 0..THREADS / 2);
+    write_recorded(&dir.join("b.fgt"), THREADS / 2..THREADS);
+    eprintln!("{total} calls in {}", dir.display());
 }

@@ -11,7 +11,7 @@
 use super::captured::{fail, nanos, ns, Capture, CounterCheck, Unit};
 use super::render;
 use fgtrace_trace::OffTime;
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use std::io::Write;
 use std::time::Duration;
 

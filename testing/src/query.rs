@@ -5,7 +5,7 @@ use super::captured::*;
 use super::counters::CounterStatus;
 use super::render;
 use fgtrace_trace::Call;
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use std::time::Duration;
 
 impl Capture {

@@ -4,7 +4,7 @@
 
 use super::captured::{Capture, Unit};
 use fgtrace_trace::Event;
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use fgtrace_view::{self as view, GraphOptions, ThreadColumn};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -96,7 +96,7 @@ fn range(
             parts.push(format!("{n} instr"));
         }
         if let Some(a) = spans[i].allocs {
-            parts.push(fgtrace_view::format::alloc_note(&a));
+            parts.push(fgtrace_view::human::alloc_note(&a));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     };

@@ -4,7 +4,7 @@
 
 use super::captured::{fail, nanos, Capture, CounterCheck, Unit};
 use super::render;
-use fgtrace_view::format::human_duration;
+use fgtrace_view::human::human_duration;
 use std::time::Duration;
 
 /// Which run a [`Summary`] takes.

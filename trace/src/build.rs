@@ -2,7 +2,7 @@
 //! timestamps, converts ticks to nanoseconds, and reorders each thread's calls
 //! from exit order (how probes write them) to pre-order (how views read them).
 
-use super::format::{self, Chunk, ChunkEncoder, TraceError};
+use super::encoding::{self, Chunk, ChunkEncoder, TraceError};
 use super::recorded::{self, decode, RawChunk, RawEncoder, RawSample, Rec, SiteMap, TickScale};
 use super::{flags, ClockInfo, Event, RecordMode, SiteInfo, ThreadInfo, Trace, TraceMeta};
 use crate::clock::Calibration;
@@ -135,7 +135,7 @@ impl TraceBuilder {
             }
             chunks.extend(enc.finish());
         }
-        Trace::from_chunks(self.meta, format::interleave(chunks))
+        Trace::from_chunks(self.meta, encoding::interleave(chunks))
     }
 }
 
@@ -245,7 +245,7 @@ pub fn build(
         ..head
     };
     meta.note_unreadable_strings(sites.strings_unreadable);
-    Trace::from_chunks(meta, format::interleave(chunks))
+    Trace::from_chunks(meta, encoding::interleave(chunks))
 }
 
 /// The per-call counters of a trace: the allocation figures
@@ -691,14 +691,14 @@ impl Built {
     /// encoded here nor decoded there. Only before the first chunk is taken.
     ///
     /// Returns where the reader gives the emptied buffers back.
-    pub fn keep_events(&mut self) -> Option<super::format::EventBuffers> {
+    pub fn keep_events(&mut self) -> Option<super::encoding::EventBuffers> {
         let (streams, _) = self.waiting.as_mut()?;
         // A kept chunk takes ten times the memory of an encoded one: with
         // many threads side by side, each holding a few, they stay encoded.
         if streams.len() > KEEP_DECODED_MAX {
             return None;
         }
-        let buffers = super::format::EventBuffers::default();
+        let buffers = super::encoding::EventBuffers::default();
         for b in streams.iter_mut().filter_map(|s| s.builder.as_mut()) {
             b.keep_events(&buffers);
         }
@@ -723,7 +723,7 @@ impl Built {
             return Err(Box::new((self, sinks)));
         };
         let groups = sinks.len();
-        let buffers = super::format::EventBuffers::default();
+        let buffers = super::encoding::EventBuffers::default();
         let mut by_group: Vec<Vec<(usize, ThreadStream)>> =
             (0..groups).map(|_| Vec::new()).collect();
         for (t, mut st) in streams.into_iter().enumerate() {
@@ -918,163 +918,7 @@ impl Drop for Built {
     }
 }
 
-/// Allocation figures (`fgtrace::alloc::Counting`) and per-call
-/// counter deltas (`Config::counters`): the core writes them as extension
-/// records right after the record of the call they belong to; here they
-/// become an `Event::Counters` after that call (values as [`counter_names`]
-/// lays them out; callees included).
-mod alloc_figures {
-    use super::{CounterLayout, ThreadInput};
-    use crate::recorded::Rec;
-    use crate::{CallCounters, Event};
-    use fgtrace_core::record::kind;
-    use fgtrace_core::record::{ext, AllocCounts};
-    use std::collections::HashMap;
-
-    /// Whether the records carry allocation figures: the counting allocator
-    /// is installed in this process, or some record has them.
-    pub fn recorded(inputs: &[ThreadInput]) -> bool {
-        fgtrace_core::alloc::installed()
-            || inputs.iter().any(|t| {
-                t.records
-                    .iter()
-                    .any(|r| r.is_ext() && r.ext_sub() <= ext::REALLOCS)
-            })
-    }
-
-    /// One thread's figures by the index of their call's record.
-    #[derive(Default)]
-    pub struct Attach {
-        allocs: HashMap<usize, AllocCounts>,
-        /// Counter deltas by record, by counter index.
-        counters: HashMap<usize, Vec<Option<u64>>>,
-        /// Values by record (a call's, a poll's or a whole future's).
-        values: HashMap<usize, Vec<crate::Value>>,
-        /// Records that are instant markers (their extension said so).
-        markers: std::collections::HashSet<usize>,
-        last_call: Option<usize>,
-        last_with_values: Option<usize>,
-    }
-
-    impl Attach {
-        /// No figures, but what the next extension records attach to: for
-        /// the records after a flush, which the last record's may follow.
-        pub fn fresh(&self) -> Attach {
-            Attach {
-                last_call: self.last_call,
-                last_with_values: self.last_with_values,
-                ..Attach::default()
-            }
-        }
-
-        /// Takes record `i` if it is an extension record, attaching it to the
-        /// call just before (one whose call is gone, overwritten or in a
-        /// dropped batch, is dropped with it).
-        pub fn take(&mut self, i: usize, r: &Rec) -> bool {
-            let is_ext = r.kind as u64 == kind::LOST && r.unwound;
-            if !is_ext {
-                self.last_call = match r.kind as u64 {
-                    kind::CALL | kind::POLL => Some(i),
-                    _ => None,
-                };
-                self.last_with_values = match r.kind as u64 {
-                    kind::CALL | kind::POLL | kind::FUTURE => Some(i),
-                    _ => None,
-                };
-                return false;
-            }
-            if r.site as u64 == ext::MARKER {
-                if let Some(c) = self.last_with_values {
-                    self.markers.insert(c);
-                }
-                // A marker has no figures of its own to take.
-                self.last_call = None;
-                return true;
-            }
-            if r.site as u64 == ext::VALUE {
-                if let Some(c) = self.last_with_values {
-                    let slot = r.b & 7;
-                    let tag = (r.b >> 3) & 0xff;
-                    if slot < fgtrace_core::values::MAX_VALUES as u64 {
-                        self.values.entry(c).or_default().push(crate::Value {
-                            slot: slot as u8,
-                            tag: tag as u8,
-                            bits: r.count,
-                        });
-                    }
-                }
-                return true;
-            }
-            let Some(c) = self.last_call else {
-                return true;
-            };
-            let (x, y) = (r.count, r.b);
-            match r.site as u64 {
-                ext::ALLOCS => {
-                    let a = self.allocs.entry(c).or_default();
-                    (a.allocs, a.alloc_bytes) = (x, y);
-                }
-                ext::FREES => {
-                    let a = self.allocs.entry(c).or_default();
-                    (a.frees, a.freed_bytes) = (x, y);
-                }
-                ext::REALLOCS => self.allocs.entry(c).or_default().reallocs = x,
-                ext::COUNTER if y < 64 => {
-                    let v = self.counters.entry(c).or_default();
-                    if v.len() <= y as usize {
-                        v.resize(y as usize + 1, None);
-                    }
-                    v[y as usize] = Some(x);
-                }
-                _ => {}
-            }
-            true
-        }
-
-        /// The record at `i` is an instant marker (asked once, when it is
-        /// written out).
-        pub fn is_marker(&mut self, i: usize) -> bool {
-            // Most traces have no markers: no hashing per record for them.
-            !self.markers.is_empty() && self.markers.remove(&i)
-        }
-
-        /// The values event of the call (or future) recorded at `i`, if it has values.
-        /// Called once per call, when it is written out: its values go.
-        pub fn values_event(&mut self, thread: u32, i: usize) -> Option<Event> {
-            // Most traces have no values: no hashing per call for them.
-            if self.values.is_empty() {
-                return None;
-            }
-            let values = self.values.remove(&i)?;
-            Some(Event::Values(crate::CallValues { thread, values }))
-        }
-
-        /// The counters event of the call recorded at `i`: `None` when the
-        /// trace has no allocation figures and the call no counter delta
-        /// (a call open before its thread joined a counted session).
-        ///
-        /// Called once per call, when it is written out: its figures go.
-        pub fn event(&mut self, thread: u32, i: usize, layout: CounterLayout) -> Option<Event> {
-            if !layout.with_allocs && self.counters.is_empty() {
-                return None;
-            }
-            let ctr = self.counters.remove(&i);
-            let ctr = ctr.as_ref();
-            if !layout.with_allocs && (ctr.is_none() || layout.n_counters == 0) {
-                return None;
-            }
-            let mut values = Vec::with_capacity(5 + layout.n_counters);
-            if layout.with_allocs {
-                let a = self.allocs.remove(&i).unwrap_or_default();
-                values.extend([a.allocs, a.alloc_bytes, a.frees, a.freed_bytes, a.reallocs]);
-            }
-            for k in 0..layout.n_counters {
-                values.push(ctr.and_then(|v| v.get(k).copied().flatten()).unwrap_or(0));
-            }
-            Some(Event::Counters(CallCounters { thread, values }))
-        }
-    }
-}
+mod alloc_figures;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! Trace files: writing (whole traces, and the version-2 file a session
 //! writes while it records) and reading, streaming where the layout allows,
 //! with errors that name the byte offset of the damage. The event encoding
-//! inside chunks is [`format`](super::format)'s; see there for the layout.
+//! inside chunks is [`encoding`](super::encoding)'s; see there for the layout.
 //!
 //! ```text
 //! version 2 (written while recording), after the same header:
@@ -27,7 +27,7 @@
 //! repeats everything (calibrated at stop). A file that has no final
 //! metadata (its writer was killed) gets its off-CPU time from the sections.
 
-use super::format::{
+use super::encoding::{
     put_varint, Chunk, Decoder, TraceError, MAGIC, MAX_PAYLOAD, VERSION, VERSION_RECORDED,
 };
 use super::{Event, TraceMeta};
@@ -113,7 +113,7 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
 }
 
 const MAX_META: u32 = 256 << 20;
-const CHUNK_EVENTS: usize = super::format::CHUNK_EVENTS;
+const CHUNK_EVENTS: usize = super::encoding::CHUNK_EVENTS;
 
 // Sections of a version-2 file: kind u8, payload_len varint, u32le crc32, payload.
 const SEC_SITE: u8 = 2;
@@ -125,156 +125,11 @@ const SEC_OVERWRITTEN: u8 = 7;
 const SEC_OFFCPU: u8 = 8;
 const SEC_STRING: u8 = 9;
 
-pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
-    let json = crate::json::to_vec(meta)?;
-    w.write_all(MAGIC)?;
-    w.write_all(&VERSION.to_le_bytes())?;
-    w.write_all(&(json.len() as u32).to_le_bytes())?;
-    w.write_all(&json)?;
-    w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
-    let mut head = Vec::with_capacity(32);
-    for c in chunks {
-        head.clear();
-        head.push(KIND_EVENTS);
-        put_varint(&mut head, c.thread as u64);
-        put_varint(&mut head, c.count as u64);
-        put_varint(&mut head, c.first_ns);
-        put_varint(&mut head, c.payload.len() as u64);
-        head.extend_from_slice(&crc32fast::hash(&c.payload).to_le_bytes());
-        w.write_all(&head)?;
-        w.write_all(&c.payload)?;
-    }
-    head.clear();
-    head.push(KIND_END);
-    put_varint(&mut head, chunks.len() as u64);
-    head.extend_from_slice(END_MARK);
-    w.write_all(&head)
-}
-
-/// Writes a version-2 file while a session records: a provisional header,
-/// then sites, threads, raw chunks and samples as they come, then the final
-/// metadata and the end marker. Every section is checksummed, so a file
-/// whose writer was killed reads up to its last complete section.
-pub struct RecordingWriter<W: Write> {
-    w: W,
-    sections: u64,
-    head: Vec<u8>,
-    /// Bytes written so far.
-    pub written: u64,
-}
-
-impl<W: Write> RecordingWriter<W> {
-    pub fn new(mut w: W, meta: &TraceMeta) -> io::Result<Self> {
-        let json = crate::json::to_vec(meta)?;
-        w.write_all(MAGIC)?;
-        w.write_all(&VERSION_RECORDED.to_le_bytes())?;
-        w.write_all(&(json.len() as u32).to_le_bytes())?;
-        w.write_all(&json)?;
-        w.write_all(&crc32fast::hash(&json).to_le_bytes())?;
-        Ok(RecordingWriter {
-            w,
-            sections: 0,
-            head: Vec::with_capacity(32),
-            written: 20 + json.len() as u64,
-        })
-    }
-
-    /// One section: `prefix` (varints) then `body`.
-    fn section(&mut self, kind: u8, prefix: &[u64], body: &[u8]) -> io::Result<()> {
-        let mut pre = Vec::with_capacity(prefix.len() * 4);
-        for &v in prefix {
-            put_varint(&mut pre, v);
-        }
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&pre);
-        crc.update(body);
-        self.head.clear();
-        self.head.push(kind);
-        put_varint(&mut self.head, (pre.len() + body.len()) as u64);
-        self.head.extend_from_slice(&crc.finalize().to_le_bytes());
-        self.w.write_all(&self.head)?;
-        self.w.write_all(&pre)?;
-        self.w.write_all(body)?;
-        self.sections += 1;
-        self.written += (self.head.len() + pre.len() + body.len()) as u64;
-        Ok(())
-    }
-
-    pub fn site(&mut self, index: u32, info: &super::SiteInfo) -> io::Result<()> {
-        let json = crate::json::to_vec(info)?;
-        self.section(SEC_SITE, &[index as u64], &json)
-    }
-
-    /// Entry `index` of the string table.
-    pub fn string(&mut self, index: u32, text: &str) -> io::Result<()> {
-        self.section(SEC_STRING, &[index as u64], text.as_bytes())
-    }
-
-    pub fn thread(&mut self, index: u32, tid: u32, name: &str) -> io::Result<()> {
-        self.section(SEC_THREAD, &[index as u64, tid as u64], name.as_bytes())
-    }
-
-    pub fn raw(&mut self, c: &super::recorded::RawChunk) -> io::Result<()> {
-        self.section(SEC_RAW, &[c.thread as u64, c.count as u64], &c.payload)
-    }
-
-    /// A chunk of sample events of one thread.
-    pub fn samples(&mut self, c: &Chunk) -> io::Result<()> {
-        self.section(SEC_SAMPLES, &[c.thread as u64, c.count as u64], &c.payload)
-    }
-
-    /// Flight recorder: calls of `thread` overwritten before the snapshot.
-    pub fn overwritten(&mut self, thread: u32, count: u64) -> io::Result<()> {
-        self.section(SEC_OVERWRITTEN, &[thread as u64, count], &[])
-    }
-
-    /// Off-CPU intervals of `thread` closed since its last off-CPU section
-    /// (sorted, apart, none before the previous section's last), and the
-    /// switch records lost since. An empty one says the thread is recorded.
-    pub fn off_cpu(
-        &mut self,
-        thread: u32,
-        lost: u64,
-        intervals: &[super::OffInterval],
-    ) -> io::Result<()> {
-        let mut body = Vec::with_capacity(intervals.len() * 6);
-        let mut prev_end = 0u64;
-        for i in intervals {
-            put_varint(&mut body, i.start_ns.saturating_sub(prev_end));
-            put_varint(&mut body, i.dur_ns);
-            body.push((i.kind == super::OffKind::Preempted) as u8);
-            prev_end = i.end_ns();
-        }
-        self.section(
-            SEC_OFFCPU,
-            &[thread as u64, lost, intervals.len() as u64],
-            &body,
-        )
-    }
-
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.w.flush()
-    }
-
-    /// The final metadata, the end marker and the footer (where the final
-    /// metadata starts, so [`read_meta`] finds it without reading the
-    /// file); returns the writer.
-    pub fn finish(mut self, meta: &TraceMeta) -> io::Result<W> {
-        let json = crate::json::to_vec(meta)?;
-        let meta_at = self.written;
-        self.section(SEC_META, &[], &json)?;
-        self.head.clear();
-        self.head.push(KIND_END);
-        put_varint(&mut self.head, self.sections);
-        self.head.extend_from_slice(END_MARK);
-        // Readers stop at the end marker: the footer is invisible to them.
-        self.head.extend_from_slice(&meta_at.to_le_bytes());
-        self.head.extend_from_slice(FOOTER_MAGIC);
-        self.w.write_all(&self.head)?;
-        self.w.flush()?;
-        Ok(self.w)
-    }
-}
+mod events;
+mod write;
+use events::Ahead;
+pub use events::Events;
+pub use write::{write_trace, RecordingWriter};
 
 /// The off-CPU time of a version-2 file without its final metadata: what
 /// the header said (recorded, or why not) with the intervals of its off-CPU
@@ -953,235 +808,6 @@ impl<R: Read> TraceReader<R> {
     }
 }
 
-/// Iterator over a file's events (see [`TraceReader::events`]).
-pub struct Events<R> {
-    reader: TraceReader<R>,
-    /// Where the buffers of kept chunks go back once read.
-    buffers: Option<crate::format::EventBuffers>,
-    /// The current chunk's events; those before `pos` were handed out.
-    pending: Vec<Event>,
-    pos: usize,
-    failed: bool,
-    ahead: Option<Ahead>,
-}
-
-type Decoded = Result<Vec<Event>, TraceError>;
-
-/// What an event handed out leaves in its place (nothing reads it).
-const TAKEN: Event = Event::Lost(crate::Lost {
-    thread: 0,
-    depth: 0,
-    at_ns: 0,
-    count: 0,
-    kind: crate::LossKind::Dropped,
-});
-
-/// Chunks being decoded on worker threads: each is numbered as it is read,
-/// and its events are served in that order whatever finishes first.
-struct Ahead {
-    /// Each job carries an emptied buffer to decode into.
-    jobs: Option<std::sync::mpsc::SyncSender<(u64, Chunk, Vec<Event>)>>,
-    /// Buffers whose events were all handed out, for the next jobs: a
-    /// chunk's events are hundreds of KB, which the allocator would
-    /// otherwise map and unmap for every chunk a worker decodes.
-    spare: Vec<Vec<Event>>,
-    results: std::sync::mpsc::Receiver<(u64, Decoded)>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-    /// Chunks handed out, and the number of the next one to serve.
-    sent: u64,
-    next: u64,
-    ready: std::collections::BTreeMap<u64, Decoded>,
-    /// The reader reached the end, or failed after the chunks sent.
-    ended: bool,
-    read_error: Option<TraceError>,
-    window: u64,
-}
-
-impl Ahead {
-    fn new(workers: usize) -> Ahead {
-        use std::sync::{mpsc, Arc, Mutex};
-        let window = 2 * workers as u64 + 2;
-        let (jobs, job_rx) = mpsc::sync_channel::<(u64, Chunk, Vec<Event>)>(window as usize);
-        let (done, results) = mpsc::channel();
-        let job_rx = Arc::new(Mutex::new(job_rx));
-        let workers = (0..workers)
-            .filter_map(|_| {
-                let (rx, done) = (job_rx.clone(), done.clone());
-                std::thread::Builder::new()
-                    .name("fgtrace-decode".into())
-                    .spawn(move || loop {
-                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok((i, chunk, mut buf)) = job else { break };
-                        let at = chunk.offset;
-                        // A chunk that would panic the decoder must not leave
-                        // the reader waiting for it.
-                        let decoded = std::panic::catch_unwind(move || {
-                            chunk.decode_into(&mut buf).map(|()| buf)
-                        })
-                        .unwrap_or_else(|_| {
-                            Err(TraceError::Corrupt {
-                                offset: at,
-                                what: "chunk could not be decoded".into(),
-                            })
-                        });
-                        if done.send((i, decoded)).is_err() {
-                            break;
-                        }
-                    })
-                    .ok()
-            })
-            .collect();
-        Ahead {
-            jobs: Some(jobs),
-            spare: Vec::new(),
-            results,
-            workers,
-            sent: 0,
-            next: 0,
-            ready: Default::default(),
-            ended: false,
-            read_error: None,
-            window,
-        }
-    }
-
-    /// The next chunk's events in the file's order, `None` after the last;
-    /// a read error comes after every chunk read before it.
-    fn next<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Option<Decoded> {
-        while !self.ended && self.sent - self.next < self.window {
-            match reader.next_chunk() {
-                Ok(Some(c)) if c.is_decoded() => {
-                    self.ready.insert(self.sent, c.into_events(Vec::new()));
-                    self.sent += 1;
-                }
-                Ok(Some(c)) => {
-                    let buf = self.spare.pop().unwrap_or_default();
-                    let sent = self.jobs.as_ref().map(|j| j.send((self.sent, c, buf)));
-                    if let Some(Err(std::sync::mpsc::SendError((i, c, _)))) = sent {
-                        // No worker is left (none could start): decode here.
-                        self.ready.insert(i, c.decode());
-                    }
-                    self.sent += 1;
-                }
-                Ok(None) => self.ended = true,
-                Err(e) => {
-                    self.ended = true;
-                    self.read_error = Some(e);
-                }
-            }
-        }
-        if self.next == self.sent {
-            return self.read_error.take().map(Err);
-        }
-        let got = loop {
-            if let Some(r) = self.ready.remove(&self.next) {
-                break r;
-            }
-            match self.results.recv() {
-                Ok((i, r)) => {
-                    self.ready.insert(i, r);
-                }
-                // Every worker is gone (one panicked): say so, not hang.
-                Err(_) => break Err(TraceError::Io(io::Error::other("a decoding thread failed"))),
-            }
-        };
-        self.next += 1;
-        Some(got)
-    }
-}
-
-impl Drop for Ahead {
-    fn drop(&mut self) {
-        self.jobs = None;
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
-    }
-}
-
-impl<R: Read> Events<R> {
-    /// Gives a batch's buffer back once its events were taken
-    /// ([`Events::next_batch`]), to be filled again.
-    pub fn recycle(&mut self, v: Vec<Event>) {
-        if v.capacity() == 0 {
-            return;
-        }
-        match (&self.buffers, &mut self.ahead) {
-            (Some(b), _) => b.give(v),
-            (None, Some(a)) if a.spare.len() < 4 => {
-                let mut v = v;
-                v.clear();
-                a.spare.push(v);
-            }
-            _ => {}
-        }
-    }
-
-    /// The rest of the current chunk's events, or the next chunk's, handed
-    /// over whole: for a reader that takes events a chunk at a time rather
-    /// than one by one (each moved out of the chunk). `None` after the last;
-    /// a read error comes after every event before it, as from the iterator.
-    pub fn next_batch(&mut self) -> Option<Result<Vec<Event>, TraceError>> {
-        loop {
-            if self.pos < self.pending.len() {
-                let mut v = std::mem::take(&mut self.pending);
-                v.drain(..self.pos);
-                self.pos = 0;
-                return Some(Ok(v));
-            }
-            match self.fill()? {
-                Ok(()) => {}
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-
-    /// Reads the next chunk's events into `pending`: `None` at the end.
-    fn fill(&mut self) -> Option<Result<(), TraceError>> {
-        if self.failed {
-            return None;
-        }
-        let done = std::mem::take(&mut self.pending);
-        self.recycle(done);
-        let next = match &mut self.ahead {
-            Some(a) => a.next(&mut self.reader),
-            None => self
-                .reader
-                .next_chunk()
-                .and_then(|c| c.map(|c| c.into_events(Vec::new())).transpose())
-                .transpose(),
-        };
-        match next {
-            Some(Ok(evs)) => {
-                self.pending = evs;
-                self.pos = 0;
-                Some(Ok(()))
-            }
-            None => None,
-            Some(Err(e)) => {
-                self.failed = true;
-                Some(Err(e))
-            }
-        }
-    }
-}
-
-impl<R: Read> Iterator for Events<R> {
-    type Item = Result<Event, TraceError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(e) = self.pending.get_mut(self.pos) {
-                self.pos += 1;
-                return Some(Ok(std::mem::replace(e, TAKEN)));
-            }
-            match self.fill()? {
-                Ok(()) => {}
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1195,7 +821,7 @@ mod tests {
     /// than it does (its checksum holds: only the decoder finds it); with
     /// `cut`, the file ends inside chunk 8.
     fn ten_chunks(bad: bool, cut: bool) -> Vec<u8> {
-        use crate::format::ChunkEncoder;
+        use crate::encoding::ChunkEncoder;
         use crate::{Call, SiteInfo, ThreadInfo};
         let mut enc = ChunkEncoder::new(0);
         for i in 0..10 * 8192u64 {

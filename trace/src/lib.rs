@@ -19,8 +19,8 @@
 pub mod build;
 pub mod buildid;
 pub mod clock;
+pub mod encoding;
 pub mod file;
-pub mod format;
 pub mod json;
 pub mod maps;
 pub mod merge;
@@ -30,8 +30,8 @@ mod pread;
 pub mod recorded;
 
 pub use build::TraceBuilder;
+pub use encoding::TraceError;
 pub use file::{Events, TraceReader};
-pub use format::TraceError;
 pub mod offcpu;
 pub use offcpu::{OffCpu, OffCpuThread, OffInterval, OffKind, OffTime};
 
@@ -607,7 +607,7 @@ impl Event {
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     pub meta: TraceMeta,
-    chunks: std::sync::OnceLock<Vec<format::Chunk>>,
+    chunks: std::sync::OnceLock<Vec<encoding::Chunk>>,
     source: Option<std::sync::Arc<build::Source>>,
     /// Where a loaded file was damaged (`None`: read whole, or built here).
     pub damage: Option<Damage>,
@@ -640,7 +640,7 @@ impl std::fmt::Display for Damage {
 
 impl Trace {
     /// A trace whose events are already in pre-order chunks.
-    pub fn from_chunks(meta: TraceMeta, chunks: Vec<format::Chunk>) -> Trace {
+    pub fn from_chunks(meta: TraceMeta, chunks: Vec<encoding::Chunk>) -> Trace {
         Trace {
             meta,
             chunks: std::sync::OnceLock::from(chunks),
@@ -660,7 +660,7 @@ impl Trace {
     }
 
     /// The pre-order chunks, built on first use.
-    pub fn chunks(&self) -> &[format::Chunk] {
+    pub fn chunks(&self) -> &[encoding::Chunk] {
         self.chunks.get_or_init(|| match &self.source {
             None => Vec::new(),
             Some(s) => s.chunks(&self.meta).unwrap_or_else(|e| {
@@ -670,7 +670,7 @@ impl Trace {
         })
     }
 
-    pub fn into_chunks(mut self) -> Vec<format::Chunk> {
+    pub fn into_chunks(mut self) -> Vec<encoding::Chunk> {
         self.chunks();
         self.chunks.take().unwrap_or_default()
     }
@@ -707,7 +707,7 @@ impl Trace {
         file::write_trace(w, &self.meta, self.chunks())
     }
 
-    /// Saves the trace to a file (see [`format`] for the layout).
+    /// Saves the trace to a file (see [`encoding`] for the layout).
     pub fn save(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let f = std::fs::File::create(path.as_ref())?;
         let mut w = io::BufWriter::new(f);

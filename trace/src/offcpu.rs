@@ -187,7 +187,7 @@ impl OffCpu {
         !self.threads.is_empty()
     }
 
-    /// Why it is unavailable, for views: "off-CPU unavailable: <reason>".
+    /// Why it is unavailable, for views: `off-CPU unavailable: <reason>`.
     pub fn reason(&self) -> &str {
         self.unavailable.as_deref().unwrap_or("not recorded")
     }

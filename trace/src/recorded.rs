@@ -19,7 +19,7 @@
 //! Times stay in ticks relative to the session origin, so a recording can be
 //! written before the session's clock rate is final (it is refined at stop).
 
-use super::format::{unzigzag, zigzag, TraceError};
+use super::encoding::{unzigzag, zigzag, TraceError};
 use super::SiteInfo;
 use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, START_MASK};
 use fgtrace_core::values::tag;
@@ -501,7 +501,7 @@ pub fn decode(
         Err(corrupt(at, "overlong number".into()))
     };
     let varint = |pos: &mut usize| -> Result<u64, TraceError> {
-        match crate::format::varint_fast(buf, pos) {
+        match crate::encoding::varint_fast(buf, pos) {
             Some(v) => Ok(v),
             None => varint_slow(pos),
         }
@@ -725,7 +725,7 @@ mod tests {
         assert!(bad(vec![0, 1, 0, 0, 7], 1).contains("left over"));
         // Duration out of range.
         let mut p = vec![0, 1, 0];
-        crate::format::put_varint(&mut p, DUR_MAX + 1);
+        crate::encoding::put_varint(&mut p, DUR_MAX + 1);
         assert!(bad(p, 1).contains("duration"));
     }
 }

@@ -4,7 +4,7 @@
 //! distinct values than rows, with calls, total, average, min and max.
 
 use crate::consume::{collect, Consume};
-use crate::format::uftrace_time;
+use crate::human::uftrace_time;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Event, TraceError, TraceMeta, Value};
 use std::collections::BTreeMap;

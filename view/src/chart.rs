@@ -1,11 +1,13 @@
 //! A flame chart of the traced calls ([`ChartBuilder`]): one line per
 //! stretch of a call's self time, in time order per thread, so that with
 //! inferno's `flame_chart` the x axis is time. Memory is one entry per line,
-//! which inferno holds anyway.
+//! which inferno holds anyway: a [`Window`] bounds it, keeping the calls
+//! that overlap it and last long enough, cut at its edges.
 
 use crate::consume::{collect, Consume};
 use crate::folded::{FoldedOptions, FoldedSummary, Origin, Tree, NONE};
 use crate::threads::{shown, thread_mask};
+use crate::window::Window;
 use fgtrace_trace::{Call, Event, TraceError, TraceMeta};
 use std::convert::Infallible;
 use std::io::{self, Write};
@@ -91,6 +93,7 @@ pub struct ChartBuilder<'a> {
     threads: Vec<ChartThread>,
     site_names: Vec<u32>,
     summary: FoldedSummary,
+    window: Window,
 }
 
 impl<'a> ChartBuilder<'a> {
@@ -103,7 +106,17 @@ impl<'a> ChartBuilder<'a> {
             threads: Vec::new(),
             site_names: Vec::new(),
             summary: FoldedSummary::default(),
+            window: Window::default(),
         }
+    }
+
+    /// Only the calls `window` keeps ([`Window::keeps_span`]), drawn from
+    /// its start to its end: a call that crosses an edge is cut there, a
+    /// call left out is its caller's self time, and x is time since the
+    /// window's start.
+    pub fn window(mut self, window: Window) -> Self {
+        self.window = window;
+        self
     }
 
     /// As [`FoldedBuilder::extend`](crate::folded::FoldedBuilder::extend).
@@ -122,6 +135,7 @@ impl<'a> ChartBuilder<'a> {
         if self.threads[i].root.is_none() {
             let name = self.tree.intern(&self.meta.thread_label(t));
             self.threads[i].root = Some(self.tree.child(NONE, name, Origin::Thread));
+            self.threads[i].cursor = self.window.from();
         }
         &mut self.threads[i]
     }
@@ -156,16 +170,23 @@ impl<'a> ChartBuilder<'a> {
 
     fn call(&mut self, c: &Call) {
         self.pop_to(c.thread, c.depth);
+        if !self.window.keeps_span(c.start_ns, c.dur_ns) {
+            // Its callees are left out too: none lasts longer or reaches further.
+            return;
+        }
+        // Cut at the window's edges.
+        let start = c.start_ns.max(self.window.from());
+        let end = c.end_ns().min(self.window.to()).max(start);
         let name = self.site_name(c.site);
         self.summary.calls += 1;
         let th = self.thread(c.thread);
         let root = th.root.expect("set by thread()");
         let parent = match th.stack.last_mut() {
             Some(p) => {
-                let gap = c.start_ns.saturating_sub(p.cursor);
+                let gap = start.saturating_sub(p.cursor);
                 // A zero-length stretch still separates two children of the same name.
                 let (node, had_child) = (p.node, p.had_child);
-                p.cursor = p.cursor.max(c.start_ns);
+                p.cursor = p.cursor.max(start);
                 p.had_child = true;
                 if gap > 0 || had_child {
                     Self::emit(th, node, gap);
@@ -173,11 +194,11 @@ impl<'a> ChartBuilder<'a> {
                 node
             }
             None => {
-                let gap = c.start_ns.saturating_sub(th.cursor);
+                let gap = start.saturating_sub(th.cursor);
                 if gap > 0 || !th.lines.is_empty() {
                     Self::emit(th, root, gap);
                 }
-                th.cursor = th.cursor.max(c.start_ns);
+                th.cursor = th.cursor.max(start);
                 root
             }
         };
@@ -199,18 +220,19 @@ impl<'a> ChartBuilder<'a> {
         th.stack.push(ChartOpen {
             node,
             depth: c.depth,
-            end: c.end_ns(),
-            cursor: c.start_ns,
+            end,
+            cursor: start,
             had_child: false,
         });
     }
 
-    /// Closes open calls, pads each thread to the session's end, and joins the threads.
+    /// Closes open calls, pads each thread to the session's end (or the
+    /// window's), and joins the threads.
     pub fn finish(mut self) -> Chart {
         for t in 0..self.threads.len() {
             self.pop_to(t as u32, 0);
         }
-        let end = self.meta.duration_ns;
+        let end = self.meta.duration_ns.min(self.window.to());
         let mut lines = Vec::new();
         let mut starts = Vec::new();
         for th in &mut self.threads {

@@ -9,7 +9,7 @@
 //! `differential` module, drawn with the "after" widths, red where time grew
 //! and blue where it shrank.
 
-use super::format::{human_duration, uftrace_time};
+use super::human::{human_duration, uftrace_time};
 use super::report::{ReportBuilder, ReportOptions};
 use crate::consume::feed;
 use crate::threads::ThreadSel;
@@ -730,7 +730,7 @@ impl Diff {
             diff: &'a Diff,
             gate: Option<&'a GateResult>,
         }
-        crate::format::write_pretty_json(&mut w, &Out { diff: self, gate })?;
+        crate::human::write_pretty_json(&mut w, &Out { diff: self, gate })?;
         w.write_all(b"\n")?;
         w.flush()
     }

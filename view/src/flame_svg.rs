@@ -17,7 +17,7 @@
 //! annotation cannot place keeps inferno's tooltip.
 
 use super::flame::{render_svg, FlameError, FlameOptions};
-use super::format::human_duration;
+use super::human::human_duration;
 use crate::chart::Chart;
 use crate::folded::{Folded, Origin, Tree};
 use fgtrace_trace::TraceMeta;

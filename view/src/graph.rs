@@ -28,7 +28,7 @@
 //! of both can be compared directly. `LOST` lines still appear: a loss is
 //! never hidden by a filter other than the thread filter.
 
-use super::format::{
+use super::human::{
     abs_time, counter_note, human_duration, loss_lines, overhead_mark, push_centered,
     push_ftrace_duration,
 };
@@ -897,7 +897,7 @@ pub fn write_graph<W: Write>(
 mod tests {
     use super::*;
     use crate::TraceViews;
-    use fgtrace_trace::format::{interleave, ChunkEncoder};
+    use fgtrace_trace::encoding::{interleave, ChunkEncoder};
     use fgtrace_trace::{flags, LossKind, SiteInfo, ThreadInfo, Trace};
 
     const MAIN: u32 = 0;
@@ -916,7 +916,7 @@ mod tests {
 
     use crate::test_traces::flagged_call as call;
 
-    fn encode(thread: u32, events: &[Event]) -> Vec<fgtrace_trace::format::Chunk> {
+    fn encode(thread: u32, events: &[Event]) -> Vec<fgtrace_trace::encoding::Chunk> {
         let mut enc = ChunkEncoder::new(thread);
         for e in events {
             enc.push(e);

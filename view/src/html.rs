@@ -23,10 +23,12 @@ mod passes;
 use self::passes::{longest_stretches, FirstPass, Flame, Root, SecondPass, Stretch, Subtree};
 use super::flame::{FlameError, FlameOptions};
 use super::flame_svg::folded_svg;
-use super::format::human_duration;
 use super::graph::{GraphOptions, PollValues, PollValuesBuilder};
+use super::human::human_duration;
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
-use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
+use super::plot::{
+    durations_svg, CallDurations, DurationsBuilder, PlotOptions, PLOT_MEMORY_PER_CALL,
+};
 use super::report::{Report, ReportBuilder, ReportOptions};
 use crate::consume::feed;
 use crate::folded::{Folded, FoldedBuilder, FoldedOptions};
@@ -75,10 +77,30 @@ impl Default for HtmlOptions {
 /// is returned; write errors come back as [`TraceError::Io`].
 pub fn write_html<I, R, W>(
     meta: &TraceMeta,
+    events: impl FnMut() -> I,
+    resolver: R,
+    opts: &HtmlOptions,
+    out: W,
+) -> Result<(), TraceError>
+where
+    I: IntoIterator<Item = Result<Event, TraceError>>,
+    R: Resolve,
+    W: Write,
+{
+    write_html_noting_plots(meta, events, resolver, opts, out, |_| {})
+}
+
+/// [`write_html`], calling `plotting` once between the passes with the
+/// number of calls the duration plots will hold: the plots keep each call
+/// of the functions they plot ([`PLOT_MEMORY_PER_CALL`] bytes each), so a
+/// caller can say so before the second pass ([`plots_memory_warning`]).
+pub fn write_html_noting_plots<I, R, W>(
+    meta: &TraceMeta,
     mut events: impl FnMut() -> I,
     resolver: R,
     opts: &HtmlOptions,
     mut out: W,
+    plotting: impl FnOnce(u64),
 ) -> Result<(), TraceError>
 where
     I: IntoIterator<Item = Result<Event, TraceError>>,
@@ -146,6 +168,7 @@ where
     // Pass 2: the top functions' calls and the slowest root's subtree (up to
     // where pass 1 stopped, if it failed).
     let top: Vec<_> = report.functions.iter().take(opts.plots).collect();
+    plotting(top.iter().map(|f| f.calls).fold(0, u64::saturating_add));
     let gopts = GraphOptions {
         off_cpu: meta.off_cpu.as_ref().is_some_and(|o| o.is_available()),
         poll_values: poll_values.map(|b| std::sync::Arc::new(b.finish())),
@@ -190,6 +213,22 @@ where
     out.write_all(page.as_bytes())?;
     out.flush()?;
     failed.map_or(Ok(()), Err)
+}
+
+/// The one-line note when the page's duration plots will hold `calls`
+/// calls in more than `limit` bytes, naming the flags that bound them.
+/// None when they fit.
+pub fn plots_memory_warning(calls: u64, limit: u64) -> Option<String> {
+    let bytes = calls.saturating_mul(PLOT_MEMORY_PER_CALL);
+    (bytes > limit).then(|| {
+        format!(
+            "fgtrace: the page's duration plots hold every call of the functions they plot \
+             in memory: about {} for {calls} calls, more than {}; bound them with --plots \
+             (0: none) or --thread",
+            crate::window::decimal_bytes(bytes),
+            crate::window::decimal_bytes(limit),
+        )
+    })
 }
 
 /// Escapes text for HTML content and attribute values.
@@ -559,7 +598,7 @@ fn table(p: &mut String, report: &Report, rows: usize) {
             let v = if own { &f.self_counters } else { &f.counters };
             let v = v.get(i).copied().unwrap_or(0);
             let shown = if label == "Alloc bytes" {
-                super::format::human_bytes(v)
+                super::human::human_bytes(v)
             } else {
                 v.to_string()
             };

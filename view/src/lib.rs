@@ -26,11 +26,11 @@ pub mod flame;
 #[cfg(feature = "flame")]
 pub mod flame_svg;
 pub mod folded;
-pub mod format;
 pub mod graph;
 pub mod growth;
 #[cfg(feature = "html")]
 pub mod html;
+pub mod human;
 pub mod join;
 pub mod lanes;
 pub mod offcpu;

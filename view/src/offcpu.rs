@@ -274,7 +274,7 @@ pub fn write_folded(lines: &[(String, u64)], mut w: impl Write) -> io::Result<()
 impl OffCpuSummary {
     /// One line for a flamegraph's subtitle.
     pub fn subtitle(&self, blocked_only: bool) -> String {
-        use super::format::human_duration;
+        use super::human::human_duration;
         let mut s = if blocked_only {
             format!(
                 "width = blocked time (ns): {} in {} calls",

@@ -39,11 +39,11 @@ impl Window {
         *self == Window::default()
     }
 
-    fn from(&self) -> u64 {
+    pub(crate) fn from(&self) -> u64 {
         self.from_ns.unwrap_or(0)
     }
 
-    fn to(&self) -> u64 {
+    pub(crate) fn to(&self) -> u64 {
         self.to_ns.unwrap_or(u64::MAX)
     }
 
@@ -306,8 +306,9 @@ fn calls_in(meta: &TraceMeta, calls: u64, window: &Window) -> u64 {
     (calls as u128 * span as u128 / dur as u128) as u64
 }
 
-/// `3.2 GB`, `512 MB`, `900 kB`, `12 B`: decimal units, as file managers say.
-pub fn human_bytes(b: u64) -> String {
+/// `3.2 GB`, `512 MB`, `900 kB`, `12 B`: decimal units, as file managers say
+/// (the text views' [`human_bytes`](crate::human::human_bytes) counts in KiB).
+pub fn decimal_bytes(b: u64) -> String {
     let b = b as f64;
     if b >= 1e9 {
         format!("{:.1} GB", b / 1e9)
@@ -348,12 +349,24 @@ pub fn size_warning(
     if bytes <= limit {
         return None;
     }
-    let fit = limit / per;
-    // The span that holds `fit` calls at the window's rate of calls.
+    let hint = narrow_hint(meta, calls, window, limit / per);
+    Some(format!(
+        "fgtrace: this export will be about {}{}, more than {} can load (about {}); \
+         narrow it with --from/--to or --min-duration 10us ({hint})",
+        decimal_bytes(bytes),
+        viewer.measure(),
+        viewer.name(),
+        decimal_bytes(limit),
+    ))
+}
+
+/// `--to 2.191s keeps about 1.2M calls`: the window, from `--from` (or the
+/// trace's start), that holds `fit` of the `calls` at the window's rate.
+fn narrow_hint(meta: &TraceMeta, calls: u64, window: &Window, fit: u64) -> String {
     let from = window.from().min(meta.duration_ns);
     let to = window.to().min(meta.duration_ns);
     let span = to.saturating_sub(from);
-    let hint = if calls > 0 && span > 0 {
+    if calls > 0 && span > 0 {
         let narrow = (span as u128 * fit as u128 / calls as u128) as u64;
         let to = from.saturating_add(narrow);
         format!(
@@ -363,14 +376,47 @@ pub fn size_warning(
         )
     } else {
         format!("about {} calls fit", human_count(fit))
-    };
+    }
+}
+
+/// Memory above which a view whose output holds every call it shows says
+/// so before it starts ([`memory_warning`]).
+pub const MEMORY_WARN_BYTES: u64 = 1 << 30;
+
+/// Memory the flame chart's SVG takes per call drawn: the chart's lines and
+/// tooltips, and inferno's frames of each (607 B on a 22M-call trace of 300
+/// threads: 13.4 GB peak).
+pub const CHART_SVG_MEMORY_PER_CALL: u64 = 600;
+/// Memory the flame chart's folded text takes per call (its lines and call
+/// starts: 131 B on the same trace, 2.9 GB peak).
+pub const CHART_FOLDED_MEMORY_PER_CALL: u64 = 130;
+/// Memory the Firefox export takes per call: the profile's tables are built
+/// whole before they are written (109 B on the same trace, 2.4 GB peak).
+pub const FIREFOX_MEMORY_PER_CALL: u64 = 110;
+
+/// The one-line note when a view that holds every call it shows (`what`,
+/// `flame --chart`, `firefox`) will take more than `limit` bytes of memory
+/// for `calls` calls (from [`estimate`]), with the flags that bound it and
+/// a window that fits. None when it fits.
+pub fn memory_warning(
+    meta: &TraceMeta,
+    calls: u64,
+    window: &Window,
+    what: &str,
+    per_call: u64,
+    limit: u64,
+) -> Option<String> {
+    let bytes = calls.saturating_mul(per_call);
+    if bytes <= limit {
+        return None;
+    }
+    let hint = narrow_hint(meta, calls, window, limit / per_call.max(1));
     Some(format!(
-        "fgtrace: this export will be about {}{}, more than {} can load (about {}); \
-         narrow it with --from/--to or --min-duration 10us ({hint})",
-        human_bytes(bytes),
-        viewer.measure(),
-        viewer.name(),
-        human_bytes(limit),
+        "fgtrace: {what} holds every call it shows in memory: about {} for {} calls, \
+         more than {}; bound it with --from/--to, --min-duration or --thread ({hint})",
+        decimal_bytes(bytes),
+        human_count(calls),
+        decimal_bytes(limit),
     ))
 }
 

@@ -25,7 +25,7 @@
 
 use super::alloc_figures::Attach;
 use super::CounterLayout;
-use crate::format::{Chunk, ChunkEncoder, TraceError};
+use crate::encoding::{Chunk, ChunkEncoder, TraceError};
 use crate::recorded::{self, RawChunk, RawSample, Rec, TickScale};
 use crate::{flags, Call, Event, FutureSpan, LossKind, Lost};
 use fgtrace_core::record::kind;
@@ -590,11 +590,11 @@ impl Out {
 /// into the pre-order call stream views read, as they come: records are
 /// [`push`](Self::push)ed a batch at a time (a raw chunk's), every finished
 /// top-level call tree is queued to be written out, and
-/// [`fill`](Self::fill) writes until a chunk is done. Without
-/// [`RawSeq`] to read them again ([`ThreadBuilder::new`]), the records of
-/// the tree still open are all held; with one
-/// ([`rereading`](Self::rereading)), a budget of them per level (see the
-/// module's documentation).
+/// [`fill`](Self::fill) writes until a chunk is done. Without a sequence
+/// of raw chunks to read them again ([`ThreadBuilder::new`]), the records
+/// of the tree still open are all held; with one (as views build threads
+/// from a file), a budget of them per level (see the module's
+/// documentation).
 pub struct ThreadBuilder {
     out: Out,
     top: Frame,
@@ -673,7 +673,7 @@ impl ThreadBuilder {
 
     /// Keeps the built chunks' events decoded (see
     /// [`ChunkEncoder::decoded`]): before the first push.
-    pub fn keep_events(&mut self, buffers: &crate::format::EventBuffers) {
+    pub fn keep_events(&mut self, buffers: &crate::encoding::EventBuffers) {
         if !self.out.enc.keeps_events() {
             self.out.enc = ChunkEncoder::decoded(self.out.t, buffers.clone());
         }

@@ -4,8 +4,8 @@
 //! above it.
 
 use super::{draw_err, log_tick, values_text, CallDurations, PlotError, PlotOptions};
-use crate::format::uftrace_time;
 use crate::growth::{fit_power, furthest_above, Fit};
+use crate::human::uftrace_time;
 use fgtrace_trace::TraceMeta;
 use plotters::prelude::*;
 use std::io::{self, Write};
