@@ -3,6 +3,8 @@
 //! code inside themselves.
 
 use super::*;
+use crate::control;
+use crate::record::{kind, MAX_SITES};
 use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU32};
 use core::task::{Context, Poll};
