@@ -31,13 +31,16 @@
 //! * **Host commands** over the same link ([`poll`]): `record <ms> <hz>`,
 //!   `flight <hz>`, `stop`, `dump`, as Zephyr's shell `perf record` does.
 
+use commands::LineBuf;
 pub use commands::{parse, poll, Command};
 pub use counters::__fgtrace_more_counters;
-use counters::{counter_names, Csr, COUNTER_NAMES, INSTRUCTIONS, MORE};
+use counters::{counter_names, CounterCell, Csr, MoreCell, NamesCell};
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+use counters::{read_minstret, run_uncounted};
 pub use lean::__fgtrace_lean_full;
-use lean::{dump_lean, flush_lean, lean_join, lean_written, LEAN};
+use lean::{dump_lean, flush_lean, lean_join, lean_written, Lean};
 pub use output::{text, textf};
-use output::{with_out, with_out_open, Out, CLOCK_NAME, NAME, OUT_OWNER, REFUSED, SITES_PENDING};
+use output::{with_out, with_out_open, NameCell, Out, OutCell};
 use sampler::flush_samples;
 pub use sampler::{flush, sample};
 
@@ -45,10 +48,10 @@ use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
 use fgtrace_core::probe::board::{lean_writer, LeanCall};
-use fgtrace_core::probe::{self, Counter, Hooks, ThreadState, GEN_TAGS};
+use fgtrace_core::probe::{self, CounterReader, Hooks, ThreadState, GEN_TAGS};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
-use fgtrace_core::{clock, control, unwind};
+use fgtrace_core::{clock, control_word, unwind};
 
 /// Harts with a slot of their own (others share the last one's: give each
 /// hart its own by raising this, in the core, where their states are).
@@ -70,7 +73,7 @@ pub trait Sink {
 }
 
 /// Where host commands come from (the UART's receive side).
-pub trait Source {
+pub trait CommandInput {
     /// The next byte, if one has arrived.
     fn read(&mut self) -> Option<u8>;
 }
@@ -190,8 +193,26 @@ impl Hart {
 static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
 
 // The parts in files of their own are declared where they sit in the
-// runtime's order, which is the order of their statics in memory.
+// runtime's order, each followed by its statics: all of the runtime's
+// memory is declared in this file, in that order, and each static keeps the
+// path (`runtime::LEAN`) the firmware's symbols and layout know it by.
 mod lean;
+
+/// The first hart's lean records.
+static LEAN: Lean = Lean {
+    bufs: UnsafeCell::new(
+        [[LeanCall {
+            start: 0,
+            end: 0,
+            site: 0,
+            sp: 0,
+        }; BUF_CALLS]; 2],
+    ),
+    sending: AtomicBool::new(false),
+    written: AtomicU64::new(0),
+    dropped: AtomicU64::new(0),
+    late: AtomicU64::new(0),
+};
 
 /// The running hart's index (0 in a firmware built for one hart).
 #[cfg(all(
@@ -271,6 +292,24 @@ pub fn __fgtrace_irq_restore(old: usize) {
     unsafe { core::arch::asm!("push {}", "popfq", in(reg) old) };
 }
 mod output;
+
+/// The output: one frame at a time, to the board's sink.
+static OUT: OutCell = OutCell(UnsafeCell::new(Out {
+    scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
+    sink: None,
+    seq: 0,
+    since_meta: 0,
+}));
+/// The output's owner: 0 when free, else the owning hart's index + 1.
+static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
+/// Bytes the sink refused.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// A site's first call could not announce it (the output was busy on its
+/// hart): the whole site table goes out at the next flush.
+static SITES_PENDING: AtomicBool = AtomicBool::new(false);
+/// The board's name and its clock's, for META (set once in `init`).
+static NAME: NameCell = NameCell(UnsafeCell::new(""));
+static CLOCK_NAME: NameCell = NameCell(UnsafeCell::new(""));
 
 // ----------------------------------------------------------------- session
 
@@ -448,6 +487,21 @@ static HOOKS: Hooks = Hooks {
 
 mod counters;
 
+/// The instruction counter, where the hart has one (`minstret`).
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(CounterReader {
+    read: read_minstret,
+    page: core::ptr::null(),
+    fd: -1,
+    uncounted: run_uncounted,
+}));
+#[cfg(target_arch = "x86_64")]
+static INSTRUCTIONS: Option<CounterCell> = None;
+/// The per-call counters' names, and how many (set once in `init`).
+static COUNTER_NAMES: NamesCell = NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
+/// The further counters read per call, and how many (set once in `init`).
+static MORE: MoreCell = MoreCell(UnsafeCell::new(([Csr::Mcycle; MORE_COUNTERS], 0)));
+
 fn join(st: &mut ThreadState, _gen: u32) -> bool {
     let h = hart();
     st.counter = match (&INSTRUCTIONS, SESSION.instructions.load(Relaxed)) {
@@ -600,7 +654,7 @@ fn uncounted(f: &mut dyn FnMut()) {
 /// [`stop`] is called).
 pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     let s = &SESSION;
-    let gen = (s.gen.load(Relaxed) + 1) & control::GEN_MASK;
+    let gen = (s.gen.load(Relaxed) + 1) & control_word::GEN_MASK;
     s.gen.store(gen, Relaxed);
     s.mode.store(mode, Relaxed);
     s.sample_hz.store(sample_hz, Relaxed);
@@ -634,7 +688,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     // would match the last session's decisions otherwise).
     probe::board::reset_fast();
     HANDOFFS.store(true, SeqCst);
-    control::session_on(gen);
+    control_word::session_on(gen);
     probe::board::set_on(true);
 }
 
@@ -645,7 +699,7 @@ static HANDOFFS: AtomicBool = AtomicBool::new(false);
 
 /// Whether a session records.
 pub fn recording() -> bool {
-    control::session_is_on()
+    control_word::session_is_on()
 }
 
 /// The session's duration has run out.
@@ -681,7 +735,7 @@ pub fn sample_hz() -> u32 {
 /// buffer instead (see [`drain`]).
 pub fn stop() {
     probe::board::set_on(false);
-    control::session_off();
+    control_word::session_off();
     probe::board::reset_fast();
     let id = hart_id();
     let saved = __fgtrace_irq_save();
@@ -868,3 +922,6 @@ pub fn on_panic() {
 mod sampler;
 
 mod commands;
+
+/// The host command being received, and its length so far.
+static LINE: LineBuf = LineBuf(UnsafeCell::new(([0; 64], 0)));

@@ -87,12 +87,12 @@ impl<R> Drop for Counting<R> {
     }
 }
 
-/// What [`open`] returns: a trace reader over a counting file reader.
+/// What [`open_with_bar`] returns: a trace reader over a counting file reader.
 pub type Reader = TraceReader<io::BufReader<Counting<File>>>;
 
 /// Opens a trace file with a bar of its own (`bar: None`) or advancing a
 /// shared one (which the caller then finishes).
-pub fn open(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError> {
+pub fn open_with_bar(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError> {
     let f = File::open(path)?;
     let (bar, owns) = match bar {
         Some(b) => (b.clone(), false),

@@ -45,7 +45,7 @@
 //! its further counters.
 
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
-use crate::control::{CONTROL, ON_MASK};
+use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{AllocCounts, RawCall};
 use crate::site::{Decision, Site};
 use core::marker::PhantomData;
@@ -65,18 +65,21 @@ mod irq_sim;
 mod marker;
 mod values;
 
-#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+#[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+use board::exit;
 use enter::busy;
 pub use enter::capture_site_id;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use enter::enter_other;
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 use enter::{caller_state, enter_out};
-use enter::{decision, enter_on, join, stack_pointer};
+use enter::{enter_on, stack_pointer};
 pub(crate) use exit::count_alloc;
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+use exit::exit;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use exit::handoff;
-use exit::{exit, write};
+use exit::write;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use exit::{exit_board, exit_board_counted};
 pub use future::TracedFuture;
@@ -166,17 +169,18 @@ pub type CountWord = core::sync::atomic::AtomicU64;
 #[cfg(not(target_has_atomic = "64"))]
 pub type CountWord = core::sync::atomic::AtomicU32;
 
-/// A per-call counter that captures (and sessions with counters) read at
-/// entry and exit of every call.
-pub struct Counter {
+/// How to read a per-call counter (a perf event, a CSR) that captures and
+/// sessions with counters read at entry and exit of every call: the
+/// functions and what they read. (`fgtrace::pmu::Counter` names the events.)
+pub struct CounterReader {
     /// Reads the counter. Must be cheap, re-entrant and lock-free.
-    pub read: unsafe fn(&Counter) -> u64,
+    pub read: unsafe fn(&CounterReader) -> u64,
     /// The counter's mapped page (perf_event: the `perf_event_mmap_page`).
     pub page: *const u8,
     /// Its file descriptor (the fallback `read`).
     pub fd: i32,
     /// Runs `f` without charging its cost to the calls open on this thread.
-    pub uncounted: unsafe fn(&Counter, f: &mut dyn FnMut()),
+    pub uncounted: unsafe fn(&CounterReader, f: &mut dyn FnMut()),
 }
 
 /// Everything a thread needs on the hot path, in one const-initialised
@@ -228,7 +232,7 @@ pub struct ThreadState {
     /// The layer above's per-thread object (its buffer), opaque here.
     pub owner: *const (),
     /// A per-call counter, or null.
-    pub counter: *const Counter,
+    pub counter: *const CounterReader,
     /// Counter deltas parallel to `buf` (`limit` slots), or null.
     pub side: *mut u64,
     /// Allocation figures parallel to `frames` (`stack_cap` entries), or null:
@@ -328,6 +332,60 @@ fn hooks() -> Option<&'static Hooks> {
     unsafe { HOOKS.load(Acquire).as_ref() }
 }
 
+/// Joins this thread to session `gen` through [`Hooks::join`].
+#[cold]
+fn join(st: &mut ThreadState, gen: u32) -> bool {
+    let Some(h) = hooks() else {
+        return false;
+    };
+    #[cfg(any(feature = "std", test))]
+    {
+        let armed = busy(st, |_| {
+            EXIT.try_with(|e| {
+                if let Some(x) = e.take() {
+                    e.set(Some(x));
+                } else {
+                    e.set(Some(ExitHook));
+                }
+            })
+            .is_ok()
+        });
+        if !armed {
+            return false; // the thread is exiting
+        }
+    }
+    let ok = busy(st, |st| (h.join)(st, gen));
+    if ok {
+        // A session with a per-call counter: every call goes through
+        // `enter_counted`; with count-only sites, through `enter_auto`.
+        let counted = if st.counter.is_null() { 0 } else { GEN_COUNTED };
+        let auto = if st.count_only.is_null() { 0 } else { GEN_AUTO };
+        st.gen = gen | counted | auto;
+        st.joined_serial = st.serial;
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        board::set_fast(st, gen);
+    }
+    ok
+}
+
+/// The site's decision in `gen`: cached, or asked of [`Hooks::decide`].
+#[inline]
+fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decision> {
+    if let Some(d) = site.decision(gen) {
+        return Some(d);
+    }
+    let h = hooks()?;
+    let d = busy(st, |_| (h.decide)(site, gen))?;
+    // A site the board's plain path cannot record (hidden, a graph
+    // function): every call of the hart takes the general path from now on.
+    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+    if d != Decision::Record {
+        st.fast = board::FAST_OFF;
+    }
+    site.set_decision(gen, d);
+    Some(d)
+}
+
 #[cfg(any(feature = "std", test))]
 std::thread_local! {
     static STATE: core::cell::UnsafeCell<ThreadState> =
@@ -367,7 +425,7 @@ pub mod platform {
         #[cfg(all(fgtrace_lean, not(test)))]
         pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, sp: usize);
         /// A counted call's further counters (after the thread's
-        /// `Counter`), feature `irq-mask`: at entry (`exit` false) the
+        /// `CounterReader`), feature `irq-mask`: at entry (`exit` false) the
         /// platform reads and keeps them for shadow-stack slot `slot`; at
         /// exit it puts their deltas since into `out` and returns how many.
         #[cfg(feature = "irq-mask")]
@@ -386,11 +444,11 @@ pub mod platform {
 fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
     #[cfg(any(feature = "std", test))]
     {
-        // The closure given to `with` only fetches the address: a small
-        // closure is inlined into the probe with `with` itself, where a
-        // closure holding the whole push or record was not (in a user's
-        // release build `LocalKey::with` stayed a call, its arguments
-        // spilled to the stack, on every entry and exit).
+        // The closure given to `with` only fetches the address: so small,
+        // it is inlined into the probe with `with` itself. A closure holding
+        // the whole push or record is not: in a user's release build
+        // `LocalKey::with` stays a call, its arguments spilled to the
+        // stack, on every entry and exit.
         let st = STATE.with(|c| c.get());
         // SAFETY: only this thread touches its state (a signal handler that
         // interrupts it runs on this thread, after the probe's slot
@@ -584,7 +642,8 @@ pub fn enter(site: &'static Site) -> Guard {
         // loaded, 0 when nothing records, is the off path's guard as it is
         // (see `board::on_word`): no constant to set. Zero-extended on a
         // 32-bit hart, whose guard is two registers: sign-extended, its
-        // high half took a shift (riscv32imac off: one instruction more).
+        // high half would take a shift (one instruction on riscv32imac's
+        // off path).
         #[cfg(all(fgtrace_lean, not(test)))]
         {
             #[cfg_attr(not(target_arch = "riscv32"), allow(unused_mut))]
@@ -592,9 +651,9 @@ pub fn enter(site: &'static Site) -> Guard {
             // On riscv32 the word is loaded into t6, where the general
             // entry's trampoline returns the guard's low half: every path
             // then leaves it in one register. Left to itself the compiler
-            // gave the single-hart build's guard the argument's register
-            // and moved the argument out of it on every path (off 29 -> 28,
-            // recording 59 -> 58; no change elsewhere).
+            // gives the single-hart build's guard the argument's register
+            // and moves the argument out of it on every path, one
+            // instruction per call, recording or not.
             #[cfg(target_arch = "riscv32")]
             // SAFETY: an empty `asm!`: no instruction, only the register.
             unsafe {

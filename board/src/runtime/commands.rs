@@ -26,14 +26,13 @@ pub enum Command {
     Unknown,
 }
 
-struct LineBuf(UnsafeCell<([u8; 64], usize)>);
+pub(super) struct LineBuf(pub(super) UnsafeCell<([u8; 64], usize)>);
 // SAFETY: only the main loop polls.
 unsafe impl Sync for LineBuf {}
-static LINE: LineBuf = LineBuf(UnsafeCell::new(([0; 64], 0)));
 
 /// Reads what the host sent; on a whole line, carries the command out and
 /// returns it.
-pub fn poll(src: &mut dyn Source) -> Option<Command> {
+pub fn poll(src: &mut dyn CommandInput) -> Option<Command> {
     // SAFETY: see `LineBuf`.
     let (buf, len) = unsafe { &mut *LINE.0.get() };
     while let Some(b) = src.read() {

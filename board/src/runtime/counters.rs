@@ -7,22 +7,12 @@ use super::*;
 /// The instruction counter calls read when [`Board::count_instructions`]
 /// is set (the core's counted path: read before the entry's clock read and
 /// after the exit's, the delta recorded after the call's record).
-pub(super) struct CounterCell(pub(super) Counter);
+pub(super) struct CounterCell(pub(super) CounterReader);
 // SAFETY: no pointers in it are used (`page` is null); read-only.
 unsafe impl Sync for CounterCell {}
 
-#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-pub(super) static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(Counter {
-    read: read_minstret,
-    page: core::ptr::null(),
-    fd: -1,
-    uncounted: run_uncounted,
-}));
-#[cfg(target_arch = "x86_64")]
-pub(super) static INSTRUCTIONS: Option<CounterCell> = None;
-
 #[cfg(target_arch = "riscv64")]
-unsafe fn read_minstret(_: &Counter) -> u64 {
+pub(super) unsafe fn read_minstret(_: &CounterReader) -> u64 {
     let v: u64;
     // SAFETY: reads a counter CSR, machine mode.
     unsafe { core::arch::asm!("csrr {}, minstret", out(reg) v, options(nomem, nostack)) };
@@ -30,7 +20,7 @@ unsafe fn read_minstret(_: &Counter) -> u64 {
 }
 
 #[cfg(target_arch = "riscv32")]
-unsafe fn read_minstret(_: &Counter) -> u64 {
+pub(super) unsafe fn read_minstret(_: &CounterReader) -> u64 {
     loop {
         let (hi, lo, hi2): (u32, u32, u32);
         // SAFETY: reads counter CSRs, machine mode.
@@ -47,7 +37,7 @@ unsafe fn read_minstret(_: &Counter) -> u64 {
 }
 
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-unsafe fn run_uncounted(_: &Counter, f: &mut dyn FnMut()) {
+pub(super) unsafe fn run_uncounted(_: &CounterReader, f: &mut dyn FnMut()) {
     f()
 }
 
@@ -64,13 +54,10 @@ pub(super) enum Csr {
 pub(super) struct NamesCell(pub(super) UnsafeCell<([&'static str; 1 + MORE_COUNTERS], usize)>);
 // SAFETY: written once in `init`, before any reader.
 unsafe impl Sync for NamesCell {}
-pub(super) static COUNTER_NAMES: NamesCell =
-    NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
 
 pub(super) struct MoreCell(pub(super) UnsafeCell<([Csr; MORE_COUNTERS], usize)>);
 // SAFETY: written once in `init`, before any probe reads it.
 unsafe impl Sync for MoreCell {}
-pub(super) static MORE: MoreCell = MoreCell(UnsafeCell::new(([Csr::Mcycle; MORE_COUNTERS], 0)));
 
 /// The per-call counters' names, as the stream and the trace call them.
 pub(super) fn counter_names() -> &'static [&'static str] {

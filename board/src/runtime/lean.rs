@@ -9,9 +9,9 @@ use super::*;
 /// time on the host): two buffers as for the other records, the flight
 /// recorder's ring the first.
 pub(super) struct Lean {
-    bufs: UnsafeCell<[[LeanCall; BUF_CALLS]; 2]>,
+    pub(super) bufs: UnsafeCell<[[LeanCall; BUF_CALLS]; 2]>,
     /// A buffer is being sent (the other one records).
-    sending: AtomicBool,
+    pub(super) sending: AtomicBool,
     /// Stream: records handed over this session; flight: the ring's laps,
     /// in records.
     pub(super) written: AtomicU64,
@@ -24,21 +24,6 @@ pub(super) struct Lean {
 // SAFETY: the first hart's and its interrupt handlers', which change it with
 // interrupts masked.
 unsafe impl Sync for Lean {}
-
-pub(super) static LEAN: Lean = Lean {
-    bufs: UnsafeCell::new(
-        [[LeanCall {
-            start: 0,
-            end: 0,
-            site: 0,
-            sp: 0,
-        }; BUF_CALLS]; 2],
-    ),
-    sending: AtomicBool::new(false),
-    written: AtomicU64::new(0),
-    dropped: AtomicU64::new(0),
-    late: AtomicU64::new(0),
-};
 
 fn lean_buf(i: usize) -> *mut LeanCall {
     // SAFETY: one of the two buffers.

@@ -8,28 +8,15 @@ use super::*;
 #[repr(C, align(8))]
 pub(super) struct Out {
     /// The frame being built: its payload is filled in place.
-    scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
+    pub(super) scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
     pub(super) sink: Option<&'static mut dyn Sink>,
-    seq: u16,
-    since_meta: u32,
+    pub(super) seq: u16,
+    pub(super) since_meta: u32,
 }
 
-struct OutCell(UnsafeCell<Out>);
+pub(super) struct OutCell(pub(super) UnsafeCell<Out>);
 // SAFETY: only touched with interrupts masked and `OUT_LOCK` held.
 unsafe impl Sync for OutCell {}
-
-static OUT: OutCell = OutCell(UnsafeCell::new(Out {
-    scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
-    sink: None,
-    seq: 0,
-    since_meta: 0,
-}));
-/// The output's owner: 0 when free, else the owning hart's index + 1.
-pub(super) static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
-pub(super) static REFUSED: AtomicU64 = AtomicU64::new(0);
-/// A site's first call could not announce it (the output was busy on its
-/// hart): the whole site table goes out at the next flush.
-pub(super) static SITES_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Locks the output for this hart, with interrupts masked while it spins;
 /// `None` if this hart holds it already (an interrupt handler that
@@ -218,8 +205,6 @@ impl Out {
 pub(super) struct NameCell(pub(super) UnsafeCell<&'static str>);
 // SAFETY: written once in `init`.
 unsafe impl Sync for NameCell {}
-pub(super) static NAME: NameCell = NameCell(UnsafeCell::new(""));
-pub(super) static CLOCK_NAME: NameCell = NameCell(UnsafeCell::new(""));
 
 /// Sends console text as a [`TEXT`] frame (the host prints it).
 pub fn text(s: &str) {

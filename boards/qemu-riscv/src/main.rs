@@ -22,7 +22,7 @@
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use fgtrace::runtime::{self as board, Board, Sink, Source};
+use fgtrace::runtime::{self as board, Board, CommandInput, Sink};
 
 // ------------------------------------------------------------ board support
 
@@ -75,7 +75,7 @@ impl Sink for Uart {
     }
 }
 
-impl Source for Uart {
+impl CommandInput for Uart {
     fn read(&mut self) -> Option<u8> {
         // SAFETY: the 16550's line status and receive registers.
         unsafe {

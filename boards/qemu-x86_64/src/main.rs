@@ -18,7 +18,7 @@
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use fgtrace::runtime::{self as board, Board, Sink, Source};
+use fgtrace::runtime::{self as board, Board, CommandInput, Sink};
 
 // ------------------------------------------------------------ board support
 
@@ -80,7 +80,7 @@ impl Sink for Com1 {
     }
 }
 
-impl Source for Com1 {
+impl CommandInput for Com1 {
     fn read(&mut self) -> Option<u8> {
         (inb(COM1 + 5) & 1 != 0).then(|| inb(COM1))
     }

@@ -58,11 +58,11 @@ use tramp::{enter_out, exit_out};
 
 #[cfg(not(all(fgtrace_lean, not(test))))]
 use super::guard_word::is_first;
-pub(super) use super::guard_word::{frame_serial, OTHER};
+pub(super) use super::guard_word::OTHER;
 use super::guard_word::{is_plain, FAST};
 use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
 use crate::clock::ticks;
-use crate::control::CONTROL;
+use crate::control_word::CONTROL;
 use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
 use crate::site::{Decision, Site};
 use core::cell::UnsafeCell;
@@ -178,19 +178,19 @@ pub fn on() -> bool {
 /// A lean board's entry tests it with `<= 0` and keeps it, 0 there, as the
 /// guard of a call made while nothing records: the register it was loaded
 /// into is the guard, and the off path goes into the traced fn's body with
-/// nothing to set. Not a `bool` tested with `== 0`: the compiler then knew
-/// the value after the test and materialised a constant 0 for the guard
-/// (`li`, `xor`, and a jump from there to the body), and on riscv64gc moved
-/// the traced fn's argument out of the register it gave the guard, on
-/// every path. A word, not a byte: x86_64 loads it with one `mov`
-/// (an atomic byte took a `movzx`, then a `movsx` for the guard), and the
+/// nothing to set. Not a `bool` tested with `== 0`: the compiler would
+/// know the value after the test and materialise a constant 0 for the
+/// guard (`li`, `xor`, and a jump from there to the body), and on riscv64gc
+/// move the traced fn's argument out of the register it gives the guard,
+/// on every path. A word, not a byte: x86_64 loads it with one `mov` (an
+/// atomic byte takes a `movzx`, then a `movsx` for the guard), and the
 /// pointers after it pad a byte to a word anyway.
 #[inline(always)]
 pub fn on_word() -> isize {
     STATES.on.load(Relaxed)
 }
 
-/// Says whether a session records (with `control::session_on`/`off`).
+/// Says whether a session records (with `control_word::session_on`/`off`).
 pub fn set_on(on: bool) {
     STATES.on.store(on as isize, Release);
 }
@@ -304,12 +304,12 @@ pub(super) fn enter_board(site: &'static Site) -> Guard {
 /// [`enter_board`]'s general entry: [`enter_out`], cold on x86_64, so that
 /// the compiler lays it out of the way and the first hart's lean entry
 /// falls through into the traced fn's body instead of jumping over it (one
-/// instruction fewer per recorded call). Not on RISC-V: riscv32imac's off
-/// path then took 4 more instructions (the state's address materialised and
-/// the traced fn's argument moved ahead of the first test), and on
-/// riscv64gc, where it saved the same instruction, the example's combined
-/// flamegraph then showed, in most runs, one sample with `split_work` among
-/// its own sampled frames, which the board test rejects.
+/// instruction fewer per recorded call). Not on RISC-V: cold there, it
+/// costs riscv32imac's off path 4 instructions (the state's address
+/// materialised and the traced fn's argument moved ahead of the first
+/// test), and on riscv64gc, where it saves the same instruction, most runs
+/// of the example then take one sample whose stack shows `split_work` among
+/// its own frames, which the board test rejects.
 #[cfg_attr(target_arch = "x86_64", cold)]
 #[inline(always)]
 fn enter_rest(site: &'static Site, sp: usize) -> Guard {
@@ -411,6 +411,23 @@ fn site_word(id: u32) -> u64 {
     } else {
         id << 32
     }
+}
+
+/// The exit of a guard that does not exit inline (its drop calls
+/// [`exit_inline`]): a value's or a future's. Out of line, as elsewhere.
+///
+/// The pop and the record are one step for an interrupt handler on this
+/// hart: one that ran between them would record its calls at the popped
+/// frame's depth before that frame's own record, and its records, in exit
+/// order, would no longer nest. Interrupts are masked from the pop to the
+/// record's end (a few instructions); a full buffer is handed over after,
+/// with interrupts as they were. A handler that runs after the record filled
+/// the buffer, before its handoff, finds it full here and hands it over
+/// itself, before its own record.
+#[inline(never)]
+pub(super) fn exit(slot: u32, serial: u32) {
+    let end = ticks();
+    exit_board_any(slot, serial, end)
 }
 
 /// A board's exit, the clock read: the first hart's state is a constant

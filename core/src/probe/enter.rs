@@ -4,17 +4,17 @@
 //! decision). Last, a capture's entry.
 
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-use super::board;
+use super::guard_word;
 #[cfg(not(any(feature = "std", test)))]
 use super::platform;
-use super::{
-    hooks, with_state, CountWord, Guard, ThreadState, COUNT_ONLY, F_GRAPH, F_HIDE, F_POLL,
-    GEN_AUTO, GEN_BUSY, GEN_COUNTED, GEN_DEAD, GEN_TAGS, SERIAL_MASK,
-};
 #[cfg(any(feature = "std", test))]
-use super::{ExitHook, EXIT, STATE};
+use super::STATE;
+use super::{
+    decision, hooks, join, with_state, CountWord, Guard, ThreadState, COUNT_ONLY, F_GRAPH, F_HIDE,
+    F_POLL, GEN_AUTO, GEN_BUSY, GEN_COUNTED, GEN_DEAD, GEN_TAGS, SERIAL_MASK,
+};
 use crate::clock::ticks;
-use crate::control::{self, SESSION_ON};
+use crate::control_word::{self, SESSION_ON};
 use crate::record::MAX_SITES;
 use crate::site::{Decision, Site};
 #[cfg(not(any(feature = "std", test, feature = "irq-mask")))]
@@ -26,9 +26,9 @@ use core::sync::atomic::{compiler_fence, Ordering::*};
 ///
 /// Not in `enter_out`: a thread-local of another crate is reached through
 /// `__tls_get_addr`, a call the linker later rewrites into one load from
-/// `%fs`, but a call when the compiler allocates registers, so `enter_out`
-/// saved and restored six registers around it on every call. The traced
-/// fn makes calls anyway.
+/// `%fs`, but a call when the compiler allocates registers: there
+/// `enter_out` would save and restore six registers around it on every
+/// call. The traced fn makes calls anyway.
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 #[inline(always)]
 pub(super) fn caller_state() -> *mut ThreadState {
@@ -47,8 +47,8 @@ pub(super) fn caller_state() -> *mut ThreadState {
 /// pointer read and this call, small enough that the compiler still
 /// inlines small traced fns (getters) into their callers as it inlines them
 /// untraced. Inlined whole (the push and the clock read in every traced
-/// fn), it made a whole traced crate several times slower even when not
-/// recording. `sp` is the traced fn's own stack pointer, read inline.
+/// fn), it would make a whole traced crate several times slower, even when
+/// not recording. `sp` is the traced fn's own stack pointer, read inline.
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 #[inline(never)]
 pub(super) fn enter_out(site: &'static Site, c: u32, sp: usize, st: *mut ThreadState) -> Guard {
@@ -81,7 +81,7 @@ fn enter_on_state(
 ) -> Guard {
     let dw = site.decision_word();
     let id = site.known_id();
-    let gen = control::generation(c);
+    let gen = control_word::generation(c);
     if c & SESSION_ON != 0 && st.gen == gen && dw >> 3 == gen {
         if let Some(id) = id {
             return push(st, id, dw & 7, flags, sp);
@@ -100,7 +100,7 @@ pub(super) fn enter_other(
     st: &mut ThreadState,
     flags: u32,
 ) -> Guard {
-    let gen = control::generation(c);
+    let gen = control_word::generation(c);
     // First, a session with auto-exclude and no counter, the most frequent
     // case here (every call of such a session comes this way): the site's id
     // and decision read as the inlined path reads them, then its entry in the
@@ -367,7 +367,7 @@ fn push(st: &mut ThreadState, id: u32, decision: u32, mut flags: u32, sp: usize)
     // from the first hart's plain guards (an async fn's polls come here
     // without the board's entry, and must exit as what they are).
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    let serial = serial | board::OTHER;
+    let serial = serial | guard_word::OTHER;
     Guard::new(d + 1, serial)
 }
 
@@ -453,60 +453,6 @@ fn enter_slow(st: &mut ThreadState, site: &'static Site, gen: u32, flags: u32, s
         Some(d) => push(st, id, d as u32, flags, sp),
         None => Guard::OFF,
     }
-}
-
-/// Joins this thread to session `gen` through [`Hooks::join`].
-#[cold]
-pub(super) fn join(st: &mut ThreadState, gen: u32) -> bool {
-    let Some(h) = hooks() else {
-        return false;
-    };
-    #[cfg(any(feature = "std", test))]
-    {
-        let armed = busy(st, |_| {
-            EXIT.try_with(|e| {
-                if let Some(x) = e.take() {
-                    e.set(Some(x));
-                } else {
-                    e.set(Some(ExitHook));
-                }
-            })
-            .is_ok()
-        });
-        if !armed {
-            return false; // the thread is exiting
-        }
-    }
-    let ok = busy(st, |st| (h.join)(st, gen));
-    if ok {
-        // A session with a per-call counter: every call goes through
-        // `enter_counted`; with count-only sites, through `enter_auto`.
-        let counted = if st.counter.is_null() { 0 } else { GEN_COUNTED };
-        let auto = if st.count_only.is_null() { 0 } else { GEN_AUTO };
-        st.gen = gen | counted | auto;
-        st.joined_serial = st.serial;
-        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-        board::set_fast(st, gen);
-    }
-    ok
-}
-
-/// The site's decision in `gen`: cached, or asked of [`Hooks::decide`].
-#[inline]
-pub(super) fn decision(st: &mut ThreadState, site: &'static Site, gen: u32) -> Option<Decision> {
-    if let Some(d) = site.decision(gen) {
-        return Some(d);
-    }
-    let h = hooks()?;
-    let d = busy(st, |_| (h.decide)(site, gen))?;
-    // A site the board's plain path cannot record (hidden, a graph
-    // function): every call of the hart takes the general path from now on.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    if d != Decision::Record {
-        st.fast = board::FAST_OFF;
-    }
-    site.set_decision(gen, d);
-    Some(d)
 }
 
 // Captures (`fgtrace::testing`): a thread recording into a capture of its

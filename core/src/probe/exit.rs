@@ -6,35 +6,27 @@
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 use super::busy;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-use super::{board, guard_word, platform};
+use super::{guard_word, platform};
 use super::{
     hooks, with_state, Frame, ThreadState, COUNTED, F_ALLOC, F_GRAPH, F_HIDE, F_POLL, GEN_BUSY,
     GEN_DEAD, SERIAL_MASK,
 };
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 use crate::clock::ticks;
-use crate::control::{CONTROL, ON_MASK};
+use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, kind, AllocCounts, RawCall};
 use core::ptr;
 use core::sync::atomic::{compiler_fence, Ordering::*};
 
-// Out of line: inlined too, the exit's registers made every traced fn save
-// more of them in its prologue, which the call pays even when not recording
-// (counted by checks/probe-cost: 35 instructions per call off, against 27).
+// Out of line: inlined too, the exit's registers would make every traced fn
+// save more of them in its prologue, which every call pays, recording or not
+// (checks/probe-cost counts 35 instructions per call off that way, 27 so).
+// Boards have their own (`board::exit`).
+#[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 #[inline(never)]
 pub(super) fn exit(slot: u32, serial: u32) {
     let end = ticks();
-    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     with_state(|st| exit_in(st, slot, serial, end));
-    // On boards the pop and the record are one step for an interrupt
-    // handler on this hart: one that ran between them would record its
-    // calls at the popped frame's depth before that frame's own record, and
-    // its records, in exit order, would no longer nest. Interrupts are
-    // masked from the pop to the record's end (a few instructions); a full
-    // buffer is handed over after, with interrupts as they were. A handler
-    // that runs after the record filled the buffer, before its handoff,
-    // finds it full here and hands it over itself, before its own record.
-    #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
-    board::exit_board_any(slot, serial, end)
 }
 
 /// A board's counted call: the counter first, right after the clock (see
@@ -117,7 +109,7 @@ fn exit_in(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 fn frame_serial(serial: u32) -> u32 {
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     {
-        board::frame_serial(serial)
+        guard_word::frame_serial(serial)
     }
     #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
     {

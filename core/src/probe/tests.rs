@@ -3,7 +3,7 @@
 //! code inside themselves.
 
 use super::*;
-use crate::control;
+use crate::control_word;
 use crate::record::{kind, MAX_SITES};
 use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU32};
@@ -23,7 +23,7 @@ std::thread_local! {
     /// The count-only table `join` gives this thread (null: none).
     static COUNT_TABLE: Cell<*const CountWord> = const { Cell::new(core::ptr::null()) };
     /// The per-call counter `join` gives this thread (null: none).
-    static COUNTER: Cell<*const Counter> = const { Cell::new(core::ptr::null()) };
+    static COUNTER: Cell<*const CounterReader> = const { Cell::new(core::ptr::null()) };
 }
 
 static INNER: Site = Site::new("inner", "t", "t.rs", 1, false);
@@ -97,7 +97,7 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 fn start() {
     if !STARTED.swap(true, SeqCst) {
         install_hooks(&HOOKS_FOR_TESTS);
-        control::session_on(3);
+        control_word::session_on(3);
     }
 }
 
@@ -417,17 +417,17 @@ fn count_only_composes_with_a_per_call_counter() {
     use crate::record::ext;
     use core::sync::atomic::AtomicU64;
     static READS: AtomicU64 = AtomicU64::new(0);
-    unsafe fn read(_: &Counter) -> u64 {
+    unsafe fn read(_: &CounterReader) -> u64 {
         READS.fetch_add(100, Relaxed) + 100
     }
-    unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+    unsafe fn uncounted_plain(_: &CounterReader, f: &mut dyn FnMut()) {
         f()
     }
     static TINY: Site = Site::new("auto_counted_tiny", "t", "t.rs", 110, false);
     static OTHER: Site = Site::new("auto_counted_other", "t", "t.rs", 111, false);
     on_own_thread(|| {
         let table = give_count_table();
-        let ctr: &'static Counter = Box::leak(Box::new(Counter {
+        let ctr: &'static CounterReader = Box::leak(Box::new(CounterReader {
             read,
             page: core::ptr::null(),
             fd: -1,

@@ -3,8 +3,10 @@
 //! [`LeanWriter`](super::LeanWriter) with interrupts masked, and hands a
 //! full buffer to the platform through a trampoline.
 
+#[cfg(not(any(target_arch = "riscv64", target_arch = "riscv32")))]
+use super::platform;
 use super::tramp::lean_out;
-use super::{platform, stack_pointer, LeanCall, STATES};
+use super::{stack_pointer, LeanCall, STATES};
 #[cfg(not(target_arch = "x86_64"))]
 use crate::clock::ticks;
 use crate::site::Site;
@@ -162,12 +164,4 @@ unsafe fn store_stack_pointer(rec: *mut LeanCall) {
     unsafe {
         core::arch::asm!("mov [{r} + {sp}], rsp", r = in(reg) rec, sp = const SP, options(nostack, preserves_flags))
     };
-}
-
-/// The record a full lean buffer could not take, to the platform (its
-/// handoff). Called through a trampoline: the traced fn keeps its registers.
-#[cfg(all(fgtrace_lean, not(test)))]
-pub(super) extern "C" fn lean_full(start: u64, end: u64, site: usize, sp: usize) {
-    // SAFETY: the platform's function.
-    unsafe { platform::__fgtrace_lean_full(start, end, site, sp) }
 }

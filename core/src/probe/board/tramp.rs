@@ -3,7 +3,7 @@
 //! call's own, and saves none of its own for the probe.
 
 #[cfg(all(fgtrace_lean, not(test)))]
-use super::lean::lean_full;
+use super::platform;
 use super::{enter_general, exit_general, Guard};
 use crate::site::Site;
 
@@ -451,4 +451,12 @@ pub(super) fn lean_out(start: u64, end: u64, site: usize, sp: usize) {
             out("rax") _,
         )
     };
+}
+
+/// The record a full lean buffer could not take, to the platform (its
+/// handoff). Called through a trampoline: the traced fn keeps its registers.
+#[cfg(all(fgtrace_lean, not(test)))]
+extern "C" fn lean_full(start: u64, end: u64, site: usize, sp: usize) {
+    // SAFETY: the platform's function.
+    unsafe { platform::__fgtrace_lean_full(start, end, site, sp) }
 }
