@@ -13,7 +13,7 @@ use crate::config::{Config, Filters};
 use crate::recorder;
 use crossbeam_channel::{bounded, Receiver};
 use fgtrace_core::control_word;
-use fgtrace_trace::build::{Recorded, RecordedThread, Source};
+use fgtrace_trace::build::{CallStore, Recorded, RecordedThread};
 use fgtrace_trace::clock::{self, Calibration, ClockPoint};
 use fgtrace_trace::recorded::RawSample;
 use fgtrace_trace::{RecordMode, ThreadInfo, Trace, TraceMeta};
@@ -447,7 +447,7 @@ impl Session {
                     .collect();
                 Ok(Trace::from_source(
                     meta,
-                    Source::Memory(Recorded {
+                    CallStore::Memory(Recorded {
                         ticks_per_ns: self.cal.ticks_per_ns,
                         threads,
                     }),
@@ -461,7 +461,7 @@ impl Session {
                     )));
                 }
                 match o.w.finish(&meta) {
-                    Ok(_) => Ok(Trace::from_source(meta, Source::File(o.path))),
+                    Ok(_) => Ok(Trace::from_source(meta, CallStore::File(o.path))),
                     Err(e) => Err(Error::Output(format!(
                         "finishing {} failed: {e}",
                         o.path.display()
