@@ -105,7 +105,7 @@ const SERIAL_MASK: u32 = 0xff_ffff;
 /// One open call on the shadow stack (32 bytes).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-pub struct Frame {
+pub struct ShadowFrame {
     /// Entry ticks.
     pub start: u64,
     /// Stack pointer at entry: the sampler compares sampled frame addresses with it.
@@ -118,9 +118,9 @@ pub struct Frame {
     pub tag: u32,
 }
 
-impl Frame {
+impl ShadowFrame {
     /// An empty frame, to fill shadow stacks with.
-    pub const ZERO: Frame = Frame {
+    pub const ZERO: ShadowFrame = ShadowFrame {
         start: 0,
         sp: 0,
         ctr: 0,
@@ -210,7 +210,7 @@ pub struct ThreadState {
     /// Serial of the last frame pushed.
     pub serial: u32,
     /// The shadow stack: `stack_cap` frames.
-    pub frames: *mut Frame,
+    pub frames: *mut ShadowFrame,
     /// Calls shorter than this many ticks are not recorded.
     pub threshold: u64,
     /// Where records go; null: nowhere (the buffer was closed).

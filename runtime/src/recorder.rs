@@ -10,7 +10,7 @@
 use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
 use fgtrace_core::probe::CounterReader;
-use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::{self as core_probe, Hooks, ShadowFrame, ThreadState};
 use fgtrace_core::record::AllocCounts;
 use fgtrace_core::site::{Decision, Site};
 use std::ptr;
@@ -34,14 +34,14 @@ pub(crate) fn install() {
 /// thread exits).
 pub(crate) static LIVE_STACKS: AtomicUsize = AtomicUsize::new(0);
 
-fn alloc_frames(n: u32) -> *mut Frame {
+fn alloc_frames(n: u32) -> *mut ShadowFrame {
     LIVE_STACKS.fetch_add(1, Relaxed);
-    Box::into_raw(vec![Frame::ZERO; n as usize].into_boxed_slice()) as *mut Frame
+    Box::into_raw(vec![ShadowFrame::ZERO; n as usize].into_boxed_slice()) as *mut ShadowFrame
 }
 
 /// # Safety
 /// `frames` came from `alloc_frames(n)`.
-unsafe fn free_frames(frames: *mut Frame, n: u32) {
+unsafe fn free_frames(frames: *mut ShadowFrame, n: u32) {
     if !frames.is_null() {
         LIVE_STACKS.fetch_sub(1, Relaxed);
         drop(Box::from_raw(ptr::slice_from_raw_parts_mut(

@@ -60,7 +60,7 @@ use tramp::{enter_out, exit_out};
 use super::guard_word::is_first;
 pub(super) use super::guard_word::OTHER;
 use super::guard_word::{is_plain, FAST};
-use super::{enter_other, platform, stack_pointer, Frame, Guard, ThreadState, COUNTED};
+use super::{enter_other, platform, stack_pointer, Guard, ShadowFrame, ThreadState, COUNTED};
 use crate::clock::ticks;
 use crate::control_word::CONTROL;
 use crate::record::{RawCall, DUR_MAX, MAX_DEPTH};
@@ -80,7 +80,7 @@ pub const FAST_OFF: u32 = u32::MAX;
 #[repr(C)]
 pub struct Hart {
     st: UnsafeCell<ThreadState>,
-    frames: UnsafeCell<[Frame; STACK_DEPTH]>,
+    frames: UnsafeCell<[ShadowFrame; STACK_DEPTH]>,
 }
 
 // SAFETY: each slot is used by its own hart (and that hart's interrupt
@@ -161,7 +161,7 @@ pub static STATES: States = States {
     harts: [const {
         Hart {
             st: UnsafeCell::new(ThreadState::EMPTY),
-            frames: UnsafeCell::new([Frame::ZERO; STACK_DEPTH]),
+            frames: UnsafeCell::new([ShadowFrame::ZERO; STACK_DEPTH]),
         }
     }; HARTS],
 };
@@ -235,8 +235,8 @@ impl Hart {
         self.st.get()
     }
     /// The hart's shadow stack ([`STACK_DEPTH`] frames).
-    pub fn frames(&self) -> *mut Frame {
-        self.frames.get() as *mut Frame
+    pub fn frames(&self) -> *mut ShadowFrame {
+        self.frames.get() as *mut ShadowFrame
     }
 }
 
@@ -341,11 +341,11 @@ fn enter_plain(h: &'static Hart, site: &'static Site, bits: u32, sp: usize) -> O
             compiler_fence(SeqCst);
             // SAFETY: d < STACK_DEPTH, the hart's own frames (`stack_cap` is
             // STACK_DEPTH whenever `fast` matches, see `set_fast`).
-            let f = unsafe { &mut *(h.frames.get() as *mut Frame).add(d as usize) };
+            let f = unsafe { &mut *(h.frames.get() as *mut ShadowFrame).add(d as usize) };
             // The site and a zero tag (no flags, no serial) in one store:
             // `tag` follows `site` in the frame.
             // SAFETY: `site` and `tag` are adjacent u32s at an 8-byte
-            // aligned offset (`Frame` is `repr(C)`: u64, usize, u64, u32, u32).
+            // aligned offset (`ShadowFrame` is `repr(C)`: u64, usize, u64, u32, u32).
             unsafe {
                 (core::ptr::addr_of_mut!(f.site) as *mut u64).write(site_word(site.id_decided()))
             };
@@ -497,7 +497,7 @@ fn exit_general_on(st: &mut ThreadState, slot: u32, serial: u32, end: u64) {
 /// and leaves no full buffer behind (markers, values and whole futures
 /// write without handing one over).
 #[inline(always)]
-fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> bool {
+fn exit_fast(st: &mut ThreadState, frames: *mut ShadowFrame, slot: u32, end: u64) -> bool {
     // SAFETY: the platform's functions, paired below.
     let saved = unsafe { platform::__fgtrace_irq_save() };
     let (d, i) = (st.depth, st.count);
@@ -538,7 +538,7 @@ fn exit_fast(st: &mut ThreadState, frames: *mut Frame, slot: u32, end: u64) -> b
 /// (a duration the record cannot hold, hours, saturates on the general
 /// path).
 #[inline(always)]
-fn pop_record(st: &mut ThreadState, f: &Frame, d: u32, i: usize, end: u64) -> bool {
+fn pop_record(st: &mut ThreadState, f: &ShadowFrame, d: u32, i: usize, end: u64) -> bool {
     let dur = end.wrapping_sub(f.start);
     if dur > DUR_MAX {
         return false;
@@ -549,7 +549,7 @@ fn pop_record(st: &mut ThreadState, f: &Frame, d: u32, i: usize, end: u64) -> bo
 
 /// Pops the frame at depth `d` and writes its record as record `i`.
 #[inline(always)]
-fn pop_write(st: &mut ThreadState, f: &Frame, d: u32, i: usize, dur: u64) {
+fn pop_write(st: &mut ThreadState, f: &ShadowFrame, d: u32, i: usize, dur: u64) {
     let depth = d - 1;
     st.depth = depth;
     // A plain call in the board's layout (what `RawCall::pack` makes of it

@@ -8,8 +8,8 @@ use super::busy;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use super::{guard_word, platform};
 use super::{
-    hooks, with_state, Frame, ThreadState, COUNTED, F_ALLOC, F_GRAPH, F_HIDE, F_POLL, GEN_BUSY,
-    GEN_DEAD, SERIAL_MASK,
+    hooks, with_state, ShadowFrame, ThreadState, COUNTED, F_ALLOC, F_GRAPH, F_HIDE, F_POLL,
+    GEN_BUSY, GEN_DEAD, SERIAL_MASK,
 };
 #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
 use crate::clock::ticks;
@@ -172,7 +172,7 @@ fn serial_since_join(st: &ThreadState, serial: u32) -> bool {
 /// Pops frames down to `slot` if the frame there is this guard's (frames
 /// above it belong to leaked guards); `None` for a stale guard.
 #[cold]
-fn pop_to(st: &mut ThreadState, slot: u32, serial: u32) -> Option<Frame> {
+fn pop_to(st: &mut ThreadState, slot: u32, serial: u32) -> Option<ShadowFrame> {
     if st.depth < slot {
         return None; // the frame is gone (thread state was reset)
     }
@@ -203,7 +203,7 @@ fn unflag(st: &mut ThreadState, tag: u32) {
 
 /// The popped frame's record.
 #[inline(always)]
-fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
+fn finish(st: &mut ThreadState, f: ShadowFrame, depth: u32, end: u64) {
     if f.tag & (F_HIDE | F_GRAPH | F_ALLOC) != 0 {
         return finish_flagged(st, f, depth, end, None);
     }
@@ -227,7 +227,13 @@ fn finish(st: &mut ThreadState, f: Frame, depth: u32, end: u64) {
 /// delta). Its allocation figures (callees included) go to its parent frame;
 /// the figures and the counter delta follow its record as extension records.
 #[inline(never)]
-fn finish_flagged(st: &mut ThreadState, f: Frame, depth: u32, end: u64, counter: Option<u64>) {
+fn finish_flagged(
+    st: &mut ThreadState,
+    f: ShadowFrame,
+    depth: u32,
+    end: u64,
+    counter: Option<u64>,
+) {
     unflag(st, f.tag);
     let counts = if f.tag & F_ALLOC != 0 && !st.allocs.is_null() {
         // SAFETY: depth < stack_cap, `allocs` has stack_cap entries.

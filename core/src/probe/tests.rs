@@ -41,7 +41,7 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     reenter();
     JOINS.fetch_add(1, Relaxed);
     if st.frames.is_null() {
-        st.frames = Box::leak(std::vec![Frame::ZERO; 16].into_boxed_slice()).as_mut_ptr();
+        st.frames = Box::leak(std::vec![ShadowFrame::ZERO; 16].into_boxed_slice()).as_mut_ptr();
         st.stack_cap = 16;
     }
     let buf = Box::leak(std::vec![RawCall::default(); CAP].into_boxed_slice());
