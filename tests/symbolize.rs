@@ -8,7 +8,7 @@
 mod tools;
 
 use fgtrace::sampler::Sampling;
-use fgtrace::symbolize::{Frame, Symbolizer};
+use fgtrace::symbolize::{ResolvedFrame, Symbolizer};
 use fgtrace::trace::{Mapping, TraceReader};
 use fgtrace::view::sampled::{SampledBuilder, SampledOptions, SampledSort};
 use fgtrace::{Config, Event, Session};
@@ -105,7 +105,7 @@ fn recorded() -> (PathBuf, u32) {
     (path, tid)
 }
 
-fn in_this_file(f: &Frame, lines: (u32, u32)) -> bool {
+fn in_this_file(f: &ResolvedFrame, lines: (u32, u32)) -> bool {
     f.file
         .as_deref()
         .is_some_and(|p| p.ends_with("tests/symbolize.rs"))

@@ -567,7 +567,7 @@ fn fields_work() {
 fn check_fields(cap: &Capture) {
     let v = cap.values("fields");
     assert_eq!(v.len(), 1, "{}", cap.graph());
-    let show = |v: &testing::CallValues| {
+    let show = |v: &testing::CapturedCall| {
         v.values
             .iter()
             .map(|(n, x)| format!("{n}={x}"))

@@ -31,14 +31,27 @@
 //! * **Host commands** over the same link ([`poll`]): `record <ms> <hz>`,
 //!   `flight <hz>`, `stop`, `dump`, as Zephyr's shell `perf record` does.
 
+use commands::LineBuf;
+pub use commands::{parse, poll, Command};
+pub use counters::__fgtrace_more_counters;
+use counters::{counter_names, CounterCell, Csr, MoreCell, NamesCell};
+#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+use counters::{read_minstret, run_uncounted};
+pub use lean::__fgtrace_lean_full;
+use lean::{dump_lean, flush_lean, lean_join, lean_written, Lean};
+pub use output::{text, textf};
+use output::{with_out, with_out_open, NameCell, Out, OutCell};
+use sampler::flush_samples;
+pub use sampler::{flush, sample};
+
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering::*};
 use fgtrace_core::probe::board::{lean_writer, LeanCall};
-use fgtrace_core::probe::{self, Counter, Hooks, ThreadState, GEN_TAGS};
+use fgtrace_core::probe::{self, CounterReader, Hooks, ThreadState, GEN_TAGS};
 use fgtrace_core::record::RawCall;
 use fgtrace_core::site::{self, Decision, Site};
-use fgtrace_core::{clock, control, unwind};
+use fgtrace_core::{clock, control_word, unwind};
 
 /// Harts with a slot of their own (others share the last one's: give each
 /// hart its own by raising this, in the core, where their states are).
@@ -60,7 +73,7 @@ pub trait Sink {
 }
 
 /// Where host commands come from (the UART's receive side).
-pub trait Source {
+pub trait CommandInput {
     /// The next byte, if one has arrived.
     fn read(&mut self) -> Option<u8>;
 }
@@ -179,27 +192,13 @@ impl Hart {
 
 static HARTS: [Hart; MAX_HARTS] = [const { Hart::new() }; MAX_HARTS];
 
-/// The first hart's lean records (a board whose clock never reads the same
-/// twice: its plain calls are one record each, written at exit, nested by
-/// time on the host): two buffers as for the other records, the flight
-/// recorder's ring the first.
-struct Lean {
-    bufs: UnsafeCell<[[LeanCall; BUF_CALLS]; 2]>,
-    /// A buffer is being sent (the other one records).
-    sending: AtomicBool,
-    /// Stream: records handed over this session; flight: the ring's laps,
-    /// in records.
-    written: AtomicU64,
-    /// Records no buffer could take (the other one still being sent).
-    dropped: AtomicU64,
-    /// Lean calls open at the last stop that have ended since.
-    late: AtomicU64,
-}
+// The parts in files of their own are declared where they sit in the
+// runtime's order, each followed by its statics: all of the runtime's
+// memory is declared in this file, in that order, and each static keeps the
+// path (`runtime::LEAN`) the firmware's symbols and layout know it by.
+mod lean;
 
-// SAFETY: the first hart's and its interrupt handlers', which change it with
-// interrupts masked.
-unsafe impl Sync for Lean {}
-
+/// The first hart's lean records.
 static LEAN: Lean = Lean {
     bufs: UnsafeCell::new(
         [[LeanCall {
@@ -214,171 +213,6 @@ static LEAN: Lean = Lean {
     dropped: AtomicU64::new(0),
     late: AtomicU64::new(0),
 };
-
-fn lean_buf(i: usize) -> *mut LeanCall {
-    // SAFETY: one of the two buffers.
-    unsafe { (LEAN.bufs.get() as *mut LeanCall).add(i * BUF_CALLS) }
-}
-
-/// The first hart joins a session: its lean writer at the first buffer.
-fn lean_join() {
-    let saved = __fgtrace_irq_save();
-    // SAFETY: the first hart's writer, interrupts masked.
-    unsafe {
-        let w = &mut *lean_writer();
-        w.ptr = lean_buf(0);
-        w.lim = lean_buf(0).add(BUF_CALLS);
-    }
-    LEAN.sending.store(false, Relaxed);
-    __fgtrace_irq_restore(saved);
-}
-
-/// A lean record the first hart's buffer could not take: in stream mode the
-/// full buffer is swapped for the other one, which takes the record, then
-/// sent with interrupts as they were (as [`drain`] does); the flight
-/// recorder's ring starts over. What no buffer can take is counted.
-#[no_mangle]
-pub fn __fgtrace_lean_full(start: u64, end: u64, site: usize, sp: usize) {
-    let c = &LeanCall {
-        start,
-        end,
-        site,
-        sp,
-    };
-    let saved = __fgtrace_irq_save();
-    // SAFETY: the first hart's writer (lean records are made only there),
-    // interrupts masked.
-    let w = unsafe { &mut *lean_writer() };
-    let put = |w: &mut probe::board::LeanWriter| {
-        // SAFETY: below `lim`, in a buffer.
-        unsafe {
-            w.ptr.write(*c);
-            w.ptr = w.ptr.add(1);
-        }
-    };
-    if !w.ptr.is_null() && w.ptr < w.lim {
-        // An interrupt handed the buffer over meanwhile.
-        put(w);
-        __fgtrace_irq_restore(saved);
-        return;
-    }
-    if w.ptr.is_null() && !recording() {
-        // A lean call open at stop, ended now: its session never records
-        // it; the host adds it to that session's calls open at stop
-        // ([`LATE`], the running total: a frame the output cannot take now,
-        // from an interrupt during output, the next one makes up for).
-        let late = LEAN.late.fetch_add(1, Relaxed) + 1;
-        __fgtrace_irq_restore(saved);
-        let gen = SESSION.gen.load(Relaxed);
-        with_out(|o| {
-            o.frame(LATE, 0, |w| {
-                w.u32(gen).u64(late);
-            })
-        });
-        return;
-    }
-    if w.ptr.is_null() || LEAN.sending.load(Relaxed) {
-        LEAN.dropped.fetch_add(1, Relaxed);
-        __fgtrace_irq_restore(saved);
-        return;
-    }
-    if SESSION.mode.load(Relaxed) == MODE_FLIGHT {
-        LEAN.written.fetch_add(BUF_CALLS as u64, Relaxed);
-        w.ptr = lean_buf(0);
-        put(w);
-        __fgtrace_irq_restore(saved);
-        return;
-    }
-    // SAFETY: `lim` ends one of the two buffers.
-    let full = unsafe { w.lim.sub(BUF_CALLS) };
-    lean_swap(w, full);
-    put(w);
-    lean_send(full, BUF_CALLS, saved);
-}
-
-/// Points the writer at the lean buffer that is not `base` (interrupts
-/// masked).
-fn lean_swap(w: &mut probe::board::LeanWriter, base: *mut LeanCall) {
-    let other = if base == lean_buf(0) {
-        lean_buf(1)
-    } else {
-        lean_buf(0)
-    };
-    w.ptr = other;
-    // SAFETY: the other buffer's end.
-    w.lim = unsafe { other.add(BUF_CALLS) };
-}
-
-/// Sends `n` lean records at `buf` (swapped out, interrupts masked by
-/// `saved`): unmasks, sends, and lets the next handoff go.
-fn lean_send(buf: *mut LeanCall, n: usize, saved: usize) {
-    LEAN.sending.store(true, Relaxed);
-    let first = LEAN.written.fetch_add(n as u64, Relaxed);
-    __fgtrace_irq_restore(saved);
-    // SAFETY: swapped out: nothing writes it until `sending` is cleared.
-    let recs = unsafe { core::slice::from_raw_parts(buf, n) };
-    if with_out_open(|o| o.lean_calls(first, recs)).is_none() {
-        LEAN.dropped.fetch_add(n as u64, Relaxed);
-    }
-    LEAN.sending.store(false, Release);
-}
-
-/// Sends the first hart's unsent lean records (stream mode).
-fn flush_lean() {
-    let saved = __fgtrace_irq_save();
-    // SAFETY: the first hart's writer, interrupts masked.
-    let w = unsafe { &mut *lean_writer() };
-    if w.ptr.is_null() || LEAN.sending.load(Relaxed) {
-        __fgtrace_irq_restore(saved);
-        return;
-    }
-    // SAFETY: `lim` ends one of the two buffers, `ptr` is in it.
-    let base = unsafe { w.lim.sub(BUF_CALLS) };
-    // SAFETY: as above.
-    let n = unsafe { w.ptr.offset_from(base) } as usize;
-    if n == 0 {
-        __fgtrace_irq_restore(saved);
-        return;
-    }
-    lean_swap(w, base);
-    lean_send(base, n, saved);
-}
-
-/// The first hart's lean records this session: handed over (stream), or
-/// written into the ring (flight recorder: its laps and where it is).
-fn lean_written() -> u64 {
-    let laps = LEAN.written.load(Relaxed);
-    if SESSION.mode.load(Relaxed) != MODE_FLIGHT {
-        return laps;
-    }
-    // SAFETY: a plain read of the first hart's writer.
-    let p = unsafe { (*lean_writer()).ptr };
-    if p.is_null() {
-        return laps;
-    }
-    // SAFETY: the ring's `ptr` is in its first buffer.
-    laps + unsafe { p.offset_from(lean_buf(0)) } as u64
-}
-
-/// Sends the flight recorder's lean ring, oldest first (interrupts masked
-/// by the caller).
-fn dump_lean(o: &mut Out) {
-    // SAFETY: the first hart's writer, interrupts masked.
-    let w = unsafe { &mut *lean_writer() };
-    if w.ptr.is_null() {
-        return;
-    }
-    let laps = LEAN.written.load(Relaxed);
-    // SAFETY: the ring's `ptr` is in its first buffer.
-    let at = unsafe { w.ptr.offset_from(lean_buf(0)) } as usize;
-    // SAFETY: the first buffer.
-    let ring = unsafe { core::slice::from_raw_parts(lean_buf(0), BUF_CALLS) };
-    let total = laps + at as u64;
-    if laps > 0 {
-        o.lean_calls(total - BUF_CALLS as u64, &ring[at..]);
-    }
-    o.lean_calls(total - at as u64, &ring[..at]);
-}
 
 /// The running hart's index (0 in a firmware built for one hart).
 #[cfg(all(
@@ -457,24 +291,9 @@ pub fn __fgtrace_irq_restore(old: usize) {
     // ring 0.
     unsafe { core::arch::asm!("push {}", "popfq", in(reg) old) };
 }
+mod output;
 
-// ------------------------------------------------------------------ output
-
-// Aligned, the frame's first: the CRC, from the frame's fifth byte, reads
-// whole words.
-#[repr(C, align(8))]
-struct Out {
-    /// The frame being built: its payload is filled in place.
-    scratch: [u8; HEADER + MAX_PAYLOAD + TRAILER],
-    sink: Option<&'static mut dyn Sink>,
-    seq: u16,
-    since_meta: u32,
-}
-
-struct OutCell(UnsafeCell<Out>);
-// SAFETY: only touched with interrupts masked and `OUT_LOCK` held.
-unsafe impl Sync for OutCell {}
-
+/// The output: one frame at a time, to the board's sink.
 static OUT: OutCell = OutCell(UnsafeCell::new(Out {
     scratch: [0; HEADER + MAX_PAYLOAD + TRAILER],
     sink: None,
@@ -483,230 +302,14 @@ static OUT: OutCell = OutCell(UnsafeCell::new(Out {
 }));
 /// The output's owner: 0 when free, else the owning hart's index + 1.
 static OUT_OWNER: AtomicUsize = AtomicUsize::new(0);
+/// Bytes the sink refused.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// A site's first call could not announce it (the output was busy on its
 /// hart): the whole site table goes out at the next flush.
 static SITES_PENDING: AtomicBool = AtomicBool::new(false);
-
-/// Locks the output for this hart, with interrupts masked while it spins;
-/// `None` if this hart holds it already (an interrupt handler that
-/// interrupted this hart's own output: waiting would never end).
-fn lock_out() -> Option<()> {
-    let me = hart_id() + 1;
-    let saved = __fgtrace_irq_save();
-    let mut got = Some(());
-    while let Err(owner) = OUT_OWNER.compare_exchange_weak(0, me, Acquire, Relaxed) {
-        if owner == me {
-            got = None;
-            break;
-        }
-        core::hint::spin_loop();
-    }
-    __fgtrace_irq_restore(saved);
-    got
-}
-
-/// Runs `f` on the output with interrupts masked and the output locked;
-/// `None` if this hart's own output was interrupted (see [`lock_out`]).
-fn with_out<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
-    let saved = __fgtrace_irq_save();
-    let r = with_out_open(f);
-    __fgtrace_irq_restore(saved);
-    r
-}
-
-/// As [`with_out`], with interrupts left as they are: an interrupt handler
-/// may run (and record) meanwhile, but cannot use the output.
-fn with_out_open<R>(f: impl FnOnce(&mut Out) -> R) -> Option<R> {
-    lock_out()?;
-    // SAFETY: locked by this hart; an interrupt handler on this hart finds
-    // it locked and stays out.
-    let r = f(unsafe { &mut *OUT.0.get() });
-    OUT_OWNER.store(0, Release);
-    Some(r)
-}
-
-impl Out {
-    /// Builds a payload with `fill` and sends it as one frame.
-    fn frame(&mut self, kind: u8, hart: u8, fill: impl FnOnce(&mut Writer<'_>)) {
-        let mut w = Writer::new(&mut self.scratch[HEADER..HEADER + MAX_PAYLOAD]);
-        fill(&mut w);
-        let len = w.len;
-        self.send_scratch(kind, hart, len);
-    }
-
-    fn meta(&mut self) {
-        let s = &SESSION;
-        let (tps, start, name, clock) = (
-            s.ticks_per_sec.load(Relaxed),
-            s.start_ticks.load(Relaxed),
-            // SAFETY: written once in `init`, before any output.
-            unsafe { *NAME.0.get() },
-            // SAFETY: as above.
-            unsafe { *CLOCK_NAME.0.get() },
-        );
-        let mode = s.mode.load(Relaxed);
-        let gen = s.gen.load(Relaxed);
-        let hz = s.sample_hz.load(Relaxed);
-        self.frame(META, 0, |w| {
-            w.u8(VERSION)
-                .u8(mode)
-                .u8(MAX_HARTS as u8)
-                .u64(tps)
-                .u64(start)
-                .u32(gen)
-                .u32(hz)
-                .str(clock)
-                .u8(counter_names().len() as u8);
-            for c in counter_names() {
-                w.str(c);
-            }
-            w.bytes(name.as_bytes());
-        });
-        for site in site::sites() {
-            self.site(site);
-        }
-        self.since_meta = 0;
-        // The counters too, so a host that misses the last ones still knows
-        // roughly what was sent.
-        for (h, x) in HARTS.iter().enumerate() {
-            if x.written.load(Relaxed) != 0 {
-                self.stats(h);
-            }
-        }
-    }
-
-    fn site(&mut self, s: &Site) {
-        let Some(id) = s.known_id() else { return };
-        self.frame(SITE, 0, |w| {
-            w.u32(id)
-                .u32(s.line)
-                .u8(s.is_async as u8)
-                .str(s.name)
-                .str(s.module_path)
-                .str(s.file)
-                // The names of the values its calls record (`#[traced(values(..))]`).
-                .u8(s.values.len() as u8);
-            for v in s.values {
-                w.str(v);
-            }
-        });
-    }
-
-    fn maybe_repeat_meta(&mut self) {
-        if self.since_meta >= REPEAT_EVERY {
-            self.meta();
-        }
-    }
-
-    /// `first`: the index of `recs[0]` among the hart's records this
-    /// session, so the host can tell exactly which records never arrived.
-    /// Packed ([`CALLS_PACKED`]: a plain call in about 6 bytes, where the
-    /// record has 16) straight into the frame, which goes to the sink whole.
-    fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) {
-        let mut at = 0;
-        while at < recs.len() {
-            self.maybe_repeat_meta();
-            let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
-            body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
-            let (n, used) = wire::pack_calls(&mut body[8..], &recs[at..]);
-            at += n;
-            self.send_scratch(CALLS_PACKED, hart, 8 + used);
-        }
-    }
-
-    /// The first hart's lean records, `first` their index this session
-    /// ([`LEAN_CALLS`], packed straight into the frame).
-    fn lean_calls(&mut self, first: u64, recs: &[LeanCall]) {
-        let mut at = 0;
-        while at < recs.len() {
-            self.maybe_repeat_meta();
-            let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
-            body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
-            let (n, used) = wire::pack_lean(&mut body[8..], &recs[at..], |c| LeanRecord {
-                start: c.start,
-                dur: c.end.wrapping_sub(c.start),
-                // SAFETY: a lean call's site is the `&'static Site` its
-                // traced fn passed, decided this session (so it has an id).
-                site: unsafe { &*(c.site as *const Site) }.id_decided(),
-                sp: c.sp as u64,
-            });
-            at += n;
-            self.send_scratch(LEAN_CALLS, 0, 8 + used);
-        }
-    }
-
-    /// Sends the payload of `len` bytes already in `scratch[HEADER..]`.
-    fn send_scratch(&mut self, kind: u8, hart: u8, len: usize) {
-        let n = wire::seal(&mut self.scratch, self.seq, kind, hart, len);
-        self.seq = self.seq.wrapping_add(1);
-        self.since_meta += 1;
-        if let Some(sink) = self.sink.as_deref_mut() {
-            let took = sink.write(&self.scratch[..n]);
-            if took < n {
-                REFUSED.fetch_add((n - took) as u64, Relaxed);
-            }
-        }
-    }
-
-    fn stats(&mut self, h: usize) {
-        let x = &HARTS[h];
-        self.frame(STATS, h as u8, |w| {
-            // Records left unsent at stop were written too: the host counts
-            // the ones it never received as lost.
-            w.u64(x.written.load(Relaxed) + x.unsent.load(Relaxed) as u64)
-                .u64(x.dropped.load(Relaxed) + x.nested_dropped.load(Relaxed) as u64)
-                .u64(x.samples_taken.load(Relaxed))
-                .u64(x.samples_dropped.load(Relaxed))
-                .u64(x.overruns.load(Relaxed) as u64)
-                .u64(REFUSED.load(Relaxed))
-                .u64(x.open_at_stop.load(Relaxed) as u64);
-            // The first hart's lean records (none elsewhere).
-            let (lw, ld) = if h == 0 {
-                (lean_written(), LEAN.dropped.load(Relaxed))
-            } else {
-                (0, 0)
-            };
-            w.u64(lw).u64(ld);
-        });
-    }
-}
-
-struct NameCell(UnsafeCell<&'static str>);
-// SAFETY: written once in `init`.
-unsafe impl Sync for NameCell {}
+/// The board's name and its clock's, for META (set once in `init`).
 static NAME: NameCell = NameCell(UnsafeCell::new(""));
 static CLOCK_NAME: NameCell = NameCell(UnsafeCell::new(""));
-
-/// Sends console text as a [`TEXT`] frame (the host prints it).
-pub fn text(s: &str) {
-    with_out(|o| {
-        for chunk in s.as_bytes().chunks(MAX_PAYLOAD) {
-            o.frame(TEXT, hart_id() as u8, |w| {
-                w.bytes(chunk);
-            });
-        }
-    });
-}
-
-/// Formats into a [`TEXT`] frame without allocating (up to 256 bytes).
-pub fn textf(args: core::fmt::Arguments<'_>) {
-    struct Buf {
-        b: [u8; 256],
-        n: usize,
-    }
-    impl core::fmt::Write for Buf {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let take = s.len().min(self.b.len() - self.n);
-            self.b[self.n..self.n + take].copy_from_slice(&s.as_bytes()[..take]);
-            self.n += take;
-            Ok(())
-        }
-    }
-    let mut b = Buf { b: [0; 256], n: 0 };
-    let _ = core::fmt::write(&mut b, args);
-    text(core::str::from_utf8(&b.b[..b.n]).unwrap_or("?"));
-}
 
 // ----------------------------------------------------------------- session
 
@@ -882,15 +485,11 @@ static HOOKS: Hooks = Hooks {
     uncounted,
 };
 
-/// The instruction counter calls read when [`Board::count_instructions`]
-/// is set (the core's counted path: read before the entry's clock read and
-/// after the exit's, the delta recorded after the call's record).
-struct CounterCell(Counter);
-// SAFETY: no pointers in it are used (`page` is null); read-only.
-unsafe impl Sync for CounterCell {}
+mod counters;
 
+/// The instruction counter, where the hart has one (`minstret`).
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(Counter {
+static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(CounterReader {
     read: read_minstret,
     page: core::ptr::null(),
     fd: -1,
@@ -898,140 +497,10 @@ static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(Counter {
 }));
 #[cfg(target_arch = "x86_64")]
 static INSTRUCTIONS: Option<CounterCell> = None;
-
-#[cfg(target_arch = "riscv64")]
-unsafe fn read_minstret(_: &Counter) -> u64 {
-    let v: u64;
-    // SAFETY: reads a counter CSR, machine mode.
-    unsafe { core::arch::asm!("csrr {}, minstret", out(reg) v, options(nomem, nostack)) };
-    v
-}
-
-#[cfg(target_arch = "riscv32")]
-unsafe fn read_minstret(_: &Counter) -> u64 {
-    loop {
-        let (hi, lo, hi2): (u32, u32, u32);
-        // SAFETY: reads counter CSRs, machine mode.
-        unsafe {
-            core::arch::asm!(
-                "csrr {0}, minstreth", "csrr {1}, minstret", "csrr {2}, minstreth",
-                out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
-            )
-        };
-        if hi == hi2 {
-            return (hi as u64) << 32 | lo as u64;
-        }
-    }
-}
-
-#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-unsafe fn run_uncounted(_: &Counter, f: &mut dyn FnMut()) {
-    f()
-}
-
-/// A further per-call counter.
-#[derive(Clone, Copy)]
-// x86_64 boards have none: nothing reads the index there.
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-enum Csr {
-    Mcycle,
-    /// `mhpmcounter<n>`, 3..=31.
-    Hpm(u8),
-}
-
-struct NamesCell(UnsafeCell<([&'static str; 1 + MORE_COUNTERS], usize)>);
-// SAFETY: written once in `init`, before any reader.
-unsafe impl Sync for NamesCell {}
+/// The per-call counters' names, and how many (set once in `init`).
 static COUNTER_NAMES: NamesCell = NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
-
-struct MoreCell(UnsafeCell<([Csr; MORE_COUNTERS], usize)>);
-// SAFETY: written once in `init`, before any probe reads it.
-unsafe impl Sync for MoreCell {}
+/// The further counters read per call, and how many (set once in `init`).
 static MORE: MoreCell = MoreCell(UnsafeCell::new(([Csr::Mcycle; MORE_COUNTERS], 0)));
-
-/// The per-call counters' names, as the stream and the trace call them.
-fn counter_names() -> &'static [&'static str] {
-    // SAFETY: written once in `init`.
-    let (names, n) = unsafe { &*COUNTER_NAMES.0.get() };
-    &names[..*n]
-}
-
-/// Reads a further counter.
-#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-fn read_csr(c: Csr) -> u64 {
-    macro_rules! csr64 {
-        ($lo:expr, $hi:expr) => {{
-            #[cfg(target_arch = "riscv64")]
-            {
-                let _ = $hi;
-                let v: u64;
-                // SAFETY: reads a counter CSR, machine mode.
-                unsafe { core::arch::asm!(concat!("csrr {}, ", $lo), out(reg) v, options(nomem, nostack)) };
-                v
-            }
-            #[cfg(target_arch = "riscv32")]
-            loop {
-                let (hi, lo, hi2): (u32, u32, u32);
-                // SAFETY: reads counter CSRs, machine mode.
-                unsafe {
-                    core::arch::asm!(
-                        concat!("csrr {0}, ", $hi), concat!("csrr {1}, ", $lo), concat!("csrr {2}, ", $hi),
-                        out(reg) hi, out(reg) lo, out(reg) hi2, options(nomem, nostack)
-                    )
-                };
-                if hi == hi2 {
-                    break (hi as u64) << 32 | lo as u64;
-                }
-            }
-        }};
-    }
-    macro_rules! hpm {
-        ($i:expr, $($n:literal),*) => {
-            match $i {
-                $($n => csr64!(concat!("mhpmcounter", $n), concat!("mhpmcounter", $n, "h")),)*
-                _ => 0,
-            }
-        };
-    }
-    match c {
-        Csr::Mcycle => csr64!("mcycle", "mcycleh"),
-        Csr::Hpm(i) => hpm!(
-            i, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-            26, 27, 28, 29, 30, 31
-        ),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn read_csr(_: Csr) -> u64 {
-    0
-}
-
-/// The core's call for a counted call's further counters (see
-/// `probe::platform`): at entry their readings are kept per shadow-stack
-/// slot, at exit their deltas since go out.
-#[no_mangle]
-pub fn __fgtrace_more_counters(slot: u32, exit: bool, out: &mut [u64; MORE_COUNTERS]) -> usize {
-    // SAFETY: written once in `init`.
-    let (which, n) = unsafe { &*MORE.0.get() };
-    let h = hart();
-    let i = slot as usize;
-    if *n == 0 || i == 0 || i > STACK_DEPTH {
-        return 0;
-    }
-    // SAFETY: this hart's table; an interrupt handler's calls use deeper
-    // slots, and this slot is this call's until it pops.
-    let kept = unsafe { &mut (*h.more.get())[i - 1] };
-    for k in 0..*n {
-        let v = read_csr(which[k]);
-        if exit {
-            out[k] = v.wrapping_sub(kept[k]);
-        } else {
-            kept[k] = v;
-        }
-    }
-    *n
-}
 
 fn join(st: &mut ThreadState, _gen: u32) -> bool {
     let h = hart();
@@ -1185,7 +654,7 @@ fn uncounted(f: &mut dyn FnMut()) {
 /// [`stop`] is called).
 pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     let s = &SESSION;
-    let gen = (s.gen.load(Relaxed) + 1) & control::GEN_MASK;
+    let gen = (s.gen.load(Relaxed) + 1) & control_word::GEN_MASK;
     s.gen.store(gen, Relaxed);
     s.mode.store(mode, Relaxed);
     s.sample_hz.store(sample_hz, Relaxed);
@@ -1219,7 +688,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     // would match the last session's decisions otherwise).
     probe::board::reset_fast();
     HANDOFFS.store(true, SeqCst);
-    control::session_on(gen);
+    control_word::session_on(gen);
     probe::board::set_on(true);
 }
 
@@ -1230,7 +699,7 @@ static HANDOFFS: AtomicBool = AtomicBool::new(false);
 
 /// Whether a session records.
 pub fn recording() -> bool {
-    control::session_is_on()
+    control_word::session_is_on()
 }
 
 /// The session's duration has run out.
@@ -1266,7 +735,7 @@ pub fn sample_hz() -> u32 {
 /// buffer instead (see [`drain`]).
 pub fn stop() {
     probe::board::set_on(false);
-    control::session_off();
+    control_word::session_off();
     probe::board::reset_fast();
     let id = hart_id();
     let saved = __fgtrace_irq_save();
@@ -1450,216 +919,9 @@ pub fn on_panic() {
     }
 }
 
-// ----------------------------------------------------------------- sampler
+mod sampler;
 
-/// The timer interrupt's sample: walks the frame pointers from the trapped
-/// registers and queues the stack for the next flush.
-///
-/// # Safety
-/// Called from the hart's timer interrupt handler with the trapped `pc`
-/// (`mepc`), `ra`, `s0` (frame pointer) and `sp`.
-#[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
-pub unsafe fn sample(pc: usize, ra: usize, fp: usize, sp: usize) {
-    sample_regs(unwind::Regs {
-        pc: pc as u64,
-        fp: fp as u64,
-        sp: sp as u64,
-        lr: Some(ra as u64),
-    })
-}
+mod commands;
 
-/// The timer interrupt's sample: walks the frame pointers from the trapped
-/// registers and queues the stack for the next flush.
-///
-/// # Safety
-/// Called from the CPU's timer interrupt handler with the interrupted
-/// `rip`, `rbp` (frame pointer) and `rsp`, from the interrupt frame.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn sample(rip: usize, rbp: usize, rsp: usize) {
-    sample_regs(unwind::Regs {
-        pc: rip as u64,
-        fp: rbp as u64,
-        sp: rsp as u64,
-        lr: None,
-    })
-}
-
-unsafe fn sample_regs(regs: unwind::Regs) {
-    if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
-        return;
-    }
-    let h = hart();
-    let q = h.queued.load(Relaxed);
-    h.samples_taken.fetch_add(1, Relaxed);
-    if q >= SAMPLE_SLOTS {
-        h.samples_dropped.fetch_add(1, Relaxed);
-        return;
-    }
-    let s = &SESSION;
-    let bounds = unwind::StackBounds {
-        lo: s.stack_lo.load(Relaxed) as u64,
-        hi: s.stack_hi.load(Relaxed) as u64,
-    };
-    let (tlo, thi) = (
-        s.text_lo.load(Relaxed) as u64,
-        s.text_hi.load(Relaxed) as u64,
-    );
-    let Some(arch) = unwind::Arch::host() else {
-        return;
-    };
-    let mem = unwind::RawMemory::new(bounds);
-    let (depth, split_sp) = probe::shadow_top();
-    let slot = &mut (*h.samples.get())[q];
-    slot.fps = [0; MAX_FRAMES];
-    let fps = &mut slot.fps;
-    let (walk, cut) = unwind::walk_split_records(
-        arch,
-        &regs,
-        bounds,
-        &mem,
-        |a| a >= tlo && a < thi,
-        &mut slot.frames,
-        split_sp,
-        |i, fp| {
-            if let Some(f) = fps.get_mut(i) {
-                *f = fp;
-            }
-        },
-    );
-    slot.ticks = clock::ticks();
-    slot.depth = depth.min(u16::MAX as u32) as u16;
-    slot.cut = cut.map_or(NO_CUT, |c| c.min(NO_CUT as usize - 1) as u16);
-    slot.n = walk.len as u8;
-    h.queued.store(q + 1, Release);
-}
-
-/// Sends the hart's queued samples.
-fn flush_samples(id: usize) {
-    let h = &HARTS[id];
-    let saved = __fgtrace_irq_save();
-    let n = h.queued.load(Acquire);
-    if n > 0 {
-        // SAFETY: interrupts masked: the sampler cannot add meanwhile.
-        let samples = unsafe { &*h.samples.get() };
-        with_out(|o| {
-            let per_frame = MAX_PAYLOAD / (13 + 18 * MAX_FRAMES);
-            for chunk in samples[..n].chunks(per_frame.max(1)) {
-                o.maybe_repeat_meta();
-                o.frame(SAMPLES_FP, id as u8, |w| {
-                    for s in chunk {
-                        w.u64(s.ticks).u16(s.depth).u16(s.cut).u8(s.n);
-                        for &f in &s.frames[..s.n as usize] {
-                            w.u64(f);
-                        }
-                        let mut fp = FpCoder::default();
-                        for &f in &s.fps[..s.n as usize] {
-                            w.varint(fp.encode(f));
-                        }
-                    }
-                });
-            }
-        });
-        h.queued.store(0, Relaxed);
-    }
-    __fgtrace_irq_restore(saved);
-}
-
-/// Sends what the running hart has queued: stream records not yet sent and
-/// sampled stacks (the stream's buffers do it at every handoff too).
-pub fn flush() {
-    let id = hart_id();
-    if recording() && SESSION.mode.load(Relaxed) == MODE_STREAM {
-        flush_calls(id);
-        if id == 0 {
-            flush_lean();
-        }
-    }
-    flush_samples(id);
-}
-
-// ---------------------------------------------------------------- commands
-
-/// A host command, as [`poll`] parsed it (and already carried out).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command {
-    /// `record <ms> <hz>`: a stream session, sampling at `hz` (0: none), for `ms` (0: until stop).
-    Record {
-        /// Milliseconds.
-        ms: u32,
-        /// Sampling rate.
-        hz: u32,
-    },
-    /// `flight <hz>`: a flight-recorder session.
-    Flight {
-        /// Sampling rate.
-        hz: u32,
-    },
-    /// `stop`.
-    Stop,
-    /// `dump`: the flight recorder, now.
-    Dump,
-    /// A line that is none of these (answered with a TEXT frame).
-    Unknown,
-}
-
-struct LineBuf(UnsafeCell<([u8; 64], usize)>);
-// SAFETY: only the main loop polls.
-unsafe impl Sync for LineBuf {}
+/// The host command being received, and its length so far.
 static LINE: LineBuf = LineBuf(UnsafeCell::new(([0; 64], 0)));
-
-/// Reads what the host sent; on a whole line, carries the command out and
-/// returns it.
-pub fn poll(src: &mut dyn Source) -> Option<Command> {
-    // SAFETY: see `LineBuf`.
-    let (buf, len) = unsafe { &mut *LINE.0.get() };
-    while let Some(b) = src.read() {
-        if b == b'\n' || b == b'\r' {
-            if *len == 0 {
-                continue;
-            }
-            let line = core::str::from_utf8(&buf[..*len]).unwrap_or("");
-            let cmd = parse(line);
-            *len = 0;
-            run(cmd);
-            return Some(cmd);
-        }
-        if *len < buf.len() {
-            buf[*len] = b;
-            *len += 1;
-        }
-    }
-    None
-}
-
-/// Parses one command line.
-pub fn parse(line: &str) -> Command {
-    let mut words = line.split_ascii_whitespace();
-    let num = |w: Option<&str>| w.and_then(|w| w.parse::<u32>().ok());
-    match words.next() {
-        Some("record") => match (num(words.next()), num(words.next())) {
-            (Some(ms), Some(hz)) => Command::Record { ms, hz },
-            _ => Command::Unknown,
-        },
-        Some("flight") => match num(words.next()) {
-            Some(hz) => Command::Flight { hz },
-            None => Command::Unknown,
-        },
-        Some("stop") => Command::Stop,
-        Some("dump") => Command::Dump,
-        _ => Command::Unknown,
-    }
-}
-
-fn run(cmd: Command) {
-    match cmd {
-        Command::Record { ms, hz } => start(MODE_STREAM, hz, ms),
-        Command::Flight { hz } => start(MODE_FLIGHT, hz, 0),
-        Command::Stop => {
-            if recording() {
-                stop()
-            }
-        }
-        Command::Dump => dump(),
-        Command::Unknown => text("unknown command (record <ms> <hz> | flight <hz> | stop | dump)"),
-    }
-}

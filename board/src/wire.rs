@@ -148,7 +148,7 @@ pub fn crc32(crc: u32, bytes: &[u8]) -> u32 {
     let byte = |c: u32, b: u8| t[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
     let mut c = !crc;
     // SAFETY: every 4 bytes are a valid u32. Whole words are read at
-    // aligned addresses, one load where assembling 4 bytes took 7
+    // aligned addresses: one load, where assembling 4 bytes takes 7
     // instructions (a hart need not load unaligned words).
     let (head, words, tail) = unsafe { bytes.align_to::<u32>() };
     for &b in head {

@@ -434,7 +434,7 @@ fn losses() {
 /// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
 /// it), measures the probe, stops the session and prints the ground truth.
 /// `ms()`: milliseconds on any clock of the board.
-fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
+fn demo(rx: &mut dyn CommandInput, timer: fn(bool), ms: fn() -> u64) {
     board::text("fgtrace board demo: send `record <ms> <hz>` or `flight <hz>`");
     let waited = ms();
     while !board::recording() {
@@ -464,7 +464,7 @@ fn demo(rx: &mut dyn Source, timer: fn(bool), ms: fn() -> u64) {
 
 /// The rounds with the sampling timer on, then the probe's cost measured
 /// while recording, the session stopped, and the cost measured again, off.
-fn rounds(rx: &mut dyn Source, timer: fn(bool)) {
+fn rounds(rx: &mut dyn CommandInput, timer: fn(bool)) {
     timer(true);
     let mut acc = 0u64;
     let mut rounds = 0;

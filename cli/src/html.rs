@@ -44,14 +44,14 @@ pub fn run(a: &HtmlArgs) -> Result<(), Option<String>> {
         2 * progress::file_len(&a.file),
         &format!("reading {name} (2 passes)"),
     );
-    let first = progress::open(&a.file, Some(&bar))
+    let first = progress::open_with_bar(&a.file, Some(&bar))
         .map_err(|e| Some(format!("{}: {e}", a.file.display())))?;
     let meta = first.meta().clone();
     let mut first = Some(first);
     let events = || -> Events {
         match first.take() {
             Some(r) => Box::new(r.events()),
-            None => match progress::open(&a.file, Some(&bar)) {
+            None => match progress::open_with_bar(&a.file, Some(&bar)) {
                 Ok(r) => Box::new(r.events()),
                 Err(e) => Box::new(std::iter::once(Err(e))),
             },

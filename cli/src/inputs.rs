@@ -12,17 +12,17 @@ pub type Events = Box<dyn Iterator<Item = Result<Event, TraceError>>>;
 
 /// Where the events come from: one file's reader (which a view may read
 /// thread by thread), or several files merged into one stream.
-pub enum Source {
+pub enum InputEvents {
     One(Box<crate::progress::Reader>),
     Merged(Events),
 }
 
-impl Source {
+impl InputEvents {
     /// The events in trace order.
     pub fn events(self) -> Events {
         match self {
-            Source::One(r) => Box::new(r.events()),
-            Source::Merged(e) => e,
+            InputEvents::One(r) => Box::new(r.events()),
+            InputEvents::Merged(e) => e,
         }
     }
 }
@@ -31,7 +31,7 @@ impl Source {
 /// name them in messages.
 pub struct Inputs {
     pub meta: TraceMeta,
-    pub source: Source,
+    pub source: InputEvents,
     /// The file, or `N files`.
     pub label: PathBuf,
     /// Several files were merged (samples left out).
@@ -39,13 +39,14 @@ pub struct Inputs {
 }
 
 /// Opens `files`; several are merged per function.
-pub fn open(files: &[PathBuf]) -> Result<Inputs, String> {
-    let open_one = |p: &Path| progress::open(p, None).map_err(|e| format!("{}: {e}", p.display()));
+pub fn open_inputs(files: &[PathBuf]) -> Result<Inputs, String> {
+    let open_one =
+        |p: &Path| progress::open_with_bar(p, None).map_err(|e| format!("{}: {e}", p.display()));
     if let [file] = files {
         let r = open_one(file)?;
         return Ok(Inputs {
             meta: r.meta().clone(),
-            source: Source::One(Box::new(r)),
+            source: InputEvents::One(Box::new(r)),
             label: file.clone(),
             merged: false,
         });
@@ -69,7 +70,7 @@ pub fn open(files: &[PathBuf]) -> Result<Inputs, String> {
     let streams: Vec<_> = readers.into_iter().map(|r| r.events()).collect();
     Ok(Inputs {
         meta,
-        source: Source::Merged(Box::new(merge.events(streams))),
+        source: InputEvents::Merged(Box::new(merge.events(streams))),
         label: PathBuf::from(format!("{} files", files.len())),
         merged: true,
     })

@@ -228,8 +228,8 @@ fn threads(v: &[String]) -> Vec<ThreadSel> {
     v.iter().map(|s| s.parse().expect("infallible")).collect()
 }
 
-fn open(path: &Path) -> Result<progress::Reader, String> {
-    progress::open(path, None).map_err(|e| match e {
+fn open_trace(path: &Path) -> Result<progress::Reader, String> {
+    progress::open_with_bar(path, None).map_err(|e| match e {
         TraceError::Io(e) => format!("{}: {}", path.display(), e),
         e => format!("{}: {}", path.display(), e),
     })
@@ -251,7 +251,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
     progress::set_enabled(!(streams && io::stdout().is_terminal()));
     match cli.cmd {
         Cmd::Graph(a) => {
-            let r = open(&a.file)?;
+            let r = open_trace(&a.file)?;
             let meta = r.meta().clone();
             let opts = GraphOptions {
                 thread_column: if a.thread_index {
@@ -271,7 +271,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 poll_values: if view::graph::PollValues::wanted(&meta) {
                     Some(std::sync::Arc::new(view::graph::PollValues::collect(
                         &meta,
-                        open(&a.file)?.events(),
+                        open_trace(&a.file)?.events(),
                     )))
                 } else {
                     None
@@ -282,7 +282,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         }
         Cmd::Report(a) => {
             let sort_by: Column = a.sort.parse().map_err(|e| Some(format!("--sort: {e}")))?;
-            let input = inputs::open(&a.files)?;
+            let input = inputs::open_inputs(&a.files)?;
             let meta = input.meta;
             if let Some(value) = &a.by {
                 let opts = view::by_value::ByValueOptions {
@@ -320,8 +320,8 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
             };
             let mut out = out;
             match input.source {
-                inputs::Source::One(r) => view::write_report_from(&meta, *r, &opts, &mut out),
-                inputs::Source::Merged(e) => view::write_report(&meta, e, &opts, &mut out),
+                inputs::InputEvents::One(r) => view::write_report_from(&meta, *r, &opts, &mut out),
+                inputs::InputEvents::Merged(e) => view::write_report(&meta, e, &opts, &mut out),
             }
             .map_err(|e| io_err(&input.label, e))?;
             if opts.style == ReportStyle::Json || input.merged {
@@ -333,7 +333,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
         }
         Cmd::Info { file, check } => {
             if check {
-                let r = open(&file)?;
+                let r = open_trace(&file)?;
                 let meta = r.meta().clone();
                 info(&file, &meta, Some(r), out).map_err(|e| io_err(&file, e))
             } else {

@@ -1,7 +1,7 @@
 //! `fgtrace plot`: one function's per-call durations as an SVG, its slowest
 //! calls with their call paths on stdout.
 
-use super::{io_err, open, threads};
+use super::{io_err, open_trace, threads};
 use fgtrace_view::plot::{
     durations_svg, growth, write_slowest, DurationsBuilder, PlotError, PlotOptions,
 };
@@ -41,7 +41,7 @@ pub struct PlotArgs {
 }
 
 pub fn run(a: &PlotArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
-    let r = open(&a.file)?;
+    let r = open_trace(&a.file)?;
     let meta = r.meta().clone();
     let opts = PlotOptions {
         function: a.function.clone(),

@@ -29,7 +29,7 @@ pub struct PprofArgs {
 /// Reads the whole trace before creating the output, so a failed export
 /// leaves no half-written profile behind.
 pub fn run(a: &PprofArgs) -> Result<(), Option<String>> {
-    let r = super::open(&a.file)?;
+    let r = super::open_trace(&a.file)?;
     let meta = r.meta().clone();
     let opts = PprofOptions {
         threads: super::threads(&a.threads),
@@ -81,7 +81,7 @@ pub fn report_samples(
 ) -> Result<(), Option<String>> {
     use fgtrace_view::sampled::{write_sampled, SampledOptions, SampledSort};
     use fgtrace_view::Column;
-    let r = super::open(file)?;
+    let r = super::open_trace(file)?;
     let meta = r.meta().clone();
     if meta.sampling.is_none() && meta.threads.iter().all(|t| t.samples == 0) {
         return Ok(());

@@ -32,7 +32,7 @@ fn multi() -> &'static MultiProgress {
     MULTI.get_or_init(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()))
 }
 
-/// A bar for `len` bytes labelled `what`; hidden until [`Counting`] reveals it.
+/// A bar for `len` bytes labelled `what`; hidden until [`CountingReader`] reveals it.
 pub fn bar(len: u64, what: &str) -> ProgressBar {
     let style = ProgressStyle::with_template(
         "{msg} [{bar:40.cyan/blue}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
@@ -45,7 +45,7 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
 }
 
 /// A reader that advances a bar by the bytes it reads.
-pub struct Counting<R> {
+pub struct CountingReader<R> {
     inner: R,
     bar: ProgressBar,
     /// Clear the bar on drop (false when several readers share one bar).
@@ -53,9 +53,9 @@ pub struct Counting<R> {
     revealed: bool,
 }
 
-impl<R> Counting<R> {
+impl<R> CountingReader<R> {
     pub fn new(inner: R, bar: ProgressBar, owns_bar: bool) -> Self {
-        Counting {
+        CountingReader {
             inner,
             bar,
             owns_bar,
@@ -64,7 +64,7 @@ impl<R> Counting<R> {
     }
 }
 
-impl<R: Read> Read for Counting<R> {
+impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.bar.inc(n as u64);
@@ -78,7 +78,7 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-impl<R> Drop for Counting<R> {
+impl<R> Drop for CountingReader<R> {
     fn drop(&mut self) {
         if self.owns_bar {
             self.bar.finish_and_clear();
@@ -87,12 +87,12 @@ impl<R> Drop for Counting<R> {
     }
 }
 
-/// What [`open`] returns: a trace reader over a counting file reader.
-pub type Reader = TraceReader<io::BufReader<Counting<File>>>;
+/// What [`open_with_bar`] returns: a trace reader over a counting file reader.
+pub type Reader = TraceReader<io::BufReader<CountingReader<File>>>;
 
 /// Opens a trace file with a bar of its own (`bar: None`) or advancing a
 /// shared one (which the caller then finishes).
-pub fn open(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError> {
+pub fn open_with_bar(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError> {
     let f = File::open(path)?;
     let (bar, owns) = match bar {
         Some(b) => (b.clone(), false),
@@ -107,7 +107,7 @@ pub fn open(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError
     };
     let again = f.try_clone()?;
     let r = TraceReader::with_file(
-        io::BufReader::with_capacity(1 << 16, Counting::new(f, bar, owns)),
+        io::BufReader::with_capacity(1 << 16, CountingReader::new(f, bar, owns)),
         again,
     )?;
     for w in &r.meta().warnings {

@@ -1,7 +1,7 @@
 //! `fgtrace flame`, `fgtrace chrome` and `fgtrace diff`: flag parsing into the
 //! library's options, one clear line on error.
 
-use super::{io_err, open, threads};
+use super::{io_err, open_trace, threads};
 use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::parallel;
 use fgtrace_trace::{TraceError, TraceMeta};
@@ -377,7 +377,7 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
                 .into(),
         ));
     }
-    let input = crate::inputs::open(&files)?;
+    let input = crate::inputs::open_inputs(&files)?;
     let meta = input.meta;
     let source = input.source;
     let kind = if input.merged {
@@ -442,10 +442,10 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
         match kind {
             Kind::Traced => {
                 (folded, read) = match source {
-                    crate::inputs::Source::One(r) => {
+                    crate::inputs::InputEvents::One(r) => {
                         FoldedBuilder::traced_from_reader(&meta, &fopts, *r)
                     }
-                    crate::inputs::Source::Merged(e) => {
+                    crate::inputs::InputEvents::Merged(e) => {
                         FoldedBuilder::traced_on_cores(&meta, &fopts, e)
                     }
                 };
@@ -481,7 +481,7 @@ fn run_offcpu_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<
             "--offcpu reads one file (off-CPU time is not merged)".into(),
         ));
     }
-    let r = open(&a.file)?;
+    let r = open_trace(&a.file)?;
     let meta = r.meta().clone();
     let opts = OffCpuFoldedOptions {
         per_thread: a.per_thread,
@@ -603,7 +603,7 @@ fn run_export(
         Box<dyn Write + '_>,
     ) -> Result<(), TraceError>,
 ) -> Result<(), Option<String>> {
-    let r = open(&a.file)?;
+    let r = open_trace(&a.file)?;
     let meta = r.meta().clone();
     let mut sym = Symbolizer::new(&meta.mappings);
     if let Some(why) = refuse_terminal {
@@ -623,7 +623,7 @@ fn run_export(
 }
 
 pub fn run_firefox(a: &FirefoxArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
-    let r = open(&a.file)?;
+    let r = open_trace(&a.file)?;
     let meta = r.meta().clone();
     let opts = FirefoxOptions {
         threads: threads(&a.threads),
@@ -683,7 +683,7 @@ pub fn run_diff(a: &DiffArgs, mut stdout: impl Write) -> Result<(), Option<Strin
     }
     // Both files are opened (and a recorded file's calls rebuilt) at once.
     // Each file gets half the cores, to be opened and then read with.
-    let (ra, rb) = parallel::both(|| open(&a.before), || open(&a.after));
+    let (ra, rb) = parallel::both(|| open_trace(&a.before), || open_trace(&a.after));
     let (ra, rb) = (ra?, rb?);
     let (ma, mb) = (ra.meta().clone(), rb.meta().clone());
     let (mut err_a, mut err_b) = (None, None);

@@ -6,7 +6,7 @@
 //!   `cntvct_el0`).
 //! * [`site`]: the static descriptor of an instrumented function, its cached
 //!   filter decision, and the lock-free registry that gives it an id.
-//! * [`control`]: the one word every probe loads first: session generation,
+//! * [`control_word`]: the one word every probe loads first: session generation,
 //!   session on, and the number of running captures.
 //! * [`probe`]: the per-thread (per-hart) state, shadow stack, entry/exit
 //!   guard and record writer: the hot path. What it cannot do without
@@ -26,7 +26,7 @@
 
 pub mod alloc;
 pub mod clock;
-pub mod control;
+pub mod control_word;
 pub mod probe;
 pub mod record;
 pub mod site;

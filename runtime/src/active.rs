@@ -137,9 +137,10 @@ pub(crate) fn watch_forks() {
 /// may take a lock another thread held at the fork).
 #[cfg(unix)]
 extern "C" fn in_forked_child() {
-    if fgtrace_core::control::session_is_on() || ACTIVE.try_read().is_none_or(|a| a.is_some()) {
+    if fgtrace_core::control_word::session_is_on() || ACTIVE.try_read().is_none_or(|a| a.is_some())
+    {
         FORKED.store(true, SeqCst);
-        fgtrace_core::control::session_off();
+        fgtrace_core::control_word::session_off();
         #[cfg(target_os = "linux")]
         crate::sampler::forked_child();
     }

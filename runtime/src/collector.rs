@@ -12,8 +12,8 @@ use crate::buffer::{self, Batch, Outlet};
 use crate::config::{Config, Filters};
 use crate::recorder;
 use crossbeam_channel::{bounded, Receiver};
-use fgtrace_core::control;
-use fgtrace_trace::build::{Recorded, RecordedThread, Source};
+use fgtrace_core::control_word;
+use fgtrace_trace::build::{CallStore, Recorded, RecordedThread};
 use fgtrace_trace::clock::{self, Calibration, ClockPoint};
 use fgtrace_trace::recorded::RawSample;
 use fgtrace_trace::{RecordMode, ThreadInfo, Trace, TraceMeta};
@@ -151,7 +151,7 @@ impl Session {
         if slot.is_some() {
             return Err(Error::AlreadyRunning);
         }
-        let gen = NEXT_GEN.fetch_add(1, Relaxed) & control::GEN_MASK;
+        let gen = NEXT_GEN.fetch_add(1, Relaxed) & control_word::GEN_MASK;
         let flight = config.mode == RecordMode::FlightRecorder;
         let capacity = if flight {
             // One slot more than kept: the slot a call open at stop may be
@@ -294,7 +294,7 @@ impl Session {
         *slot = Some(active.clone());
         drop(slot);
         crate::active::FORKED.store(false, SeqCst);
-        control::session_on(gen);
+        control_word::session_on(gen);
         Ok(Session {
             active,
             cal,
@@ -311,14 +311,14 @@ impl Session {
 
     /// Pauses recording (ftrace's `tracing_on = 0`); probes cost one load and a branch.
     pub fn pause(&self) {
-        control::session_off();
+        control_word::session_off();
     }
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
         // Not in a forked child: the session is the parent's.
         if self.pid == std::process::id() {
-            control::session_on(self.active.gen);
+            control_word::session_on(self.active.gen);
         }
     }
 
@@ -336,7 +336,7 @@ impl Session {
             return Err(self.forsake());
         }
         let end = ClockPoint::now();
-        control::session_off();
+        control_word::session_off();
         ACTIVE.write().take();
         // Close every buffer before the collector stops and the channel is
         // drained: a handoff either sent its batch before (drained below)
@@ -449,7 +449,7 @@ impl Session {
                     .collect();
                 Ok(Trace::from_source(
                     meta,
-                    Source::Memory(Recorded {
+                    CallStore::Memory(Recorded {
                         ticks_per_ns: self.cal.ticks_per_ns,
                         threads,
                     }),
@@ -463,7 +463,7 @@ impl Session {
                     )));
                 }
                 match o.w.finish(&meta) {
-                    Ok(_) => Ok(Trace::from_source(meta, Source::File(o.path))),
+                    Ok(_) => Ok(Trace::from_source(meta, CallStore::File(o.path))),
                     Err(e) => Err(Error::Output(format!(
                         "finishing {} failed: {e}",
                         o.path.display()
@@ -480,7 +480,7 @@ impl Session {
     /// are forgotten, the session slot is freed if nobody held its lock at
     /// the fork (so the child can start a session of its own).
     fn forsake(&mut self) -> Error {
-        control::session_off();
+        control_word::session_off();
         if let Some(h) = self.collector.take() {
             std::mem::forget(h);
         }

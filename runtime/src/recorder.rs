@@ -9,8 +9,8 @@
 
 use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
-use fgtrace_core::probe::Counter;
-use fgtrace_core::probe::{self as core_probe, Frame, Hooks, ThreadState};
+use fgtrace_core::probe::CounterReader;
+use fgtrace_core::probe::{self as core_probe, Hooks, ShadowFrame, ThreadState};
 use fgtrace_core::record::AllocCounts;
 use fgtrace_core::site::{Decision, Site};
 use std::ptr;
@@ -34,14 +34,14 @@ pub(crate) fn install() {
 /// thread exits).
 pub(crate) static LIVE_STACKS: AtomicUsize = AtomicUsize::new(0);
 
-fn alloc_frames(n: u32) -> *mut Frame {
+fn alloc_frames(n: u32) -> *mut ShadowFrame {
     LIVE_STACKS.fetch_add(1, Relaxed);
-    Box::into_raw(vec![Frame::ZERO; n as usize].into_boxed_slice()) as *mut Frame
+    Box::into_raw(vec![ShadowFrame::ZERO; n as usize].into_boxed_slice()) as *mut ShadowFrame
 }
 
 /// # Safety
 /// `frames` came from `alloc_frames(n)`.
-unsafe fn free_frames(frames: *mut Frame, n: u32) {
+unsafe fn free_frames(frames: *mut ShadowFrame, n: u32) {
     if !frames.is_null() {
         LIVE_STACKS.fetch_sub(1, Relaxed);
         drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
@@ -73,14 +73,14 @@ unsafe fn free_alloc_counts(a: *mut AllocCounts, n: u32) {
 struct SessionCounter {
     which: crate::pmu::Counter,
     _open: crate::pmu::SelfCounter,
-    core: Box<Counter>,
+    core: Box<CounterReader>,
 }
 
 impl Drop for SessionCounter {
     fn drop(&mut self) {
         // The thread is exiting: no probe of it may read the counter after
         // its fd closes.
-        let me: *const Counter = &*self.core;
+        let me: *const CounterReader = &*self.core;
         // SAFETY: this thread's state, outside any probe (TLS teardown).
         unsafe {
             core_probe::with_thread_state(|st| {
@@ -98,18 +98,18 @@ std::thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// [`crate::pmu::read_self`] as the core's [`Counter`] calls it.
-unsafe fn read_session_counter(c: &Counter) -> u64 {
+/// [`crate::pmu::read_self`] as the core's [`CounterReader`] calls it.
+unsafe fn read_session_counter(c: &CounterReader) -> u64 {
     crate::pmu::read_self(c.page, c.fd)
 }
 
-unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+unsafe fn uncounted_plain(_: &CounterReader, f: &mut dyn FnMut()) {
     f()
 }
 
 /// This thread's counter `which` for the core, opened if needed; null when
 /// it cannot be opened here (the thread's calls then carry no delta).
-fn session_counter(which: crate::pmu::Counter) -> *const Counter {
+fn session_counter(which: crate::pmu::Counter) -> *const CounterReader {
     SESSION_COUNTER
         .try_with(|sc| {
             let mut sc = sc.borrow_mut();
@@ -118,7 +118,7 @@ fn session_counter(which: crate::pmu::Counter) -> *const Counter {
                     .ok()
                     .map(|open| SessionCounter {
                         which,
-                        core: Box::new(Counter {
+                        core: Box::new(CounterReader {
                             read: read_session_counter,
                             page: open.page as *const u8,
                             fd: open.fd,
@@ -128,7 +128,7 @@ fn session_counter(which: crate::pmu::Counter) -> *const Counter {
                     });
             }
             sc.as_ref()
-                .map_or(ptr::null(), |c| &*c.core as *const Counter)
+                .map_or(ptr::null(), |c| &*c.core as *const CounterReader)
         })
         .unwrap_or(ptr::null())
 }
@@ -254,7 +254,12 @@ fn uncounted(f: &mut dyn FnMut()) {
     {
         let counter = EXTRA.with(|x| {
             // SAFETY: this thread's extras; read only.
-            unsafe { (*x.get()).counter.as_deref().map(|c| c as *const Counter) }
+            unsafe {
+                (*x.get())
+                    .counter
+                    .as_deref()
+                    .map(|c| c as *const CounterReader)
+            }
         });
         if let Some(c) = counter {
             // SAFETY: the counter lives as long as the capture in place.
@@ -378,7 +383,7 @@ pub use captures::*;
 mod captures {
     use super::*;
     use crate::thread;
-    use fgtrace_core::control;
+    use fgtrace_core::control_word;
     use fgtrace_core::probe::GEN_CAPTURE;
 
     /// Capture buffers: large enough that most captures never hand off.
@@ -388,7 +393,7 @@ mod captures {
     pub(super) struct CaptureExtra {
         /// The thread's counter (see `testing::counters`), boxed so the core
         /// can point at it; `None`: no counters.
-        pub(super) counter: Option<Box<Counter>>,
+        pub(super) counter: Option<Box<CounterReader>>,
         /// Counter deltas, parallel to the record buffer (`CAPTURE_BUFFER` slots).
         side: Option<Box<[u64]>>,
         /// Full record buffers handed off so far, oldest first.
@@ -462,8 +467,8 @@ mod captures {
     pub struct CounterSrc {
         pub page: *const u8,
         pub fd: i32,
-        pub read: unsafe fn(&Counter) -> u64,
-        pub uncounted: unsafe fn(&Counter, &mut dyn FnMut()),
+        pub read: unsafe fn(&CounterReader) -> u64,
+        pub uncounted: unsafe fn(&CounterReader, &mut dyn FnMut()),
     }
 
     /// What a capture recorded on one thread.
@@ -494,9 +499,9 @@ mod captures {
     pub fn capture_begin(stack_depth: u32, counters: Option<CounterSrc>) -> SavedState {
         install();
         assert!(
-            control::capture_begin(),
+            control_word::capture_begin(),
             "more than {} fgtrace captures at once",
-            control::MAX_CAPTURES
+            control_word::MAX_CAPTURES
         );
         let mut st = ThreadState::EMPTY;
         st.frames = alloc_frames(stack_depth);
@@ -523,7 +528,7 @@ mod captures {
         let mut extra = CaptureExtra::EMPTY;
         extra.shared = Some(shared);
         if let Some(c) = counters {
-            let counter = Box::new(Counter {
+            let counter = Box::new(CounterReader {
                 read: c.read,
                 page: c.page,
                 fd: c.fd,
@@ -602,7 +607,7 @@ mod captures {
             free_alloc_counts(p.st.allocs, p.st.stack_cap);
         }
         let overruns = shared.overruns.load(Relaxed) as u64;
-        control::capture_end();
+        control_word::capture_end();
         CaptureOut {
             records,
             overruns,

@@ -32,7 +32,7 @@ pub const UNKNOWN: &str = "[unknown]";
 /// inlined there: innermost first, the last one (`inlined == false`) is the
 /// function the machine code belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct ResolvedFrame {
     /// Demangled function name (Rust without the hash), `[unknown]`, or a
     /// pseudo-mapping such as `[vdso]`.
     pub name: String,
@@ -44,9 +44,9 @@ pub struct Frame {
     pub inlined: bool,
 }
 
-impl Frame {
-    fn named(name: impl Into<String>) -> Frame {
-        Frame {
+impl ResolvedFrame {
+    fn named(name: impl Into<String>) -> ResolvedFrame {
+        ResolvedFrame {
             name: name.into(),
             file: None,
             line: None,
@@ -67,7 +67,7 @@ pub struct Symbolizer {
     maps: Vec<Mapping>,
     /// Per path; `None` once the file was found unusable (and warned about).
     files: HashMap<String, Option<Binary>>,
-    cache: HashMap<(u64, bool), Box<[Frame]>>,
+    cache: HashMap<(u64, bool), Box<[ResolvedFrame]>>,
     records: HashMap<(u64, bool), Option<bool>>,
     warnings: Vec<String>,
     verbose: bool,
@@ -124,7 +124,7 @@ impl Symbolizer {
     /// The frames at `addr`, innermost first. `is_return_address`: `addr` was
     /// found on the stack (every frame of a sample but the first), so the call
     /// is the instruction before it: look up `addr - 1`.
-    pub fn frames(&mut self, addr: u64, is_return_address: bool) -> &[Frame] {
+    pub fn frames(&mut self, addr: u64, is_return_address: bool) -> &[ResolvedFrame] {
         let key = (addr, is_return_address);
         if !self.cache.contains_key(&key) {
             let frames = self.resolve(addr, is_return_address).into_boxed_slice();
@@ -135,7 +135,7 @@ impl Symbolizer {
 
     /// A whole sampled stack (`Sample::frames`: the interrupted PC, then
     /// return addresses), inlined frames expanded, innermost first.
-    pub fn stack(&mut self, addrs: &[u64]) -> Vec<Frame> {
+    pub fn stack(&mut self, addrs: &[u64]) -> Vec<ResolvedFrame> {
         let mut out = Vec::with_capacity(addrs.len());
         for (i, &a) in addrs.iter().enumerate() {
             out.extend_from_slice(self.frames(a, i > 0));
@@ -163,17 +163,17 @@ impl Symbolizer {
         &self.warnings
     }
 
-    fn unknown(&self, at: Option<(&str, u64)>, addr: u64) -> Vec<Frame> {
+    fn unknown(&self, at: Option<(&str, u64)>, addr: u64) -> Vec<ResolvedFrame> {
         if !self.verbose {
-            return vec![Frame::named(UNKNOWN)];
+            return vec![ResolvedFrame::named(UNKNOWN)];
         }
-        vec![Frame::named(match at {
+        vec![ResolvedFrame::named(match at {
             Some((path, off)) => format!("{UNKNOWN} {path}+{off:#x}"),
             None => format!("{UNKNOWN} {addr:#x}"),
         })]
     }
 
-    fn resolve(&mut self, addr: u64, is_return_address: bool) -> Vec<Frame> {
+    fn resolve(&mut self, addr: u64, is_return_address: bool) -> Vec<ResolvedFrame> {
         let probe = if is_return_address {
             addr.saturating_sub(1)
         } else {
@@ -183,7 +183,7 @@ impl Symbolizer {
             return self.unknown(None, addr);
         };
         if m.path.starts_with('[') {
-            return vec![Frame::named(m.path.clone())];
+            return vec![ResolvedFrame::named(m.path.clone())];
         }
         // `probe >= m.start` (it is in the mapping); the offset comes from
         // the trace file and may be anything.
@@ -274,7 +274,7 @@ impl Symbolizer {
 
 /// fgtrace's own probe (`fgtrace_core::probe`), by name or, for inlined
 /// frames named without their path, by source file.
-fn is_probe_frame(f: &Frame) -> bool {
+fn is_probe_frame(f: &ResolvedFrame) -> bool {
     if f.name.contains("fgtrace_core::probe::") {
         return true;
     }
@@ -543,9 +543,9 @@ impl Binary {
         (off - l.offset).checked_add(l.vaddr)
     }
 
-    fn lookup(&self, va: u64) -> Vec<Frame> {
+    fn lookup(&self, va: u64) -> Vec<ResolvedFrame> {
         // (raw DWARF name, frame): names are picked once the outermost is known.
-        let mut found: Vec<(Option<String>, Frame)> = Vec::new();
+        let mut found: Vec<(Option<String>, ResolvedFrame)> = Vec::new();
         // addr2line computes `va + 1` (and panics on overflow in debug
         // builds); no code can start at the last address anyway.
         let dwarf = self.dwarf.as_ref().filter(|_| va < u64::MAX);
@@ -559,7 +559,7 @@ impl Binary {
                 };
                 found.push((
                     raw,
-                    Frame {
+                    ResolvedFrame {
                         name: String::new(),
                         file,
                         line,
@@ -570,7 +570,7 @@ impl Binary {
         }
         let symbol = || self.symbols.lookup(va).map(demangle);
         let last = found.len().saturating_sub(1);
-        let mut out: Vec<Frame> = Vec::with_capacity(found.len());
+        let mut out: Vec<ResolvedFrame> = Vec::with_capacity(found.len());
         for (i, (raw, mut f)) in found.into_iter().enumerate() {
             f.inlined = i < last;
             f.name = pick_name(raw.as_deref(), i == last, symbol);
@@ -584,7 +584,7 @@ impl Binary {
         if out.is_empty() {
             if let Some(name) = symbol() {
                 let loc = dwarf.and_then(|d| d.find_location(va).ok().flatten());
-                let mut f = Frame {
+                let mut f = ResolvedFrame {
                     name,
                     file: loc.as_ref().and_then(|l| l.file.map(str::to_owned)),
                     line: loc.and_then(|l| l.line),
@@ -602,7 +602,7 @@ impl Binary {
     /// A line-table row with line 0 (code the compiler attributes to no line,
     /// whose file name means nothing either): the nearest row before `va` in
     /// the same function that has a real line, as `addr2line` and `perf` show.
-    fn nearest_line(&self, va: u64, f: &mut Frame) {
+    fn nearest_line(&self, va: u64, f: &mut ResolvedFrame) {
         let (Some(dwarf), Some(start)) = (&self.dwarf, self.symbols.segment_start(va)) else {
             return;
         };
@@ -742,7 +742,7 @@ mod tests {
 
     #[test]
     fn probe_frames_are_known_by_name_or_by_source_file() {
-        let f = |name: &str, file: Option<&str>| Frame {
+        let f = |name: &str, file: Option<&str>| ResolvedFrame {
             name: name.into(),
             file: file.map(Into::into),
             line: None,

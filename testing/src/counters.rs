@@ -11,7 +11,7 @@
 //! Each read is expensive inside a VM that traps `rdpmc` (about 8 µs here), so
 //! counters are off unless a capture asks for them.
 
-use fgtrace_core::probe::{self as core_probe, Counter};
+use fgtrace_core::probe::{self as core_probe, CounterReader};
 use fgtrace_core::site::Site;
 use fgtrace_runtime::recorder::{self, CounterSrc};
 use std::cell::RefCell;
@@ -190,13 +190,13 @@ pub(crate) unsafe fn read(page: *const u8, fd: i32) -> u64 {
     .wrapping_sub(EXCLUDED.with(|e| e.get()))
 }
 
-/// [`read`] as the core's [`Counter`] calls it.
-unsafe fn read_counter(c: &Counter) -> u64 {
+/// [`read`] as the core's [`CounterReader`] calls it.
+unsafe fn read_counter(c: &CounterReader) -> u64 {
     read(c.page, c.fd)
 }
 
-/// [`uncounted`] as the core's [`Counter`] calls it.
-unsafe fn uncounted_counter(c: &Counter, f: &mut dyn FnMut()) {
+/// [`uncounted`] as the core's [`CounterReader`] calls it.
+unsafe fn uncounted_counter(c: &CounterReader, f: &mut dyn FnMut()) {
     uncounted(c.page, c.fd, f)
 }
 

@@ -65,7 +65,7 @@
 //! **Markers.** With `fgtrace::tracing`'s layer or subscriber, `tracing`
 //! events are instant markers: [`Capture::markers`] by the event's name,
 //! [`Capture::markers_inside`] by the call they happened in, each a
-//! [`Marker`] with its time, depth, enclosing call and values.
+//! [`CapturedMarker`] with its time, depth, enclosing call and values.
 //!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
@@ -86,9 +86,9 @@ mod values;
 
 pub use captured::{Capture, CounterCheck};
 pub use counters::{CounterStatus, Counters};
-pub use markers::Marker;
+pub use markers::CapturedMarker;
 pub use runs::{Runs, Stat, Summary};
-pub use values::{CallValues, Growth, Measure, GROWTH_TOLERANCE};
+pub use values::{CapturedCall, Growth, Measure, GROWTH_TOLERANCE};
 
 /// A test's performance budget as an attribute: the test body runs inside a
 /// capture, then every limit is checked, and a failure shows the offending

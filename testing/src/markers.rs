@@ -6,9 +6,10 @@ use super::captured::{ns, Capture, MarkerRecord};
 use fgtrace_trace::Value;
 use std::time::Duration;
 
-/// One instant marker (a `tracing` event such as `info!(n = 3, "..")`).
+/// One instant marker in a capture (a `tracing` event such as
+/// `info!(n = 3, "..")`), with where and when it happened.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Marker {
+pub struct CapturedMarker {
     /// Its site's name: the event's `name:` if it has one, else `tracing`'s
     /// `event file:line`.
     pub name: String,
@@ -25,7 +26,7 @@ pub struct Marker {
     pub values: Vec<(String, Value)>,
 }
 
-impl Marker {
+impl CapturedMarker {
     /// The value of the field `name`.
     pub fn get(&self, name: &str) -> Option<Value> {
         self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
@@ -38,7 +39,7 @@ impl Capture {
     /// is the `name:` it was given (`info!(name: "cache_miss", ..)`), else
     /// `tracing`'s own `event file:line`; [`Capture::markers_inside`] finds
     /// events by the call they happened in instead.
-    pub fn markers(&self, name: &str) -> Vec<Marker> {
+    pub fn markers(&self, name: &str) -> Vec<CapturedMarker> {
         let mask = self.site_mask(name);
         self.markers
             .iter()
@@ -48,13 +49,13 @@ impl Capture {
     }
 
     /// Every instant marker, in trace order.
-    pub fn all_markers(&self) -> Vec<Marker> {
+    pub fn all_markers(&self) -> Vec<CapturedMarker> {
         self.markers.iter().map(|m| self.marker(m)).collect()
     }
 
     /// The instant markers that happened directly inside a call of `call`
     /// (not in its callees), in trace order.
-    pub fn markers_inside(&self, call: &str) -> Vec<Marker> {
+    pub fn markers_inside(&self, call: &str) -> Vec<CapturedMarker> {
         let mask = self.site_mask(call);
         self.markers
             .iter()
@@ -66,10 +67,10 @@ impl Capture {
             .collect()
     }
 
-    fn marker(&self, m: &MarkerRecord) -> Marker {
+    fn marker(&self, m: &MarkerRecord) -> CapturedMarker {
         let meta = self.trace.meta();
         let site = meta.sites.get(m.marker.site as usize);
-        Marker {
+        CapturedMarker {
             name: site.map_or_else(String::new, |s| s.name.clone()),
             module_path: site.map_or_else(String::new, |s| s.module_path.clone()),
             at: ns(m.marker.ts_ns),

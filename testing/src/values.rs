@@ -6,9 +6,10 @@ use fgtrace_trace::Value;
 use fgtrace_view::growth::{fit_power, furthest_above, Fit};
 use std::time::Duration;
 
-/// One call's recorded values, with what it cost.
+/// One call in a capture: its recorded values and what it cost (what
+/// [`Capture::values`] returns).
 #[derive(Clone, Debug, PartialEq)]
-pub struct CallValues {
+pub struct CapturedCall {
     /// Inclusive duration (for an `async fn`: first poll to completion).
     pub duration: Duration,
     /// `(name, value)` in the order the attribute names them (`ret` last).
@@ -21,7 +22,7 @@ pub struct CallValues {
     strings: std::sync::Arc<[String]>,
 }
 
-impl CallValues {
+impl CapturedCall {
     /// The value named `name`.
     pub fn get(&self, name: &str) -> Option<Value> {
         self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
@@ -39,7 +40,7 @@ impl CallValues {
         Some(self.get(name)?.shown(&self.strings).to_string())
     }
 
-    /// `name=value` for each value, as [`CallValues::shown`] prints them.
+    /// `name=value` for each value, as [`CapturedCall::shown`] prints them.
     pub fn pairs(&self) -> Vec<String> {
         self.values
             .iter()
@@ -95,7 +96,7 @@ pub const GROWTH_TOLERANCE: f64 = 0.25;
 impl Capture {
     /// Each call of the functions `name` matches that recorded values (for
     /// an `async fn`, each whole future), in trace order.
-    pub fn values(&self, name: &str) -> Vec<CallValues> {
+    pub fn values(&self, name: &str) -> Vec<CapturedCall> {
         let mask = self.site_mask(name);
         let sites = &self.trace.meta().sites;
         let strings: std::sync::Arc<[String]> = self.trace.meta().strings.clone().into();
@@ -117,7 +118,7 @@ impl Capture {
                 continue;
             }
             if sites[s.call.site as usize].values.is_empty() {
-                out.push(CallValues {
+                out.push(CapturedCall {
                     duration: ns(s.call.dur_ns),
                     values: Vec::new(),
                     allocations: s.allocs.map(|a| a.allocs),
@@ -129,7 +130,7 @@ impl Capture {
             let Some(v) = self.span_values.get(&i) else {
                 continue;
             };
-            out.push(CallValues {
+            out.push(CapturedCall {
                 duration: ns(s.call.dur_ns),
                 values: named(s.call.site, v),
                 allocations: s.allocs.map(|a| a.allocs),
@@ -142,7 +143,7 @@ impl Capture {
                 continue;
             }
             if let Some(v) = self.future_values.get(&i) {
-                out.push(CallValues {
+                out.push(CapturedCall {
                     duration: ns(f.dur_ns),
                     values: named(f.site, v),
                     allocations: None,
@@ -189,7 +190,7 @@ impl Capture {
                 "assert_growth: no call of `{name}` recorded values"
             ));
         }
-        let y = |c: &CallValues| -> Option<f64> {
+        let y = |c: &CapturedCall| -> Option<f64> {
             match measure {
                 Measure::Duration => Some(c.duration.as_nanos() as f64),
                 Measure::Allocations => c.allocations.map(|a| a as f64),

@@ -282,19 +282,19 @@ pub use rebuild::{build_thread, ThreadBuilder};
 
 /// Where a trace's calls are until something reads them.
 #[derive(Debug)]
-pub enum Source {
+pub enum CallStore {
     /// Kept by the session in memory.
     Memory(Recorded),
     /// Written to this file while recording (`Config::output`).
     File(std::path::PathBuf),
 }
 
-impl Source {
+impl CallStore {
     /// The pre-order chunks views read.
     pub fn chunks(&self, meta: &TraceMeta) -> Result<Vec<Chunk>, TraceError> {
         match self {
-            Source::Memory(r) => r.build(meta.sites.len(), &meta.counters),
-            Source::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
+            CallStore::Memory(r) => r.build(meta.sites.len(), &meta.counters),
+            CallStore::File(p) => Ok(super::Trace::load(p)?.into_chunks()),
         }
     }
 }

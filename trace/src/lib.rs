@@ -608,7 +608,7 @@ impl Event {
 pub struct Trace {
     pub meta: TraceMeta,
     chunks: std::sync::OnceLock<Vec<encoding::Chunk>>,
-    source: Option<std::sync::Arc<build::Source>>,
+    source: Option<std::sync::Arc<build::CallStore>>,
     /// Where a loaded file was damaged (`None`: read whole, or built here).
     pub damage: Option<Damage>,
 }
@@ -650,7 +650,7 @@ impl Trace {
     }
 
     /// A trace whose events are built from `source` when first read.
-    pub fn from_source(meta: TraceMeta, source: build::Source) -> Trace {
+    pub fn from_source(meta: TraceMeta, source: build::CallStore) -> Trace {
         Trace {
             meta,
             chunks: std::sync::OnceLock::new(),

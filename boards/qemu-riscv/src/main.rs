@@ -9,7 +9,7 @@
 //! `truth NAME CALLS` at the end.
 //!
 //! Board support, all in this file: the UART at 0x1000_0000 (a 16550,
-//! FIFOs on) is the sink and the command source, the CLINT timer interrupt
+//! FIFOs on) is the sink and the command input, the CLINT timer interrupt
 //! drives the sampler, the SiFive test device at 0x10_0000 ends the run;
 //! the probe's clock is `mcycle` (the timer's is `mtime`). Every hart but
 //! the first parks (`wfi`) at `_start`, before touching memory; the `harts2`
@@ -22,7 +22,7 @@
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use fgtrace::runtime::{self as board, Board, Sink, Source};
+use fgtrace::runtime::{self as board, Board, CommandInput, Sink};
 
 // ------------------------------------------------------------ board support
 
@@ -75,7 +75,7 @@ impl Sink for Uart {
     }
 }
 
-impl Source for Uart {
+impl CommandInput for Uart {
     fn read(&mut self) -> Option<u8> {
         // SAFETY: the 16550's line status and receive registers.
         unsafe {

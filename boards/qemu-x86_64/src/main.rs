@@ -8,7 +8,7 @@
 //! Board support, all in this file: qemu enters `_start32` in 32-bit
 //! protected mode (the PVH note); it identity-maps the first 1 GiB, switches
 //! to long mode and calls `firmware_main`. COM1 (port 0x3f8, a 16550, FIFOs
-//! on) is the sink and the command source; the PIT's channel 0 through the legacy PIC
+//! on) is the sink and the command input; the PIT's channel 0 through the legacy PIC
 //! (IRQ 0 at vector 32) drives the sampler; `isa-debug-exit` at port 0xf4
 //! ends the run; the probe's clock is the TSC.
 #![no_std]
@@ -18,7 +18,7 @@
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use fgtrace::runtime::{self as board, Board, Sink, Source};
+use fgtrace::runtime::{self as board, Board, CommandInput, Sink};
 
 // ------------------------------------------------------------ board support
 
@@ -80,7 +80,7 @@ impl Sink for Com1 {
     }
 }
 
-impl Source for Com1 {
+impl CommandInput for Com1 {
     fn read(&mut self) -> Option<u8> {
         (inb(COM1 + 5) & 1 != 0).then(|| inb(COM1))
     }

@@ -7,7 +7,7 @@ use super::{
     ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
-use crate::control::{self, CONTROL, ON_MASK, SESSION_ON};
+use crate::control_word::{self, CONTROL, ON_MASK, SESSION_ON};
 use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
 use crate::site::{Decision, Site};
 use core::future::Future;
@@ -26,7 +26,7 @@ pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Op
     let (id, d) = if st.capture {
         (capture_site_id(site, false), Decision::Record)
     } else {
-        let gen = control::generation(c);
+        let gen = control_word::generation(c);
         if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
             return None;
         }

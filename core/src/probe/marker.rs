@@ -11,7 +11,7 @@ use super::future::kept_site;
 use super::values::write_values;
 use super::{with_state, write};
 use crate::clock::ticks;
-use crate::control::{CONTROL, ON_MASK};
+use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, kind, RawCall};
 use crate::site::Site;
 use crate::values::RawValue;

@@ -3,6 +3,8 @@
 //! code inside themselves.
 
 use super::*;
+use crate::control_word;
+use crate::record::{kind, MAX_SITES};
 use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU32};
 use core::task::{Context, Poll};
@@ -21,7 +23,7 @@ std::thread_local! {
     /// The count-only table `join` gives this thread (null: none).
     static COUNT_TABLE: Cell<*const CountWord> = const { Cell::new(core::ptr::null()) };
     /// The per-call counter `join` gives this thread (null: none).
-    static COUNTER: Cell<*const Counter> = const { Cell::new(core::ptr::null()) };
+    static COUNTER: Cell<*const CounterReader> = const { Cell::new(core::ptr::null()) };
 }
 
 static INNER: Site = Site::new("inner", "t", "t.rs", 1, false);
@@ -39,7 +41,7 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     reenter();
     JOINS.fetch_add(1, Relaxed);
     if st.frames.is_null() {
-        st.frames = Box::leak(std::vec![Frame::ZERO; 16].into_boxed_slice()).as_mut_ptr();
+        st.frames = Box::leak(std::vec![ShadowFrame::ZERO; 16].into_boxed_slice()).as_mut_ptr();
         st.stack_cap = 16;
     }
     let buf = Box::leak(std::vec![RawCall::default(); CAP].into_boxed_slice());
@@ -95,7 +97,7 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 fn start() {
     if !STARTED.swap(true, SeqCst) {
         install_hooks(&HOOKS_FOR_TESTS);
-        control::session_on(3);
+        control_word::session_on(3);
     }
 }
 
@@ -415,17 +417,17 @@ fn count_only_composes_with_a_per_call_counter() {
     use crate::record::ext;
     use core::sync::atomic::AtomicU64;
     static READS: AtomicU64 = AtomicU64::new(0);
-    unsafe fn read(_: &Counter) -> u64 {
+    unsafe fn read(_: &CounterReader) -> u64 {
         READS.fetch_add(100, Relaxed) + 100
     }
-    unsafe fn uncounted_plain(_: &Counter, f: &mut dyn FnMut()) {
+    unsafe fn uncounted_plain(_: &CounterReader, f: &mut dyn FnMut()) {
         f()
     }
     static TINY: Site = Site::new("auto_counted_tiny", "t", "t.rs", 110, false);
     static OTHER: Site = Site::new("auto_counted_other", "t", "t.rs", 111, false);
     on_own_thread(|| {
         let table = give_count_table();
-        let ctr: &'static Counter = Box::leak(Box::new(Counter {
+        let ctr: &'static CounterReader = Box::leak(Box::new(CounterReader {
             read,
             page: core::ptr::null(),
             fd: -1,

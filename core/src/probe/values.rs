@@ -14,7 +14,7 @@ use super::{
     enter_not_lean, enter_on, exit, stack_pointer, with_state, write, Guard, ThreadState, F_POLL,
 };
 use crate::clock::ticks;
-use crate::control::{CONTROL, ON_MASK};
+use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, RawCall};
 use crate::site::Site;
 use crate::values::RawValue;

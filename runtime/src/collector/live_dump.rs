@@ -5,7 +5,7 @@ use super::gathered::{meta_of, Gathered};
 use crate::active::Active;
 use crate::buffer::{self, Batch, RawCall};
 use crossbeam_channel::Receiver;
-use fgtrace_trace::build::{self, Recorded, RecordedThread, Source};
+use fgtrace_trace::build::{self, CallStore, Recorded, RecordedThread};
 use fgtrace_trace::clock::ClockPoint;
 use fgtrace_trace::recorded::RawEncoder;
 use fgtrace_trace::{ThreadInfo, Trace, TraceMeta};
@@ -165,7 +165,7 @@ fn dumped_trace(
     );
     Trace::from_source(
         meta,
-        Source::Memory(Recorded {
+        CallStore::Memory(Recorded {
             ticks_per_ns: cal.ticks_per_ns,
             threads: recorded,
         }),

@@ -51,7 +51,7 @@ fn a_failed_collector_spawn_leaves_no_session_running() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("started without a collector"),
     }
-    assert!(!control::session_is_on());
+    assert!(!control_word::session_is_on());
     let s = Session::start(Config::builtin()).expect("a later session starts");
     s.stop().unwrap();
 }

@@ -2,7 +2,7 @@
 //! `fgtrace ctl PID status|start|stop|dump`, `fgtrace ps`.
 //!
 //! (The recording core's control *word*, which probes load, is
-//! [`fgtrace::core::control`](fgtrace_core::control); this module is the
+//! [`fgtrace::core::control_word`](fgtrace_core::control_word); this module is the
 //! control *endpoint* a process opens for tools outside it.)
 //!
 //! Opt-in: [`listen()`] in the program, or `FGTRACE_CONTROL` in its

@@ -50,7 +50,7 @@ use std::fmt;
 
 /// What drives the samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum SampleSource {
     /// Per-thread CPU-time timer, frame-pointer walk in a signal handler.
     Timer,
     /// Per-thread wall-clock timer (samples blocked threads too: off-CPU time).
@@ -80,7 +80,8 @@ pub enum Backend {
 /// `FGTRACE_SAMPLE=<source>[:<rate>]` in the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sampling {
-    pub source: Source,
+    /// What drives the samples.
+    pub source: SampleSource,
     /// Hz for clock sources; events per sample (the period) for counted events.
     pub rate: u64,
     /// Samples buffered per thread between drains (or kept, in ring mode).
@@ -96,7 +97,7 @@ impl Sampling {
     /// CPU-time sampling at `hz` per thread.
     pub fn timer(hz: u64) -> Sampling {
         Sampling {
-            source: Source::Timer,
+            source: SampleSource::Timer,
             rate: hz.max(1),
             buffer: 4096,
             ring: false,
@@ -106,7 +107,7 @@ impl Sampling {
     /// Wall-clock sampling at `hz` per thread.
     pub fn wall(hz: u64) -> Sampling {
         Sampling {
-            source: Source::Wall,
+            source: SampleSource::Wall,
             ..Sampling::timer(hz)
         }
     }
@@ -115,7 +116,7 @@ impl Sampling {
     #[cfg(target_os = "linux")]
     pub fn perf(event: PerfEvent, rate: u64) -> Sampling {
         Sampling {
-            source: Source::Perf(event),
+            source: SampleSource::Perf(event),
             ..Sampling::timer(rate)
         }
     }
@@ -137,9 +138,9 @@ impl Sampling {
 
     fn is_clock(&self) -> bool {
         match self.source {
-            Source::Timer | Source::Wall => true,
+            SampleSource::Timer | SampleSource::Wall => true,
             #[cfg(target_os = "linux")]
-            Source::Perf(e) => e.is_clock(),
+            SampleSource::Perf(e) => e.is_clock(),
         }
     }
 
@@ -193,10 +194,10 @@ impl Sampling {
     /// `timer@999Hz`, `cycles/1000000`: how the trace says it was sampled.
     pub fn describe(&self) -> String {
         let name = match self.source {
-            Source::Timer => "timer",
-            Source::Wall => "wall",
+            SampleSource::Timer => "timer",
+            SampleSource::Wall => "wall",
             #[cfg(target_os = "linux")]
-            Source::Perf(e) => e.name(),
+            SampleSource::Perf(e) => e.name(),
         };
         if self.is_clock() {
             format!("{name}@{}Hz", self.rate)

@@ -4,7 +4,7 @@
 
 use super::signal::{self, RawSample, SampleBuf};
 use super::unwind::StackBounds;
-use super::{maps, perf, Backend, Sampled, Sampling, Source, ThreadSamples};
+use super::{maps, perf, Backend, SampleSource, Sampled, Sampling, ThreadSamples};
 use fgtrace_core::probe::ThreadState;
 use fgtrace_trace::clock::Calibration;
 use parking_lot::Mutex;
@@ -161,11 +161,11 @@ pub(super) struct Paths {
 }
 
 impl Paths {
-    pub(super) fn describe(&self, source: Source) -> Option<String> {
+    pub(super) fn describe(&self, source: SampleSource) -> Option<String> {
         let ring = "perf ring (kernel call chains; shadow depth and cut joined from the trace)";
         let signal = "signal (frame-pointer walk in the handler)";
         let posix = match source {
-            Source::Wall => "signal (wall-clock POSIX timers: sees blocked threads)",
+            SampleSource::Wall => "signal (wall-clock POSIX timers: sees blocked threads)",
             _ => "signal (POSIX thread CPU-time timers: scheduler tick, at most about 250 Hz)",
         };
         let mut parts = Vec::new();
@@ -298,7 +298,7 @@ impl State {
         let s = self.sampling.clone();
         let period_ns = 1_000_000_000 / s.rate.max(1);
         let (hook, buf) = match s.source {
-            Source::Perf(e) => {
+            SampleSource::Perf(e) => {
                 let every = if e.is_clock() {
                     perf::Every::Nanos(period_ns)
                 } else {
@@ -314,7 +314,7 @@ impl State {
             // about perf's cost; the signal path below only
             // where the kernel refuses, or for `ring(true)` (keep the
             // newest samples), which only the signal path's buffers do.
-            Source::Timer
+            SampleSource::Timer
                 if s.backend == Backend::Ring
                     || (s.backend == Backend::Auto
                         && !s.ring
@@ -340,7 +340,7 @@ impl State {
                     }
                 }
             }
-            Source::Timer => {
+            SampleSource::Timer => {
                 let timer = perf::open_signal_timer(
                     perf::PerfEvent::CpuClock,
                     perf::Every::Nanos(period_ns),
@@ -388,7 +388,7 @@ impl State {
                     }
                 }
             }
-            Source::Wall => {
+            SampleSource::Wall => {
                 let copies = self.stack_copy() > 0;
                 let o = Owned::new(&s, copies)?;
                 prepare(&o, own);

@@ -5,11 +5,11 @@ fn timer_paths_parse_and_describe_alike() {
     let s = Sampling::parse("timer-signal:2000").unwrap();
     assert_eq!(
         (s.source, s.backend, s.rate),
-        (Source::Timer, Backend::Signal, 2000)
+        (SampleSource::Timer, Backend::Signal, 2000)
     );
     assert_eq!(s.describe(), "timer@2000Hz");
     let s = Sampling::parse("timer-ring").unwrap();
-    assert_eq!((s.source, s.backend), (Source::Timer, Backend::Ring));
+    assert_eq!((s.source, s.backend), (SampleSource::Timer, Backend::Ring));
     assert_eq!(Sampling::parse("timer").unwrap().backend, Backend::Auto);
     let e = Sampling::parse("timer-sig").unwrap_err();
     assert!(e.contains("timer-signal, timer-ring"), "{e}");
@@ -23,7 +23,7 @@ fn the_trace_says_which_path_sampled_and_why() {
         ..Default::default()
     };
     assert_eq!(
-        p.describe(Source::Timer).as_deref(),
+        p.describe(SampleSource::Timer).as_deref(),
         Some("perf ring (kernel call chains; shadow depth and cut joined from the trace)")
     );
     let p = running::Paths {
@@ -32,7 +32,7 @@ fn the_trace_says_which_path_sampled_and_why() {
         ..Default::default()
     };
     assert_eq!(
-        p.describe(Source::Timer).as_deref(),
+        p.describe(SampleSource::Timer).as_deref(),
         Some(
             "signal (frame-pointer walk in the handler); \
              perf ring refused: perf_event_open(cpu-clock) failed: EACCES"
@@ -43,7 +43,10 @@ fn the_trace_says_which_path_sampled_and_why() {
         signal: 1,
         ..Default::default()
     };
-    let d = p.describe(Source::Timer).unwrap();
+    let d = p.describe(SampleSource::Timer).unwrap();
     assert!(d.contains("on 1 of 2 threads; signal"), "{d}");
-    assert_eq!(running::Paths::default().describe(Source::Timer), None);
+    assert_eq!(
+        running::Paths::default().describe(SampleSource::Timer),
+        None
+    );
 }

@@ -23,7 +23,7 @@
 //! nothing.
 
 use super::values::{Values, NONE};
-use fgtrace_core::control::{CONTROL, ON_MASK};
+use fgtrace_core::control_word::{CONTROL, ON_MASK};
 use fgtrace_core::probe::{enter as probe_enter, enter_poll, exit_with_values, Guard};
 use fgtrace_core::site::Site;
 use std::cell::RefCell;
