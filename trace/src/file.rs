@@ -1026,7 +1026,7 @@ mod tests {
         for k in 0..4 {
             for t in per_thread.iter_mut() {
                 if k < t.len() {
-                    chunks.push(std::mem::replace(&mut t[k], Chunk::default()));
+                    chunks.push(std::mem::take(&mut t[k]));
                 }
             }
         }
