@@ -450,16 +450,31 @@ pub fn run_flame(a: &FlameArgs, mut stdout: impl Write) -> Result<(), Option<Str
                     }
                 };
             }
-            Kind::Sampled => {
-                let mut b = FoldedBuilder::sampled(&meta, &fopts, &mut sym);
-                read = b.extend(source.events());
-                folded = b.finish();
-            }
-            Kind::Combined => {
-                let mut b = FoldedBuilder::combined(&meta, &fopts, &mut sym);
-                read = b.extend(source.events());
-                folded = b.finish();
-                note_missing_debug_lines(&mut sym, &meta, folded.summary());
+            Kind::Sampled | Kind::Combined => {
+                // One file (several are refused above): its threads are read
+                // on every core, the symbolizer shared between them.
+                let shared = std::sync::Mutex::new(sym);
+                (folded, read) = match (source, kind) {
+                    (crate::inputs::InputEvents::One(r), Kind::Sampled) => {
+                        FoldedBuilder::sampled_from_reader(&meta, &fopts, *r, &shared)
+                    }
+                    (crate::inputs::InputEvents::One(r), _) => {
+                        FoldedBuilder::combined_from_reader(&meta, &fopts, *r, &shared)
+                    }
+                    (merged, _) => {
+                        let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut b = match kind {
+                            Kind::Sampled => FoldedBuilder::sampled(&meta, &fopts, &mut *s),
+                            _ => FoldedBuilder::combined(&meta, &fopts, &mut *s),
+                        };
+                        let read = b.extend(merged.events());
+                        (b.finish(), read)
+                    }
+                };
+                sym = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+                if kind == Kind::Combined {
+                    note_missing_debug_lines(&mut sym, &meta, folded.summary());
+                }
             }
         }
         warn_symbols(&sym);

@@ -1007,3 +1007,61 @@ fn cli_flame_names_the_flag_when_frame_pointers_are_missing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("no frame pointers"), "{stderr}");
 }
+
+/// The sampled and combined stacks of a saved file read on two cores, one
+/// builder per thread and the resolver shared, are those read on one.
+#[test]
+fn sampled_and_combined_stacks_on_two_cores_are_those_on_one() {
+    use fgtrace_trace::TraceReader;
+    // The workload, with samples on the worker's thread too.
+    let mut b = TraceBuilder::new(meta());
+    for ev in workload().events() {
+        let worker_call = matches!(&ev, Event::Call(c) if c.thread == 1);
+        b.push(ev);
+        if worker_call {
+            for i in 0..6u64 {
+                b.push(sample(
+                    1,
+                    101_000 + i * 15_000,
+                    1,
+                    None,
+                    &[HELPER, PARSE, START],
+                ));
+            }
+        }
+    }
+    let dir = tempdir("flame-cores");
+    let path = dir.join("w.fgt");
+    b.finish().save(&path).unwrap();
+    let opts = FoldedOptions::default();
+    for combined in [false, true] {
+        let run = |cores| {
+            fgtrace_trace::parallel::within(cores, || {
+                let r = TraceReader::open(&path).unwrap();
+                let m = r.meta().clone();
+                let shared = std::sync::Mutex::new(resolver());
+                let (f, read) = if combined {
+                    FoldedBuilder::combined_from_reader(&m, &opts, r, &shared)
+                } else {
+                    FoldedBuilder::sampled_from_reader(&m, &opts, r, &shared)
+                };
+                read.unwrap();
+                (f.lines(), f.summary().clone())
+            })
+        };
+        let one = run(1);
+        // The worker's samples hang under its own parse, at the root.
+        assert!(
+            one.0.iter().any(|(l, _)| l == "app::parse;app::helper") || !combined,
+            "{:?}",
+            one.0
+        );
+        assert!(
+            one.0.iter().any(|(l, _)| l.contains("app::helper")),
+            "{:?}",
+            one.0
+        );
+        assert_eq!(run(2), one, "combined: {combined}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -411,6 +411,52 @@ impl<'a, R: Resolve> FoldedBuilder<'a, R> {
     }
 }
 
+impl<'a, 'r, S: Resolve + Send> FoldedBuilder<'a, crate::resolve::Shared<'r, S>> {
+    /// The sampled stacks of a trace file's reader on every core, as
+    /// [`FoldedBuilder::traced_from_reader`] reads the traced ones: one
+    /// builder per group of threads, `resolver` shared by all of them
+    /// ([`Shared`](crate::resolve::Shared)). The lines and numbers are those
+    /// of one builder on one core.
+    pub fn sampled_from_reader<Rd: std::io::Read>(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        reader: fgtrace_trace::TraceReader<Rd>,
+        resolver: &'r std::sync::Mutex<S>,
+    ) -> (Folded, Result<(), TraceError>) {
+        Self::mode_from_reader(meta, opts, Mode::Sampled, reader, resolver)
+    }
+
+    /// The combined stacks (traced calls with the samples below them) of a
+    /// trace file's reader on every core, `resolver` shared as for
+    /// [`FoldedBuilder::sampled_from_reader`]: samples are joined to the
+    /// calls of their own thread, so each group joins its threads' alone.
+    pub fn combined_from_reader<Rd: std::io::Read>(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        reader: fgtrace_trace::TraceReader<Rd>,
+        resolver: &'r std::sync::Mutex<S>,
+    ) -> (Folded, Result<(), TraceError>) {
+        Self::mode_from_reader(meta, opts, Mode::Combined, reader, resolver)
+    }
+
+    fn mode_from_reader<Rd: std::io::Read>(
+        meta: &'a TraceMeta,
+        opts: &FoldedOptions,
+        mode: Mode,
+        reader: fgtrace_trace::TraceReader<Rd>,
+        resolver: &'r std::sync::Mutex<S>,
+    ) -> (Folded, Result<(), TraceError>) {
+        let make = || Self::new(meta, opts, mode, crate::resolve::Shared(resolver));
+        let (sinks, read) = crate::consume::collect_reader(reader, make);
+        let mut sinks = sinks.into_iter();
+        let mut all = sinks.next().unwrap_or_else(make);
+        for s in sinks {
+            all.absorb(s);
+        }
+        (all.finish(), read)
+    }
+}
+
 /// `cpu-clock@999Hz` -> 999, `10kHz` -> 10000.
 fn sampling_hz(s: &str) -> Option<f64> {
     let lower = s.to_ascii_lowercase();

@@ -54,6 +54,24 @@ pub struct FrameInfo {
     pub in_probe: bool,
 }
 
+/// A resolver shared by builders on several cores: each lookup locks it, so
+/// the work behind a name (a symbolizer's reads of DWARF, and its cache) is
+/// done once for all of them, by whichever asks first. The builders keep
+/// the names they got, so each locks it once per distinct address.
+#[derive(Debug)]
+pub struct Shared<'r, R>(pub &'r std::sync::Mutex<R>);
+
+impl<R: Resolve> Resolve for Shared<'_, R> {
+    fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String> {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        r.frames(addr, is_return_address)
+    }
+    fn frame_info(&mut self, addr: u64, is_return_address: bool) -> FrameInfo {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        r.frame_info(addr, is_return_address)
+    }
+}
+
 /// No symbols: every address as `0x...` (until a symbolizer is plugged in).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HexResolve;
