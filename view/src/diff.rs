@@ -470,7 +470,7 @@ impl Metric {
 
 /// A limit of the gate: `10%` for every function, or `parse=5%` for the
 /// functions a name matches (display name, full path, a path suffix at a
-/// `::` boundary, or a glob on either).
+/// `::` boundary, or a glob on the full path or such a suffix).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Limit {
     /// `None`: every function.
@@ -507,12 +507,16 @@ fn name_matches(full: &str, pat: &str) -> bool {
     {
         return true;
     }
-    pat.contains(['*', '?'])
-        && (wildmatch::WildMatch::new(pat).matches(full)
-            || full
-                .rsplit("::")
-                .next()
-                .is_some_and(|n| wildmatch::WildMatch::new(pat).matches(n)))
+    if !pat.contains(['*', '?']) {
+        return false;
+    }
+    // A glob, on the full path or on any part of it that starts at a `::`
+    // boundary, as a plain name matches a path suffix (`LineParser::*`).
+    let glob = wildmatch::WildMatch::new(pat);
+    glob.matches(full)
+        || full
+            .match_indices("::")
+            .any(|(i, _)| glob.matches(&full[i + 2..]))
 }
 
 /// One function checked by the gate.
@@ -825,5 +829,31 @@ mod tests {
             .parse::<DiffSort>()
             .unwrap_err()
             .contains("unknown sort column"));
+    }
+
+    #[test]
+    fn gate_names_match_as_the_docs_say() {
+        let full = "pipeline::LineParser::parse_line";
+        for pat in [
+            full,
+            "parse_line",
+            "LineParser::parse_line",
+            "pipeline::*",
+            "parse_*",
+            "LineParser::*",
+            "Line*::parse_line",
+            "*::parse_line",
+        ] {
+            assert!(name_matches(full, pat), "{pat}");
+        }
+        for pat in [
+            "Parser::parse_line",
+            "arse_line",
+            "Other::*",
+            "LineParser",
+            "parse",
+        ] {
+            assert!(!name_matches(full, pat), "{pat}");
+        }
     }
 }
