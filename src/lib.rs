@@ -26,6 +26,8 @@
 //! | `testing`: captures and assertions (renders failures with the views) | `fgtrace-testing` | `testing` |
 //! | the `fgtrace` and `cargo fgtrace` commands | `fgtrace-cli` | |
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "tracing")]
 pub use fgtrace_runtime::tracing;
 pub use fgtrace_runtime::{alloc, buffer, collector, config, control, dump, launch, pmu, sampler};

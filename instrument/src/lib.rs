@@ -34,6 +34,8 @@
 //! the inline modules around the item: what `--skip` globs match and what
 //! errors name ([`item_at`]), spelled the same way by both.
 
+#![warn(missing_docs)]
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

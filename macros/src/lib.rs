@@ -8,6 +8,8 @@
 //! `<path>::__private` with `crate = path`); see `expand.rs` for the exact
 //! shape.
 
+#![warn(missing_docs)]
+
 use proc_macro::TokenStream;
 
 mod args;

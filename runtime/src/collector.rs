@@ -49,7 +49,12 @@ pub enum Error {
     OffCpu(String),
     /// `stop` in a child process forked while the session recorded: the
     /// session belongs to the parent; the child recorded nothing.
-    Forked { session_pid: u32, pid: u32 },
+    Forked {
+        /// The process that started the session.
+        session_pid: u32,
+        /// The child that called `stop`.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for Error {

@@ -14,6 +14,8 @@
 //! the views and `fgtrace::testing` are crates above this one, so nothing
 //! here reaches them.
 
+#![warn(missing_docs)]
+
 mod active;
 pub mod alloc;
 pub mod buffer;

@@ -79,7 +79,10 @@ impl FromStr for Counter {
 /// (for `rdpmc`). Closed when dropped.
 #[derive(Debug)]
 pub struct SelfCounter {
+    /// The `perf_event_open` file descriptor.
     pub fd: i32,
+    /// The counter's metadata page (`perf_event_mmap_page`), mapped read-only:
+    /// `rdpmc` reads need its index and offset.
     pub page: *mut libc::c_void,
 }
 

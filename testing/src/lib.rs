@@ -69,6 +69,8 @@
 //!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
+#![warn(missing_docs)]
+
 #[doc(hidden)]
 #[path = "budget.rs"]
 pub mod __budget;
