@@ -88,9 +88,13 @@ impl Default for ChromeOptions {
 /// Events written, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChromeStats {
+    /// Complete (`X`) events, one per call.
     pub calls: u64,
+    /// Async begin/end pairs (`"ph":"b"`/`"e"`), one per future.
     pub futures: u64,
+    /// Samples, as instant events (category `sample`).
     pub samples: u64,
+    /// Instant events marking lost records.
     pub losses: u64,
     /// Polls drawn on their future's lane.
     pub lane_polls: u64,

@@ -82,13 +82,17 @@ impl Default for FirefoxOptions {
 /// What was written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FirefoxStats {
+    /// Threads written (those selected that have anything).
     pub threads: u64,
+    /// Samples written.
     pub samples: u64,
     /// Call markers.
     pub calls: u64,
+    /// Future markers, one per `async fn` future.
     pub futures: u64,
     /// Poll markers on the futures' lanes.
     pub lane_polls: u64,
+    /// Markers for lost records.
     pub losses: u64,
     /// Off-CPU markers.
     pub off_cpu: u64,

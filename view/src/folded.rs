@@ -41,6 +41,7 @@ pub(crate) use tree::{Tree, NONE};
 
 const UNKNOWN: &str = "[unknown]";
 
+/// Where a frame of a stack came from; the flamegraph colours it by this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// The thread a stack ran on (`--per-thread`).
@@ -156,6 +157,7 @@ impl Folded {
         self.count_name
     }
 
+    /// What went into the stacks and what was left out.
     pub fn summary(&self) -> &FoldedSummary {
         &self.summary
     }
@@ -800,6 +802,8 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         read
     }
 
+    /// Closes the calls still open, shares their self time out to the samples
+    /// inside them and sums the subtrees: the folded stacks.
     pub fn finish(mut self) -> Folded {
         for t in 0..self.threads.len() {
             self.pop_to(t as u32, 0);

@@ -53,6 +53,7 @@ pub enum ThreadColumn {
 /// marks and durations on; proc, abstime and tail comments off; no filters).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GraphOptions {
+    /// What the first column shows (ftrace's CPU column).
     pub thread_column: ThreadColumn,
     /// `funcgraph-proc`: `name-tid` centred in 14 columns, then ` | `.
     pub proc: bool,
@@ -136,6 +137,7 @@ pub struct PollValuesBuilder<'a> {
 }
 
 impl<'a> PollValuesBuilder<'a> {
+    /// A builder for `meta`'s trace: finds the `async fn`s that record values.
     pub fn new(meta: &'a TraceMeta) -> Self {
         PollValuesBuilder {
             meta,

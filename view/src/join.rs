@@ -25,6 +25,7 @@ use fgtrace_trace::{Sample, SiteInfo};
 
 /// A sample's resolved stack, as a [`Cut`] sees it.
 pub struct SampleStack<'s> {
+    /// The sample.
     pub sample: &'s Sample,
     /// Resolved names, innermost first (inlined frames expanded).
     pub names: &'s [&'s str],

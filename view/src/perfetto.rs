@@ -97,14 +97,19 @@ pub struct PerfettoStats {
     pub futures: u64,
     /// Polls placed on a future's track.
     pub lane_polls: u64,
+    /// `PerfSample` packets.
     pub samples: u64,
+    /// Instant events for lost records.
     pub losses: u64,
+    /// Values on counter tracks (one per call and counter).
     pub counter_values: u64,
     /// Off-CPU slices.
     pub off_cpu: u64,
     /// Instant markers (`tracing` events) on thread tracks.
     pub markers: u64,
+    /// Packets written.
     pub packets: u64,
+    /// Bytes written, length prefixes included.
     pub bytes: u64,
     /// What the window left out.
     pub left_out: LeftOut,

@@ -45,6 +45,7 @@ pub struct PlotOptions {
     pub threads: Vec<ThreadSel>,
     /// SVG size in pixels (both panels).
     pub width: u32,
+    /// Height of the SVG, pixels.
     pub height: u32,
     /// Headline; `None`: "Durations of `<full name>`".
     pub title: Option<String>,
@@ -68,22 +69,28 @@ impl Default for PlotOptions {
 pub enum PlotError {
     /// No traced function has this name.
     UnknownFunction {
+        /// The name asked for.
         name: String,
         /// Names that contain the one asked for, to suggest.
         similar: Vec<String>,
     },
     /// The display name belongs to several different functions.
     Ambiguous {
+        /// The name asked for.
         name: String,
+        /// The full paths of the functions with that name: name one.
         candidates: Vec<String>,
     },
     /// The function was traced but has no calls (in the selected threads).
     NoCalls {
+        /// The function's full path.
         name: String,
     },
     /// `--x VALUE`: the function records no value of that name.
     NoValue {
+        /// The function's full path.
         name: String,
+        /// The value name asked for.
         value: String,
         /// The values it does record.
         recorded: Vec<String>,
@@ -91,13 +98,16 @@ pub enum PlotError {
     /// `--x VALUE`: the value is a string (`&'static str`) in every call
     /// that records it, so there is no axis to put it on.
     NotANumber {
+        /// The function's full path.
         name: String,
+        /// The value name asked for.
         value: String,
     },
     /// The trace stream failed (after what was read had been drawn).
     Trace(TraceError),
     /// plotters could not draw.
     Draw(String),
+    /// Writing the SVG failed.
     Io(io::Error),
 }
 
@@ -229,13 +239,16 @@ pub fn find_sites(meta: &TraceMeta, name: &str) -> Result<Vec<u32>, PlotError> {
 pub struct CallPoint {
     /// Index into `TraceMeta::threads`.
     pub thread: u32,
+    /// Entry time, nanoseconds since session start.
     pub start_ns: u64,
+    /// Duration, nanoseconds.
     pub dur_ns: u64,
 }
 
 /// One of the slowest calls, with the sites of its call path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlowCall {
+    /// The call.
     pub call: CallPoint,
     /// Sites from the thread's outermost recorded call down to the call itself.
     pub path: Vec<u32>,
@@ -277,6 +290,8 @@ pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> Str
 pub struct CallDurations {
     /// Full path of the function.
     pub name: String,
+    /// The function's sites (one function can have several, e.g. one per
+    /// generic instance).
     pub sites: Vec<u32>,
     /// Every call, in stream order.
     pub calls: Vec<CallPoint>,
@@ -288,8 +303,11 @@ pub struct CallDurations {
     pub slowest: Vec<SlowCall>,
     /// Exact nearest-rank percentiles of the durations.
     pub p50_ns: u64,
+    /// 99th percentile (nearest rank), nanoseconds.
     pub p99_ns: u64,
+    /// Shortest call, nanoseconds.
     pub min_ns: u64,
+    /// Longest call, nanoseconds.
     pub max_ns: u64,
     /// Call records lost on the selected threads (the plot may miss calls).
     pub lost: u64,
