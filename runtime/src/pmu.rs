@@ -149,6 +149,8 @@ pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
     Ok(t)
 }
 
+/// Counters need Linux's `perf_event`: always `Err`, naming the counter and
+/// the system.
 #[cfg(not(target_os = "linux"))]
 pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
     Err(crate::unsupported(&format!("the {c} counter (perf_event)")))
@@ -251,6 +253,7 @@ pub(crate) unsafe fn read_self(page: *const u8, fd: i32) -> u64 {
     }
 }
 
+/// No counter can be open here ([`open_self`] always fails): 0.
 #[cfg(not(target_os = "linux"))]
 pub fn read_fd(_fd: i32) -> u64 {
     0

@@ -655,6 +655,41 @@ impl Event {
 /// A trace a session just returned holds its calls as recorded (exit order,
 /// see `recorded`); the pre-order events views read are built from them the
 /// first time something reads events, so `stop` itself never sorts.
+///
+/// ```
+/// use fgtrace::{Event, Trace};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // Events in pre-order: a parent before its children, with their depth.
+/// let calls: Vec<(&str, u32)> = trace
+///     .events()
+///     .filter_map(|e| match e {
+///         Event::Call(c) => Some((trace.meta.site_name(c.site), c.depth)),
+///         _ => None,
+///     })
+///     .collect();
+/// assert_eq!(calls, [("outer", 0), ("inner", 1), ("inner", 1)]);
+///
+/// // The file format, to a file (`save`, `load`) or any writer and reader.
+/// let mut bytes = Vec::new();
+/// trace.write_to(&mut bytes)?;
+/// let back = Trace::read_from(&bytes[..])?;
+/// assert!(back.damage().is_none());
+/// assert_eq!(back.calls().collect::<Vec<_>>(), trace.calls().collect::<Vec<_>>());
+/// assert_eq!(back.meta.total_calls(), 3);
+///
+/// // What is not a trace is an error, not a panic.
+/// assert!(Trace::read_from(&b"not a trace"[..]).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     /// Everything but the events: sites, threads, clock, loss totals.

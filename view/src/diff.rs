@@ -275,6 +275,28 @@ fn compare(
 }
 
 /// Compares two event streams; fails on the first read error.
+///
+/// ```
+/// use fgtrace::view::diff::{diff, DiffOptions, DiffSort};
+/// use fgtrace::view::ok_events;
+///
+/// #[fgtrace::traced]
+/// fn step() -> u32 { 1 }
+///
+/// let record = |n: usize| -> Result<fgtrace::Trace, fgtrace::Error> {
+///     let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+///     (0..n).for_each(|_| { step(); });
+///     session.stop()
+/// };
+/// let (before, after) = (record(2)?, record(5)?);
+///
+/// let opts = DiffOptions { sort: DiffSort::Calls, ..Default::default() };
+/// let d = diff(&before.meta, ok_events(before.events()), &after.meta, ok_events(after.events()), &opts)?;
+/// let row = d.rows.iter().find(|r| r.name.ends_with("step")).unwrap();
+/// assert_eq!((row.before.unwrap().calls, row.after.unwrap().calls), (2, 5));
+/// assert_eq!(row.change(DiffSort::Calls), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn diff(
     meta_a: &TraceMeta,
     events_a: impl IntoIterator<Item = Result<Event, TraceError>>,

@@ -748,6 +748,33 @@ pub fn write_report_from<R: std::io::Read, W: Write>(
 
 /// Reads `events` and writes the report into `w`. On a read error, the report
 /// of everything before it is written, then the error is returned.
+///
+/// ```
+/// use fgtrace::view::{ok_events, write_report, Column, ReportOptions, TraceViews};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // The numbers: one row per function, sorted by total time by default.
+/// let report = trace.report(&ReportOptions { sort_by: Column::Calls, ..Default::default() });
+/// let rows: Vec<(&str, u64)> = report.functions.iter().map(|f| (f.name.as_str(), f.calls)).collect();
+/// assert_eq!(rows, [("inner", 2), ("outer", 1)]);
+/// let outer = &report.functions[1];
+/// assert!(outer.total_ns >= outer.self_ns);
+///
+/// // The same as a text table.
+/// let mut out = Vec::new();
+/// write_report(&trace.meta, ok_events(trace.events()), &ReportOptions::default(), &mut out)?;
+/// let text = String::from_utf8(out)?;
+/// assert!(text.contains("outer") && text.contains("inner"), "{text}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_report<W: Write>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,
