@@ -363,8 +363,8 @@ impl Session {
     /// Stops recording and returns the trace: every call that completed
     /// while the session recorded (calls still open on a thread at stop are
     /// not in it), the samples, and the loss counts of each thread
-    /// ([`TraceMeta`](fgtrace_trace::TraceMeta)). With
-    /// [`Config::output`] the file is complete when this returns.
+    /// ([`TraceMeta`]). With [`Config::output`] the file is complete when
+    /// this returns.
     ///
     /// Errors: the collector thread failed, the output file could not be
     /// written, or [`Error::Forked`] in a child forked while recording.

@@ -255,6 +255,8 @@ impl super::Trace {
     }
 }
 
+/// Unit tests, and the off-CPU intervals the file format's tests write
+/// ([`tests::thread`]).
 #[cfg(test)]
 pub mod tests {
     use super::*;
