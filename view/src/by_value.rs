@@ -34,7 +34,7 @@ pub enum ByValueError {
     NoValue {
         /// The value name asked for.
         value: String,
-        /// The functions that record values, to suggest (`module::name(values)`).
+        /// The functions that record values, to suggest: `name(value, value)`.
         recording: Vec<String>,
     },
     /// Several functions record it: name one.

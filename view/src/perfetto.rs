@@ -109,7 +109,7 @@ pub struct PerfettoStats {
     pub markers: u64,
     /// Packets written.
     pub packets: u64,
-    /// Bytes written, length prefixes included.
+    /// Bytes written, each packet's field tag and length prefix included.
     pub bytes: u64,
     /// What the window left out.
     pub left_out: LeftOut,

@@ -599,6 +599,27 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
 /// Reads `events`, draws the SVG into `svg` and the slowest calls into
 /// `text`. On a read error, what was read is drawn (if it holds any call of
 /// the function) and the error is returned.
+///
+/// ```
+/// use fgtrace::view::ok_events;
+/// use fgtrace::view::plot::{write_plot, PlotOptions};
+///
+/// #[fgtrace::traced]
+/// fn step(i: u64) -> u64 { (0..i).sum() }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// (0..50).for_each(|i| { step(i); });
+/// let trace = session.stop()?;
+///
+/// let opts = PlotOptions { function: "step".into(), top: 3, ..Default::default() };
+/// let (mut svg, mut slowest) = (Vec::new(), Vec::new());
+/// let d = write_plot(&trace.meta, ok_events(trace.events()), &opts, &mut svg, &mut slowest)?;
+/// assert_eq!(d.calls.len(), 50);
+/// assert!(d.min_ns <= d.p50_ns && d.p50_ns <= d.p99_ns && d.p99_ns <= d.max_ns);
+/// assert_eq!(d.slowest.len(), 3);
+/// assert!(String::from_utf8(svg)?.contains("<svg"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_plot(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,
