@@ -530,7 +530,7 @@ impl std::fmt::Display for Value {
 /// A [`Value`] with the trace's string table: prints strings as their text.
 #[derive(Clone, Copy, Debug)]
 pub struct Shown<'a> {
-    /// The value.
+    /// The value printed (a string one is an index into `strings`).
     pub value: Value,
     strings: &'a [String],
 }

@@ -248,7 +248,7 @@ pub struct CallPoint {
 /// One of the slowest calls, with the sites of its call path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlowCall {
-    /// The call.
+    /// Its thread, start and duration.
     pub call: CallPoint,
     /// Sites from the thread's outermost recorded call down to the call itself.
     pub path: Vec<u32>,
