@@ -326,7 +326,9 @@ fn growth_of(f: fn(u64) -> u64, name: &str) -> fgtrace::view::growth::Fit {
         function: name.into(),
         ..Default::default()
     };
-    let mut b = DurationsBuilder::new(t.meta(), &opts).unwrap();
+    let mut b = DurationsBuilder::new(t.meta(), &opts)
+        .unwrap()
+        .keeping_calls();
     b.extend(t.events().map(Ok)).unwrap();
     let d = b.finish().unwrap();
     let points = growth::growth_points(&d, t.meta(), "len").unwrap();

@@ -11,7 +11,7 @@
 #   benches/views_memory/run.sh --keep     # keep the traces in target/views-memory/traces
 #   benches/views_memory/run.sh --record   # only record, into target/views-memory/traces
 #   benches/views_memory/run.sh DIR        # measure the *.fgt files already in DIR
-#   VIEWS_MEMORY_ALL=1 benches/views_memory/run.sh ...   # graph, perfetto, diff, html too
+#   VIEWS_MEMORY_ALL=1 benches/views_memory/run.sh ...   # graph, perfetto, diff, html, plot too
 #
 # Needs the network for crates.io (cargo fetch) the first time. Run it on an
 # idle machine: the figures are wall times.
@@ -100,12 +100,12 @@ measure "flame (SVG, largest)" "$cores" flame "$largest" -o /dev/null
 # the largest file's chart or Firefox profile would take about 100 GB).
 measure "flame --chart --folded --to 100ms" "$cores" flame --chart --folded --to 100ms "$largest"
 measure "firefox --to 100ms (largest)" "$cores" firefox --to 100ms "$largest" -o /dev/null
-# VIEWS_MEMORY_ALL=1: the other views too, each a few minutes on the largest file
-# (html holds its plotted functions' calls: 1.7 GB).
+# VIEWS_MEMORY_ALL=1: the other views too, each a few minutes on the largest file.
 if [ "${VIEWS_MEMORY_ALL:-0}" = 1 ]; then
   measure "graph (largest)" "$cores" graph "$largest"
   measure "perfetto (largest)" "$cores" perfetto "$largest" -o /dev/null
   measure "diff (largest vs itself)" "$cores" diff "$largest" "$largest"
   measure "html (largest)" "$cores" html "$largest" -o /dev/null
+  measure "plot -f insert (largest)" "$cores" plot -f 'RawTable<T, A>::insert' "$largest" -o /dev/null
 fi
 exit $status

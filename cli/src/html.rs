@@ -3,7 +3,7 @@
 use super::{io_err, progress, threads};
 use fgtrace_symbols::symbolize::Symbolizer;
 use fgtrace_trace::{Event, TraceError};
-use fgtrace_view::html::{plots_memory_warning, write_html_noting_plots, HtmlOptions};
+use fgtrace_view::html::{write_html, HtmlOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -70,13 +70,7 @@ pub fn run(a: &HtmlArgs) -> Result<(), Option<String>> {
     // Rendered in memory (the page is built there anyway), so a write error
     // is never mistaken for a read error of the trace.
     let mut page = Vec::new();
-    let limit = crate::views::memory_limit();
-    let plotting = |calls| {
-        if let Some(w) = plots_memory_warning(calls, limit) {
-            bar.suspend(|| eprintln!("{w}"));
-        }
-    };
-    let read = write_html_noting_plots(&meta, events, &mut sym, &opts, &mut page, plotting);
+    let read = write_html(&meta, events, &mut sym, &opts, &mut page);
     progress::finish(&bar);
     for w in sym.warnings() {
         eprintln!("fgtrace: warning: {w}");

@@ -53,6 +53,10 @@ pub fn run(a: &PlotArgs, mut stdout: impl Write) -> Result<(), Option<String>> {
     };
     let fail = |e: PlotError| Some(format!("{}: {e}", a.file.display()));
     let mut b = DurationsBuilder::new(&meta, &opts).map_err(fail)?;
+    if a.x.is_some() {
+        // The fit and the calls furthest above it need every call's value.
+        b = b.keeping_calls();
+    }
     let read = b.extend(r.events());
     let d = match b.finish() {
         Ok(d) => d,

@@ -343,34 +343,3 @@ fn loads_in_chromium_without_errors() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
-
-#[test]
-fn plots_past_the_memory_limit_are_announced_with_the_flags_that_bound_them() {
-    let dir = tempdir("memory");
-    let (_, path) = record(&dir);
-    let html = dir.join("page.html");
-    let run = |extra: &[&str]| {
-        let mut args = vec!["html", path.to_str().unwrap(), "-o", html.to_str().unwrap()];
-        args.extend(extra);
-        let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-            .args(&args)
-            .env("FGTRACE_MEMORY_WARN_BYTES", "100")
-            .output()
-            .expect("run fgtrace");
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        assert!(std::fs::metadata(&html).unwrap().len() > 0);
-        text(&out.stderr)
-    };
-    // The three top functions' calls, 32 bytes each, are more than 100 bytes.
-    let err = run(&[]);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.starts_with(
-            "fgtrace: the page's duration plots hold every call of the functions they plot \
-             in memory: about "
-        ) && err.contains(" calls, more than 100 B; bound them with --plots (0: none) or --thread"),
-        "{err}"
-    );
-    // No plots: nothing held, nothing said.
-    assert_eq!(run(&["--plots", "0"]), "");
-}

@@ -273,6 +273,39 @@ fn views_read_hundreds_of_threads_and_tens_of_millions_of_calls_in_bounded_memor
     let eqs = c.lines().filter(|l| l.contains(";suite::eq ")).count();
     assert!((19_900..=20_100).contains(&eqs), "{eqs} eq calls in 1 ms");
     assert!(kb < BOUND_KB, "flame --chart of 1 ms: peak RSS {kb} KB");
+
+    // A function's duration plot and the HTML page (which plots its top
+    // functions) keep statistics, the slowest calls and a dot per occupied
+    // cell of the scatter, never the calls themselves. The first half holds
+    // the two large threads: 4.3M calls of `insert`.
+    let a = &halves[0];
+    let plot_txt = dir.join("plot.txt");
+    let svg = dir.join("insert.svg");
+    let args = ["plot", "-f", "insert", "-o", &s(&svg), &s(a)];
+    let kb = peak_kb(&args, &plot_txt);
+    let a_inserts = 2 * BIG_ITERS + (THREADS as u64 / 2 - 2) * SMALL_ITERS;
+    let p = text_of(&plot_txt);
+    let head = p.lines().next().unwrap_or_default();
+    assert!(
+        head.ends_with(&format!(
+            ": {a_inserts} calls, p50 80 ns, p99 80 ns, max 80 ns"
+        )),
+        "{p}"
+    );
+    let drawn = text_of(&svg);
+    assert!(
+        drawn.contains(&format!("{a_inserts} calls on {} threads", THREADS / 2)),
+        "{}",
+        &drawn[..drawn.len().min(2000)]
+    );
+    assert!(kb < BOUND_KB, "plot of {a_inserts} calls: peak RSS {kb} KB");
+
+    let html = dir.join("page.html");
+    let args = ["html", "-o", &s(&html), &s(a)];
+    let kb = peak_kb(&args, &dir.join("html.txt"));
+    let page = text_of(&html);
+    assert!(page.contains("Per-call durations of the top functions"));
+    assert!(kb < BOUND_KB, "html of half the suite: peak RSS {kb} KB");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

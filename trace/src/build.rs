@@ -757,36 +757,9 @@ impl Built {
             }
             (sink, failed)
         };
-        let results: Vec<(S, Option<(usize, TraceError)>)> = std::thread::scope(|scope| {
-            let mut work = sinks.into_iter().zip(by_group);
-            let here = work.next();
-            let handles: Vec<_> = work
-                .map(|(sink, threads)| {
-                    // A thread that cannot start leaves its work to this one.
-                    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some((sink, threads))));
-                    let taken = slot.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("fgtrace-view".into())
-                        .spawn_scoped(scope, move || {
-                            let job = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
-                            job.map(|(sink, threads)| run(sink, threads))
-                        });
-                    (spawned.ok(), slot)
-                })
-                .collect();
-            let mut out = Vec::with_capacity(groups);
-            out.extend(here.map(|(sink, threads)| run(sink, threads)));
-            for (h, slot) in handles {
-                let done = match h.map(|h| h.join()) {
-                    Some(Ok(done)) => done,
-                    Some(Err(p)) => std::panic::resume_unwind(p),
-                    None => None,
-                };
-                let job = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                out.extend(done.or_else(|| job.map(|(sink, threads)| run(sink, threads))));
-            }
-            out
-        });
+        let jobs: Vec<_> = sinks.into_iter().zip(by_group).collect();
+        let results: Vec<(S, Option<(usize, TraceError)>)> =
+            crate::parallel::each(jobs, |(sink, threads)| run(sink, threads));
         let mut first: Option<(usize, TraceError)> = None;
         let mut sinks = Vec::with_capacity(groups);
         for (sink, failed) in results {

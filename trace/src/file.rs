@@ -87,6 +87,7 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
             done: false,
             served: None,
             meta_at: at,
+            split: None,
         };
         let mut kind = [0u8; 1];
         t.exact(&mut kind, "final metadata")?;
@@ -169,6 +170,10 @@ pub struct TraceReader<R> {
     served: Option<super::build::Built>,
     /// Where the metadata starts (for errors that name it).
     meta_at: u64,
+    /// A saved file (version 1) opened from a file: the file again, and
+    /// where its chunks start, for reading its threads apart
+    /// ([`TraceReader::feed_threads`]).
+    split: Option<(std::fs::File, u64)>,
 }
 
 impl TraceReader<io::BufReader<std::fs::File>> {
@@ -198,6 +203,8 @@ impl<R: Read> TraceReader<R> {
         let (mut t, version) = Self::header(r)?;
         if version == VERSION_RECORDED {
             t.load_recorded(file)?;
+        } else {
+            t.split = file.map(|f| (f, t.offset));
         }
         t.check_off_cpu()?;
         Ok(t)
@@ -214,6 +221,7 @@ impl<R: Read> TraceReader<R> {
             done: false,
             served: None,
             meta_at: 0,
+            split: None,
         };
         let mut magic = [0u8; 8];
         let n = t.read_up_to(&mut magic)?;
@@ -642,6 +650,20 @@ impl<R: Read> TraceReader<R> {
         if let Some(served) = &mut self.served {
             return served.next().transpose();
         }
+        let mut none = Vec::new();
+        Ok(self.next_chunk_for(|_| true, &mut none)?.flatten())
+    }
+
+    /// The next chunk of a version-1 file when `want` takes its thread;
+    /// `Some(None)` for a chunk of another thread, whose payload is read
+    /// into `skipped` (no allocation once it is as large as a chunk) and
+    /// checked, so that every reader of the file fails where one reading it
+    /// whole would; `None` at the end.
+    fn next_chunk_for(
+        &mut self,
+        want: impl Fn(u32) -> bool,
+        skipped: &mut Vec<u8>,
+    ) -> Result<Option<Option<Chunk>>, TraceError> {
         if self.done {
             return Ok(None);
         }
@@ -692,23 +714,27 @@ impl<R: Read> TraceReader<R> {
             });
         }
         let payload_at = self.offset;
-        let mut payload = vec![0u8; len as usize];
-        self.exact(&mut payload, "chunk payload")?;
-        if crc32fast::hash(&payload) != crc {
+        let wanted = want(thread as u32);
+        let mut payload = Vec::new();
+        let buf = if wanted { &mut payload } else { &mut *skipped };
+        buf.clear();
+        buf.resize(len as usize, 0);
+        self.exact(buf, "chunk payload")?;
+        if crc32fast::hash(buf) != crc {
             return Err(TraceError::Corrupt {
                 offset: payload_at,
                 what: "chunk checksum mismatch".into(),
             });
         }
         self.chunks += 1;
-        Ok(Some(Chunk {
+        Ok(Some(wanted.then(|| Chunk {
             thread: thread as u32,
             count: count as u32,
             first_ns,
             payload,
             offset: payload_at,
             events: Vec::new(),
-        }))
+        })))
     }
 
     /// Streams every event; stops at the first error (after yielding everything before it).
@@ -722,17 +748,25 @@ impl<R: Read> TraceReader<R> {
         self.events_on(crate::parallel::threads())
     }
 
-    /// For a recorded file (version 2) none of whose events were read: every
-    /// thread's events fed to `sinks[t % sinks.len()]`, each sink on a core
-    /// of its own, one thread after another (see
-    /// [`Built::feed_threads`](crate::build::Built::feed_threads)). Other
-    /// files come back with the sinks, to be read with [`events`](Self::events).
+    /// For a file none of whose events were read: every thread's events fed
+    /// to `sinks[t % sinks.len()]`, each sink on a core of its own. A
+    /// recorded file (version 2) is rebuilt one thread after another (see
+    /// [`Built::feed_threads`](crate::build::Built::feed_threads)); a saved
+    /// file (version 1) opened with [`TraceReader::open`] is read by each
+    /// sink's core by itself, from a shared file at its own offset, taking
+    /// its threads' chunks. Other streams (not a file, partly read, one
+    /// sink) come back with the sinks, to be read with [`events`](Self::events).
     #[allow(clippy::type_complexity)]
     pub fn feed_threads<S: Send>(
         mut self,
         sinks: Vec<S>,
         push: impl Fn(&mut S, &Event) + Sync,
     ) -> Result<(Vec<S>, Result<(), TraceError>), Box<(Self, Vec<S>)>> {
+        if self.served.is_none() && self.chunks == 0 && sinks.len() > 1 {
+            if let Some((file, at)) = self.split.take() {
+                return Ok(self.feed_split(&file, at, sinks, &push));
+            }
+        }
         let Some(built) = self.served.take() else {
             return Err(Box::new((self, sinks)));
         };
@@ -741,6 +775,69 @@ impl<R: Read> TraceReader<R> {
             self.served = Some(built);
             Box::new((self, sinks))
         })
+    }
+
+    /// A saved file's threads fed to `sinks[t % sinks.len()]`, each sink on
+    /// a core of its own reading the file from `at` on by itself: it decodes
+    /// the chunks of its threads and checks and skips the others. Every
+    /// reader sees a damaged header or checksum where the sequential read
+    /// would stop, so the sinks get what it gives; the first error in the
+    /// file comes back. A chunk whose checksum holds but whose events do not
+    /// decode (written so on purpose) stops only its own threads' reader.
+    /// Each reader holds one chunk's payload and events at a time.
+    fn feed_split<S: Send>(
+        &self,
+        file: &std::fs::File,
+        at: u64,
+        sinks: Vec<S>,
+        push: &(impl Fn(&mut S, &Event) + Sync),
+    ) -> (Vec<S>, Result<(), TraceError>) {
+        let groups = sinks.len();
+        let (threads, meta_at) = (&self.meta.threads, self.meta_at);
+        let jobs: Vec<(usize, S)> = sinks.into_iter().enumerate().collect();
+        let results = crate::parallel::each(jobs, |(g, mut sink)| {
+            let read = crate::pread::ReadAt { file, at };
+            let mut r = TraceReader {
+                r: io::BufReader::with_capacity(1 << 16, read),
+                offset: at,
+                meta: TraceMeta {
+                    threads: threads.clone(),
+                    ..TraceMeta::default()
+                },
+                chunks: 0,
+                done: false,
+                served: None,
+                meta_at,
+                split: None,
+            };
+            let (mut skipped, mut events) = (Vec::new(), Vec::new());
+            loop {
+                let before = r.offset;
+                let chunk = match r.next_chunk_for(|t| t as usize % groups == g, &mut skipped) {
+                    Ok(Some(Some(c))) => c,
+                    Ok(Some(None)) => continue,
+                    Ok(None) => return (sink, None),
+                    Err(e) => return (sink, Some((before, e))),
+                };
+                if let Err(e) = chunk.decode_into(&mut events) {
+                    return (sink, Some((before, e)));
+                }
+                for ev in &events {
+                    push(&mut sink, ev);
+                }
+            }
+        });
+        let mut first: Option<(u64, TraceError)> = None;
+        let mut sinks = Vec::with_capacity(groups);
+        for (sink, failed) in results {
+            sinks.push(sink);
+            if let Some((at, e)) = failed {
+                if first.as_ref().is_none_or(|f| at < f.0) {
+                    first = Some((at, e));
+                }
+            }
+        }
+        (sinks, first.map_or(Ok(()), |(_, e)| Err(e)))
     }
 
     /// [`TraceReader::events`] decoding on `workers` threads (1: on the caller's).
@@ -898,6 +995,109 @@ mod tests {
                     "{workers} workers, bad {bad}, cut {cut}"
                 );
             }
+        }
+    }
+
+    /// A saved file of three threads whose chunks alternate, written to a
+    /// temporary file: with `damage`, a payload byte of thread 1's second
+    /// chunk is flipped (its checksum fails) or that chunk says it holds
+    /// more events than it does (only the decoder finds it).
+    fn three_threads_saved(name: &str, damage: Option<&str>) -> std::path::PathBuf {
+        use crate::encoding::ChunkEncoder;
+        use crate::{Call, SiteInfo, ThreadInfo};
+        let mut per_thread: Vec<Vec<Chunk>> = (0..3u32)
+            .map(|t| {
+                let mut enc = ChunkEncoder::new(t);
+                for i in 0..3 * 8192u64 + 100 * u64::from(t) {
+                    enc.push(&Event::Call(Call {
+                        thread: t,
+                        site: 0,
+                        depth: (i % 3) as u32,
+                        start_ns: i * 40 + u64::from(t),
+                        dur_ns: 15 + i % 20,
+                        flags: 0,
+                    }));
+                }
+                enc.finish()
+            })
+            .collect();
+        if damage == Some("count") {
+            per_thread[1][1].count += 3;
+        }
+        let mut chunks = Vec::new();
+        for k in 0..4 {
+            for t in per_thread.iter_mut() {
+                if k < t.len() {
+                    chunks.push(std::mem::take(&mut t[k]));
+                }
+            }
+        }
+        let mut meta = TraceMeta::default();
+        meta.clock.ticks_per_ns = 1.0;
+        meta.sites.push(SiteInfo {
+            name: "f".into(),
+            module_path: "m".into(),
+            file: "f.rs".into(),
+            line: 1,
+            is_async: false,
+            values: Vec::new(),
+        });
+        meta.threads = vec![ThreadInfo::default(); 3];
+        let mut bytes = Vec::new();
+        write_trace(&mut bytes, &meta, &chunks).unwrap();
+        if damage == Some("checksum") {
+            let mut r = TraceReader::new(&bytes[..]).unwrap();
+            let second = std::iter::from_fn(|| r.next_chunk().unwrap())
+                .filter(|c| c.thread == 1)
+                .nth(1)
+                .unwrap();
+            bytes[second.offset as usize + 7] ^= 0x55;
+        }
+        let dir = std::env::temp_dir().join(format!("fgtrace-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_saved_file_is_read_apart_by_thread_as_the_sequential_read_gives_it() {
+        for damage in [None, Some("checksum"), Some("count")] {
+            let path = three_threads_saved(&format!("{damage:?}.fgt"), damage);
+            let one: Vec<Result<Event, String>> = TraceReader::open(&path)
+                .unwrap()
+                .events_on(1)
+                .map(|e| e.map_err(|e| e.to_string()))
+                .collect();
+            let error = one.iter().find_map(|e| e.as_ref().err().cloned());
+            for groups in [2usize, 3] {
+                let sinks: Vec<Vec<Event>> = vec![Vec::new(); groups];
+                let (sinks, read) = TraceReader::open(&path)
+                    .unwrap()
+                    .feed_threads(sinks, |s, ev| s.push(ev.clone()))
+                    .unwrap_or_else(|_| panic!("a saved file is read apart"));
+                assert_eq!(read.err().map(|e| e.to_string()), error, "{damage:?}");
+                for (g, got) in sinks.iter().enumerate() {
+                    let want: Vec<Event> = one
+                        .iter()
+                        .filter_map(|e| e.as_ref().ok())
+                        .filter(|e| e.thread() as usize % groups == g)
+                        .cloned()
+                        .collect();
+                    if damage == Some("count") && g != 1 % groups {
+                        // Only the reader of the undecodable chunk's thread
+                        // finds it (its checksum holds); the others read on,
+                        // past it.
+                        assert!(got.starts_with(&want), "{damage:?} group {g}");
+                    } else {
+                        assert!(*got == want, "{damage:?}, {groups} groups, group {g}");
+                    }
+                }
+            }
+            // A stream that is not a file cannot be read apart.
+            let bytes = std::fs::read(&path).unwrap();
+            let r = TraceReader::new(&bytes[..]).unwrap();
+            assert!(r.feed_threads(vec![0u64; 2], |n, _| *n += 1).is_err());
         }
     }
 

@@ -65,6 +65,45 @@ pub fn both<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> 
     })
 }
 
+/// `run(job)` for every job, the first on the calling thread and each other
+/// on a thread of its own, results in the jobs' order. A job whose thread
+/// cannot start runs on the calling thread after the first; a panic in one
+/// is resumed here.
+pub fn each<J: Send, R: Send>(jobs: Vec<J>, run: impl Fn(J) -> R + Sync) -> Vec<R> {
+    let run = &run;
+    std::thread::scope(|scope| {
+        let mut jobs = jobs.into_iter();
+        let here = jobs.next();
+        let handles: Vec<_> = jobs
+            .map(|job| {
+                // The job goes to its thread through this slot, so that it
+                // is still here to run if the thread cannot start.
+                let slot = std::sync::Arc::new(Mutex::new(Some(job)));
+                let taken = slot.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("fgtrace-view".into())
+                    .spawn_scoped(scope, move || {
+                        let job = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        job.map(run)
+                    });
+                (spawned.ok(), slot)
+            })
+            .collect();
+        let mut out = Vec::with_capacity(handles.len() + 1);
+        out.extend(here.map(run));
+        for (h, slot) in handles {
+            let done = match h.map(|h| h.join()) {
+                Some(Ok(done)) => done,
+                Some(Err(p)) => std::panic::resume_unwind(p),
+                None => None,
+            };
+            let job = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            out.extend(done.or_else(|| job.map(run)));
+        }
+        out
+    })
+}
+
 /// The threads a reader may use: `FGTRACE_THREADS`, or the machine's
 /// available parallelism (at most the bound [`within`] set on this
 /// thread); at least 1.

@@ -47,3 +47,40 @@ pub fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
         ))
     }
 }
+
+/// Reads into `buf` from `file` at byte offset `at`, as `read` does: the
+/// number of bytes read, 0 at the end of the file.
+pub fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_at(file, buf, at)
+    }
+    #[cfg(windows)]
+    {
+        std::os::windows::fs::FileExt::seek_read(file, buf, at)
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = (file, buf, at);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "positional reads are not supported on this system",
+        ))
+    }
+}
+
+/// A [`Read`](io::Read) over a shared file from an offset on, with
+/// positional reads: several of them read one file at once, each at its own
+/// place.
+pub struct ReadAt<'f> {
+    pub file: &'f File,
+    pub at: u64,
+}
+
+impl io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = read_at(self.file, buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}

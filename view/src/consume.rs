@@ -203,10 +203,11 @@ where
     })
 }
 
-/// [`collect_by_thread`] from a trace file's reader: a recorded file's
-/// threads are read apart, each group's on its own core with no merge by
-/// time ([`TraceReader::feed_threads`](fgtrace_trace::TraceReader::feed_threads));
-/// any other file's events are read in order and handed out by thread.
+/// [`collect_by_thread`] from a trace file's reader: a file's threads are
+/// read apart, each group's on its own core with no merge by time
+/// ([`TraceReader::feed_threads`](fgtrace_trace::TraceReader::feed_threads):
+/// a recorded file's rebuilt threads, a saved file's chunks by thread);
+/// a stream that cannot be read apart goes to the first sink alone.
 pub fn collect_reader_by_thread<S, R>(
     sinks: Vec<S>,
     reader: fgtrace_trace::TraceReader<R>,
@@ -220,13 +221,18 @@ where
     };
     match reader.feed_threads(sinks, push) {
         Ok(done) => done,
-        Err(back) => match *back {
-            (reader, mut sinks) if sinks.len() == 1 => {
-                let read = collect_batches(&mut sinks[0], reader.events());
-                (sinks, read)
-            }
-            (reader, sinks) => collect_by_thread(sinks, reader.events()),
-        },
+        Err(back) => {
+            // A stream that cannot be read apart (not from a file, or partly
+            // read) goes to the first sink alone: handing its events out by
+            // thread costs the reading thread about what the other sinks
+            // save, and more cores must never be slower than one.
+            let (reader, mut sinks) = *back;
+            let read = match sinks.first_mut() {
+                Some(sink) => collect_batches(sink, reader.events()),
+                None => Ok(()),
+            };
+            (sinks, read)
+        }
     }
 }
 

@@ -26,9 +26,7 @@ use super::flame_svg::folded_svg;
 use super::graph::{GraphOptions, PollValues, PollValuesBuilder};
 use super::human::human_duration;
 use super::offcpu::{OffCpuFoldedBuilder, OffCpuFoldedOptions, OffCpuSummary};
-use super::plot::{
-    durations_svg, CallDurations, DurationsBuilder, PlotOptions, PLOT_MEMORY_PER_CALL,
-};
+use super::plot::{durations_svg, CallDurations, DurationsBuilder, PlotOptions};
 use super::report::{Report, ReportBuilder, ReportOptions};
 use crate::consume::feed;
 use crate::folded::{Folded, FoldedBuilder, FoldedOptions};
@@ -108,20 +106,17 @@ where
     R: Resolve,
     W: Write,
 {
-    write_html_noting_plots(meta, events, resolver, opts, out, |_| {})
+    write_html_passes(meta, events, resolver, opts, out)
 }
 
-/// [`write_html`], calling `plotting` once between the passes with the
-/// number of calls the duration plots will hold: the plots keep each call
-/// of the functions they plot ([`PLOT_MEMORY_PER_CALL`] bytes each), so a
-/// caller can say so before the second pass ([`plots_memory_warning`]).
-pub fn write_html_noting_plots<I, R, W>(
+/// [`write_html`]'s two passes: the report, the flamegraph and the slowest
+/// root call first, then the top functions' plots and that call's graph.
+fn write_html_passes<I, R, W>(
     meta: &TraceMeta,
     mut events: impl FnMut() -> I,
     resolver: R,
     opts: &HtmlOptions,
     mut out: W,
-    plotting: impl FnOnce(u64),
 ) -> Result<(), TraceError>
 where
     I: IntoIterator<Item = Result<Event, TraceError>>,
@@ -189,7 +184,6 @@ where
     // Pass 2: the top functions' calls and the slowest root's subtree (up to
     // where pass 1 stopped, if it failed).
     let top: Vec<_> = report.functions.iter().take(opts.plots).collect();
-    plotting(top.iter().map(|f| f.calls).fold(0, u64::saturating_add));
     let gopts = GraphOptions {
         off_cpu: meta.off_cpu.as_ref().is_some_and(|o| o.is_available()),
         poll_values: poll_values.map(|b| std::sync::Arc::new(b.finish())),
@@ -234,22 +228,6 @@ where
     out.write_all(page.as_bytes())?;
     out.flush()?;
     failed.map_or(Ok(()), Err)
-}
-
-/// The one-line note when the page's duration plots will hold `calls`
-/// calls in more than `limit` bytes, naming the flags that bound them.
-/// None when they fit.
-pub fn plots_memory_warning(calls: u64, limit: u64) -> Option<String> {
-    let bytes = calls.saturating_mul(PLOT_MEMORY_PER_CALL);
-    (bytes > limit).then(|| {
-        format!(
-            "fgtrace: the page's duration plots hold every call of the functions they plot \
-             in memory: about {} for {calls} calls, more than {}; bound them with --plots \
-             (0: none) or --thread",
-            crate::window::decimal_bytes(bytes),
-            crate::window::decimal_bytes(limit),
-        )
-    })
 }
 
 /// Escapes text for HTML content and attribute values.
@@ -422,6 +400,39 @@ fn header(
     }
 }
 
+/// `3 (main-1 10 calls, ...)`: every thread with its calls, or past
+/// [`SUMMARY_THREADS`] the busiest ones and how many calls the others made.
+fn threads_summary(meta: &TraceMeta, threads: &[(usize, &fgtrace_trace::ThreadInfo)]) -> String {
+    let mut busiest: Vec<_> = threads.to_vec();
+    if busiest.len() > SUMMARY_THREADS + 1 {
+        busiest.sort_by_key(|&(i, t)| (std::cmp::Reverse(t.calls), i));
+        busiest.truncate(SUMMARY_THREADS);
+    }
+    let mut parts: Vec<String> = busiest
+        .iter()
+        .map(|(i, t)| {
+            format!(
+                "{} {} calls",
+                escape(&meta.thread_label(*i as u32)),
+                t.calls
+            )
+        })
+        .collect();
+    let others = threads.len() - busiest.len();
+    if others > 0 {
+        let shown: u64 = busiest.iter().map(|(_, t)| t.calls).sum();
+        let all = saturating_sum(threads.iter().map(|(_, t)| t.calls));
+        parts.push(format!(
+            "and {others} other threads, {} calls",
+            all.saturating_sub(shown)
+        ));
+    }
+    format!("{} ({})", threads.len(), parts.join(", "))
+}
+
+/// Threads the summary names one by one.
+const SUMMARY_THREADS: usize = 10;
+
 fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], filtered: bool) {
     let sel = |i: usize| shown(mask, filtered, i as u32);
     let threads: Vec<_> = meta
@@ -437,22 +448,7 @@ fn summary(p: &mut String, meta: &TraceMeta, report: &Report, mask: &[bool], fil
     let mut rows: Vec<(&str, String)> = vec![
         ("Program", escape(&meta.program_and_pid())),
         ("Duration", human_duration(meta.duration_ns).to_string()),
-        (
-            "Threads",
-            format!(
-                "{} ({})",
-                threads.len(),
-                threads
-                    .iter()
-                    .map(|(i, t)| format!(
-                        "{} {} calls",
-                        escape(&meta.thread_label(*i as u32)),
-                        t.calls
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ),
+        ("Threads", threads_summary(meta, &threads)),
         (
             "Calls",
             format!("{} of {} functions", report.calls, report.functions.len()),

@@ -4,17 +4,22 @@
 //! a histogram of the durations with p50 and p99 marked. Beside it, the
 //! slowest calls with their call paths (`root;...;fn`) as text.
 //!
-//! Memory: only the chosen function's `(thread, start, duration)` triples,
-//! the open calls of each thread (bounded by call depth, for the paths) and
-//! the `top` slowest calls with their paths. The scatter draws one dot per
-//! occupied pixel and thread, so a million calls do not make a million SVG
-//! elements.
+//! Memory does not grow with the function's calls: their count, min and
+//! max, a log-linear histogram of their durations (the percentiles, within
+//! 1%, and the histogram panel), the `top` slowest calls with their paths,
+//! the open calls of each thread (bounded by call depth, for the paths),
+//! and for the scatter the longest call per cell of a grid over time and
+//! duration finer than the plot's pixels, made coarser past a fixed number
+//! of cells. The scatter draws one dot per occupied pixel and thread, so a
+//! million calls do not make a million SVG elements. Only a fit against a
+//! recorded value (`plot --x`) keeps every call.
 //!
 //! Text is written as SVG `<text>` with a generic font family: no font file
 //! is read at render time (plotters' `ttf` feature is off).
 
 use super::human::{human_duration, uftrace_time};
 use crate::consume::{collect, Consume};
+use crate::report::Histogram;
 use crate::threads::{shown, thread_mask, ThreadSel};
 use fgtrace_trace::{Call, Event, Lost, SiteInfo, TraceError, TraceMeta, Value};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -22,16 +27,38 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::fmt;
 use std::io::{self, Write};
 
-/// Memory a plot takes per call of its function: its thread, start and
-/// duration (24 bytes), and its duration again while the percentiles are
-/// sorted (on a 22M-call trace, 237 MB peak for the 8.0M calls of one
-/// function, 368 MB for an HTML page plotting 16M).
+/// Memory [`DurationsBuilder::keeping_calls`] takes per call of its
+/// function (`plot --x`): its thread, start and duration, and the values
+/// it recorded (on a 22M-call trace, 237 MB peak for the 8.0M calls of one
+/// function). Without it a plot's memory does not grow with its calls.
 pub const PLOT_MEMORY_PER_CALL: u64 = 32;
+
+/// Columns of the scatter's grid over the trace's duration (a plot is
+/// about 1,100 pixels wide).
+const X_CELLS: u64 = 4096;
+/// Most cells of the scatter's grid kept at once (one call each, about 40
+/// bytes): past it the grid is made coarser, durations first.
+const MAX_CELLS: usize = 1 << 19;
+/// How far the grid can be made coarser: a duration cell is then a whole
+/// power of two, a time column 1/4 of the trace.
+const MAX_Y_SHIFT: u32 = 10;
+const MAX_X_SHIFT: u32 = 10;
+
+/// A duration's row in the scatter's grid at full resolution: exact below
+/// 1,024 ns, above it each power of two split in 1,024 rows (0.1%).
+fn duration_row(ns: u64) -> u32 {
+    if ns < 1024 {
+        return ns as u32;
+    }
+    let e = 63 - ns.leading_zeros(); // >= 10
+    let sub = ((ns >> (e - 10)) & 1023) as u32;
+    1024 + (e - 10) * 1024 + sub
+}
 
 /// What to plot and how big.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,6 +130,11 @@ pub enum PlotError {
         /// The value name asked for.
         value: String,
     },
+    /// A fit against a value was asked of calls collected without
+    /// [`DurationsBuilder::keeping_calls`].
+    CallsNotKept {
+        name: String,
+    },
     /// The trace stream failed (after what was read had been drawn).
     Trace(TraceError),
     /// plotters could not draw.
@@ -151,6 +183,11 @@ impl fmt::Display for PlotError {
                 f,
                 "`{name}`'s value `{value}` is a string, not a number: `plot --x` needs a \
                  number (group the calls by it with `report --by {value}` instead)"
+            ),
+            PlotError::CallsNotKept { name } => write!(
+                f,
+                "the calls of `{name}` were collected without keeping each call, \
+                 which a fit against a value needs (DurationsBuilder::keeping_calls)"
             ),
             PlotError::Trace(e) => write!(f, "{e}"),
             PlotError::Draw(e) => write!(f, "cannot draw the plot: {e}"),
@@ -285,29 +322,41 @@ pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> Str
     parts.join(", ")
 }
 
-/// The calls of one function, as collected from a trace.
-#[derive(Clone, Debug, PartialEq)]
+/// The calls of one function, as collected from a trace: their statistics,
+/// the slowest with their paths, and a sample of them for the scatter, in
+/// memory that does not grow with the number of calls.
+#[derive(Clone, Debug)]
 pub struct CallDurations {
     /// Full path of the function.
     pub name: String,
     /// The function's sites (one function can have several, e.g. one per
     /// generic instance).
     pub sites: Vec<u32>,
-    /// Every call, in stream order.
+    /// How many calls were read.
+    pub count: u64,
+    /// Calls per thread (index into `TraceMeta::threads`), in thread order.
+    pub per_thread: Vec<(u32, u64)>,
+    /// The scatter's dots: per thread and cell of a grid over time and
+    /// duration (finer than the plot's pixels), the longest call in it.
+    pub dots: Vec<CallPoint>,
+    /// Every duration, in a log-linear histogram (each within 1%).
+    pub histogram: Histogram,
+    /// Every call, in stream order: only when the builder kept them
+    /// ([`DurationsBuilder::keeping_calls`], for `plot --x`); else empty.
     pub calls: Vec<CallPoint>,
     /// The values each call recorded, parallel to `calls` (empty where
-    /// none); empty when no call recorded any, as is the common case, so
-    /// that a plain function's plot takes no memory for them.
+    /// none); empty when calls are not kept or no call recorded any.
     pub values: Vec<Vec<Value>>,
     /// The slowest calls, slowest first (ties: earlier first).
     pub slowest: Vec<SlowCall>,
-    /// Exact nearest-rank percentiles of the durations.
+    /// Nearest-rank percentiles of the durations, within 1% (the
+    /// histogram's, as `report`'s).
     pub p50_ns: u64,
-    /// 99th percentile (nearest rank), nanoseconds.
+    /// 99th percentile, nanoseconds (nearest rank, within 1%).
     pub p99_ns: u64,
-    /// Shortest call, nanoseconds.
+    /// Shortest call, nanoseconds (exact).
     pub min_ns: u64,
-    /// Longest call, nanoseconds.
+    /// Longest call, nanoseconds (exact).
     pub max_ns: u64,
     /// Call records lost on the selected threads (the plot may miss calls).
     pub lost: u64,
@@ -316,10 +365,7 @@ pub struct CallDurations {
 impl CallDurations {
     /// Threads (indexes) with at least one call, in order.
     pub fn threads(&self) -> Vec<u32> {
-        let mut t: Vec<u32> = self.calls.iter().map(|c| c.thread).collect();
-        t.sort_unstable();
-        t.dedup();
-        t
+        self.per_thread.iter().map(|&(t, _)| t).collect()
     }
 }
 
@@ -339,6 +385,73 @@ struct Open {
     depth: u32,
 }
 
+/// The scatter's grid: per thread and cell the longest call in it. Cells
+/// are columns of the trace's duration and rows of [`duration_row`],
+/// shifted right as the grid is made coarser to stay under [`MAX_CELLS`].
+struct Grid {
+    span_ns: u64,
+    x_shift: u32,
+    y_shift: u32,
+    cells: HashMap<(u32, u32, u32), CallPoint>,
+}
+
+impl Grid {
+    fn new(span_ns: u64) -> Self {
+        Grid {
+            span_ns: span_ns.max(1),
+            x_shift: 0,
+            y_shift: 0,
+            cells: HashMap::new(),
+        }
+    }
+
+    fn key(&self, p: &CallPoint) -> (u32, u32, u32) {
+        let x = (u128::from(p.start_ns) * u128::from(X_CELLS) / u128::from(self.span_ns))
+            .min(u128::from(X_CELLS - 1)) as u32;
+        (
+            p.thread,
+            x >> self.x_shift,
+            duration_row(p.dur_ns) >> self.y_shift,
+        )
+    }
+
+    fn add(&mut self, p: CallPoint) {
+        let key = self.key(&p);
+        self.keep(key, p);
+        if self.cells.len() > MAX_CELLS && self.coarser() {
+            let old = std::mem::take(&mut self.cells);
+            for p in old.into_values() {
+                self.keep(self.key(&p), p);
+            }
+        }
+    }
+
+    /// The longest call of a cell (of equal ones, the earlier).
+    fn keep(&mut self, key: (u32, u32, u32), p: CallPoint) {
+        let e = self.cells.entry(key).or_insert(p);
+        if (p.dur_ns, Reverse(p.start_ns)) > (e.dur_ns, Reverse(e.start_ns)) {
+            *e = p;
+        }
+    }
+
+    fn coarser(&mut self) -> bool {
+        if self.y_shift < MAX_Y_SHIFT {
+            self.y_shift += 1;
+        } else if self.x_shift < MAX_X_SHIFT {
+            self.x_shift += 1;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn dots(self) -> Vec<CallPoint> {
+        let mut d: Vec<CallPoint> = self.cells.into_values().collect();
+        d.sort_unstable_by_key(|p| (p.thread, p.start_ns, p.dur_ns));
+        d
+    }
+}
+
 /// Collects a function's calls from events pushed one at a time.
 pub struct DurationsBuilder<'a> {
     meta: &'a TraceMeta,
@@ -349,15 +462,27 @@ pub struct DurationsBuilder<'a> {
     filtered: bool,
     top: usize,
     stacks: Vec<Vec<Open>>,
+    count: u64,
+    min: u64,
+    max: u64,
+    per_thread: BTreeMap<u32, u64>,
+    histogram: Histogram,
+    grid: Grid,
+    keep_calls: bool,
     calls: Vec<CallPoint>,
     /// Min-heap (through `Reverse`) of the `top` slowest so far.
     heap: BinaryHeap<Reverse<Slow>>,
+    /// The values of calls that entered the heap, by arrival (pruned to
+    /// the heap's now and then).
+    slow_values: HashMap<u64, Vec<Value>>,
     seq: u64,
     lost_events: Vec<u64>,
     values: Vec<Vec<Value>>,
     /// The thread of the last event, and whether it was a wanted call (its
-    /// values, which follow it after its counters, go to the last of `calls`).
+    /// values, which follow it after its counters, go to that call).
     last_wanted: Option<u32>,
+    /// Whether the last wanted call entered the heap.
+    last_in_heap: bool,
 }
 
 impl<'a> DurationsBuilder<'a> {
@@ -393,13 +518,30 @@ impl<'a> DurationsBuilder<'a> {
             filtered: !threads.is_empty(),
             top,
             stacks: Vec::new(),
+            count: 0,
+            min: u64::MAX,
+            max: 0,
+            per_thread: BTreeMap::new(),
+            histogram: Histogram::default(),
+            grid: Grid::new(meta.duration_ns),
+            keep_calls: false,
             calls: Vec::new(),
             heap: BinaryHeap::new(),
+            slow_values: HashMap::new(),
             seq: 0,
             lost_events: Vec::new(),
             values: Vec::new(),
             last_wanted: None,
+            last_in_heap: false,
         }
+    }
+
+    /// Also keeps every call and its values ([`CallDurations::calls`]), as
+    /// a fit against a recorded value needs: [`PLOT_MEMORY_PER_CALL`]
+    /// bytes per call.
+    pub fn keeping_calls(mut self) -> Self {
+        self.keep_calls = true;
+        self
     }
 
     /// Pushes events until the stream ends or fails; what was read is kept either way.
@@ -425,8 +567,17 @@ impl<'a> DurationsBuilder<'a> {
                 start_ns: c.start_ns,
                 dur_ns: c.dur_ns,
             };
-            self.calls.push(p);
+            self.count += 1;
+            self.min = self.min.min(c.dur_ns);
+            self.max = self.max.max(c.dur_ns);
+            *self.per_thread.entry(c.thread).or_default() += 1;
+            self.histogram.add(c.dur_ns);
+            self.grid.add(p);
+            if self.keep_calls {
+                self.calls.push(p);
+            }
             self.last_wanted = Some(c.thread);
+            self.last_in_heap = false;
             self.seq += 1;
             // The path is built only for a call that makes the list.
             let beats = self.heap.len() < self.top
@@ -446,6 +597,7 @@ impl<'a> DurationsBuilder<'a> {
                 if self.heap.len() > self.top {
                     self.heap.pop();
                 }
+                self.last_in_heap = true;
             }
         }
         stack.push(Open {
@@ -462,17 +614,32 @@ impl<'a> DurationsBuilder<'a> {
         self.lost_events[t] += l.count;
     }
 
+    /// The values of the last wanted call.
+    fn values(&mut self, values: &[Value]) {
+        if self.keep_calls {
+            // Grown to the calls only once some call has values.
+            self.values.resize(self.calls.len(), Vec::new());
+            if let Some(slot) = self.values.last_mut() {
+                *slot = values.to_vec();
+            }
+        }
+        if self.last_in_heap {
+            self.slow_values.insert(self.seq, values.to_vec());
+            if self.slow_values.len() > 2 * self.top + 16 {
+                let kept: HashSet<u64> = self.heap.iter().map(|Reverse(s)| s.seq.0).collect();
+                self.slow_values.retain(|seq, _| kept.contains(seq));
+            }
+        }
+    }
+
     /// The collected calls; [`PlotError::NoCalls`] when there are none.
     pub fn finish(mut self) -> Result<CallDurations, PlotError> {
         if !self.values.is_empty() {
             self.values.resize(self.calls.len(), Vec::new());
         }
-        if self.calls.is_empty() {
+        if self.count == 0 {
             return Err(PlotError::NoCalls { name: self.name });
         }
-        let mut durs: Vec<u64> = self.calls.iter().map(|c| c.dur_ns).collect();
-        durs.sort_unstable();
-        let q = |q: f64| durs[((q * durs.len() as f64).ceil() as usize).clamp(1, durs.len()) - 1];
         let lost = self
             .meta
             .threads
@@ -481,6 +648,7 @@ impl<'a> DurationsBuilder<'a> {
             .filter(|&(i, _)| shown(&self.mask, self.filtered, i as u32))
             .map(|(i, t)| t.lost.max(self.lost_events.get(i).copied().unwrap_or(0)))
             .fold(0, u64::saturating_add);
+        let mut slow_values = self.slow_values;
         let mut slowest: Vec<SlowCall> = self
             .heap
             .into_iter()
@@ -490,11 +658,7 @@ impl<'a> DurationsBuilder<'a> {
                     start_ns: s.start.0,
                     dur_ns: s.dur_ns,
                 },
-                values: self
-                    .values
-                    .get(s.seq.0 as usize - 1)
-                    .cloned()
-                    .unwrap_or_default(),
+                values: slow_values.remove(&s.seq.0).unwrap_or_default(),
                 path: s.path,
             })
             .collect();
@@ -507,10 +671,14 @@ impl<'a> DurationsBuilder<'a> {
         Ok(CallDurations {
             name: self.name,
             sites: self.sites,
-            p50_ns: q(0.50),
-            p99_ns: q(0.99),
-            min_ns: durs[0],
-            max_ns: durs[durs.len() - 1],
+            count: self.count,
+            per_thread: self.per_thread.into_iter().collect(),
+            dots: self.grid.dots(),
+            p50_ns: self.histogram.quantile(0.50),
+            p99_ns: self.histogram.quantile(0.99),
+            histogram: self.histogram,
+            min_ns: self.min,
+            max_ns: self.max,
             calls: self.calls,
             values: self.values,
             slowest,
@@ -531,13 +699,7 @@ impl Consume for DurationsBuilder<'_> {
             Event::Call(c) => self.call(c),
             Event::Lost(l) => self.lost(l),
             Event::Counters(c) => self.last_wanted = last.filter(|&t| t == c.thread),
-            Event::Values(v) if last == Some(v.thread) => {
-                // Grown to the calls only once some call has values.
-                self.values.resize(self.calls.len(), Vec::new());
-                if let Some(slot) = self.values.last_mut() {
-                    *slot = v.values.clone();
-                }
-            }
+            Event::Values(v) if last == Some(v.thread) => self.values(&v.values),
             _ => {}
         }
         Ok(())
@@ -550,8 +712,8 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
         w,
         "# {}: {} call{}, p50 {}, p99 {}, max {}{}",
         d.name,
-        d.calls.len(),
-        if d.calls.len() == 1 { "" } else { "s" },
+        d.count,
+        if d.count == 1 { "" } else { "s" },
         human_duration(d.p50_ns),
         human_duration(d.p99_ns),
         human_duration(d.max_ns),
@@ -614,7 +776,7 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
 /// let opts = PlotOptions { function: "step".into(), top: 3, ..Default::default() };
 /// let (mut svg, mut slowest) = (Vec::new(), Vec::new());
 /// let d = write_plot(&trace.meta, ok_events(trace.events()), &opts, &mut svg, &mut slowest)?;
-/// assert_eq!(d.calls.len(), 50);
+/// assert_eq!(d.count, 50);
 /// assert!(d.min_ns <= d.p50_ns && d.p50_ns <= d.p99_ns && d.p99_ns <= d.max_ns);
 /// assert_eq!(d.slowest.len(), 3);
 /// assert!(String::from_utf8(svg)?.contains("<svg"));

@@ -1,6 +1,9 @@
-//! `fgtrace-views-bench ROUNDS THREADS`: each thread calls `top` ROUNDS
-//! times; `top` calls `mid` 4 times and `mid` calls `leaf` 8 times, so the
-//! run records 37 x ROUNDS x THREADS calls. Run under `FGTRACE_RECORD=DIR`.
+//! `fgtrace-views-bench ROUNDS THREADS [SAVE.fgt]`: each thread calls `top`
+//! ROUNDS times; `top` calls `mid` 4 times and `mid` calls `leaf` 8 times, so
+//! the run records 37 x ROUNDS x THREADS calls. Run under `FGTRACE_RECORD=DIR`,
+//! or with SAVE.fgt: a `Session` records it, each thread's loop under one
+//! traced `body` call (one more call per thread), and `Trace::save` writes
+//! the file, as the guide's first example does.
 
 use std::hint::black_box;
 
@@ -22,19 +25,42 @@ fn top(x: u64) -> u64 {
     (0..4).map(|i| mid(x + i)).sum()
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>());
-    let rounds = args.next().and_then(Result::ok).unwrap_or(1_000_000);
-    let threads = args.next().and_then(Result::ok).unwrap_or(2);
+#[fgtrace::traced]
+#[inline(never)]
+fn body(rounds: u64) -> u64 {
+    (0..rounds).map(top).sum()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, default| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let rounds: u64 = number(0, 1_000_000);
+    let threads: u64 = number(1, 2);
+    let save = args.get(2);
+    let session = match save {
+        Some(_) => Some(fgtrace::Session::start(fgtrace::Config::default())?),
+        None => None,
+    };
+    let saved = save.is_some();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             std::thread::Builder::new()
                 .name(format!("w{t}"))
-                .spawn(move || (0..rounds).map(top).sum::<u64>())
+                .spawn(move || {
+                    if saved {
+                        body(rounds)
+                    } else {
+                        (0..rounds).map(top).sum::<u64>()
+                    }
+                })
                 .expect("a worker thread")
         })
         .collect();
     for w in workers {
         black_box(w.join().expect("the worker ran"));
     }
+    if let (Some(session), Some(path)) = (session, save) {
+        session.stop()?.save(path)?;
+    }
+    Ok(())
 }

@@ -39,3 +39,34 @@ fn flame_prolog_dropped_and_style_scoped() {
         "<svg><style>\n#flame text { font-size:12px }\n</style></svg>"
     );
 }
+
+#[test]
+fn the_summary_names_the_busiest_threads_and_counts_the_others() {
+    use fgtrace_trace::ThreadInfo;
+    let meta = TraceMeta {
+        threads: (0..13u32)
+            .map(|i| ThreadInfo {
+                tid: 100 + i,
+                name: format!("t{i}"),
+                calls: u64::from(i) + 1,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let all: Vec<_> = meta.threads.iter().enumerate().collect();
+    let s = threads_summary(&meta, &all);
+    assert!(
+        s.starts_with("13 (t12-112 13 calls, t11-111 12 calls, "),
+        "{s}"
+    );
+    assert!(s.contains("t3-103 4 calls"), "{s}");
+    assert!(!s.contains("t2-102"), "{s}");
+    assert!(s.ends_with(", and 3 other threads, 6 calls)"), "{s}");
+    // Up to one more than the limit, every thread is named.
+    let s = threads_summary(&meta, &all[..11]);
+    assert!(
+        s.contains("t0-100 1 calls") && !s.contains("other threads"),
+        "{s}"
+    );
+}

@@ -63,8 +63,9 @@ pub fn durations_svg(
         let span = meta
             .duration_ns
             .max(
-                d.calls
+                d.dots
                     .iter()
+                    .chain(d.slowest.iter().map(|s| &s.call))
                     .map(|c| c.start_ns + c.dur_ns)
                     .max()
                     .unwrap_or(0),
@@ -72,8 +73,8 @@ pub fn durations_svg(
             .max(1) as f64;
         let caption = format!(
             "{} call{} on {} thread{}: duration against start time{}{}",
-            d.calls.len(),
-            if d.calls.len() == 1 { "" } else { "s" },
+            d.count,
+            if d.count == 1 { "" } else { "s" },
             d.threads().len(),
             if d.threads().len() == 1 { "" } else { "s" },
             if log { " (log scale)" } else { "" },
@@ -224,23 +225,49 @@ where
         .y_label_formatter(fmt)
         .draw()
         .map_err(draw_err)?;
-    let threads = d.threads();
-    let radius = if d.calls.len() < 500 { 3 } else { 2 };
-    let mut seen: HashSet<(u32, i32, i32)> = HashSet::new();
-    for (k, &t) in threads.iter().enumerate() {
-        let color = thread_color(k);
-        let mut dots = Vec::new();
-        for c in d.calls.iter().filter(|c| c.thread == t) {
-            let p = (c.start_ns as f64, c.dur_ns.max(1) as f64);
-            let (px, py) = chart.backend_coord(&p);
-            if seen.insert((t, px, py)) {
-                dots.push(p);
-            }
+    let radius = if d.count < 500 { 3 } else { 2 };
+    // The threads with the most calls get a colour and a legend line each;
+    // past `SHOWN`, the others are one grey series ("and N other threads").
+    const SHOWN: usize = 9;
+    let mut by_calls: Vec<(u32, u64)> = d.per_thread.clone();
+    by_calls.sort_by_key(|&(t, n)| (Reverse(n), t));
+    let named: Vec<(u32, u64)> = if by_calls.len() > SHOWN + 1 {
+        by_calls[..SHOWN].to_vec()
+    } else {
+        by_calls.clone()
+    };
+    let slot = |t: u32| named.iter().position(|&(n, _)| n == t);
+    let mut series: Vec<Vec<(f64, f64)>> = vec![Vec::new(); named.len() + 1];
+    let mut seen: HashSet<(usize, i32, i32)> = HashSet::new();
+    for c in &d.dots {
+        let k = slot(c.thread).unwrap_or(named.len());
+        let p = (c.start_ns as f64, c.dur_ns.max(1) as f64);
+        let (px, py) = chart.backend_coord(&p);
+        if seen.insert((k, px, py)) {
+            series[k].push(p);
         }
-        let n = d.calls.iter().filter(|c| c.thread == t).count();
+    }
+    // The grey series first, so that the named threads are drawn over it.
+    let others = by_calls.len() - named.len();
+    let other_calls: u64 = by_calls[named.len()..].iter().map(|&(_, n)| n).sum();
+    let grey = RGBColor(150, 150, 150);
+    if others > 0 {
         chart
             .draw_series(
-                dots.into_iter()
+                std::mem::take(&mut series[named.len()])
+                    .into_iter()
+                    .map(|p| Circle::new(p, radius, grey.mix(0.5).filled())),
+            )
+            .map_err(draw_err)?
+            .label(format!("{others} other threads ({other_calls})"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
+    }
+    for (k, &(t, n)) in named.iter().enumerate() {
+        let color = thread_color(k);
+        chart
+            .draw_series(
+                std::mem::take(&mut series[k])
+                    .into_iter()
                     .map(|p| Circle::new(p, radius, color.mix(0.7).filled())),
             )
             .map_err(draw_err)?
@@ -273,13 +300,15 @@ impl<'e> Bins<'e> {
     fn new(d: &CallDurations, edges: &'e [f64]) -> Self {
         let n = edges.len() - 1;
         let mut counts = vec![0u64; n];
-        for c in &d.calls {
-            let v = c.dur_ns.max(1) as f64;
+        // Each histogram bucket goes to the bin of the value standing for it
+        // (within 1% of each of its calls).
+        for (v, count) in d.histogram.counts() {
+            let v = v.max(1) as f64;
             let i = edges
                 .partition_point(|&e| e <= v)
                 .saturating_sub(1)
                 .min(n - 1);
-            counts[i] += 1;
+            counts[i] += count;
         }
         let max = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
         let min = counts.iter().copied().filter(|&c| c > 0).min().unwrap_or(1) as f64;

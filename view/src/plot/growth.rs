@@ -10,7 +10,8 @@ use fgtrace_trace::TraceMeta;
 use plotters::prelude::*;
 use std::io::{self, Write};
 
-/// Each call's `(value, duration ns)` for the value named `value`; calls
+/// Each call's `(value, duration ns)` for the value named `value`, from a
+/// builder that kept the calls ([`DurationsBuilder::keeping_calls`](super::DurationsBuilder::keeping_calls)); calls
 /// without it (or whose value is not a number) are left out. A value that
 /// is a string in every call that records it is an error.
 pub fn growth_points(
@@ -32,6 +33,11 @@ pub fn growth_points(
         .filter_map(|s| s.values.iter().position(|n| n == value))
         .map(|p| p as u8)
         .collect();
+    if d.calls.len() as u64 != d.count {
+        return Err(PlotError::CallsNotKept {
+            name: d.name.clone(),
+        });
+    }
     if slots.is_empty() {
         return Err(PlotError::NoValue {
             name: d.name.clone(),

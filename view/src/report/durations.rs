@@ -131,6 +131,34 @@ impl Histogram {
         lo + ((1u64 << shift) >> 1)
     }
 
+    /// How many values were added.
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// Whether no value was added.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Every occupied bucket in increasing order as (a value standing for
+    /// the bucket, within 1% of each of its values, and its count): exact
+    /// values below 128 ns, above them the bucket's midpoint clamped to the
+    /// smallest and largest value it saw.
+    pub fn counts(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let exact = self
+            .exact
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| c > 0)
+            .map(|(v, &c)| (v as u64, c));
+        let buckets = self
+            .buckets
+            .iter()
+            .map(|(&i, b)| (Self::midpoint(i).clamp(b.min, b.max), b.count));
+        exact.chain(buckets)
+    }
+
     /// Nearest-rank quantile (`q` in 0..=1): the value of rank ceil(q n), within 1%.
     pub fn quantile(&self, q: f64) -> u64 {
         if self.n == 0 {
