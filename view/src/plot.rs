@@ -133,6 +133,7 @@ pub enum PlotError {
     /// A fit against a value was asked of calls collected without
     /// [`DurationsBuilder::keeping_calls`].
     CallsNotKept {
+        /// The function's full path.
         name: String,
     },
     /// The trace stream failed (after what was read had been drawn).
