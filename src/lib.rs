@@ -3,6 +3,31 @@
 //! This crate is the facade users add: it re-exports the crates below at
 //! stable paths, and has no code of its own.
 //!
+//! ```
+//! #[fgtrace::traced]
+//! fn handle(req: &str) -> usize { parse(req) }
+//! #[fgtrace::traced]
+//! fn parse(req: &str) -> usize { req.lines().count() }
+//!
+//! // Record every `#[traced]` call of the process, then print its function
+//! // graph (feature `views`), as `fgtrace graph trace.fgt` would.
+//! let session = fgtrace::Session::start(fgtrace::Config::default())?;
+//! handle("GET /\nHost: x");
+//! let trace = session.stop()?;
+//! # #[cfg(feature = "views")] {
+//! use fgtrace::view::{GraphOptions, TraceViews};
+//! let mut graph = Vec::new();
+//! trace.write_graph(&GraphOptions::default(), &mut graph)?;
+//! let graph = String::from_utf8(graph)?;
+//! assert!(graph.contains("handle() {") && graph.contains("parse();"), "{graph}");
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! In tests, `fgtrace::testing` (feature `testing`) captures one closure's
+//! calls and asserts on them; the user guide (`docs/` in the repository)
+//! covers the rest.
+//!
 //! Data flows one way: `#[traced]` probes (the `no_std` core,
 //! [`fgtrace_core`]) push and pop a per-thread shadow stack and write
 //! fixed-size call records into per-thread buffers ([`buffer`]); the
@@ -25,6 +50,8 @@
 //! | importers: Zephyr dumps, span bridges, the board stream decoder | `fgtrace-import` | `symbolize`, `board`, `minitrace`, `fastrace` |
 //! | `testing`: captures and assertions (renders failures with the views) | `fgtrace-testing` | `testing` |
 //! | the `fgtrace` and `cargo fgtrace` commands | `fgtrace-cli` | |
+
+#![warn(missing_docs)]
 
 #[cfg(feature = "tracing")]
 pub use fgtrace_runtime::tracing;

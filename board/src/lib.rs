@@ -6,7 +6,7 @@
 //! * [`wire`]: the framed format, shared by the target's encoder and the
 //!   host's decoder: a sync word, a sequence number, a length and a CRC per
 //!   frame, so a host that attaches late or loses bytes resynchronises.
-//! * [`runtime`] (feature `riscv`: RISC-V machine mode; feature `x86_64`:
+//! * `runtime` (feature `riscv`: RISC-V machine mode; feature `x86_64`:
 //!   x86_64 bare metal, ring 0, one CPU): the recording runtime: per-hart
 //!   state and double buffers, the core's hooks, stream and flight recorder
 //!   modes, the timer-interrupt sampler, host commands.

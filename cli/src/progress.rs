@@ -121,7 +121,7 @@ pub fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Finishes a shared bar (see [`open`]).
+/// Finishes a shared bar (see [`open_with_bar`]).
 pub fn finish(bar: &ProgressBar) {
     bar.finish_and_clear();
     multi().remove(bar);

@@ -241,7 +241,7 @@ pub struct ThreadState {
     /// the allocation flag.
     pub allocs: *mut AllocCounts,
     /// Sessions with automatic exclusion of tiny functions: one word per
-    /// site id ([`MAX_SITES`] entries), 0 while the site is recorded,
+    /// site id ([`MAX_SITES`](crate::record::MAX_SITES) entries), 0 while the site is recorded,
     /// [`COUNT_ONLY`] plus its calls since once it only counts. Null
     /// otherwise. Set by the layer above in [`Hooks::join`], alive while the
     /// thread's buffer (`owner`) is.

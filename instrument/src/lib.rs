@@ -30,9 +30,11 @@
 //! Every item has a path, `crate::module::name` for a free fn and
 //! `crate::module::Type` for an impl block (its methods `..::Type::method`),
 //! the type named as the `#[traced]` macro names it. The module part comes
-//! from the file's place under the source directory ([`module_path`]) and
+//! from the file's place under the source directory ([`module_path()`]) and
 //! the inline modules around the item: what `--skip` globs match and what
 //! errors name ([`item_at`]), spelled the same way by both.
+
+#![warn(missing_docs)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -51,6 +53,7 @@ pub const NOTRACE: &str = "#[fgtrace::notrace] ";
 /// What one crate (or one file) had.
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub struct Counts {
+    /// Source files looked at.
     pub files: usize,
     /// Free fns given the attribute.
     pub fns: usize,
@@ -73,6 +76,7 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Adds `o`'s counts to these, field by field (a crate's from its files').
     pub fn add(&mut self, o: &Counts) {
         self.files += o.files;
         self.fns += o.fns;
@@ -115,6 +119,8 @@ impl Counts {
 /// Which items to leave out, by path (`crate::module::fn`,
 /// `crate::module::Type`, `crate::module::Type::method`).
 pub trait Skip {
+    /// `true` to leave the item at `path` out (a free fn or impl block stays as
+    /// it is; a method gets [`NOTRACE`]).
     fn skip(&self, path: &str) -> bool;
 }
 
@@ -136,14 +142,18 @@ impl<F: Fn(&str) -> bool> Skip for F {
 /// What an item is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A free fn (at module level, or in an inline `mod`).
     Fn,
+    /// An impl block (inherent or trait impl).
     Impl,
+    /// A method with a body in an impl block.
     Method,
 }
 
 /// An item the instrumenting looks at, where it is in its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemAt {
+    /// Free fn, impl block or method.
     pub kind: Kind,
     /// `crate::module::name`, `crate::module::Type`, `crate::module::Type::method`.
     pub path: String,
@@ -178,7 +188,7 @@ pub fn module_path(krate: &str, rel: &Path) -> String {
 }
 
 /// The source with the attributes inserted, and what was found; `module`
-/// is the file's module path (see [`module_path`]).
+/// is the file's module path (see [`module_path()`]).
 pub fn instrument_source(
     text: &str,
     module: &str,
@@ -246,6 +256,7 @@ pub fn item_at(text: &str, module: &str, line: usize) -> Option<ItemAt> {
 /// What [`instrument_dir`] did.
 #[derive(Debug, Default)]
 pub struct DirReport {
+    /// What was instrumented and left, over all files.
     pub counts: Counts,
     /// Files that do not parse as a module (left as they were), and why.
     pub unparsed: Vec<(PathBuf, String)>,

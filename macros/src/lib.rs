@@ -8,6 +8,8 @@
 //! `<path>::__private` with `crate = path`); see `expand.rs` for the exact
 //! shape.
 
+#![warn(missing_docs)]
+
 use proc_macro::TokenStream;
 
 mod args;
@@ -55,6 +57,39 @@ mod tests;
 ///
 /// The expansion compiles in crates of every edition, 2015 included, with or
 /// without `std`.
+///
+/// ```
+/// use fgtrace::Event;
+///
+/// struct Parser;
+///
+/// #[fgtrace::traced]
+/// impl Parser {
+///     fn parse(&self, s: &str) -> usize { self.count(s) }
+///     #[notrace]
+///     fn count(&self, s: &str) -> usize { s.len() }
+/// }
+///
+/// #[fgtrace::traced(name = "load", values(len = input.len()))]
+/// fn load_config(input: &str) -> usize { Parser.parse(input) }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// assert_eq!(load_config("abc"), 3);
+/// let trace = session.stop()?;
+///
+/// // The renamed fn, then the block's method as `Type::method`; not `count`.
+/// let names: Vec<&str> = trace.calls().map(|c| trace.meta.site_name(c.site)).collect();
+/// assert_eq!(names, ["load", "Parser::parse"]);
+/// // The value, named by the site and following its call in the events.
+/// let load = trace.meta.sites.iter().find(|s| s.name == "load").unwrap();
+/// assert_eq!(load.values, ["len"]);
+/// let values = trace.events().find_map(|e| match e {
+///     Event::Values(v) => Some(v),
+///     _ => None,
+/// });
+/// assert_eq!(values.unwrap().values[0].to_string(), "3");
+/// # Ok::<(), fgtrace::Error>(())
+/// ```
 #[proc_macro_attribute]
 pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::traced(attr.into(), item.into()).into()

@@ -1,7 +1,7 @@
 //! Per-thread record buffers: the buffer a thread writes into and the
 //! collector reads from (the record itself is the core's [`RawCall`]).
 //!
-//! A thread owns one [`ThreadBuf`] per session. It writes records into the
+//! A thread owns one `ThreadBuf` per session. It writes records into the
 //! current storage with plain stores and publishes the count with a release
 //! store (a plain `mov` on x86). Storage is swapped only under a spin flag
 //! that the owner takes once per batch (in the core's handoff hook, with the
@@ -9,7 +9,7 @@
 //! has no lock and no read-modify-write.
 //!
 //! Stop protocol: the session first turns the control word off, then
-//! [`close`](ThreadBuf::close)s every buffer under its flag. A handoff that
+//! `close`s every buffer under its flag. A handoff that
 //! comes after that sends nothing (it would go into a channel nobody reads)
 //! and stops the thread's recording; one that came before has already sent
 //! its batch, which the session drains after closing. So no batch is lost at

@@ -49,7 +49,12 @@ pub enum Error {
     OffCpu(String),
     /// `stop` in a child process forked while the session recorded: the
     /// session belongs to the parent; the child recorded nothing.
-    Forked { session_pid: u32, pid: u32 },
+    Forked {
+        /// The process that started the session.
+        session_pid: u32,
+        /// The child that called `stop`.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -84,6 +89,39 @@ const AUTO_EXCLUDE_NEEDS_STREAM: &str =
 /// A recording in progress. Start one with [`Session::start`], end it with
 /// [`Session::stop`] to get the [`Trace`]. One session records at a time per
 /// process; dropping a session stops it and discards what it recorded.
+///
+/// ```
+/// #[fgtrace::traced]
+/// fn parse(line: &str) -> usize { line.split(',').count() }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::default())?;
+/// assert_eq!(parse("a,b,c"), 3);
+/// let trace = session.stop()?;
+///
+/// // One call, with its site's name, entry time and duration (ns).
+/// let calls: Vec<fgtrace::Call> = trace.calls().collect();
+/// assert_eq!(calls.len(), 1);
+/// assert_eq!(trace.meta.site_name(calls[0].site), "parse");
+/// assert_eq!(calls[0].depth, 0);
+///
+/// // Saved in the fgtrace file format (`fgtrace graph parse.fgt` reads it).
+/// let path = std::env::temp_dir().join(format!("parse-{}.fgt", std::process::id()));
+/// trace.save(&path)?;
+/// assert_eq!(fgtrace::Trace::load(&path)?.calls().count(), 1);
+/// # std::fs::remove_file(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A second session while one records is an error, never a silent
+/// restart:
+///
+/// ```
+/// let first = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// let second = fgtrace::Session::start(fgtrace::Config::builtin());
+/// assert!(matches!(second, Err(fgtrace::Error::AlreadyRunning)));
+/// first.stop()?;
+/// # Ok::<(), fgtrace::Error>(())
+/// ```
 pub struct Session {
     active: Arc<Active>,
     cal: Calibration,
@@ -322,7 +360,14 @@ impl Session {
         }
     }
 
-    /// Stops recording and returns the trace.
+    /// Stops recording and returns the trace: every call that completed
+    /// while the session recorded (calls still open on a thread at stop are
+    /// not in it), the samples, and the loss counts of each thread
+    /// ([`TraceMeta`]). With [`Config::output`] the file is complete when
+    /// this returns.
+    ///
+    /// Errors: the collector thread failed, the output file could not be
+    /// written, or [`Error::Forked`] in a child forked while recording.
     pub fn stop(mut self) -> Result<Trace, Error> {
         let t = self.shutdown();
         // A whole-program recording (`FGTRACE_RECORD`) this session took

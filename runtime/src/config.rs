@@ -34,6 +34,34 @@ use wildmatch::WildMatch;
 
 /// How a session records. `Config::default()` reads the `FGTRACE_*`
 /// environment variables; builder methods override them.
+/// [`Config::builtin`] is the same defaults without the environment.
+///
+/// ```
+/// #[fgtrace::traced]
+/// fn handle() -> u32 { parse() + log() }
+/// #[fgtrace::traced]
+/// fn parse() -> u32 { 1 }
+/// #[fgtrace::traced]
+/// fn log() -> u32 { 2 }
+///
+/// let config = fgtrace::Config::builtin()
+///     .flight_recorder(1024) // only the last 1,024 calls of each thread
+///     .exclude(["log"]) // never record `log` (its callees would be)
+///     .max_depth(2); // nothing deeper than `handle`'s callees
+/// let session = fgtrace::Session::start(config)?;
+/// assert_eq!(handle(), 3);
+/// let trace = session.stop()?;
+///
+/// let names: Vec<&str> = trace.calls().map(|c| trace.meta.site_name(c.site)).collect();
+/// assert_eq!(names, ["handle", "parse"]);
+/// assert_eq!(trace.meta.mode, fgtrace::trace::RecordMode::FlightRecorder);
+///
+/// // A setting out of range is an error from `Session::start`, naming it.
+/// let too_big = fgtrace::Config::builtin().flight_recorder(usize::MAX);
+/// let err = fgtrace::Session::start(too_big).err().unwrap();
+/// assert!(matches!(err, fgtrace::Error::Config(_)), "{err}");
+/// # Ok::<(), fgtrace::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) mode: RecordMode,
@@ -238,6 +266,22 @@ impl Config {
     /// leaves a file that reads up to its last complete section, with a
     /// note that it was cut short. The returned [`Trace`](fgtrace_trace::Trace)
     /// reads its events back from the file when a view asks for them.
+    ///
+    /// ```
+    /// #[fgtrace::traced]
+    /// fn step(i: u32) -> u32 { i * 2 }
+    ///
+    /// let path = std::env::temp_dir().join(format!("steps-{}.fgt", std::process::id()));
+    /// let session = fgtrace::Session::start(fgtrace::Config::builtin().output(&path))?;
+    /// let sum: u32 = (0..100).map(step).sum();
+    /// let trace = session.stop()?;
+    /// assert_eq!(sum, 9900);
+    /// // The file is complete: it loads with every call.
+    /// assert_eq!(fgtrace::Trace::load(&path)?.calls().count(), 100);
+    /// assert_eq!(trace.calls().count(), 100);
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// [`Session::stop`]: crate::Session::stop
     pub fn output(mut self, path: impl Into<std::path::PathBuf>) -> Self {

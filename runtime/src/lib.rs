@@ -14,6 +14,8 @@
 //! the views and `fgtrace::testing` are crates above this one, so nothing
 //! here reaches them.
 
+#![warn(missing_docs)]
+
 mod active;
 pub mod alloc;
 pub mod buffer;
@@ -22,17 +24,25 @@ pub mod config;
 pub mod control;
 pub mod dump;
 pub mod launch;
+// Hidden: public for `fgtrace-testing` only (a capture's off-CPU switches),
+// not an API of `fgtrace` users; it may change in any release.
 #[doc(hidden)]
 pub mod offcpu;
 #[cfg(target_os = "linux")]
 mod perf_ring;
 pub mod pmu;
+// Hidden: public for `fgtrace-testing` only (the process's identity in a
+// capture's trace).
 #[doc(hidden)]
 pub mod process;
+// Hidden: public for `fgtrace-testing` only (a capture's own per-thread
+// recording state, feature `testing`).
 #[doc(hidden)]
 pub mod recorder;
 pub mod sampler;
 mod startup;
+// Hidden: public for `fgtrace-testing` only (the thread id and name a
+// capture records).
 #[doc(hidden)]
 pub mod thread;
 #[cfg(feature = "tracing")]

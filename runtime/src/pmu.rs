@@ -79,7 +79,10 @@ impl FromStr for Counter {
 /// (for `rdpmc`). Closed when dropped.
 #[derive(Debug)]
 pub struct SelfCounter {
+    /// The `perf_event_open` file descriptor.
     pub fd: i32,
+    /// The counter's metadata page (`perf_event_mmap_page`), mapped read-only:
+    /// `rdpmc` reads need its index and offset.
     pub page: *mut libc::c_void,
 }
 
@@ -146,6 +149,8 @@ pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
     Ok(t)
 }
 
+/// Counters need Linux's `perf_event`: always `Err`, naming the counter and
+/// the system.
 #[cfg(not(target_os = "linux"))]
 pub fn open_self(c: Counter) -> Result<SelfCounter, String> {
     Err(crate::unsupported(&format!("the {c} counter (perf_event)")))
@@ -248,6 +253,7 @@ pub(crate) unsafe fn read_self(page: *const u8, fd: i32) -> u64 {
     }
 }
 
+/// No counter can be open here ([`open_self`] always fails): 0.
 #[cfg(not(target_os = "linux"))]
 pub fn read_fd(_fd: i32) -> u64 {
     0

@@ -95,6 +95,8 @@ pub enum CounterCheck {
 }
 
 impl CounterCheck {
+    /// Whether the budget was checked and held (`false`: skipped, with the reason
+    /// in [`CounterCheck::Skipped`]).
     pub fn passed(&self) -> bool {
         *self == CounterCheck::Passed
     }

@@ -49,6 +49,8 @@ pub enum CounterStatus {
 }
 
 impl CounterStatus {
+    /// Whether the capture has instruction counts (`false`: off, or this machine
+    /// cannot count).
     pub fn is_counting(&self) -> bool {
         matches!(self, CounterStatus::Instructions)
     }

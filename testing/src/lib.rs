@@ -69,6 +69,9 @@
 //!
 //! **Attribute.** [`budget`] puts a test's limits on the test fn itself.
 
+#![warn(missing_docs)]
+
+// Hidden: what `#[budget]` expands to calls it; not an API to call by hand.
 #[doc(hidden)]
 #[path = "budget.rs"]
 pub mod __budget;
@@ -142,6 +145,29 @@ use std::task::{Context, Poll};
 const CAPTURE_STACK: u32 = 1023;
 
 /// Runs `f` on this thread and records every `#[traced]` call it makes.
+///
+/// ```
+/// #[fgtrace::traced]
+/// fn fetch(id: u32) -> u32 { lookup(id) }
+/// #[fgtrace::traced]
+/// fn lookup(id: u32) -> u32 { id + 1 }
+///
+/// let cap = fgtrace::testing::capture(|| (0..3).map(fetch).sum::<u32>());
+/// assert_eq!(cap.calls("lookup"), 3);
+/// // Assertions fail with the function graph of the offending call.
+/// cap.assert_calls("fetch", 3);
+/// cap.assert_inside("lookup", "fetch");
+/// ```
+///
+/// A broken expectation panics, naming what was expected and found:
+///
+/// ```should_panic
+/// #[fgtrace::traced]
+/// fn lookup() {}
+///
+/// let cap = fgtrace::testing::capture(|| { lookup(); lookup(); });
+/// cap.assert_calls("lookup", 1); // two calls: panics
+/// ```
 pub fn capture<R>(f: impl FnOnce() -> R) -> Capture {
     Options::new().capture(f)
 }

@@ -40,10 +40,12 @@ impl Runs {
         Runs { runs }
     }
 
+    /// Number of runs kept (the warm-up runs excluded).
     pub fn len(&self) -> usize {
         self.runs.len()
     }
 
+    /// No run was kept.
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty()
     }
@@ -63,6 +65,7 @@ impl Runs {
         self.stat(Stat::Min)
     }
 
+    /// Queries and assertions on the run at `stat` of each metric.
     pub fn stat(&self, stat: Stat) -> Summary<'_> {
         Summary {
             runs: &self.runs,
@@ -107,14 +110,18 @@ impl<'a> Summary<'a> {
         &self.runs[self.each(f).0]
     }
 
+    /// The statistic of each run's number of calls of `name`.
     pub fn calls(&self, name: &str) -> usize {
         self.each(|c| c.calls(name)).1
     }
 
+    /// The statistic of each run's total inclusive time of `name`.
     pub fn total(&self, name: &str) -> Duration {
         self.each(|c| c.total(name)).1
     }
 
+    /// The statistic of each run's total self time of `name` (its traced callees'
+    /// time excluded).
     pub fn self_total(&self, name: &str) -> Duration {
         self.each(|c| c.self_total(name)).1
     }
@@ -124,10 +131,13 @@ impl<'a> Summary<'a> {
         self.each(|c| c.max(name)).1
     }
 
+    /// The statistic of each run's `p`-th percentile (0 to 100, nearest rank) of
+    /// the durations of `name`'s calls.
     pub fn percentile(&self, name: &str, p: f64) -> Duration {
         self.each(|c| c.percentile(name, p)).1
     }
 
+    /// The statistic of each run's `total(a) / total(b)`.
     pub fn ratio(&self, a: &str, b: &str) -> f64 {
         self.each(|c| c.ratio(a, b)).1
     }
@@ -137,6 +147,8 @@ impl<'a> Summary<'a> {
         self.each(|c| c.instructions(name)).1
     }
 
+    /// The statistic of each run's most expensive call of `name`, in retired
+    /// instructions; `None` without counts.
     pub fn instructions_max(&self, name: &str) -> Option<u64> {
         self.each(|c| c.instructions_max(name)).1
     }

@@ -68,8 +68,13 @@ fn unix_ns() -> u64 {
 /// One simultaneous reading of the tick counter, `CLOCK_MONOTONIC` and the wall clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ClockPoint {
+    /// The tick counter (`tsc`, `rdtime`, `cntvct_el0`, or nanoseconds for the
+    /// `monotonic` source).
     pub ticks: u64,
+    /// `CLOCK_MONOTONIC` (`QueryPerformanceCounter` on Windows), nanoseconds.
     pub mono_ns: u64,
+    /// Wall-clock time, nanoseconds since the Unix epoch (0 if the system clock
+    /// is before 1970).
     pub unix_ns: u64,
 }
 

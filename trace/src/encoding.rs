@@ -38,12 +38,17 @@ use super::{
 use std::fmt;
 use std::io;
 
+/// The first 8 bytes of every trace file.
 pub const MAGIC: &[u8; 8] = b"FGTRACE\0";
+/// A whole trace written at once: calls in pre-order, in chunks.
 pub const VERSION: u32 = 1;
 /// A file written while recording: calls in exit order (see `recorded`).
 pub const VERSION_RECORDED: u32 = 2;
 /// Events per chunk: bounds the memory a streaming reader needs.
 pub const CHUNK_EVENTS: usize = 8192;
+/// The largest section or chunk payload a reader accepts, in bytes (64 MiB),
+/// and the most records one raw chunk may claim: a length above it is
+/// corruption, not a reason to allocate.
 pub const MAX_PAYLOAD: u64 = 64 << 20;
 
 const EV_CALL: u64 = 0;
@@ -66,9 +71,19 @@ pub enum TraceError {
     /// Written by a newer fgtrace.
     UnsupportedVersion(u32),
     /// The file ends in the middle of something.
-    Truncated { offset: u64, what: &'static str },
+    Truncated {
+        /// Byte offset in the file where the missing part starts.
+        offset: u64,
+        /// What was being read: `header`, `chunk payload` ...
+        what: &'static str,
+    },
     /// The bytes at `offset` are not what the format says.
-    Corrupt { offset: u64, what: String },
+    Corrupt {
+        /// Byte offset in the file of the bad bytes.
+        offset: u64,
+        /// What is wrong with them.
+        what: String,
+    },
 }
 
 impl fmt::Display for TraceError {
@@ -100,10 +115,14 @@ impl From<io::Error> for TraceError {
 /// A run of encoded events of one thread.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Chunk {
+    /// The thread (index into `TraceMeta::threads`) whose events these are.
     pub thread: u32,
+    /// Number of events encoded in `payload`.
     pub count: u32,
     /// Time of the first event, used to interleave threads.
     pub first_ns: u64,
+    /// The encoded events (varints; times as zigzag deltas from the previous
+    /// event's, restarting at 0 in each chunk).
     pub payload: Vec<u8>,
     /// Byte offset of the payload in the file it came from (0 if built in memory).
     pub offset: u64,
@@ -341,6 +360,7 @@ pub struct ChunkEncoder {
 }
 
 impl ChunkEncoder {
+    /// An encoder for the events of `thread` (index into `TraceMeta::threads`).
     pub fn new(thread: u32) -> Self {
         ChunkEncoder {
             thread,
@@ -430,6 +450,8 @@ impl ChunkEncoder {
         self.start = t as i64;
     }
 
+    /// Appends one event; starts a new chunk when the current one holds
+    /// [`CHUNK_EVENTS`]. Events must come in the thread's pre-order.
     pub fn push(&mut self, ev: &Event) {
         if self.keep.is_some() {
             return self.push_event(ev.clone());
@@ -578,22 +600,30 @@ pub fn interleave(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
     chunks
 }
 
+/// Reads varints from one encoded buffer, reporting errors at their offset in
+/// the file the buffer came from.
 pub struct Decoder<'a> {
     buf: &'a [u8],
+    /// Position of the next unread byte in the buffer.
     pub pos: usize,
     base: u64,
 }
 
 impl Decoder<'_> {
+    /// A decoder at the start of `buf`; `base` is the byte offset of `buf` in its
+    /// file, added to the offsets of the errors it reports.
     pub fn new(buf: &[u8], base: u64) -> Decoder<'_> {
         Decoder { buf, pos: 0, base }
     }
+    /// A [`TraceError::Corrupt`] at the current position, saying `what`.
     pub fn corrupt(&self, what: String) -> TraceError {
         TraceError::Corrupt {
             offset: self.base + self.pos as u64,
             what,
         }
     }
+    /// Reads one LEB128 varint (at most 10 bytes). Error: the buffer ends
+    /// inside it, or it does not fit in 64 bits.
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, TraceError> {
         match varint_fast(self.buf, &mut self.pos) {
@@ -626,6 +656,8 @@ impl Decoder<'_> {
             what: "overlong number".into(),
         })
     }
+    /// Reads a varint that must fit in a `u32` (an index or a count); larger is
+    /// [`TraceError::Corrupt`].
     pub fn u32(&mut self) -> Result<u32, TraceError> {
         let v = self.varint()?;
         u32::try_from(v).map_err(|_| self.corrupt(format!("value {v} out of range")))
@@ -685,6 +717,8 @@ pub fn varint_fast(buf: &[u8], pos: &mut usize) -> Option<u64> {
     None
 }
 
+/// Appends `v` as an LEB128 varint (7 bits a byte, low bits first; 1 to 10
+/// bytes).
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -693,10 +727,13 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Maps a signed number to an unsigned one with small magnitudes small
+/// (0, -1, 1, -2 ... to 0, 1, 2, 3 ...), so deltas encode in few bytes.
 pub fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
+/// The inverse of [`zigzag`].
 pub fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }

@@ -633,6 +633,8 @@ impl<R: Read> TraceReader<R> {
         Ok(payload)
     }
 
+    /// The trace's metadata, as read from the file's header (version 1) or its
+    /// final metadata section (version 2).
     pub fn meta(&self) -> &TraceMeta {
         &self.meta
     }

@@ -12,6 +12,8 @@
 //! Samples (timestamp, thread, raw addresses) live beside the calls as their
 //! own event kind, on the same clock (nanoseconds since session start).
 
+#![warn(missing_docs)]
+
 // The runtime's side of the model: how recorded chunks become a trace, and
 // the writer a recording session appends to. Public for the runtime crate and
 // the board decoder, not a stable API.
@@ -44,8 +46,12 @@ use std::path::Path;
 pub struct SiteInfo {
     /// Display name: the fn name (`Type::method` for methods) or the `name = ".."` override.
     pub name: String,
+    /// The fn's module path (`module_path!()` at the fn), empty where unknown
+    /// (imported traces).
     pub module_path: String,
+    /// The source file, as `file!()` spelled it at the fn.
     pub file: String,
+    /// The fn's line in `file`, 1-based.
     pub line: u32,
     /// True for `async fn`: its calls are polls, and it also has whole-future spans.
     #[serde(default)]
@@ -107,6 +113,8 @@ pub enum RecordMode {
 pub struct ClockInfo {
     /// `tsc`, `rdtime`, `cntvct_el0` or `monotonic`.
     pub source: String,
+    /// Ticks per nanosecond, as calibrated at session start (1.0 for the
+    /// `monotonic` source).
     pub ticks_per_ns: f64,
     /// The system's monotonic clock at session start (nanosecond 0 of the
     /// trace): `CLOCK_MONOTONIC` on Unix, `QueryPerformanceCounter` on Windows.
@@ -120,10 +128,14 @@ pub struct ClockInfo {
 pub struct TraceMeta {
     /// Program that was traced (`argv[0]`).
     pub program: String,
+    /// Process id of the traced program; 0 for a merged trace of several
+    /// processes.
     pub pid: u32,
+    /// The clock the trace's times were read with.
     pub clock: ClockInfo,
     /// Session length in nanoseconds.
     pub duration_ns: u64,
+    /// Whether every call was kept or only the last ones of each thread.
     pub mode: RecordMode,
     /// The filters in force while recording, as text (for the header of views).
     pub filters: String,
@@ -194,6 +206,7 @@ pub struct CountOnly {
 pub struct Mapping {
     /// Address range `[start, end)` in the process.
     pub start: u64,
+    /// End of the address range (exclusive).
     pub end: u64,
     /// File offset mapped at `start`.
     pub offset: u64,
@@ -233,20 +246,26 @@ impl TraceMeta {
         }
     }
 
+    /// Calls recorded on every thread (saturating).
     pub fn total_calls(&self) -> u64 {
         self.threads
             .iter()
             .fold(0, |n, t| n.saturating_add(t.calls))
     }
+    /// Calls lost on every thread: dropped or overwritten (saturating).
     pub fn total_lost(&self) -> u64 {
         self.threads.iter().fold(0, |n, t| n.saturating_add(t.lost))
     }
+    /// Samples kept on every thread (saturating).
     pub fn total_samples(&self) -> u64 {
         saturating_sum(self.threads.iter().map(|t| t.samples))
     }
+    /// Samples lost on every thread (saturating).
     pub fn total_samples_lost(&self) -> u64 {
         saturating_sum(self.threads.iter().map(|t| t.samples_lost))
     }
+    /// Calls not recorded because a shadow stack was full, on every thread
+    /// (saturating).
     pub fn total_overruns(&self) -> u64 {
         self.threads
             .iter()
@@ -273,6 +292,8 @@ impl TraceMeta {
     pub fn total_count_only(&self) -> u64 {
         saturating_sum(self.count_only.iter().map(|c| c.calls_after))
     }
+    /// The display name of site `site`, or `[unknown site]` for an index the
+    /// trace does not have.
     pub fn site_name(&self, site: u32) -> &str {
         self.sites
             .get(site as usize)
@@ -309,15 +330,19 @@ pub struct Call {
 }
 
 impl Call {
+    /// Exit time, nanoseconds since session start (`start_ns + dur_ns`).
     pub fn end_ns(&self) -> u64 {
         self.start_ns + self.dur_ns
     }
+    /// The call ended by unwinding: a panic passed through it ([`flags::UNWOUND`]).
     pub fn unwound(&self) -> bool {
         self.flags & flags::UNWOUND != 0
     }
+    /// The call has at least one recorded child ([`flags::HAS_CHILDREN`]).
     pub fn has_children(&self) -> bool {
         self.flags & flags::HAS_CHILDREN != 0
     }
+    /// The call is one poll of an `async fn`'s future ([`flags::POLL`]).
     pub fn is_poll(&self) -> bool {
         self.flags & flags::POLL != 0
     }
@@ -328,8 +353,11 @@ impl Call {
 pub struct FutureSpan {
     /// Thread that saw it complete (or dropped it).
     pub thread: u32,
+    /// Index into `TraceMeta::sites` (the `async fn`).
     pub site: u32,
+    /// First poll, nanoseconds since session start.
     pub start_ns: u64,
+    /// First poll to completion (or drop), nanoseconds.
     pub dur_ns: u64,
     /// Number of polls (saturates at 1023).
     pub polls: u32,
@@ -349,11 +377,15 @@ pub enum LossKind {
 /// Records missing at this point of a thread's stream (uftrace's `LOST` lines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lost {
+    /// Index into `TraceMeta::threads`.
     pub thread: u32,
     /// Depth of the calls around the gap.
     pub depth: u32,
+    /// Where the gap is, nanoseconds since session start.
     pub at_ns: u64,
+    /// Calls missing there.
     pub count: u64,
+    /// Why they are missing.
     pub kind: LossKind,
 }
 
@@ -366,7 +398,9 @@ pub const SHADOW_DEPTH_FROM_TRACE: u32 = u32::MAX;
 /// interrupted PC), with the traced shadow-stack depth at that moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Index into `TraceMeta::threads`.
     pub thread: u32,
+    /// When the sample was taken, nanoseconds since session start.
     pub ts_ns: u64,
     /// Number of traced calls open on the thread when the sample was taken.
     pub shadow_depth: u32,
@@ -375,6 +409,8 @@ pub struct Sample {
     /// that call recorded at entry; `frames[cut]` is in the traced function
     /// itself. `None` when no traced call was open or the walk did not reach it.
     pub cut: Option<u32>,
+    /// Return addresses in the process's address space, innermost first
+    /// (`frames[0]` is the interrupted program counter).
     pub frames: Vec<u64>,
 }
 
@@ -382,7 +418,9 @@ pub struct Sample {
 /// same thread: one value per name in [`TraceMeta::counters`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallCounters {
+    /// Index into `TraceMeta::threads`.
     pub thread: u32,
+    /// Entry-to-exit deltas, in the order of [`TraceMeta::counters`].
     pub values: Vec<u64>,
 }
 
@@ -390,8 +428,14 @@ pub struct CallCounters {
 /// [`SiteInfo::values`]), tag and bits (see `fgtrace_core::values`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Value {
+    /// Index into the site's [`SiteInfo::values`].
     pub slot: u8,
+    /// Type and variant bits (`fgtrace_core::values::tag`): integer, bool,
+    /// char, string; plain, `Ok`, `Err`, `Some`, `None`.
     pub tag: u8,
+    /// The value itself: the integer (signed ones as two's complement), the
+    /// bool or `char` as a number, or a string's index into
+    /// [`TraceMeta::strings`].
     pub bits: u64,
 }
 
@@ -486,6 +530,7 @@ impl std::fmt::Display for Value {
 /// A [`Value`] with the trace's string table: prints strings as their text.
 #[derive(Clone, Copy, Debug)]
 pub struct Shown<'a> {
+    /// The value printed (a string one is an index into `strings`).
     pub value: Value,
     strings: &'a [String],
 }
@@ -517,7 +562,9 @@ impl std::fmt::Display for Shown<'_> {
 /// its whole future).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallValues {
+    /// Index into `TraceMeta::threads`.
     pub thread: u32,
+    /// The values, each with its slot.
     pub values: Vec<Value>,
 }
 
@@ -569,9 +616,13 @@ pub struct Marker {
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A traced call.
     Call(Call),
+    /// An `async fn`'s whole future.
     Future(FutureSpan),
+    /// Calls missing at this point of the thread's stream.
     Lost(Lost),
+    /// A stack sample.
     Sample(Sample),
     /// Follows the `Call` it belongs to.
     Counters(CallCounters),
@@ -604,8 +655,44 @@ impl Event {
 /// A trace a session just returned holds its calls as recorded (exit order,
 /// see `recorded`); the pre-order events views read are built from them the
 /// first time something reads events, so `stop` itself never sorts.
+///
+/// ```
+/// use fgtrace::{Event, Trace};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // Events in pre-order: a parent before its children, with their depth.
+/// let calls: Vec<(&str, u32)> = trace
+///     .events()
+///     .filter_map(|e| match e {
+///         Event::Call(c) => Some((trace.meta.site_name(c.site), c.depth)),
+///         _ => None,
+///     })
+///     .collect();
+/// assert_eq!(calls, [("outer", 0), ("inner", 1), ("inner", 1)]);
+///
+/// // The file format, to a file (`save`, `load`) or any writer and reader.
+/// let mut bytes = Vec::new();
+/// trace.write_to(&mut bytes)?;
+/// let back = Trace::read_from(&bytes[..])?;
+/// assert!(back.damage().is_none());
+/// assert_eq!(back.calls().collect::<Vec<_>>(), trace.calls().collect::<Vec<_>>());
+/// assert_eq!(back.meta.total_calls(), 3);
+///
+/// // What is not a trace is an error, not a panic.
+/// assert!(Trace::read_from(&b"not a trace"[..]).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
+    /// Everything but the events: sites, threads, clock, loss totals.
     pub meta: TraceMeta,
     chunks: std::sync::OnceLock<Vec<encoding::Chunk>>,
     source: Option<std::sync::Arc<build::CallStore>>,
@@ -624,6 +711,7 @@ pub struct Damage {
     pub error: String,
     /// Chunks and events kept, all from before `offset`.
     pub chunks_kept: u64,
+    /// Events in the chunks kept.
     pub events_kept: u64,
 }
 
@@ -670,11 +758,13 @@ impl Trace {
         })
     }
 
+    /// The pre-order chunks, taken out of the trace (built first if needed).
     pub fn into_chunks(mut self) -> Vec<encoding::Chunk> {
         self.chunks();
         self.chunks.take().unwrap_or_default()
     }
 
+    /// The trace's metadata (same as the `meta` field).
     pub fn meta(&self) -> &TraceMeta {
         &self.meta
     }

@@ -7,10 +7,16 @@ use crate::Mapping;
 /// One parsed line of `/proc/self/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapLine {
+    /// Start address of the mapping.
     pub start: u64,
+    /// End address (exclusive).
     pub end: u64,
+    /// Permissions as the kernel prints them: `r-xp` and so on.
     pub perms: String,
+    /// Offset in the file of the byte mapped at `start`.
     pub offset: u64,
+    /// The mapped file's path, `[stack]`, `[vdso]` and the like, or empty for
+    /// an anonymous mapping.
     pub path: String,
 }
 
@@ -35,6 +41,8 @@ pub fn parse(text: &str) -> Vec<MapLine> {
         .collect()
 }
 
+/// This process's mappings; empty where `/proc/self/maps` cannot be read
+/// (not Linux, or no `/proc`).
 pub fn read_self() -> Vec<MapLine> {
     std::fs::read_to_string("/proc/self/maps")
         .map(|t| parse(&t))

@@ -21,6 +21,7 @@ pub enum OffKind {
 }
 
 impl OffKind {
+    /// `blocked` or `preempted`, as the views print it.
     pub fn name(self) -> &'static str {
         match self {
             OffKind::Blocked => "blocked",
@@ -37,10 +38,12 @@ pub struct OffInterval {
     pub start_ns: u64,
     /// Until the thread ran again.
     pub dur_ns: u64,
+    /// Why the thread was off the CPU.
     pub kind: OffKind,
 }
 
 impl OffInterval {
+    /// An interval of `dur_ns` from `start_ns` (nanoseconds since session start).
     pub const fn new(start_ns: u64, dur_ns: u64, kind: OffKind) -> OffInterval {
         OffInterval {
             start_ns,
@@ -80,20 +83,25 @@ impl From<OffInterval> for (u64, u64, u8) {
 /// Off-CPU time split by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OffTime {
+    /// Time switched out voluntarily, nanoseconds.
     pub blocked_ns: u64,
+    /// Time switched out while runnable, nanoseconds.
     pub preempted_ns: u64,
 }
 
 impl OffTime {
+    /// Both kinds, nanoseconds (saturating).
     pub fn total_ns(&self) -> u64 {
         self.blocked_ns.saturating_add(self.preempted_ns)
     }
 
+    /// Adds `o`, kind by kind (saturating).
     pub fn add(&mut self, o: OffTime) {
         self.blocked_ns = self.blocked_ns.saturating_add(o.blocked_ns);
         self.preempted_ns = self.preempted_ns.saturating_add(o.preempted_ns);
     }
 
+    /// Subtracts `o`, kind by kind (saturating at 0).
     pub fn sub(&mut self, o: OffTime) {
         self.blocked_ns = self.blocked_ns.saturating_sub(o.blocked_ns);
         self.preempted_ns = self.preempted_ns.saturating_sub(o.preempted_ns);
@@ -247,6 +255,8 @@ impl super::Trace {
     }
 }
 
+/// Unit tests, and the off-CPU intervals the file format's tests write
+/// ([`tests::thread`]).
 #[cfg(test)]
 pub mod tests {
     use super::*;

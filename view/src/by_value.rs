@@ -32,15 +32,21 @@ pub struct ByValueOptions {
 pub enum ByValueError {
     /// No function (or not the one named) records a value of that name.
     NoValue {
+        /// The value name asked for.
         value: String,
+        /// The functions that record values, to suggest: `name(value, value)`.
         recording: Vec<String>,
     },
     /// Several functions record it: name one.
     Ambiguous {
+        /// The value name asked for.
         value: String,
+        /// The functions that record a value of that name.
         functions: Vec<String>,
     },
+    /// The trace stream failed.
     Trace(TraceError),
+    /// Writing the table failed.
     Io(io::Error),
 }
 

@@ -15,9 +15,13 @@ use std::io::{self, Write};
 /// One traced call as the chart drew it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChartCall {
+    /// Index into `TraceMeta::sites`.
     pub site: u32,
+    /// Entry time, nanoseconds since session start.
     pub start_ns: u64,
+    /// Duration, nanoseconds.
     pub dur_ns: u64,
+    /// The call ended by unwinding (a panic passed through it).
     pub unwound: bool,
 }
 
@@ -64,6 +68,8 @@ impl Chart {
         self.lines.iter().map(|&(n, c)| (self.tree.line(n), c))
     }
 
+    /// Writes [`Chart::lines`] as folded text, `stack count` a line (the input of
+    /// inferno's `--flamechart`).
     pub fn write_to(&self, mut w: impl Write) -> io::Result<()> {
         for (stack, count) in self.lines() {
             writeln!(w, "{stack} {count}")?;
@@ -77,6 +83,7 @@ impl Chart {
         self.lines.iter().map(|l| l.1).sum()
     }
 
+    /// What went into the chart and what was left out.
     pub fn summary(&self) -> &FoldedSummary {
         &self.summary
     }
@@ -97,6 +104,8 @@ pub struct ChartBuilder<'a> {
 }
 
 impl<'a> ChartBuilder<'a> {
+    /// A builder for `meta`'s trace with `opts` (threads, per-thread roots); the
+    /// whole session unless [`ChartBuilder::window`] narrows it.
     pub fn new(meta: &'a TraceMeta, opts: &FoldedOptions) -> Self {
         ChartBuilder {
             meta,

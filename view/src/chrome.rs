@@ -88,9 +88,13 @@ impl Default for ChromeOptions {
 /// Events written, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChromeStats {
+    /// Complete (`X`) events, one per call.
     pub calls: u64,
+    /// Async begin/end pairs (`"ph":"b"`/`"e"`), one per future.
     pub futures: u64,
+    /// Samples, as instant events (category `sample`).
     pub samples: u64,
+    /// Instant events marking lost records.
     pub losses: u64,
     /// Polls drawn on their future's lane.
     pub lane_polls: u64,
@@ -568,6 +572,28 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
 /// Streams `events` into `out` as a Chrome Trace Event JSON object. On a read
 /// error, everything before it is written as a complete, valid file, then the
 /// error is returned.
+///
+/// ```
+/// use fgtrace::view::chrome::{write_chrome, ChromeOptions};
+/// use fgtrace::view::{ok_events, HexResolve};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // For chrome://tracing, ui.perfetto.dev or speedscope.
+/// let mut out = Vec::new();
+/// let stats = write_chrome(&trace.meta, ok_events(trace.events()), HexResolve, &ChromeOptions::default(), &mut out)?;
+/// assert_eq!(stats.calls, 3);
+/// let json = String::from_utf8(out)?;
+/// assert!(json.starts_with('{') && json.contains(r#""ph":"X""#), "{json}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_chrome<W: Write, R: Resolve>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

@@ -22,9 +22,12 @@ use std::str::FromStr;
 /// What the rows are sorted by: the absolute change of a column, largest first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DiffSort {
+    /// Inclusive time.
     #[default]
     Total,
+    /// Self time (inclusive minus the recorded callees').
     SelfTime,
+    /// Number of calls.
     Calls,
     /// A to Z.
     Name,
@@ -50,6 +53,7 @@ impl FromStr for DiffSort {
 /// Diff options; `Default` sorts by the change of total time, all threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiffOptions {
+    /// What the rows are sorted by.
     pub sort: DiffSort,
     /// Only these threads (in both traces; empty: all).
     pub threads: Vec<ThreadSel>,
@@ -58,8 +62,11 @@ pub struct DiffOptions {
 /// One function's numbers in one trace; durations in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Side {
+    /// Recorded calls.
     pub calls: u64,
+    /// Sum of the calls' inclusive durations.
     pub total_ns: u64,
+    /// Sum of the calls' self durations.
     pub self_ns: u64,
     /// Allocations, callees included (`None`: the trace has no allocation figures).
     pub allocs: Option<u64>,
@@ -74,7 +81,9 @@ pub struct Side {
 pub struct DiffRow {
     /// `module::name`.
     pub name: String,
+    /// Its numbers in the first trace.
     pub before: Option<Side>,
+    /// Its numbers in the second trace.
     pub after: Option<Side>,
 }
 
@@ -96,10 +105,12 @@ impl DiffRow {
         a - b
     }
 
+    /// The function is only in the second trace.
     pub fn added(&self) -> bool {
         self.before.is_none() && self.after.is_some()
     }
 
+    /// The function is only in the first trace.
     pub fn removed(&self) -> bool {
         self.before.is_some() && self.after.is_none()
     }
@@ -108,16 +119,22 @@ impl DiffRow {
 /// Whole-trace numbers for the header.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DiffSummary {
+    /// The traced program (`TraceMeta::program`).
     pub program: String,
+    /// Calls recorded (in the selected threads).
     pub calls: u64,
+    /// Session length, nanoseconds.
     pub duration_ns: u64,
 }
 
 /// The comparison, rows sorted as asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Diff {
+    /// The first trace's header numbers.
     pub before: DiffSummary,
+    /// The second trace's header numbers.
     pub after: DiffSummary,
+    /// One row per function in either trace.
     pub rows: Vec<DiffRow>,
 }
 
@@ -258,6 +275,28 @@ fn compare(
 }
 
 /// Compares two event streams; fails on the first read error.
+///
+/// ```
+/// use fgtrace::view::diff::{diff, DiffOptions, DiffSort};
+/// use fgtrace::view::ok_events;
+///
+/// #[fgtrace::traced]
+/// fn step() -> u32 { 1 }
+///
+/// let record = |n: usize| -> Result<fgtrace::Trace, fgtrace::Error> {
+///     let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+///     (0..n).for_each(|_| { step(); });
+///     session.stop()
+/// };
+/// let (before, after) = (record(2)?, record(5)?);
+///
+/// let opts = DiffOptions { sort: DiffSort::Calls, ..Default::default() };
+/// let d = diff(&before.meta, ok_events(before.events()), &after.meta, ok_events(after.events()), &opts)?;
+/// let row = d.rows.iter().find(|r| r.name.ends_with("step")).unwrap();
+/// assert_eq!((row.before.unwrap().calls, row.after.unwrap().calls), (2, 5));
+/// assert_eq!(row.change(DiffSort::Calls), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn diff(
     meta_a: &TraceMeta,
     events_a: impl IntoIterator<Item = Result<Event, TraceError>>,
@@ -522,18 +561,25 @@ fn name_matches(full: &str, pat: &str) -> bool {
 /// One function checked by the gate.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateRow {
+    /// `module::name`.
     pub name: String,
+    /// The metric in the first trace (nanoseconds, calls, allocations, bytes or
+    /// instructions, by [`GateResult::metric`]).
     pub before: u64,
+    /// The metric in the second trace.
     pub after: u64,
     /// Growth in percent (`inf` from zero).
     pub change_percent: f64,
+    /// The largest growth the limit allows, in percent.
     pub limit_percent: f64,
+    /// `change_percent` is over `limit_percent`.
     pub regressed: bool,
 }
 
 /// The gate's verdict.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateResult {
+    /// What was compared.
     pub metric: Metric,
     /// Every function with a limit that both traces have.
     pub rows: Vec<GateRow>,

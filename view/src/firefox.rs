@@ -82,13 +82,17 @@ impl Default for FirefoxOptions {
 /// What was written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FirefoxStats {
+    /// Threads written (those selected that have anything).
     pub threads: u64,
+    /// Samples written.
     pub samples: u64,
     /// Call markers.
     pub calls: u64,
+    /// Future markers, one per `async fn` future.
     pub futures: u64,
     /// Poll markers on the futures' lanes.
     pub lane_polls: u64,
+    /// Markers for lost records.
     pub losses: u64,
     /// Off-CPU markers.
     pub off_cpu: u64,
@@ -610,6 +614,28 @@ impl<R: Resolve> Consume for Builder<'_, R> {
 /// `out` (gzipped JSON unless `opts.gzip` is off). On a read error,
 /// everything before it is written as a complete profile, then the error is
 /// returned.
+///
+/// ```
+/// use fgtrace::view::firefox::{write_firefox, FirefoxOptions};
+/// use fgtrace::view::{ok_events, HexResolve};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // For profiler.firefox.com (plain JSON here; gzipped by default).
+/// let opts = FirefoxOptions { gzip: false, ..Default::default() };
+/// let mut out = Vec::new();
+/// let stats = write_firefox(&trace.meta, ok_events(trace.events()), HexResolve, &opts, &mut out)?;
+/// assert_eq!((stats.threads, stats.calls), (1, 3));
+/// assert!(out.starts_with(b"{"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_firefox<W: Write, R: Resolve>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

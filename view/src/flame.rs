@@ -86,6 +86,31 @@ impl From<io::Error> for FlameError {
 ///
 /// Colours are derived from frame names (`deterministic`), so the same input
 /// gives the same bytes: diffable, and testable.
+///
+/// ```
+/// use fgtrace::view::flame::{render_svg, FlameOptions};
+/// use fgtrace::view::folded::{traced_folded, FoldedOptions};
+/// use fgtrace::view::ok_events;
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // Traced stacks (self time in ns) as folded lines, then as a flamegraph.
+/// let mut folded = Vec::new();
+/// traced_folded(&trace.meta, ok_events(trace.events()), &FoldedOptions::default(), &mut folded)?;
+/// let opts = FlameOptions { title: "outer".into(), count_name: "ns".into(), ..Default::default() };
+/// let mut svg = Vec::new();
+/// render_svg(String::from_utf8(folded)?.lines(), &opts, &mut svg)?;
+/// let svg = String::from_utf8(svg)?;
+/// assert!(svg.starts_with("<?xml") && svg.contains("inner"), "{}", &svg[..200]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn render_svg<I, S, W>(lines: I, opts: &FlameOptions, out: W) -> Result<(), FlameError>
 where
     I: IntoIterator<Item = S>,

@@ -41,6 +41,7 @@ pub(crate) use tree::{Tree, NONE};
 
 const UNKNOWN: &str = "[unknown]";
 
+/// Where a frame of a stack came from; the flamegraph colours it by this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// The thread a stack ran on (`--per-thread`).
@@ -156,6 +157,7 @@ impl Folded {
         self.count_name
     }
 
+    /// What went into the stacks and what was left out.
     pub fn summary(&self) -> &FoldedSummary {
         &self.summary
     }
@@ -846,6 +848,8 @@ impl<'a, R: Resolve, C: Cut> FoldedBuilder<'a, R, C> {
         read
     }
 
+    /// Closes the calls still open, shares their self time out to the samples
+    /// inside them and sums the subtrees: the folded stacks.
     pub fn finish(mut self) -> Folded {
         for t in 0..self.threads.len() {
             self.pop_to(t as u32, 0);
@@ -969,7 +973,39 @@ pub fn largest_remainder(total: u64, counts: &[u64]) -> Vec<u64> {
     out
 }
 
-/// Traced stacks as folded text (ns of self time), into `out`.
+/// Traced stacks as folded text (ns of self time), into `out`: one line per
+/// distinct stack, `frame;frame;frame count`, the input of flamegraph tools
+/// (inferno, `flamegraph.pl`, speedscope).
+///
+/// ```
+/// use fgtrace::view::folded::{traced_folded, FoldedOptions};
+/// use fgtrace::view::ok_events;
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// let mut out = Vec::new();
+/// traced_folded(&trace.meta, ok_events(trace.events()), &FoldedOptions::default(), &mut out)?;
+/// let text = String::from_utf8(out)?;
+/// // Frames are full paths (`my_crate::module::outer`); here, their last part.
+/// let mut stacks: Vec<String> = text
+///     .lines()
+///     .filter_map(|l| l.rsplit_once(' '))
+///     .map(|(stack, _)| stack.split(';').map(|f| f.rsplit("::").next().unwrap()).collect::<Vec<_>>().join(";"))
+///     .collect();
+/// stacks.sort();
+/// assert_eq!(stacks, ["outer", "outer;inner"], "{text}");
+/// // The counts add up to the outermost call's duration, in nanoseconds.
+/// let total: u64 = text.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+/// assert_eq!(total, trace.calls().find(|c| c.depth == 0).unwrap().dur_ns);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn traced_folded<W: Write>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

@@ -53,6 +53,7 @@ pub enum ThreadColumn {
 /// marks and durations on; proc, abstime and tail comments off; no filters).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GraphOptions {
+    /// What the first column shows (ftrace's CPU column).
     pub thread_column: ThreadColumn,
     /// `funcgraph-proc`: `name-tid` centred in 14 columns, then ` | `.
     pub proc: bool,
@@ -136,6 +137,7 @@ pub struct PollValuesBuilder<'a> {
 }
 
 impl<'a> PollValuesBuilder<'a> {
+    /// A builder for `meta`'s trace: finds the `async fn`s that record values.
     pub fn new(meta: &'a TraceMeta) -> Self {
         PollValuesBuilder {
             meta,
@@ -881,6 +883,28 @@ fn digits(n: u64) -> usize {
 /// Renders `events` as a function graph into `w` (buffered here). On a read
 /// error, everything before it is rendered and its open calls closed, then the
 /// error is returned; write errors return at once.
+///
+/// ```
+/// use fgtrace::view::{ok_events, write_graph, GraphOptions};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// let mut out = Vec::new();
+/// write_graph(&trace.meta, ok_events(trace.events()), &GraphOptions::default(), &mut out)?;
+/// let text = String::from_utf8(out)?;
+/// // ftrace's layout: a parent's `{`, its children indented, its `}` with
+/// // the duration; a leaf on one line.
+/// assert!(text.contains("outer() {"), "{text}");
+/// assert_eq!(text.matches("inner();").count(), 2, "{text}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_graph<W: Write>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

@@ -73,6 +73,27 @@ impl Default for HtmlOptions {
 /// doc); `resolver` names sampled addresses. On a read error everything read
 /// before it is on the page (which says the trace is damaged) and the error
 /// is returned; write errors come back as [`TraceError::Io`].
+///
+/// ```
+/// use fgtrace::view::html::{write_html, HtmlOptions};
+/// use fgtrace::view::{ok_events, HexResolve};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // One self-contained page: summary, table, flamegraph, plots, graph.
+/// let mut page = Vec::new();
+/// write_html(&trace.meta, || ok_events(trace.events()), HexResolve, &HtmlOptions::default(), &mut page)?;
+/// let page = String::from_utf8(page)?;
+/// assert!(page.contains("<html") && page.contains("inner"), "{}", &page[..200]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_html<I, R, W>(
     meta: &TraceMeta,
     events: impl FnMut() -> I,

@@ -25,6 +25,8 @@ use fgtrace_trace::{Sample, SiteInfo};
 
 /// A sample's resolved stack, as a [`Cut`] sees it.
 pub struct SampleStack<'s> {
+    /// The sample whose frames were resolved (its thread, time, shadow
+    /// depth and cut).
     pub sample: &'s Sample,
     /// Resolved names, innermost first (inlined frames expanded).
     pub names: &'s [&'s str],

@@ -28,7 +28,9 @@ const POLLS_CAP: u32 = 1023;
 /// that links the thread's slice to the lane's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingPoll {
+    /// The poll (a call with [`flags::POLL`](fgtrace_trace::flags::POLL)).
     pub call: Call,
+    /// The flow id, unique in the export.
     pub id: u64,
 }
 
@@ -41,6 +43,7 @@ pub struct PollMatcher {
 }
 
 impl PollMatcher {
+    /// A matcher holding no poll; flow ids start at 1.
     pub fn new() -> Self {
         PollMatcher {
             next_id: 1,

@@ -14,6 +14,8 @@
 //! through [`Consume`], fed by [`feed`]. When the stream fails part-way, a view
 //! still renders everything read before the damage, then returns the error.
 
+#![warn(missing_docs)]
+
 pub mod by_value;
 pub mod chart;
 pub mod chrome;

@@ -34,11 +34,14 @@ pub struct OffSlice {
     pub thread: u32,
     /// Nanoseconds since session start.
     pub start_ns: u64,
+    /// Nanoseconds since session start, exclusive.
     pub end_ns: u64,
+    /// Blocked or preempted.
     pub kind: OffKind,
 }
 
 impl OffSlice {
+    /// Length, nanoseconds.
     pub fn dur_ns(&self) -> u64 {
         self.end_ns - self.start_ns
     }
@@ -101,6 +104,7 @@ pub struct OffCpuFoldedOptions {
 /// What the stacks hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuSummary {
+    /// Calls in the shown threads (the stacks' traced frames).
     pub calls: u64,
     /// Inside traced calls.
     pub traced: OffTime,

@@ -97,14 +97,19 @@ pub struct PerfettoStats {
     pub futures: u64,
     /// Polls placed on a future's track.
     pub lane_polls: u64,
+    /// `PerfSample` packets.
     pub samples: u64,
+    /// Instant events for lost records.
     pub losses: u64,
+    /// Values on counter tracks (one per call and counter).
     pub counter_values: u64,
     /// Off-CPU slices.
     pub off_cpu: u64,
     /// Instant markers (`tracing` events) on thread tracks.
     pub markers: u64,
+    /// Packets written.
     pub packets: u64,
+    /// Bytes written, each packet's field tag and length prefix included.
     pub bytes: u64,
     /// What the window left out.
     pub left_out: LeftOut,
@@ -856,6 +861,29 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
 /// Streams `events` into `out` as a Perfetto protobuf trace (a `Trace`
 /// message: length-delimited `TracePacket`s). On a read error, everything
 /// before it is written as a complete trace, then the error is returned.
+///
+/// ```
+/// use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
+/// use fgtrace::view::{ok_events, HexResolve};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // For ui.perfetto.dev and `trace_processor`.
+/// let mut out = Vec::new();
+/// let stats = write_perfetto(&trace.meta, ok_events(trace.events()), HexResolve, &PerfettoOptions::default(), &mut out)?;
+/// assert_eq!(stats.calls, 3);
+/// assert_eq!(stats.bytes, out.len() as u64);
+/// // Every packet is field 1 of the `Trace` message, length-delimited.
+/// assert_eq!(out[0], 0x0a);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_perfetto<W: Write, R: Resolve>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

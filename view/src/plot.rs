@@ -72,6 +72,7 @@ pub struct PlotOptions {
     pub threads: Vec<ThreadSel>,
     /// SVG size in pixels (both panels).
     pub width: u32,
+    /// Height of the SVG, pixels.
     pub height: u32,
     /// Headline; `None`: "Durations of `<full name>`".
     pub title: Option<String>,
@@ -95,22 +96,28 @@ impl Default for PlotOptions {
 pub enum PlotError {
     /// No traced function has this name.
     UnknownFunction {
+        /// The name asked for.
         name: String,
         /// Names that contain the one asked for, to suggest.
         similar: Vec<String>,
     },
     /// The display name belongs to several different functions.
     Ambiguous {
+        /// The name asked for.
         name: String,
+        /// The full paths of the functions with that name: name one.
         candidates: Vec<String>,
     },
     /// The function was traced but has no calls (in the selected threads).
     NoCalls {
+        /// The function's full path.
         name: String,
     },
     /// `--x VALUE`: the function records no value of that name.
     NoValue {
+        /// The function's full path.
         name: String,
+        /// The value name asked for.
         value: String,
         /// The values it does record.
         recorded: Vec<String>,
@@ -118,18 +125,22 @@ pub enum PlotError {
     /// `--x VALUE`: the value is a string (`&'static str`) in every call
     /// that records it, so there is no axis to put it on.
     NotANumber {
+        /// The function's full path.
         name: String,
+        /// The value name asked for.
         value: String,
     },
     /// A fit against a value was asked of calls collected without
     /// [`DurationsBuilder::keeping_calls`].
     CallsNotKept {
+        /// The function's full path.
         name: String,
     },
     /// The trace stream failed (after what was read had been drawn).
     Trace(TraceError),
     /// plotters could not draw.
     Draw(String),
+    /// Writing the SVG failed.
     Io(io::Error),
 }
 
@@ -266,13 +277,16 @@ pub fn find_sites(meta: &TraceMeta, name: &str) -> Result<Vec<u32>, PlotError> {
 pub struct CallPoint {
     /// Index into `TraceMeta::threads`.
     pub thread: u32,
+    /// Entry time, nanoseconds since session start.
     pub start_ns: u64,
+    /// Duration, nanoseconds.
     pub dur_ns: u64,
 }
 
 /// One of the slowest calls, with the sites of its call path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlowCall {
+    /// Its thread, start and duration.
     pub call: CallPoint,
     /// Sites from the thread's outermost recorded call down to the call itself.
     pub path: Vec<u32>,
@@ -316,6 +330,8 @@ pub fn values_text(meta: &TraceMeta, site: Option<u32>, values: &[Value]) -> Str
 pub struct CallDurations {
     /// Full path of the function.
     pub name: String,
+    /// The function's sites (one function can have several, e.g. one per
+    /// generic instance).
     pub sites: Vec<u32>,
     /// How many calls were read.
     pub count: u64,
@@ -337,9 +353,11 @@ pub struct CallDurations {
     /// Nearest-rank percentiles of the durations, within 1% (the
     /// histogram's, as `report`'s).
     pub p50_ns: u64,
+    /// 99th percentile, nanoseconds (nearest rank, within 1%).
     pub p99_ns: u64,
-    /// The shortest and the longest call, exact.
+    /// Shortest call, nanoseconds (exact).
     pub min_ns: u64,
+    /// Longest call, nanoseconds (exact).
     pub max_ns: u64,
     /// Call records lost on the selected threads (the plot may miss calls).
     pub lost: u64,
@@ -744,6 +762,27 @@ pub fn write_slowest(d: &CallDurations, meta: &TraceMeta, mut w: impl Write) -> 
 /// Reads `events`, draws the SVG into `svg` and the slowest calls into
 /// `text`. On a read error, what was read is drawn (if it holds any call of
 /// the function) and the error is returned.
+///
+/// ```
+/// use fgtrace::view::ok_events;
+/// use fgtrace::view::plot::{write_plot, PlotOptions};
+///
+/// #[fgtrace::traced]
+/// fn step(i: u64) -> u64 { (0..i).sum() }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// (0..50).for_each(|i| { step(i); });
+/// let trace = session.stop()?;
+///
+/// let opts = PlotOptions { function: "step".into(), top: 3, ..Default::default() };
+/// let (mut svg, mut slowest) = (Vec::new(), Vec::new());
+/// let d = write_plot(&trace.meta, ok_events(trace.events()), &opts, &mut svg, &mut slowest)?;
+/// assert_eq!(d.count, 50);
+/// assert!(d.min_ns <= d.p50_ns && d.p50_ns <= d.p99_ns && d.p99_ns <= d.max_ns);
+/// assert_eq!(d.slowest.len(), 3);
+/// assert!(String::from_utf8(svg)?.contains("<svg"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_plot(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

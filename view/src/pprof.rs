@@ -33,7 +33,9 @@ pub struct PprofSummary {
     pub samples: u64,
     /// Distinct (thread, stack) pairs: pprof `Sample` messages.
     pub stacks: usize,
+    /// pprof `Location` messages: distinct addresses.
     pub locations: usize,
+    /// pprof `Function` messages: distinct names.
     pub functions: usize,
     /// Locations with no name (pprof shows their addresses).
     pub unknown_locations: usize,
@@ -91,6 +93,8 @@ pub struct ProfileBuilder<'m> {
 }
 
 impl<'m> ProfileBuilder<'m> {
+    /// A profile builder for `meta`'s trace; of `opts`, the thread selection
+    /// applies here.
     pub fn new(meta: &'m TraceMeta, opts: &PprofOptions) -> Self {
         ProfileBuilder {
             meta,
@@ -101,6 +105,8 @@ impl<'m> ProfileBuilder<'m> {
         }
     }
 
+    /// Counts one sample on its stack; samples without frames and of threads not
+    /// selected are left out.
     pub fn sample(&mut self, s: &Sample) {
         if s.frames.is_empty() || !shown(&self.mask, self.filtered, s.thread) {
             return;

@@ -27,15 +27,22 @@ pub use durations::Histogram;
 /// What the rows are sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Column {
+    /// Number of calls.
     Calls,
     /// Inclusive time (the default, like uftrace and ftrace's profiler).
     #[default]
     Total,
+    /// Self time: inclusive minus the recorded children's.
     SelfTime,
+    /// Mean duration.
     Avg,
+    /// Shortest call.
     Min,
+    /// Longest call.
     Max,
+    /// Median duration.
     P50,
+    /// 99th percentile of the durations.
     P99,
     /// s², the sample variance.
     Variance,
@@ -43,6 +50,7 @@ pub enum Column {
     OnCpu,
     /// Off-CPU total time (switched out: blocked or preempted).
     OffCpu,
+    /// Function name, A to Z.
     Name,
 }
 
@@ -86,18 +94,22 @@ pub enum ReportStyle {
 /// Report options; `Default` sorts by total time, largest first, all threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReportOptions {
+    /// The column the rows are sorted by, largest first.
     pub sort_by: Column,
     /// Smallest first (names: Z to A).
     pub reverse: bool,
     /// Only these threads (empty: all).
     pub threads: Vec<ThreadSel>,
+    /// Text table or JSON.
     pub style: ReportStyle,
 }
 
 /// One function's numbers; durations in nanoseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FunctionStats {
+    /// Index into `TraceMeta::sites`.
     pub site: u32,
+    /// `module::name`.
     pub name: String,
     /// Every call: the recorded ones plus `count_only`.
     pub calls: u64,
@@ -112,10 +124,13 @@ pub struct FunctionStats {
     pub self_ns: u64,
     /// `total_ns` / the recorded calls, truncated.
     pub avg_ns: u64,
+    /// Shortest recorded call.
     pub min_ns: u64,
+    /// Longest recorded call.
     pub max_ns: u64,
     /// Median, from a log-bucketed histogram (within 1%, see [`Histogram`]).
     pub p50_ns: u64,
+    /// 99th percentile, from the same histogram (within 1%).
     pub p99_ns: u64,
     /// Sample variance (n - 1 in the denominator) of the durations, ns²; 0 for one call.
     pub variance_ns2: f64,
@@ -137,31 +152,45 @@ pub struct FunctionStats {
 /// duration minus these.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OffStats {
+    /// Off-CPU time inside the function's calls, callees included.
     pub total: OffTime,
+    /// Off-CPU time of the function itself, its recorded children's excluded.
     pub self_: OffTime,
 }
 
 /// One async fn's whole futures (first poll to completion); durations in nanoseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FutureStats {
+    /// Index into `TraceMeta::sites`.
     pub site: u32,
+    /// `module::name`.
     pub name: String,
+    /// Futures that completed or were dropped.
     pub futures: u64,
+    /// Polls, over all those futures.
     pub polls: u64,
     /// Dropped before completion.
     pub cancelled: u64,
+    /// Sum of the futures' lengths (first poll to completion).
     pub total_ns: u64,
+    /// `total_ns` / `futures`, truncated.
     pub avg_ns: u64,
+    /// Shortest future.
     pub min_ns: u64,
+    /// Longest future.
     pub max_ns: u64,
+    /// Median length, from a log-bucketed histogram (within 1%).
     pub p50_ns: u64,
+    /// 99th percentile, from the same histogram (within 1%).
     pub p99_ns: u64,
+    /// Sample variance of the lengths, ns²; 0 for one future.
     pub variance_ns2: f64,
 }
 
 /// A thread that lost records.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ThreadLoss {
+    /// Index into `TraceMeta::threads`.
     pub thread: u32,
     /// `name-tid`.
     pub label: String,
@@ -174,8 +203,11 @@ pub struct ThreadLoss {
 /// The whole report as numbers, sorted as the options asked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
+    /// The traced program (`TraceMeta::program`).
     pub program: String,
+    /// Its process id (0 for a merged trace).
     pub pid: u32,
+    /// Session length.
     pub duration_ns: u64,
     /// Calls counted (of the selected threads), count-only ones included.
     pub calls: u64,
@@ -188,7 +220,9 @@ pub struct Report {
     pub losses: Vec<ThreadLoss>,
     /// Text of the loss lines, as both views print them.
     pub loss_lines: Vec<String>,
+    /// One row per function with recorded or counted calls.
     pub functions: Vec<FunctionStats>,
+    /// One row per `async fn` with futures.
     pub futures: Vec<FutureStats>,
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
@@ -281,6 +315,7 @@ pub struct ReportBuilder<'a> {
 }
 
 impl<'a> ReportBuilder<'a> {
+    /// A builder for `meta`'s trace with `opts` (threads and sort order).
     pub fn new(meta: &'a TraceMeta, opts: &'a ReportOptions) -> Self {
         ReportBuilder {
             meta,
@@ -713,6 +748,33 @@ pub fn write_report_from<R: std::io::Read, W: Write>(
 
 /// Reads `events` and writes the report into `w`. On a read error, the report
 /// of everything before it is written, then the error is returned.
+///
+/// ```
+/// use fgtrace::view::{ok_events, write_report, Column, ReportOptions, TraceViews};
+///
+/// #[fgtrace::traced]
+/// fn outer() -> u32 { inner() + inner() }
+/// #[fgtrace::traced]
+/// fn inner() -> u32 { 1 }
+///
+/// let session = fgtrace::Session::start(fgtrace::Config::builtin())?;
+/// outer();
+/// let trace = session.stop()?;
+///
+/// // The numbers: one row per function, sorted by total time by default.
+/// let report = trace.report(&ReportOptions { sort_by: Column::Calls, ..Default::default() });
+/// let rows: Vec<(&str, u64)> = report.functions.iter().map(|f| (f.name.as_str(), f.calls)).collect();
+/// assert_eq!(rows, [("inner", 2), ("outer", 1)]);
+/// let outer = &report.functions[1];
+/// assert!(outer.total_ns >= outer.self_ns);
+///
+/// // The same as a text table.
+/// let mut out = Vec::new();
+/// write_report(&trace.meta, ok_events(trace.events()), &ReportOptions::default(), &mut out)?;
+/// let text = String::from_utf8(out)?;
+/// assert!(text.contains("outer") && text.contains("inner"), "{text}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_report<W: Write>(
     meta: &TraceMeta,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,

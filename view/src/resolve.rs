@@ -9,6 +9,9 @@
 /// code belongs to). `is_return_address` asks for the call site (`addr - 1`)
 /// rather than the instruction at `addr`: every frame but a sample's first.
 pub trait Resolve {
+    /// The names of the code at `addr`, innermost inlined function first (see
+    /// the trait's documentation); a sample whose frames all give no name is
+    /// counted as `[unknown]`.
     fn frames(&mut self, addr: u64, is_return_address: bool) -> Vec<String>;
 
     /// What the binary says about the frame at `addr` beyond its names (see

@@ -35,6 +35,7 @@ pub enum SampledSort {
 pub struct SampledOptions {
     /// Only these threads; empty means all.
     pub threads: Vec<ThreadSel>,
+    /// What the rows are sorted by.
     pub sort: SampledSort,
     /// Keep only the first N rows (0 = all).
     pub limit: usize,
@@ -43,6 +44,7 @@ pub struct SampledOptions {
 /// One function's sample counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SampledRow {
+    /// The function's name, as the resolver gave it.
     pub name: String,
     /// Samples where the function was the innermost frame.
     pub self_samples: u64,
@@ -59,6 +61,7 @@ pub struct SampledReport {
     pub samples: u64,
     /// Samples lost while recording (in the selected threads).
     pub lost: u64,
+    /// One row per function seen in a sample, sorted and limited as asked.
     pub rows: Vec<SampledRow>,
 }
 
@@ -75,6 +78,7 @@ pub struct SampledBuilder<'m, R> {
 }
 
 impl<'m, R: Resolve> SampledBuilder<'m, R> {
+    /// A builder for `meta`'s trace, naming frames with `resolve`.
     pub fn new(meta: &'m TraceMeta, opts: &SampledOptions, resolve: R) -> Self {
         SampledBuilder {
             meta,
@@ -88,6 +92,9 @@ impl<'m, R: Resolve> SampledBuilder<'m, R> {
         }
     }
 
+    /// Counts one sample: its innermost name as self, every distinct name on its
+    /// stack once as total (`[unknown]` when no frame has a name). Samples of
+    /// threads not selected are left out.
     pub fn sample(&mut self, s: &Sample) {
         if !shown(&self.mask, !self.opts.threads.is_empty(), s.thread) {
             return;
@@ -113,6 +120,7 @@ impl<'m, R: Resolve> SampledBuilder<'m, R> {
         }
     }
 
+    /// The rows, sorted and limited as the options say.
     pub fn finish(self) -> SampledReport {
         let mut rows: Vec<SampledRow> = self
             .counts

@@ -109,9 +109,13 @@ fn seconds(ns: u64) -> String {
 /// What a window left out of an export, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeftOut {
+    /// Calls outside the window or shorter than its minimum.
     pub calls: u64,
+    /// Futures outside the window or shorter than its minimum.
     pub futures: u64,
+    /// Samples outside the window.
     pub samples: u64,
+    /// Loss markers outside the window.
     pub losses: u64,
     /// Instant markers outside the window.
     pub markers: u64,
@@ -150,10 +154,12 @@ pub struct WindowFilter {
     window: Window,
     /// Per thread: the last call was left out.
     dropped_call: Vec<bool>,
+    /// What was left out so far.
     pub left_out: LeftOut,
 }
 
 impl WindowFilter {
+    /// A filter keeping what `window` keeps.
     pub fn new(window: Window) -> Self {
         WindowFilter {
             window,
@@ -161,6 +167,7 @@ impl WindowFilter {
         }
     }
 
+    /// The window it applies.
     pub fn window(&self) -> &Window {
         &self.window
     }

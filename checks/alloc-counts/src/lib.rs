@@ -1,6 +1,8 @@
 //! A small "application" with a known number of allocations per function,
 //! for `tests/counts.rs`.
 
+#![warn(missing_docs)]
+
 use fgtrace::traced;
 
 /// One `Vec` (one allocation) holding the words: 1 allocation.

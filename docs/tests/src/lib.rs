@@ -8,6 +8,7 @@
 //!
 //! Never published: it exists for its tests.
 
+#![warn(missing_docs)]
 // The pages are Markdown for mdBook: links between pages and to images are
 // relative file paths, which rustdoc leaves as they are.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]

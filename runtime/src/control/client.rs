@@ -15,7 +15,12 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlError {
     /// No control socket for the pid (it does not listen, or is not running).
-    NotListening { pid: u32, looked_in: Vec<PathBuf> },
+    NotListening {
+        /// The process asked for.
+        pid: u32,
+        /// The socket paths tried.
+        looked_in: Vec<PathBuf>,
+    },
     /// The socket or its directory may not be used by this user.
     PermissionDenied(String),
     /// The target serves another client.
@@ -143,6 +148,8 @@ pub struct Client {
 pub struct Received {
     /// The trace file's bytes (write them as they are: `out.fgt`).
     pub bytes: Vec<u8>,
+    /// How the recording ended, as the target put it (`duration over`,
+    /// `stopped`, `the process is exiting` ...).
     pub note: String,
 }
 
@@ -322,7 +329,9 @@ fn readable(s: &UnixStream, timeout: Duration) -> bool {
 /// A process `fgtrace ps` lists.
 #[derive(Debug, Clone)]
 pub struct ProcessInfo {
+    /// The process id.
     pub pid: u32,
+    /// Its control socket.
     pub socket: PathBuf,
     /// Its status, or why it could not be had (another user's process, busy, ...).
     pub status: Result<Status, String>,

@@ -33,9 +33,14 @@ pub struct Settings {
     pub mode: Option<String>,
     /// `FGTRACE_SAMPLE`: `timer:999`, `wall:99`, `cycles:100000`, ...
     pub sample: Option<String>,
+    /// `FGTRACE_FILTER`: record only functions matching these globs.
     pub filter: Vec<String>,
+    /// `FGTRACE_EXCLUDE`: do not record functions matching these globs.
     pub exclude: Vec<String>,
+    /// `FGTRACE_GRAPH_FUNCTION`: record only the calls made under these
+    /// functions (with them).
     pub graph_function: Vec<String>,
+    /// `FGTRACE_NOTRACE`: do not record these functions nor anything they call.
     pub notrace: Vec<String>,
     /// `FGTRACE_DEPTH`.
     pub depth: Option<u32>,
@@ -174,11 +179,13 @@ impl TryFrom<RawRequest> for Request {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct Reply {
+    /// The request was done (`false`: `error` or `busy` says why).
     pub ok: bool,
     /// What went wrong, for a person to read.
     pub error: Option<String>,
     /// The endpoint is serving another client.
     pub busy: bool,
+    /// The target's state, for `status` (and `ps`).
     pub status: Option<Status>,
     /// A trace of this many bytes follows (8-byte length, then the bytes).
     pub trace_bytes: Option<u64>,
@@ -187,6 +194,7 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A failed reply saying `msg`.
     pub fn error(msg: impl Into<String>) -> Reply {
         Reply {
             error: Some(msg.into()),
@@ -199,10 +207,13 @@ impl Reply {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct Status {
+    /// The target's process id.
     pub pid: u32,
+    /// The target's program (`argv[0]`).
     pub program: String,
     /// The fgtrace version the target runs.
     pub fgtrace: String,
+    /// The control protocol version the target speaks ([`VERSION`]).
     pub protocol: u32,
     /// `idle`, `recording` (a client's `record`), `background` (started by
     /// `start` or `FGTRACE_CONTROL=flight`), `program` (the program's own session).
@@ -216,10 +227,13 @@ pub struct Status {
 /// Why a frame could not be read.
 #[derive(Debug)]
 pub enum FrameError {
+    /// Reading failed or the peer hung up in the middle of a frame.
     Io(io::Error),
     /// The peer announced a frame over the limit.
     TooLarge {
+        /// The length the peer announced, in bytes.
         len: u64,
+        /// The most this side reads, in bytes.
         max: usize,
     },
 }

@@ -17,17 +17,27 @@ use std::io;
 /// The `perf_event` events fgtrace can sample on, by their `perf` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PerfEvent {
+    /// `cpu-clock`: a software timer (hrtimer) that fires while the thread
+    /// runs; its rate is in Hz.
     CpuClock,
+    /// `task-clock`: the same on the task's own CPU-time clock; rate in Hz.
     TaskClock,
+    /// `page-faults`: one sample every N page faults.
     PageFaults,
+    /// `context-switches`: one sample every N switches out.
     ContextSwitches,
+    /// `cycles`: one sample every N CPU cycles (needs a PMU).
     Cycles,
+    /// `instructions`: one sample every N retired instructions (needs a PMU).
     Instructions,
+    /// `cache-misses`: one sample every N last-level cache misses (needs a PMU).
     CacheMisses,
+    /// `branch-misses`: one sample every N mispredicted branches (needs a PMU).
     BranchMisses,
 }
 
 impl PerfEvent {
+    /// Every event: the clocks, the software events, then the hardware ones.
     pub const ALL: [PerfEvent; 8] = [
         PerfEvent::CpuClock,
         PerfEvent::TaskClock,
@@ -39,6 +49,7 @@ impl PerfEvent {
         PerfEvent::BranchMisses,
     ];
 
+    /// The `perf` name: `cpu-clock`, `cycles` ...
     pub fn name(self) -> &'static str {
         match self {
             PerfEvent::CpuClock => "cpu-clock",
@@ -52,6 +63,7 @@ impl PerfEvent {
         }
     }
 
+    /// The event `perf` calls `s`; `None` for a name not in [`PerfEvent::ALL`].
     pub fn from_name(s: &str) -> Option<PerfEvent> {
         PerfEvent::ALL.into_iter().find(|e| e.name() == s)
     }

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Writes a whole trace in the version-1 layout: magic, version, metadata
+/// (JSON), then `chunks` with their checksums, then the end marker.
+/// `chunks` must be in pre-order per thread, interleaved by
+/// [`interleave`](crate::encoding::interleave). Errors are `w`'s.
 pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io::Result<()> {
     let json = crate::json::to_vec(meta)?;
     w.write_all(MAGIC)?;
@@ -42,6 +46,8 @@ pub struct RecordingWriter<W: Write> {
 }
 
 impl<W: Write> RecordingWriter<W> {
+    /// Writes the magic, the version and a provisional header from `meta` (the
+    /// final metadata comes at [`RecordingWriter::finish`]).
     pub fn new(mut w: W, meta: &TraceMeta) -> io::Result<Self> {
         let json = crate::json::to_vec(meta)?;
         w.write_all(MAGIC)?;
@@ -78,6 +84,7 @@ impl<W: Write> RecordingWriter<W> {
         Ok(())
     }
 
+    /// Site `index` of the trace (what `Call::site` indexes).
     pub fn site(&mut self, index: u32, info: &crate::SiteInfo) -> io::Result<()> {
         let json = crate::json::to_vec(info)?;
         self.section(SEC_SITE, &[index as u64], &json)
@@ -88,10 +95,13 @@ impl<W: Write> RecordingWriter<W> {
         self.section(SEC_STRING, &[index as u64], text.as_bytes())
     }
 
+    /// Thread `index` of the trace: its OS thread id and name.
     pub fn thread(&mut self, index: u32, tid: u32, name: &str) -> io::Result<()> {
         self.section(SEC_THREAD, &[index as u64, tid as u64], name.as_bytes())
     }
 
+    /// A chunk of raw call records of one thread, in exit order (see
+    /// [`recorded`](crate::recorded)).
     pub fn raw(&mut self, c: &crate::recorded::RawChunk) -> io::Result<()> {
         self.section(SEC_RAW, &[c.thread as u64, c.count as u64], &c.payload)
     }
@@ -130,6 +140,8 @@ impl<W: Write> RecordingWriter<W> {
         )
     }
 
+    /// Flushes the underlying writer: every section written so far is then in
+    /// the file, readable if the writer is killed.
     pub fn flush(&mut self) -> io::Result<()> {
         self.w.flush()
     }

@@ -63,6 +63,7 @@ impl Histogram {
     const EXACT: u64 = 128;
     const SUB_BITS: u32 = 6;
 
+    /// Counts one duration `v` (nanoseconds).
     pub fn add(&mut self, v: u64) {
         if v < Self::EXACT {
             let i = v as usize;
