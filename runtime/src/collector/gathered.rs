@@ -67,11 +67,17 @@ pub(super) struct Output {
     /// The first write that failed; nothing is written after it.
     pub(super) error: Option<String>,
     pub(super) dirty: bool,
+    /// The size budget, and where calls stopped being kept.
+    pub(super) budget: super::budget::Budget,
 }
 
 impl Output {
     pub(super) fn check(&mut self, r: std::io::Result<()>) {
         if let Err(e) = r {
+            // A full file system ends the file at its last mark, complete.
+            if self.error.is_none() && super::budget::is_full(&e) && self.cut_back() {
+                return;
+            }
             if self.error.is_none() {
                 self.error = Some(format!(
                     "writing {} failed after {} bytes: {e}",
@@ -124,7 +130,9 @@ impl Gathered {
         let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
             return;
         };
-        if o.error.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
+        // After a cut the final metadata still carries every thread's
+        // off-CPU time.
+        if o.error.is_some() || o.budget.cut.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
             return;
         }
         oc.last = std::time::Instant::now();
@@ -149,12 +157,19 @@ impl Gathered {
             true
         });
         let mut r = Ok(());
+        let before = o.w.written;
         for (i, lost, ivs) in news {
+            // Their time is in the final metadata all the same.
+            if !o.room_for(64 + ivs.len() as u64 * 12) {
+                break;
+            }
             r = r
                 .and_then(|_| Self::announce(o, i, who))
                 .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
             o.dirty = true;
         }
+        // The final metadata repeats them in JSON, a few times larger.
+        o.budget.repeated += (o.w.written - before) * 2;
         o.check(r);
     }
 
@@ -183,6 +198,13 @@ impl Gathered {
         if let Some(a) = &mut self.auto {
             a.observe(thread, recs);
         }
+        // Past a cut, calls are counted, not kept.
+        if let Some(o) = &mut self.out {
+            if o.error.is_none() && o.budget.cut.is_some() {
+                o.budget.lose(thread, super::budget::calls_in(recs));
+                return;
+            }
+        }
         let c = self.threads[i].enc.encode(
             thread,
             recs,
@@ -194,6 +216,20 @@ impl Gathered {
             None => self.threads[i].raw.push(c),
             Some(o) if o.error.is_some() => self.threads[i].raw.push(c),
             Some(o) => {
+                let calls = super::budget::calls_in(recs);
+                // Sites, strings and the thread's announcement come first.
+                let head = (self.sites.sites.len() - o.sites_written) as u64 * 256
+                    + (self.sites.strings.len() - o.strings_written) as u64 * 64
+                    + 64;
+                if !o.room_for(c.payload.len() as u64 + head) {
+                    let at = recs.first().map_or(self.origin, |r| {
+                        fgtrace_trace::recorded::full_ticks(r.start_low(), self.origin)
+                    });
+                    o.cut(fgtrace_trace::CutReason::Budget, at);
+                    o.budget.lose_encoded(thread, calls);
+                    return;
+                }
+                let before = o.w.written;
                 let mut r = Ok(());
                 while r.is_ok() && o.sites_written < self.sites.sites.len() {
                     r =
@@ -207,13 +243,19 @@ impl Gathered {
                     );
                     o.strings_written += 1;
                 }
-                let r = r
-                    .and_then(|_| Self::announce(o, i, who))
-                    .and_then(|_| o.w.raw(&c));
+                let r = r.and_then(|_| Self::announce(o, i, who));
+                o.budget.repeated += o.w.written - before;
+                let r = r.and_then(|_| o.w.raw(&c));
                 let failed = r.is_err();
                 o.check(r);
                 o.dirty = true;
-                if failed {
+                if !failed {
+                    o.wrote_calls(thread, calls);
+                } else if o.budget.cut.is_some() {
+                    // The file system is full: the file ends at its last
+                    // mark, and these calls are lost with those since.
+                    o.budget.lose_encoded(thread, calls);
+                } else {
                     // Kept in memory instead; `stop` reports the error.
                     self.threads[i].raw.push(c);
                 }
@@ -244,9 +286,7 @@ impl Gathered {
     pub(super) fn idle(&mut self) {
         if let Some(o) = &mut self.out {
             if o.dirty && o.error.is_none() {
-                let r = o.w.flush();
-                o.check(r);
-                o.dirty = false;
+                o.mark();
             }
         }
     }
@@ -302,7 +342,13 @@ pub(super) fn open_output(
     let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
         .and_then(|mut w| w.flush().map(|()| w))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(Output {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let limit = config.max_size_for(dir);
+    let start = w.mark();
+    let mut o = Output {
         w,
         path: path.to_path_buf(),
         sites_written: 0,
@@ -310,21 +356,59 @@ pub(super) fn open_output(
         threads_written: 0,
         error: None,
         dirty: false,
-    })
+        budget: super::budget::Budget::new(limit, start),
+    };
+    o.mark();
+    Ok(o)
+}
+
+impl Gathered {
+    /// At stop, once every record is in: the file flushed whole and, where
+    /// calls stopped being kept, one loss marker per thread that lost some.
+    pub(super) fn close_output(&mut self, who: &dyn Fn(u32) -> (u32, String)) {
+        let Gathered {
+            out: Some(o),
+            threads,
+            sites,
+            origin,
+            ..
+        } = self
+        else {
+            return;
+        };
+        if o.error.is_some() {
+            return;
+        }
+        o.mark();
+        if o.budget.cut.is_none() || o.error.is_some() {
+            return;
+        }
+        if let Some(last) = o.budget.lost_after.iter().rposition(|&n| n > 0) {
+            let r = Self::announce(o, last, who);
+            o.check(r);
+        }
+        if o.error.is_none() {
+            o.write_loss_markers(threads, *origin, sites);
+        }
+        o.mark();
+    }
 }
 
 /// Writes what the file still lacks at stop: sites and threads not yet
-/// announced, the chunks kept in memory, the samples.
+/// announced, the chunks kept in memory, the samples (those the budget
+/// has room for; the others are counted in `meta` as lost).
 pub(super) fn finish_output(
     o: &mut Output,
-    meta: &TraceMeta,
+    meta: &mut TraceMeta,
     threads: &[Gathering],
     samples: Vec<Vec<RawSample>>,
     overwritten: &[u64],
+    end_ticks: u64,
 ) {
     if o.error.is_some() {
         return;
     }
+    let mark = o.w.mark();
     let mut r = Ok(());
     while r.is_ok() && o.sites_written < meta.sites.len() {
         r =
@@ -361,6 +445,15 @@ pub(super) fn finish_output(
             }));
         }
         for c in enc.finish() {
+            if o.budget.cut.is_some() || !o.room_for(c.payload.len() as u64 + 32) {
+                o.cut(fgtrace_trace::CutReason::Budget, end_ticks);
+                if let Some(th) = meta.threads.get_mut(t) {
+                    th.samples = th.samples.saturating_sub(c.count as u64);
+                    th.samples_lost = th.samples_lost.saturating_add(c.count as u64);
+                }
+                o.budget.samples_after += c.count as u64;
+                continue;
+            }
             r = r.and_then(|_| o.w.samples(&c));
         }
     }
@@ -370,4 +463,13 @@ pub(super) fn finish_output(
         }
     }
     o.check(r);
+    // A full file system cut the file back to before these sections: the
+    // final metadata would not match what the file holds, so it is left
+    // out (the file reads up to its last complete section).
+    if o.error.is_none() && o.w.written < mark.written {
+        o.error = Some(format!(
+            "the file system filled up while {} was being completed",
+            o.path.display()
+        ));
+    }
 }
