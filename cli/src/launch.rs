@@ -36,7 +36,7 @@ fn budget_line(max_size: Option<&str>, dir: &Path) -> Result<(String, String), S
             ),
             n => (
                 n.to_string(),
-                format!("at most {} per file (--max-size)", size_text(n)),
+                format!("at most {} in all (--max-size)", size_text(n)),
             ),
         },
         None => {
@@ -57,7 +57,7 @@ fn budget_line(max_size: Option<&str>, dir: &Path) -> Result<(String, String), S
             (
                 n.to_string(),
                 format!(
-                    "at most {} per file ({why}; --max-size to change)",
+                    "at most {} in all ({why}; --max-size to change)",
                     size_text(n)
                 ),
             )
@@ -214,6 +214,10 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
     let dir = std::fs::canonicalize(&dir)
         .map_err(|e| Some(format!("cannot resolve {}: {e}", dir.display())))?;
     let before: Vec<PathBuf> = traces_in(&dir).into_iter().map(|w| w.path).collect();
+    // The processes' shared budget is this run's: a fresh one, removed at
+    // the end.
+    let pool = dir.join(fgtrace::collector::POOL_FILE);
+    let _ = std::fs::remove_file(&pool);
     let (max_size, said) = budget_line(l.max_size, &dir).map_err(|e| {
         if temporary {
             let _ = std::fs::remove_dir(&dir);
@@ -245,6 +249,7 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
         }
     };
     CHILD.store(0, Ordering::SeqCst);
+    let _ = std::fs::remove_file(&pool);
     let code = {
         use std::os::unix::process::ExitStatusExt;
         status

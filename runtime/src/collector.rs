@@ -3,6 +3,8 @@
 
 mod auto;
 mod budget;
+mod pool;
+pub use pool::POOL_FILE;
 mod gathered;
 mod live_dump;
 #[cfg(test)]
@@ -491,7 +493,7 @@ impl Session {
                 if let Some((reason, at)) = o.budget.cut {
                     meta.cut_short = Some(fgtrace_trace::CutShort {
                         reason,
-                        limit: o.budget.limit,
+                        limit: o.shown_limit(),
                         at_ns: self.cal.ns(at),
                         calls_after: o.budget.total_lost(),
                         samples_after: o.budget.samples_after,

@@ -63,6 +63,9 @@ pub struct Config {
     /// The most the output file may take, in bytes (`u64::MAX`: no limit;
     /// `None`: the default, see [`default_max_size`]).
     pub(crate) max_size: Option<u64>,
+    /// The budget is shared by every recording into the output file's
+    /// directory (`FGTRACE_RECORD`).
+    pub(crate) shared_budget: bool,
     /// Off-CPU time per call (context-switch records, see `offcpu`).
     pub(crate) off_cpu: bool,
     /// Problems found in environment variables, reported by `Session::start`.
@@ -130,6 +133,7 @@ impl Config {
             counters: Vec::new(),
             output: None,
             max_size: None,
+            shared_budget: false,
             off_cpu: false,
             errors: Vec::new(),
             dump_on_panic: None,

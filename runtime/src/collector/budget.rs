@@ -23,8 +23,12 @@ pub(super) const MARK_EVERY: u64 = 256 << 10;
 /// What a file's budget keeps track of.
 #[derive(Default)]
 pub(super) struct Budget {
-    /// The most the file may take (`None`: no limit).
+    /// The most the file may take (`None`: no limit); with a pool, what
+    /// it claimed of it so far.
     pub(super) limit: Option<u64>,
+    /// The budget this file shares with the other recordings of its
+    /// directory, if it does.
+    pub(super) pool: Option<super::pool::Pool>,
     /// Where the file was last flushed whole, and the sites, strings and
     /// threads announced up to there.
     mark: (Mark, usize, usize, usize),
@@ -99,10 +103,10 @@ impl Budget {
 
     /// What completing the file will take at most: the final metadata
     /// (estimated from the sections it repeats, a few hundred bytes per
-    /// thread, room for the mappings of sampled processes), the loss
-    /// markers, the end and the footer.
+    /// thread, 16 KiB for the rest: the clock, the filters, a sampled
+    /// process's mappings), the loss markers, the end and the footer.
     pub(super) fn finish_reserve(&self, threads: usize) -> u64 {
-        (64 << 10) + self.repeated.saturating_mul(3) + 512 * threads as u64
+        (16 << 10) + self.repeated.saturating_mul(3) + 512 * threads as u64
     }
 
     pub(super) fn total_lost(&self) -> u64 {
@@ -111,13 +115,31 @@ impl Budget {
 }
 
 impl Output {
-    /// Whether `bytes` more fit the budget, with the file's completion.
-    pub(super) fn room_for(&self, bytes: u64) -> bool {
-        match self.budget.limit {
-            None => true,
-            Some(l) => {
-                self.w.written + bytes + self.budget.finish_reserve(self.threads_written) <= l
+    /// Whether `bytes` more fit the budget, with the file's completion
+    /// (claiming more of a shared budget where needed).
+    pub(super) fn room_for(&mut self, bytes: u64) -> bool {
+        let Some(l) = self.budget.limit else {
+            return true;
+        };
+        let need = self.w.written + bytes + self.budget.finish_reserve(self.threads_written);
+        if need <= l {
+            return true;
+        }
+        match &mut self.budget.pool {
+            Some(p) => {
+                p.claim(need - l);
+                self.budget.limit = Some(p.claimed);
+                need <= p.claimed
             }
+            None => false,
+        }
+    }
+
+    /// The budget to name: the shared one, or the file's.
+    pub(super) fn shown_limit(&self) -> Option<u64> {
+        match &self.budget.pool {
+            Some(p) => Some(p.total),
+            None => self.budget.limit,
         }
     }
 
@@ -127,9 +149,14 @@ impl Output {
             return;
         }
         self.budget.cut = Some((why, at));
-        let what = match (why, self.budget.limit) {
+        let what = match (why, self.shown_limit()) {
             (CutReason::Budget, Some(l)) => format!(
-                "reached its size budget of {} (FGTRACE_MAX_SIZE, --max-size)",
+                "reached {} size budget of {} (FGTRACE_MAX_SIZE, --max-size)",
+                if self.budget.pool.is_some() {
+                    "the recording's shared"
+                } else {
+                    "its"
+                },
                 fgtrace_trace::size_text(l)
             ),
             _ => "met a full file system".to_string(),

@@ -346,8 +346,16 @@ pub(super) fn open_output(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
-    let limit = config.max_size_for(dir);
+    let mut limit = config.max_size_for(dir);
     let start = w.mark();
+    // Recordings into one directory share its budget.
+    let pool = match limit {
+        Some(total) if config.shared_budget => super::pool::Pool::join(path, total).ok(),
+        _ => None,
+    };
+    if let Some(p) = &pool {
+        limit = Some(p.claimed);
+    }
     let mut o = Output {
         w,
         path: path.to_path_buf(),
@@ -358,6 +366,11 @@ pub(super) fn open_output(
         dirty: false,
         budget: super::budget::Budget::new(limit, start),
     };
+    o.budget.pool = pool;
+    if o.budget.pool.is_some() {
+        // The first grant: room for the header, the completion and more.
+        o.room_for(start.written + (1 << 20));
+    }
     o.mark();
     Ok(o)
 }
