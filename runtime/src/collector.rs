@@ -7,6 +7,7 @@ mod pool;
 pub use pool::POOL_FILE;
 mod gathered;
 mod live_dump;
+mod output;
 #[cfg(test)]
 mod tests;
 

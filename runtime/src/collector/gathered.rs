@@ -3,6 +3,7 @@
 //! off-CPU time closed meanwhile), and the trace head both say about
 //! themselves.
 
+pub(super) use super::output::Output;
 use crate::buffer::{Batch, RawCall, Storage};
 use crate::config::Config;
 use fgtrace_trace::build;
@@ -11,7 +12,6 @@ use fgtrace_trace::encoding::ChunkEncoder;
 use fgtrace_trace::file::RecordingWriter;
 use fgtrace_trace::recorded::{RawChunk, RawEncoder, RawSample, SiteMap};
 use fgtrace_trace::{Event, RecordMode, Sample, TraceMeta};
-use std::path::PathBuf;
 #[cfg(target_os = "linux")]
 use std::sync::Arc;
 #[cfg(target_os = "linux")]
@@ -54,39 +54,6 @@ pub(super) struct Gathering {
     pub(super) raw: Vec<RawChunk>,
     /// Batches received (a dump waits for those handed before it).
     pub(super) batches: u64,
-}
-
-/// The file a session writes while it records.
-pub(super) struct Output {
-    pub(super) w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
-    pub(super) path: PathBuf,
-    pub(super) sites_written: usize,
-    /// String table entries written so far.
-    pub(super) strings_written: usize,
-    pub(super) threads_written: usize,
-    /// The first write that failed; nothing is written after it.
-    pub(super) error: Option<String>,
-    pub(super) dirty: bool,
-    /// The size budget, and where calls stopped being kept.
-    pub(super) budget: super::budget::Budget,
-}
-
-impl Output {
-    pub(super) fn check(&mut self, r: std::io::Result<()>) {
-        if let Err(e) = r {
-            // A full file system ends the file at its last mark, complete.
-            if self.error.is_none() && super::budget::is_full(&e) && self.cut_back() {
-                return;
-            }
-            if self.error.is_none() {
-                self.error = Some(format!(
-                    "writing {} failed after {} bytes: {e}",
-                    self.path.display(),
-                    self.w.written
-                ));
-            }
-        }
-    }
 }
 
 impl Gathered {
@@ -401,7 +368,8 @@ impl Gathered {
             o.check(r);
         }
         if o.error.is_none() {
-            o.write_loss_markers(threads, *origin, sites);
+            let encoders = threads.iter_mut().map(|t| &mut t.enc).collect();
+            o.write_loss_markers(encoders, *origin, sites);
         }
         o.mark();
     }

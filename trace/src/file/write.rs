@@ -166,12 +166,6 @@ impl<W: Write> RecordingWriter<W> {
         &mut self.w
     }
 
-    /// Bytes [`finish`](Self::finish) adds after the final metadata's JSON
-    /// of `json_len` bytes (section head, end marker, footer), at most.
-    pub fn finish_overhead(json_len: u64) -> u64 {
-        json_len + 1 + 10 + 4 + 1 + 10 + 4 + 16
-    }
-
     /// The final metadata, the end marker and the footer (where the final
     /// metadata starts, so [`read_meta`] finds it without reading the
     /// file); returns the writer.
