@@ -227,6 +227,8 @@ fn a_full_file_system_ends_the_file_complete_and_the_program_goes_on() {
         .expect("a full file system ends the recording cleanly");
     assert_eq!(t.meta().cut_short.as_ref().unwrap().limit, None);
     check_cut(&path, None, made, CutReason::DiskFull);
+    // The space of the first file is free again only once nothing holds it.
+    drop(t);
     std::fs::remove_file(&path).unwrap();
 
     // Another program fills the file system while the recording runs.
