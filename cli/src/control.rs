@@ -134,9 +134,11 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
             off_cpu: a.offcpu,
             dir: a.dir.as_deref(),
             output: a.output.as_deref(),
+            max_size: a.session.max_size.as_deref(),
         })?;
         std::process::exit(code);
     };
+    a.session.no_max_size("`record --pid`")?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
@@ -184,6 +186,7 @@ pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
             } else {
                 flight.map(|n| format!("flight:{n}"))
             };
+            session.no_max_size("`ctl start`")?;
             client.start(session.settings(mode, None)).map_err(err)?;
             eprintln!(
                 "fgtrace: pid {} records (fgtrace ctl {} dump|stop)",

@@ -18,6 +18,52 @@ pub struct Launch<'a> {
     pub dir: Option<&'a Path>,
     /// The trace (the first process's, with several: the others beside it).
     pub output: Option<&'a Path>,
+    /// `--max-size`: the most each recording writes (default: see
+    /// [`budget_line`]).
+    pub max_size: Option<&'a str>,
+}
+
+/// The size budget of the recordings in `dir` (`FGTRACE_MAX_SIZE`'s value)
+/// and the line `record` starts with to say it.
+fn budget_line(max_size: Option<&str>, dir: &Path) -> Result<(String, String), String> {
+    use fgtrace::config::{default_max_size, parse_size, DEFAULT_MAX_SIZE_CAP};
+    use fgtrace_trace::size_text;
+    let (value, said) = match max_size {
+        Some(s) => match parse_size(s).map_err(|e| format!("--max-size: {e}"))? {
+            u64::MAX => (
+                "unlimited".to_string(),
+                "no size limit (--max-size unlimited)".into(),
+            ),
+            n => (
+                n.to_string(),
+                format!("at most {} in all (--max-size)", size_text(n)),
+            ),
+        },
+        None => {
+            let (n, why) = match default_max_size(dir) {
+                Some((n, free)) => (
+                    n,
+                    format!(
+                        "a quarter of the {} free there, at most {}",
+                        size_text(free),
+                        size_text(DEFAULT_MAX_SIZE_CAP)
+                    ),
+                ),
+                None => (
+                    DEFAULT_MAX_SIZE_CAP,
+                    "the free space there is unknown".into(),
+                ),
+            };
+            (
+                n.to_string(),
+                format!(
+                    "at most {} in all ({why}; --max-size to change)",
+                    size_text(n)
+                ),
+            )
+        }
+    };
+    Ok((value, said))
 }
 
 /// The child, for the signal handler to pass SIGTERM and SIGHUP on.
@@ -104,6 +150,9 @@ fn summarize(path: &Path) -> Written {
             if m.total_samples() > 0 {
                 summary += &format!(", {} samples", m.total_samples());
             }
+            if let Some(c) = &m.cut_short {
+                summary += &format!("; cut short {}", c.describe());
+            }
             for w in &m.warnings {
                 summary += &format!("; {w}");
             }
@@ -165,10 +214,23 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
     let dir = std::fs::canonicalize(&dir)
         .map_err(|e| Some(format!("cannot resolve {}: {e}", dir.display())))?;
     let before: Vec<PathBuf> = traces_in(&dir).into_iter().map(|w| w.path).collect();
+    // The processes' shared budget is this run's: a fresh one, removed at
+    // the end.
+    let pool = dir.join(fgtrace::collector::POOL_FILE);
+    let _ = std::fs::remove_file(&pool);
+    let (max_size, said) = budget_line(l.max_size, &dir).map_err(|e| {
+        if temporary {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        Some(e)
+    })?;
+    eprintln!("fgtrace: recording `{program}`: {said}; calls past it are counted as lost");
 
     outlive_child();
     let mut cmd = Command::new(program);
-    cmd.args(args).env(fgtrace::launch::ENV, &dir);
+    cmd.args(args)
+        .env(fgtrace::launch::ENV, &dir)
+        .env("FGTRACE_MAX_SIZE", max_size);
     for (k, v) in env_of(&l.settings, l.off_cpu) {
         cmd.env(k, v);
     }
@@ -187,6 +249,7 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
         }
     };
     CHILD.store(0, Ordering::SeqCst);
+    let _ = std::fs::remove_file(&pool);
     let code = {
         use std::os::unix::process::ExitStatusExt;
         status

@@ -457,6 +457,9 @@ fn info(
         m.total_lost(),
         m.total_overruns()
     )?;
+    if let Some(c) = &m.cut_short {
+        writeln!(out, "cut short: {}", c.describe())?;
+    }
     for w in &m.warnings {
         writeln!(out, "warning:   {w}")?;
     }

@@ -31,9 +31,27 @@ pub struct SessionArgs {
     /// 1,024 calls there average at most this long (50ns). Stream mode only.
     #[arg(long = "auto-exclude")]
     auto_exclude: Option<String>,
+    /// The most a recording to a file writes (200MB, 1.5GB, 512MiB or
+    /// unlimited; default: a quarter of the free space there, at most 4 GB).
+    /// At the limit the file is completed and later calls are counted as lost.
+    #[arg(long = "max-size", value_name = "SIZE")]
+    pub max_size: Option<String>,
 }
 
 impl SessionArgs {
+    /// `--max-size` where only a recording to a file has a budget: an
+    /// error naming `where_` when it was given.
+    // Not used by `cargo fgtrace`, whose recordings all go to files.
+    #[allow(dead_code)]
+    pub fn no_max_size(&self, where_: &str) -> Result<(), Option<String>> {
+        match &self.max_size {
+            Some(_) => Err(Some(format!(
+                "--max-size applies to recordings written while recording                  (`record -- COMMAND`), not to {where_}: its trace is kept in                  the process's memory and written whole when it stops"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The settings these flags ask for. Unused where the control endpoint
     /// and the launcher are not supported (Windows).
     #[cfg_attr(not(unix), allow(dead_code))]

@@ -287,7 +287,10 @@ fn a_command_that_never_links_fgtrace_gets_one_clear_line_and_its_status() {
         e.contains("wrote no trace: no process it ran links fgtrace"),
         "{e}"
     );
-    assert_eq!(e.lines().count(), 1, "{e}");
+    // The line that says the size budget, then the one that says why
+    // there is no trace.
+    assert_eq!(e.lines().count(), 2, "{e}");
+    assert!(e.lines().next().unwrap().contains("in all"), "{e}");
     let missing = record(&d, &[], &["/no/such/program".to_string()], "return", 0);
     assert_eq!(missing.status.code(), Some(1));
     assert!(stderr(&missing).contains("cannot run `/no/such/program`"));
@@ -310,10 +313,12 @@ fn the_variable_alone_records_without_the_command() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    // The trace, and the budget the processes recording there share.
     let files: Vec<PathBuf> = std::fs::read_dir(d.join("t"))
         .unwrap()
         .flatten()
         .map(|e| e.path())
+        .filter(|p| !p.ends_with(fgtrace::collector::POOL_FILE))
         .collect();
     assert_eq!(files.len(), 1);
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
@@ -337,4 +342,148 @@ fn a_session_of_the_programs_own_takes_over_and_nothing_is_missed() {
     let rounds: Vec<u64> = files.iter().map(|f| counts(f).0).collect();
     assert_eq!(rounds.iter().sum::<u64>(), 300, "{rounds:?}");
     assert!(rounds.iter().all(|&r| r == 100), "{rounds:?}");
+}
+
+/// What a cut-short file holds: (calls kept, calls counted after the cut,
+/// all the calls lost) after checking it ends complete within `limit`.
+fn cut_short(path: &Path, limit: u64) -> (u64, u64, u64) {
+    let len = std::fs::metadata(path).unwrap().len();
+    assert!(
+        len <= limit,
+        "{}: {len} bytes, budget {limit}",
+        path.display()
+    );
+    let (meta, from) = fgtrace_trace::file::read_meta(path).unwrap();
+    assert_eq!(
+        from,
+        fgtrace_trace::file::MetaFrom::Footer,
+        "completed with its footer"
+    );
+    let cut = meta.cut_short.clone().expect("cut short");
+    assert_eq!(cut.reason, fgtrace_trace::CutReason::Budget);
+    (meta.total_calls(), cut.calls_after, meta.total_lost())
+}
+
+#[test]
+fn a_budget_ends_the_file_at_its_limit_and_every_view_says_so() {
+    let d = dir("budget");
+    let rounds = 200_000;
+    let o = record(
+        &d,
+        &["--max-size", "100kB", "-o", "b.fgt"],
+        &target(),
+        "exit",
+        rounds,
+    );
+    let e = stderr(&o);
+    // The program's status is kept.
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.lines()
+            .next()
+            .is_some_and(|l| l.contains("at most 100.0 kB in all (--max-size)")),
+        "the first line says the budget: {e}"
+    );
+    assert!(e.contains("cut short at "), "the summary says it: {e}");
+    let file = d.join("b.fgt");
+    let (kept, after, lost) = cut_short(&file, 100_000);
+    assert!(kept > 0 && after > 0, "{kept} {after}");
+    assert_eq!(kept + lost, 4 * rounds, "every call is kept or counted");
+
+    let info = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["info"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        text.contains("cut short: at ")
+            && text.contains("its size budget of 100.0 kB was reached")
+            && text.contains(&format!("{after} later calls LOST")),
+        "{text}"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["report"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("recording cut short at ") && text.contains(&format!("LOST {lost} records")),
+        "{text}"
+    );
+
+    // The variables alone: FGTRACE_RECORD with FGTRACE_MAX_SIZE.
+    let rec = d.join("env");
+    let o = Command::new(target()[0].clone())
+        .args(&target()[1..])
+        .env("FGTRACE_RECORD", &rec)
+        .env("FGTRACE_MAX_SIZE", "80kB")
+        .env(ROLE, "return")
+        .env("ROUNDS", rounds.to_string())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Beside the trace, the budget it shares with any other process
+    // recording there.
+    let files: Vec<_> = std::fs::read_dir(&rec)
+        .unwrap()
+        .flatten()
+        .filter(|f| f.path().extension().is_some_and(|x| x == "fgt"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(rec.join(fgtrace::collector::POOL_FILE).exists());
+    let (kept, _, lost) = cut_short(&files[0].path(), 80_000);
+    assert_eq!(kept + lost, 4 * rounds);
+}
+
+#[test]
+fn a_bad_max_size_is_an_error_before_anything_runs() {
+    let d = dir("bad-budget");
+    let o = record(&d, &["--max-size", "lots"], &target(), "return", 10);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--max-size") && e.contains("`lots` is not a size"),
+        "{e}"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("checksum"));
+}
+
+#[test]
+fn processes_recording_into_one_directory_share_its_budget() {
+    let d = dir("shared");
+    let rounds = 200_000;
+    // Three processes, each recording several times what the budget holds.
+    let t = target().join(" ");
+    let script = format!("{t} && {t} && {t}");
+    let cmd = ["sh".to_string(), "-c".into(), script];
+    let o = record(
+        &d,
+        &["--dir", "traces", "--max-size", "2MB"],
+        &cmd,
+        "return",
+        rounds,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files: Vec<PathBuf> = std::fs::read_dir(d.join("traces"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 3, "only the traces are left: {files:?}");
+    let total: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    assert!(total <= 2_000_000, "{total} bytes in all, budget 2 MB");
+    assert!(total > 1_000_000, "the budget is used: {total} bytes");
+    let (mut kept, mut lost) = (0, 0);
+    for f in &files {
+        let (k, _, l) = cut_short(f, 2_000_000);
+        kept += k;
+        lost += l;
+    }
+    assert!(kept > 0);
+    assert_eq!(kept + lost, 3 * 4 * rounds, "every call is kept or counted");
 }

@@ -2,8 +2,12 @@
 //! collector thread, and turn everything into a [`Trace`] at stop.
 
 mod auto;
+mod budget;
+mod pool;
+pub use pool::POOL_FILE;
 mod gathered;
 mod live_dump;
+mod output;
 #[cfg(test)]
 mod tests;
 
@@ -413,15 +417,31 @@ impl Session {
         let sampled: Option<crate::sampler::Sampled> = None;
         let mut infos = Vec::with_capacity(threads.len());
         let mut overwritten = Vec::with_capacity(threads.len());
+        let mut tails = Vec::with_capacity(threads.len());
         for t in &threads {
             let (tail, lost) = t.snapshot(self.active.flight, self.config.flight_calls);
             g.add_records(t.index, &tail, &who);
+            tails.push(lost);
+        }
+        // Every record is in: the file ends on its last complete section,
+        // with the losses of a cut marked.
+        g.close_output(&who);
+        let after = |i: usize| {
+            g.out
+                .as_ref()
+                .and_then(|o| o.budget.lost_after.get(i).copied())
+                .unwrap_or(0)
+        };
+        for (t, lost) in threads.iter().zip(tails) {
             overwritten.push(lost);
             infos.push(ThreadInfo {
                 tid: t.tid,
                 name: t.name.clone(),
                 calls: 0,
-                lost: t.dropped.load(Relaxed) + t.nested_dropped.load(Relaxed) as u64 + lost,
+                lost: t.dropped.load(Relaxed)
+                    + t.nested_dropped.load(Relaxed) as u64
+                    + lost
+                    + after(t.index as usize),
                 overruns: t.overruns.load(Relaxed) as u64,
                 samples: 0,
                 samples_lost: 0,
@@ -454,8 +474,15 @@ impl Session {
             sampler = sampled.backend;
         }
         g.threads.resize_with(infos.len(), Default::default);
-        for (info, th) in infos.iter_mut().zip(&g.threads) {
-            info.calls = th.enc.calls;
+        let unkept = |i: usize| {
+            g.out
+                .as_ref()
+                .and_then(|o| o.budget.encoded_lost.get(i).copied())
+                .unwrap_or(0)
+        };
+        for (i, (info, th)) in infos.iter_mut().zip(&g.threads).enumerate() {
+            // Calls encoded but not kept (at a cut) are counted as lost.
+            info.calls = th.enc.calls.saturating_sub(unkept(i));
         }
         // Functions switched to count-only, with their calls since (before
         // the sites are taken: a switch names its site).
@@ -501,14 +528,35 @@ impl Session {
                 ))
             }
             Some(mut o) => {
-                finish_output(&mut o, &meta, &g.threads, samples, &overwritten);
+                finish_output(
+                    &mut o,
+                    &mut meta,
+                    &g.threads,
+                    samples,
+                    &overwritten,
+                    end.ticks,
+                );
+                if let Some((reason, at)) = o.budget.cut {
+                    meta.cut_short = Some(fgtrace_trace::CutShort {
+                        reason,
+                        limit: o.shown_limit(),
+                        at_ns: self.cal.ns(at),
+                        calls_after: o.budget.total_lost(),
+                        samples_after: o.budget.samples_after,
+                    });
+                }
                 if let Some(e) = o.error {
                     return Err(Error::Output(format!(
                         "{e}; the file holds what was written before (readable up to its last complete section)"
                     )));
                 }
                 match o.w.finish(&meta) {
-                    Ok(_) => Ok(Trace::from_source(meta, CallStore::File(o.path))),
+                    Ok(w) => {
+                        if let Ok(f) = w.into_inner() {
+                            budget::release(&f);
+                        }
+                        Ok(Trace::from_source(meta, CallStore::File(o.path)))
+                    }
                     Err(e) => Err(Error::Output(format!(
                         "finishing {} failed: {e}",
                         o.path.display()

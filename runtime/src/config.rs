@@ -14,6 +14,7 @@
 //! | `FGTRACE_STACK=N` | shadow-stack capacity per thread (overruns past it) | |
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
 //! | `FGTRACE_OFFCPU=1` | also record off-CPU time per call (`0`: off; `required`: a refusal is an error; `unavailable`: act as if refused) | ftrace `sleep-time`, uftrace `-E sched` |
+//! | `FGTRACE_MAX_SIZE=200MB` | the most a recording to a file writes ([`Config::max_size`]; default: a quarter of the free space, at most 4 GB; `unlimited`) | `perf record --max-size`, uftrace `--max-size` |
 //! | `FGTRACE_DUMP_ON_PANIC=panic.fgt` | on a panic, write the last calls of every thread there ([`Config::dump_on_panic`]) | |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
@@ -21,7 +22,11 @@
 //! are wildcards; lists are comma separated. Exclusion wins over inclusion.
 
 use crate::buffer::MAX_DEPTH;
+mod size;
 use fgtrace_trace::RecordMode;
+pub use size::{
+    default_max_size, free_space, parse_size, DEFAULT_FREE_SHARE, DEFAULT_MAX_SIZE_CAP,
+};
 /// The largest flight recorder per thread: 2^30 calls (16 GiB of records).
 pub const MAX_FLIGHT_CALLS: usize = 1 << 30;
 /// Recorded calls of a function on a thread over which
@@ -83,6 +88,12 @@ pub struct Config {
     pub(crate) counters: Vec<crate::pmu::Counter>,
     /// Write the trace file here while recording.
     pub(crate) output: Option<std::path::PathBuf>,
+    /// The most the output file may take, in bytes (`u64::MAX`: no limit;
+    /// `None`: the default, see [`default_max_size`]).
+    pub(crate) max_size: Option<u64>,
+    /// The budget is shared by every recording into the output file's
+    /// directory (`FGTRACE_RECORD`).
+    pub(crate) shared_budget: bool,
     /// Off-CPU time per call (context-switch records, see `offcpu`).
     pub(crate) off_cpu: bool,
     /// Problems found in environment variables, reported by `Session::start`.
@@ -149,6 +160,8 @@ impl Config {
             sampling: None,
             counters: Vec::new(),
             output: None,
+            max_size: None,
+            shared_budget: false,
             off_cpu: false,
             errors: Vec::new(),
             dump_on_panic: None,
@@ -213,6 +226,14 @@ impl Config {
                     .push("FGTRACE_OUTPUT is set but empty: name the trace file to write".into());
             } else {
                 self.output = Some(v.into());
+            }
+        }
+        if let Some(v) = get("FGTRACE_MAX_SIZE") {
+            if !v.trim().is_empty() {
+                match parse_size(&v) {
+                    Ok(n) => self.max_size = Some(n),
+                    Err(e) => self.errors.push(format!("FGTRACE_MAX_SIZE: {e}")),
+                }
             }
         }
         if let Some(v) = get("FGTRACE_DUMP_ON_PANIC") {
@@ -287,6 +308,30 @@ impl Config {
     pub fn output(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.output = Some(path.into());
         self
+    }
+
+    /// The most the file of [`Config::output`] may take, in bytes
+    /// (`FGTRACE_MAX_SIZE`; `u64::MAX`: no limit). When the next batch
+    /// would pass it, the file is completed there (final metadata and
+    /// footer, within the budget) and the calls after it are counted as
+    /// lost, not kept: the trace's
+    /// [`cut_short`](fgtrace_trace::TraceMeta::cut_short) says when and how
+    /// many. A full file system ends the file the same way. Without it, a
+    /// recording gets a quarter of the space free where its file goes, at
+    /// most 4 GB ([`default_max_size`]).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.max_size = Some(bytes.max(1));
+        self
+    }
+
+    /// The budget in bytes a recording to a file in `dir` gets: the one
+    /// set, or the default there; `None`: no limit.
+    pub fn max_size_for(&self, dir: &std::path::Path) -> Option<u64> {
+        match self.max_size {
+            Some(u64::MAX) => None,
+            Some(n) => Some(n),
+            None => Some(default_max_size(dir).map_or(DEFAULT_MAX_SIZE_CAP, |(b, _)| b)),
+        }
     }
 
     /// Keep every call, handing batches to the collector (the default).

@@ -158,7 +158,9 @@ fn part_path(n: u32) -> Option<PathBuf> {
 /// Starts recording part `n` into its file.
 fn start_part(n: u32) -> Result<(), String> {
     let path = part_path(n).ok_or("no recording directory")?;
-    let config = Config::default().output(&path);
+    let mut config = Config::default().output(&path);
+    // Every process recording into the directory shares one budget.
+    config.shared_budget = true;
     let session = Session::start(config).map_err(|e| format!("{ENV}: {e}"))?;
     *RECORDING.lock() = Some((session, path));
     Ok(())

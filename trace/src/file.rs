@@ -130,7 +130,7 @@ mod events;
 mod write;
 use events::Ahead;
 pub use events::Events;
-pub use write::{write_trace, RecordingWriter};
+pub use write::{write_trace, Mark, RecordingWriter};
 
 /// The off-CPU time of a version-2 file without its final metadata: what
 /// the header said (recorded, or why not) with the intervals of its off-CPU

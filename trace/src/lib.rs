@@ -178,6 +178,82 @@ pub struct TraceMeta {
     /// values (and in every file written before them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strings: Vec<String>,
+    /// Where a recording to a file stopped keeping calls before its end:
+    /// its size budget was reached or its file system was full. `None`:
+    /// the file holds the whole run (and every file written before it
+    /// existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<CutShort>,
+}
+
+/// A recording to a file that stopped keeping calls before its end; the
+/// file was completed there (footer and final metadata) and the calls after
+/// it counted in each thread's [`ThreadInfo::lost`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutShort {
+    /// Why: `budget` (the size limit) or `disk-full` (the file system).
+    pub reason: CutReason,
+    /// The size limit in bytes the recording had (`--max-size`,
+    /// `FGTRACE_MAX_SIZE`, `Config::max_size`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Time of the cut, in ns from the start of the session.
+    pub at_ns: u64,
+    /// Calls that completed after the cut: counted, not kept.
+    pub calls_after: u64,
+    /// Samples taken but not kept because of the cut.
+    #[serde(default)]
+    pub samples_after: u64,
+}
+
+/// Why a recording was [cut short](CutShort).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutReason {
+    /// The file reached its size budget.
+    #[default]
+    Budget,
+    /// Writing failed because the file system was full (`ENOSPC`).
+    DiskFull,
+}
+
+impl CutShort {
+    /// What happened, for views' headers: `at 1.234 s: its size budget of
+    /// 200.0 MB was reached; 12345 later calls LOST`.
+    pub fn describe(&self) -> String {
+        let why = match (self.reason, self.limit) {
+            (CutReason::Budget, Some(l)) => {
+                format!("its size budget of {} was reached", size_text(l))
+            }
+            (CutReason::Budget, None) => "its size budget was reached".to_string(),
+            (CutReason::DiskFull, _) => "the file system was full".to_string(),
+        };
+        let mut s = format!(
+            "at {:.3} s: {why}; {} later calls LOST",
+            self.at_ns as f64 / 1e9,
+            self.calls_after
+        );
+        if self.samples_after > 0 {
+            s += &format!(", {} samples", self.samples_after);
+        }
+        s
+    }
+}
+
+/// `n` bytes as text in decimal units (`200.0 MB`), as sizes are given.
+pub fn size_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < UNITS.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// One function switched to count-only on one thread: after the switch its

@@ -130,6 +130,10 @@ impl Merge {
             for w in &m.warnings {
                 meta.warnings.push(format!("{name}: {w}"));
             }
+            if let Some(c) = &m.cut_short {
+                meta.warnings
+                    .push(format!("{name}: recording cut short {}", c.describe()));
+            }
         }
         if samples_left_out > 0 {
             meta.warnings.push(format!(

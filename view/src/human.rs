@@ -273,6 +273,9 @@ pub fn push_centered(out: &mut String, s: &str, width: usize) {
 /// Both views print these in their headers so a loss is never silent.
 pub fn loss_lines(meta: &TraceMeta, shown: &[bool], lost_events: &[u64]) -> Vec<String> {
     let mut lines = Vec::new();
+    if let Some(c) = &meta.cut_short {
+        lines.push(format!("recording cut short {}", c.describe()));
+    }
     for (i, t) in meta.threads.iter().enumerate() {
         if !shown.get(i).copied().unwrap_or(true) {
             continue;

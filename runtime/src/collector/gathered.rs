@@ -3,6 +3,7 @@
 //! off-CPU time closed meanwhile), and the trace head both say about
 //! themselves.
 
+pub(super) use super::output::Output;
 use crate::buffer::{Batch, RawCall, Storage};
 use crate::config::Config;
 use fgtrace_trace::build;
@@ -11,7 +12,6 @@ use fgtrace_trace::encoding::ChunkEncoder;
 use fgtrace_trace::file::RecordingWriter;
 use fgtrace_trace::recorded::{RawChunk, RawEncoder, RawSample, SiteMap};
 use fgtrace_trace::{Event, RecordMode, Sample, TraceMeta};
-use std::path::PathBuf;
 #[cfg(target_os = "linux")]
 use std::sync::Arc;
 #[cfg(target_os = "linux")]
@@ -56,33 +56,6 @@ pub(super) struct Gathering {
     pub(super) batches: u64,
 }
 
-/// The file a session writes while it records.
-pub(super) struct Output {
-    pub(super) w: RecordingWriter<std::io::BufWriter<std::fs::File>>,
-    pub(super) path: PathBuf,
-    pub(super) sites_written: usize,
-    /// String table entries written so far.
-    pub(super) strings_written: usize,
-    pub(super) threads_written: usize,
-    /// The first write that failed; nothing is written after it.
-    pub(super) error: Option<String>,
-    pub(super) dirty: bool,
-}
-
-impl Output {
-    pub(super) fn check(&mut self, r: std::io::Result<()>) {
-        if let Err(e) = r {
-            if self.error.is_none() {
-                self.error = Some(format!(
-                    "writing {} failed after {} bytes: {e}",
-                    self.path.display(),
-                    self.w.written
-                ));
-            }
-        }
-    }
-}
-
 impl Gathered {
     pub(super) fn new(origin: u64, out: Option<Output>) -> Gathered {
         Gathered {
@@ -124,7 +97,9 @@ impl Gathered {
         let (Some(o), Some(oc)) = (&mut self.out, &mut self.off_cpu) else {
             return;
         };
-        if o.error.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
+        // After a cut the final metadata still carries every thread's
+        // off-CPU time.
+        if o.error.is_some() || o.budget.cut.is_some() || oc.last.elapsed() < OFF_CPU_EVERY {
             return;
         }
         oc.last = std::time::Instant::now();
@@ -149,12 +124,19 @@ impl Gathered {
             true
         });
         let mut r = Ok(());
+        let before = o.w.written;
         for (i, lost, ivs) in news {
+            // Their time is in the final metadata all the same.
+            if !o.room_for(64 + ivs.len() as u64 * 12) {
+                break;
+            }
             r = r
                 .and_then(|_| Self::announce(o, i, who))
                 .and_then(|_| o.w.off_cpu(i as u32, lost, &ivs));
             o.dirty = true;
         }
+        // The final metadata repeats them in JSON, a few times larger.
+        o.budget.repeated += (o.w.written - before) * 2;
         o.check(r);
     }
 
@@ -183,6 +165,13 @@ impl Gathered {
         if let Some(a) = &mut self.auto {
             a.observe(thread, recs);
         }
+        // Past a cut, calls are counted, not kept.
+        if let Some(o) = &mut self.out {
+            if o.error.is_none() && o.budget.cut.is_some() {
+                o.budget.lose(thread, super::budget::calls_in(recs));
+                return;
+            }
+        }
         let c = self.threads[i].enc.encode(
             thread,
             recs,
@@ -194,6 +183,20 @@ impl Gathered {
             None => self.threads[i].raw.push(c),
             Some(o) if o.error.is_some() => self.threads[i].raw.push(c),
             Some(o) => {
+                let calls = super::budget::calls_in(recs);
+                // Sites, strings and the thread's announcement come first.
+                let head = (self.sites.sites.len() - o.sites_written) as u64 * 256
+                    + (self.sites.strings.len() - o.strings_written) as u64 * 64
+                    + 64;
+                if !o.room_for(c.payload.len() as u64 + head) {
+                    let at = recs.first().map_or(self.origin, |r| {
+                        fgtrace_trace::recorded::full_ticks(r.start_low(), self.origin)
+                    });
+                    o.cut(fgtrace_trace::CutReason::Budget, at);
+                    o.budget.lose_encoded(thread, calls);
+                    return;
+                }
+                let before = o.w.written;
                 let mut r = Ok(());
                 while r.is_ok() && o.sites_written < self.sites.sites.len() {
                     r =
@@ -207,13 +210,19 @@ impl Gathered {
                     );
                     o.strings_written += 1;
                 }
-                let r = r
-                    .and_then(|_| Self::announce(o, i, who))
-                    .and_then(|_| o.w.raw(&c));
+                let r = r.and_then(|_| Self::announce(o, i, who));
+                o.budget.repeated += o.w.written - before;
+                let r = r.and_then(|_| o.w.raw(&c));
                 let failed = r.is_err();
                 o.check(r);
                 o.dirty = true;
-                if failed {
+                if !failed {
+                    o.wrote_calls(thread, calls);
+                } else if o.budget.cut.is_some() {
+                    // The file system is full: the file ends at its last
+                    // mark, and these calls are lost with those since.
+                    o.budget.lose_encoded(thread, calls);
+                } else {
                     // Kept in memory instead; `stop` reports the error.
                     self.threads[i].raw.push(c);
                 }
@@ -244,9 +253,7 @@ impl Gathered {
     pub(super) fn idle(&mut self) {
         if let Some(o) = &mut self.out {
             if o.dirty && o.error.is_none() {
-                let r = o.w.flush();
-                o.check(r);
-                o.dirty = false;
+                o.mark();
             }
         }
     }
@@ -302,7 +309,21 @@ pub(super) fn open_output(
     let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
         .and_then(|mut w| w.flush().map(|()| w))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(Output {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let mut limit = config.max_size_for(dir);
+    let start = w.mark();
+    // Recordings into one directory share its budget.
+    let pool = match limit {
+        Some(total) if config.shared_budget => super::pool::Pool::join(path, total).ok(),
+        _ => None,
+    };
+    if let Some(p) = &pool {
+        limit = Some(p.claimed);
+    }
+    let mut o = Output {
         w,
         path: path.to_path_buf(),
         sites_written: 0,
@@ -310,21 +331,65 @@ pub(super) fn open_output(
         threads_written: 0,
         error: None,
         dirty: false,
-    })
+        budget: super::budget::Budget::new(limit, start),
+    };
+    o.budget.pool = pool;
+    if o.budget.pool.is_some() {
+        // The first grant: room for the header, the completion and more.
+        o.room_for(start.written + (1 << 20));
+    }
+    o.mark();
+    Ok(o)
+}
+
+impl Gathered {
+    /// At stop, once every record is in: the file flushed whole and, where
+    /// calls stopped being kept, one loss marker per thread that lost some.
+    pub(super) fn close_output(&mut self, who: &dyn Fn(u32) -> (u32, String)) {
+        let Gathered {
+            out: Some(o),
+            threads,
+            sites,
+            origin,
+            ..
+        } = self
+        else {
+            return;
+        };
+        if o.error.is_some() {
+            return;
+        }
+        o.mark();
+        if o.budget.cut.is_none() || o.error.is_some() {
+            return;
+        }
+        if let Some(last) = o.budget.lost_after.iter().rposition(|&n| n > 0) {
+            let r = Self::announce(o, last, who);
+            o.check(r);
+        }
+        if o.error.is_none() {
+            let encoders = threads.iter_mut().map(|t| &mut t.enc).collect();
+            o.write_loss_markers(encoders, *origin, sites);
+        }
+        o.mark();
+    }
 }
 
 /// Writes what the file still lacks at stop: sites and threads not yet
-/// announced, the chunks kept in memory, the samples.
+/// announced, the chunks kept in memory, the samples (those the budget
+/// has room for; the others are counted in `meta` as lost).
 pub(super) fn finish_output(
     o: &mut Output,
-    meta: &TraceMeta,
+    meta: &mut TraceMeta,
     threads: &[Gathering],
     samples: Vec<Vec<RawSample>>,
     overwritten: &[u64],
+    end_ticks: u64,
 ) {
     if o.error.is_some() {
         return;
     }
+    let mark = o.w.mark();
     let mut r = Ok(());
     while r.is_ok() && o.sites_written < meta.sites.len() {
         r =
@@ -361,6 +426,15 @@ pub(super) fn finish_output(
             }));
         }
         for c in enc.finish() {
+            if o.budget.cut.is_some() || !o.room_for(c.payload.len() as u64 + 32) {
+                o.cut(fgtrace_trace::CutReason::Budget, end_ticks);
+                if let Some(th) = meta.threads.get_mut(t) {
+                    th.samples = th.samples.saturating_sub(c.count as u64);
+                    th.samples_lost = th.samples_lost.saturating_add(c.count as u64);
+                }
+                o.budget.samples_after += c.count as u64;
+                continue;
+            }
             r = r.and_then(|_| o.w.samples(&c));
         }
     }
@@ -370,4 +444,13 @@ pub(super) fn finish_output(
         }
     }
     o.check(r);
+    // A full file system cut the file back to before these sections: the
+    // final metadata would not match what the file holds, so it is left
+    // out (the file reads up to its last complete section).
+    if o.error.is_none() && o.w.written < mark.written {
+        o.error = Some(format!(
+            "the file system filled up while {} was being completed",
+            o.path.display()
+        ));
+    }
 }

@@ -33,6 +33,14 @@ pub fn write_trace(mut w: impl Write, meta: &TraceMeta, chunks: &[Chunk]) -> io:
     w.write_all(&head)
 }
 
+/// A point in a [`RecordingWriter`]'s file (see [`RecordingWriter::mark`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    /// Bytes of the file up to there.
+    pub written: u64,
+    sections: u64,
+}
+
 /// Writes a version-2 file while a session records: a provisional header,
 /// then sites, threads, raw chunks and samples as they come, then the final
 /// metadata and the end marker. Every section is checksummed, so a file
@@ -144,6 +152,30 @@ impl<W: Write> RecordingWriter<W> {
     /// the file, readable if the writer is killed.
     pub fn flush(&mut self) -> io::Result<()> {
         self.w.flush()
+    }
+
+    /// Where the writer is: after the last section handed to it. A file
+    /// cut back to this many bytes and this writer [rewound](Self::rewind)
+    /// to it reads as if nothing had been written since.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            written: self.written,
+            sections: self.sections,
+        }
+    }
+
+    /// Takes the writer back to `m` over a new `w` (the file cut back to
+    /// `m.written` bytes and positioned there), so the sections written
+    /// since count no more.
+    pub fn rewind(&mut self, m: Mark, w: W) -> W {
+        self.written = m.written;
+        self.sections = m.sections;
+        std::mem::replace(&mut self.w, w)
+    }
+
+    /// The underlying writer.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.w
     }
 
     /// The final metadata, the end marker and the footer (where the final
