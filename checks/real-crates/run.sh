@@ -2,12 +2,12 @@
 # Whole real crates, traced by `cargo fgtrace`: each crate below, as published
 # on crates.io, is a member of a scratch workspace under
 # target/real-crates/ws/ (its files copied from cargo's registry, none
-# edited), and `cargo fgtrace record --crate NAME -- test ...` in its directory runs its
-# own tests with every free fn and impl block of its `src/` traced and every
-# test process recording. Whatever fails to build or to pass is a bug of
+# edited), and `cargo fgtrace record --crate NAME -- test ...`, run in its
+# directory, runs its own tests with every free fn and impl block of its
+# `src/` traced and every test process recording. Whatever fails to build or to pass is a bug of
 # fgtrace (the instrumenting, the macros, the runtime), never a reason to
 # edit the crate. Each crate's traces must hold calls of its own functions
-# (`fgtrace report`).
+# (`fgtrace info`).
 #
 # Then the user's case, on a scratch project that depends on `regex` and has
 # no fgtrace anywhere (regex.sh): `cargo fgtrace record --crate regex -- run
