@@ -35,6 +35,7 @@ pub unsafe fn sample(rip: usize, rbp: usize, rsp: usize) {
     })
 }
 
+#[cfg_attr(target_arch = "arm", allow(dead_code))]
 unsafe fn sample_regs(regs: unwind::Regs) {
     if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
         return;
