@@ -41,10 +41,8 @@ pub use lean::__fgtrace_lean_full;
 use lean::{dump_lean, flush_lean, lean_join, lean_written, Lean};
 pub use output::{text, textf};
 use output::{with_out, with_out_open, NameCell, Out, OutCell};
-pub use sampler::flush;
 use sampler::flush_samples;
-#[cfg(not(target_arch = "arm"))]
-pub use sampler::sample;
+pub use sampler::{flush, sample};
 
 use crate::wire::{self, *};
 use core::cell::UnsafeCell;

@@ -172,35 +172,9 @@ fn check_run(target: &str, run: Option<Run>) {
     assert_eq!(meta.total_lost(), 0, "{target}: losses");
     if is_cortex_m(target) {
         check_cortex_m(target, &run);
-        return;
+    } else {
+        check_cycle_clock(target, t);
     }
-
-    // The clock is `mcycle` (x86_64: the TSC), one tick per instruction
-    // under `-icount shift=0` at 1 GHz: every call has a duration (the
-    // shortest, a leaf of a few instructions, over 10 ns), and the
-    // probe-cost leaf's calls all show the same one, the size of its body.
-    let clock = if target == "x86_64" { "tsc" } else { "mcycle" };
-    assert_eq!(meta.clock.source, clock, "{target}: the board's clock");
-    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: {clock} at 1 GHz");
-    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
-        panic!(
-            "{target}: {} shows no duration: {c:?}",
-            meta.site_name(c.site)
-        );
-    }
-    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
-    for c in t.calls() {
-        if meta.site_name(c.site) == "probe_cost_leaf" {
-            *leaf.entry(c.dur_ns).or_default() += 1;
-        }
-    }
-    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
-    let all: u64 = leaf.values().sum();
-    assert!(
-        (5..=40).contains(&usual) && n * 100 >= all * 99,
-        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
-    );
-
     check_nesting(target, t);
 
     // The async fn: every call of it is one poll (and only its calls are),
@@ -305,6 +279,37 @@ fn check_run(target: &str, run: Option<Run>) {
     );
 }
 
+/// The clock is `mcycle` (x86_64: the TSC), one tick per instruction.
+fn check_cycle_clock(target: &str, t: &Trace) {
+    let meta = t.meta();
+
+    // The clock is `mcycle` (x86_64: the TSC), one tick per instruction
+    // under `-icount shift=0` at 1 GHz: every call has a duration (the
+    // shortest, a leaf of a few instructions, over 10 ns), and the
+    // probe-cost leaf's calls all show the same one, the size of its body.
+    let clock = if target == "x86_64" { "tsc" } else { "mcycle" };
+    assert_eq!(meta.clock.source, clock, "{target}: the board's clock");
+    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: {clock} at 1 GHz");
+    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
+        panic!(
+            "{target}: {} shows no duration: {c:?}",
+            meta.site_name(c.site)
+        );
+    }
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in t.calls() {
+        if meta.site_name(c.site) == "probe_cost_leaf" {
+            *leaf.entry(c.dur_ns).or_default() += 1;
+        }
+    }
+    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
+    let all: u64 = leaf.values().sum();
+    assert!(
+        (5..=40).contains(&usual) && n * 100 >= all * 99,
+        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
+    );
+}
+
 /// Nesting: every call's recorded parent is the function that calls it,
 /// and (but for interrupts) lies inside its parent's time.
 fn check_nesting(target: &str, t: &Trace) {
@@ -374,7 +379,6 @@ fn check_cortex_m(target: &str, run: &Run) {
     let meta = t.meta();
     assert_eq!(meta.clock.source, "timer0", "{target}: the board's clock");
     assert_eq!(meta.clock.ticks_per_ns, 0.025, "{target}: timer0 at 25 MHz");
-    check_nesting(target, t);
     let low = run.truth["irq_low"];
     assert!(low >= 20, "{target}: {low} irq_low calls");
     let mut open: Vec<Call> = Vec::new();

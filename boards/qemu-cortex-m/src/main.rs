@@ -160,9 +160,41 @@ reset:
 "#
 );
 
-/// SysTick: the timer interrupt, at the low priority.
+// SysTick's entry: the interrupted `r7` is still in r7 (the hardware
+// stacks r0-r3, r12, lr, pc and xPSR only); the handler's own frame
+// record `{r7, EXC_RETURN}` keeps the chain, and `pop {r7, pc}` returns
+// from the exception.
+core::arch::global_asm!(
+    r#"
+    .section .text.systick_entry, "ax"
+    .thumb_func
+    .global systick_entry
+systick_entry:
+    push {{r7, lr}}
+    add r0, sp, #8
+    mov r1, r7
+    mov r2, lr
+    mov r7, sp
+    bl rust_systick
+    pop {{r7, pc}}
+"#
+);
+
+/// SysTick: the sampler and the timer interrupt's traced call, at the low
+/// priority. `frame`: the exception frame (r0, r1, r2, r3, r12, lr, pc,
+/// xPSR, then the FP registers if `exc_return` says so); `r7`: the
+/// interrupted code's.
 #[no_mangle]
-extern "C" fn systick_entry() {
+extern "C" fn rust_systick(frame: *const usize, r7: usize, exc_return: usize) {
+    // SAFETY: the hardware's exception frame, on this stack.
+    let (lr, pc, xpsr) = unsafe { (*frame.add(5), *frame.add(6), *frame.add(7)) };
+    // The interrupted sp: past the frame (8 words, 26 with the FP state:
+    // EXC_RETURN bit 4 clear), and the word of padding the hardware added
+    // to align it (xPSR bit 9).
+    let words = if exc_return & 0x10 == 0 { 26 } else { 8 };
+    let sp = frame as usize + 4 * words + if xpsr & 1 << 9 != 0 { 4 } else { 0 };
+    // SAFETY: the interrupted registers.
+    unsafe { board::sample(pc, lr, r7, sp) };
     black_box(irq_low(black_box(7)));
 }
 
