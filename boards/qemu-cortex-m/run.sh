@@ -10,8 +10,9 @@
 #
 # With LOSSES=1 the firmware is built with its `losses` feature (a test's
 # build: three sessions that lose calls in known ways, counted and shown);
-# with CLOCK=dwt its clock is DWT CYCCNT, which qemu does not count: the
-# firmware gets the runtime's refusal and exits with status 4.
+# with CLOCK=dwt it runs the `dwt` binary, the same firmware with DWT CYCCNT
+# as its clock, which qemu does not count: it gets the runtime's refusal and
+# exits with status 4.
 #
 # Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-arm
 # (see docs/src/boards.md). The fgtrace command comes from this repository.
@@ -36,14 +37,14 @@ features=() tdir="$here/target"
 if [ "${LOSSES:-0}" = 1 ]; then
   features+=(--features losses) tdir="$tdir/losses"
 fi
-if [ "${CLOCK:-timer0}" = dwt ]; then
-  features+=(--features dwt) tdir="$tdir/dwt"
-fi
 # Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
 (cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \
   -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple" \
   --target-dir "$tdir" ${features[@]+"${features[@]}"}) >&2
 fw="$tdir/$triple/release/fgtrace-board-demo"
+if [ "${CLOCK:-timer0}" = dwt ]; then
+  fw="$tdir/$triple/release/dwt"
+fi
 # The host side: the workspace's own fgtrace command.
 fgtrace=${FGTRACE_BIN:-}
 if [ -z "$fgtrace" ]; then
