@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for d in checks/probe-cost checks/inference checks/real-crates/instrument fuzz \
-         boards/qemu-riscv boards/qemu-x86_64 benches/views benches/peers; do
+         boards/qemu-riscv boards/qemu-x86_64 boards/qemu-cortex-m benches/views benches/peers; do
   [ -f "$d/Cargo.lock" ] || continue
   cargo metadata -q --format-version 1 --manifest-path "$d/Cargo.toml" >/dev/null
   echo "update-locks: $d/Cargo.lock"

@@ -7,7 +7,8 @@
 //!   host's decoder: a sync word, a sequence number, a length and a CRC per
 //!   frame, so a host that attaches late or loses bytes resynchronises.
 //! * `runtime` (feature `riscv`: RISC-V machine mode; feature `x86_64`:
-//!   x86_64 bare metal, ring 0, one CPU): the recording runtime: per-hart
+//!   x86_64 bare metal, ring 0, one CPU; feature `cortex-m`: Armv7-M,
+//!   thumbv7m and thumbv7em): the recording runtime: per-hart
 //!   state and double buffers, the core's hooks, stream and flight recorder
 //!   modes, the timer-interrupt sampler, host commands.
 #![no_std]
@@ -18,7 +19,8 @@
         feature = "riscv",
         any(target_arch = "riscv32", target_arch = "riscv64")
     ),
-    all(feature = "x86_64", target_arch = "x86_64", target_os = "none")
+    all(feature = "x86_64", target_arch = "x86_64", target_os = "none"),
+    all(feature = "cortex-m", target_arch = "arm", target_os = "none")
 ))]
 pub mod runtime;
 pub mod wire;

@@ -237,8 +237,8 @@ pub fn hart_id() -> usize {
     id.min(MAX_HARTS - 1)
 }
 
-/// The running CPU's index: x86_64 boards run on one CPU.
-#[cfg(target_arch = "x86_64")]
+/// The running CPU's index: x86_64 and Cortex-M boards run on one CPU.
+#[cfg(any(target_arch = "x86_64", target_arch = "arm"))]
 #[inline(always)]
 pub fn hart_id() -> usize {
     0
@@ -253,6 +253,13 @@ fn hart() -> &'static Hart {
 pub fn __fgtrace_hart() -> usize {
     hart_id()
 }
+
+#[cfg(target_arch = "arm")]
+mod cortex_m;
+#[cfg(target_arch = "arm")]
+pub use cortex_m::{
+    __fgtrace_irq_restore, __fgtrace_irq_save, clock_refusal, ClockRefused, Direction,
+};
 
 /// Masks machine interrupts; returns the old `mstatus`.
 #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
@@ -354,11 +361,18 @@ static SESSION: Session = Session {
 pub struct Clock {
     name: &'static str,
     ticks_per_sec: u64,
+    /// The 32-bit counter a Cortex-M board's probe reads (see
+    /// `Clock::dwt_cyccnt` and `Clock::counter`).
+    #[cfg(target_arch = "arm")]
+    counter: cortex_m::Counter,
 }
 
 impl Clock {
     /// `rdtime`, counting `hz` a second (10 MHz on qemu `virt`).
-    #[cfg(all(not(feature = "mcycle"), not(target_arch = "x86_64")))]
+    #[cfg(all(
+        not(feature = "mcycle"),
+        any(target_arch = "riscv32", target_arch = "riscv64")
+    ))]
     pub const fn rdtime(hz: u64) -> Clock {
         Clock {
             name: "rdtime",
@@ -377,7 +391,10 @@ impl Clock {
     }
 
     /// `mcycle`, counting `hz` cycles a second.
-    #[cfg(all(feature = "mcycle", not(target_arch = "x86_64")))]
+    #[cfg(all(
+        feature = "mcycle",
+        any(target_arch = "riscv32", target_arch = "riscv64")
+    ))]
     pub const fn mcycle(hz: u64) -> Clock {
         Clock {
             name: "mcycle",
@@ -475,6 +492,8 @@ pub fn init(b: Board) {
     s.text_lo.store(b.text.0, Relaxed);
     s.text_hi.store(b.text.1, Relaxed);
     probe::install_hooks(&HOOKS);
+    #[cfg(target_arch = "arm")]
+    cortex_m::init_clock(&b.clock);
 }
 
 static HOOKS: Hooks = Hooks {
@@ -495,7 +514,7 @@ static INSTRUCTIONS: Option<CounterCell> = Some(CounterCell(CounterReader {
     fd: -1,
     uncounted: run_uncounted,
 }));
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "arm"))]
 static INSTRUCTIONS: Option<CounterCell> = None;
 /// The per-call counters' names, and how many (set once in `init`).
 static COUNTER_NAMES: NamesCell = NamesCell(UnsafeCell::new(([""; 1 + MORE_COUNTERS], 0)));
@@ -653,6 +672,10 @@ fn uncounted(f: &mut dyn FnMut()) {
 /// at `sample_hz` (0: none); stops by itself after `ms` milliseconds (0: when
 /// [`stop`] is called).
 pub fn start(mode: u8, sample_hz: u32, ms: u32) {
+    #[cfg(target_arch = "arm")]
+    if cortex_m::refuse_start() {
+        return;
+    }
     let s = &SESSION;
     let gen = (s.gen.load(Relaxed) + 1) & control_word::GEN_MASK;
     s.gen.store(gen, Relaxed);

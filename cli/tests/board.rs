@@ -1,5 +1,6 @@
-//! fgtrace on bare metal: `boards/qemu-riscv/run.sh` (RISC-V, 32 and 64 bits)
-//! and `boards/qemu-x86_64/run.sh` build the example firmware (one workload,
+//! fgtrace on bare metal: `boards/qemu-riscv/run.sh` (RISC-V, 32 and 64 bits),
+//! `boards/qemu-x86_64/run.sh` and `boards/qemu-cortex-m/run.sh` (Cortex-M3
+//! and M4F) build the example firmware (one workload,
 //! `boards/common/workload.rs`), run it under qemu and decode its stream with
 //! this `fgtrace`;
 //! the trace must match the firmware's own ground truth exactly (calls per
@@ -25,6 +26,7 @@ fn tools_present(target: &str) -> bool {
     let test = format!("board::{target}");
     let (qemu, package) = match target {
         "x86_64" => ("qemu-system-x86_64", "qemu-system-x86"),
+        "m3" | "m4f" => ("qemu-system-arm", "qemu-system-arm"),
         t if t.starts_with("riscv32") => ("qemu-system-riscv32", "qemu-system-misc"),
         _ => ("qemu-system-riscv64", "qemu-system-misc"),
     };
@@ -83,6 +85,10 @@ fn run_full(
     let out = dir.join("run.fgt");
     let mut cmd = if target == "x86_64" {
         Command::new(root().join("boards/qemu-x86_64/run.sh"))
+    } else if is_cortex_m(target) {
+        let mut c = Command::new(root().join("boards/qemu-cortex-m/run.sh"));
+        c.arg(target);
+        c
     } else {
         let mut c = Command::new(root().join("boards/qemu-riscv/run.sh"));
         c.arg(target);
@@ -137,6 +143,11 @@ fn check(target: &str) {
     check_run(target, run(target))
 }
 
+/// The Cortex-M examples (`m3`, `m4f`).
+fn is_cortex_m(target: &str) -> bool {
+    matches!(target, "m3" | "m4f")
+}
+
 fn check_run(target: &str, run: Option<Run>) {
     let Some(run) = run else { return };
     let t = &run.trace;
@@ -159,84 +170,12 @@ fn check_run(target: &str, run: Option<Run>) {
     );
     assert_eq!(calls, run.truth, "{target}: calls per function");
     assert_eq!(meta.total_lost(), 0, "{target}: losses");
-
-    // The clock is `mcycle` (x86_64: the TSC), one tick per instruction
-    // under `-icount shift=0` at 1 GHz: every call has a duration (the
-    // shortest, a leaf of a few instructions, over 10 ns), and the
-    // probe-cost leaf's calls all show the same one, the size of its body.
-    let clock = if target == "x86_64" { "tsc" } else { "mcycle" };
-    assert_eq!(meta.clock.source, clock, "{target}: the board's clock");
-    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: {clock} at 1 GHz");
-    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
-        panic!(
-            "{target}: {} shows no duration: {c:?}",
-            meta.site_name(c.site)
-        );
+    if is_cortex_m(target) {
+        check_cortex_m(target, &run);
+    } else {
+        check_cycle_clock(target, t);
     }
-    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
-    for c in t.calls() {
-        if meta.site_name(c.site) == "probe_cost_leaf" {
-            *leaf.entry(c.dur_ns).or_default() += 1;
-        }
-    }
-    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
-    let all: u64 = leaf.values().sum();
-    assert!(
-        (5..=40).contains(&usual) && n * 100 >= all * 99,
-        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
-    );
-
-    // Nesting: every call's recorded parent is the function that calls it.
-    let parents: HashMap<&str, &[&str]> = HashMap::from([
-        ("run_round", &[][..]),
-        ("probe_cost_leaf", &[][..]),
-        ("evaluate", &["run_round"][..]),
-        ("parse_expr", &["evaluate", "parse_factor"][..]),
-        ("parse_term", &["parse_expr"][..]),
-        ("parse_factor", &["parse_term"][..]),
-        ("crc32", &["run_round"][..]),
-        ("crc32_byte", &["crc32"][..]),
-        ("mat_mul", &["run_round"][..]),
-        ("dot", &["mat_mul"][..]),
-        ("fib", &["run_round", "fib"][..]),
-        ("split_work", &["run_round"][..]),
-        // The async fn's polls, each a call; the calls they make under them.
-        ("async_sum", &["run_round"][..]),
-        ("async_step", &["async_sum"][..]),
-        // The timer interrupt's calls: under whatever call it interrupted.
-        ("irq_tick", &["*"][..]),
-        ("irq_leaf", &["irq_tick"][..]),
-    ]);
-    let mut open: Vec<Call> = Vec::new();
-    for c in t.calls() {
-        while open.last().is_some_and(|p| p.depth >= c.depth) {
-            open.pop();
-        }
-        let name = meta.site_name(c.site);
-        let parent = open.last().map(|p| meta.site_name(p.site));
-        let want = parents[name];
-        match parent {
-            None => assert!(
-                (want.is_empty() || want == ["*"]) && c.depth == 0,
-                "{target}: {name} at the root"
-            ),
-            Some(p) => {
-                assert!(
-                    want.contains(&p) || want == ["*"],
-                    "{target}: {name} under {p}"
-                );
-                // An interrupt may land in the interrupted call's probe,
-                // before its entry's clock read or after its exit's: only
-                // the calls made in order nest in time.
-                let p = open.last().unwrap();
-                assert!(
-                    want == ["*"] || (c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns()),
-                    "{target}: {name} inside its parent's time: {c:?} in {p:?}"
-                );
-            }
-        }
-        open.push(c);
-    }
+    check_nesting(target, t);
 
     // The async fn: every call of it is one poll (and only its calls are),
     // and each future, first poll to completion, is one future record
@@ -338,6 +277,168 @@ fn check_run(target: &str, run: Option<Run>) {
         "{target}: split_work among its own sampled frames:\n{}",
         &folded[..folded.len().min(2000)]
     );
+}
+
+/// The clock is `mcycle` (x86_64: the TSC), one tick per instruction.
+fn check_cycle_clock(target: &str, t: &Trace) {
+    let meta = t.meta();
+
+    // The clock is `mcycle` (x86_64: the TSC), one tick per instruction
+    // under `-icount shift=0` at 1 GHz: every call has a duration (the
+    // shortest, a leaf of a few instructions, over 10 ns), and the
+    // probe-cost leaf's calls all show the same one, the size of its body.
+    let clock = if target == "x86_64" { "tsc" } else { "mcycle" };
+    assert_eq!(meta.clock.source, clock, "{target}: the board's clock");
+    assert_eq!(meta.clock.ticks_per_ns, 1.0, "{target}: {clock} at 1 GHz");
+    if let Some(c) = t.calls().find(|c| c.dur_ns == 0) {
+        panic!(
+            "{target}: {} shows no duration: {c:?}",
+            meta.site_name(c.site)
+        );
+    }
+    let mut leaf: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in t.calls() {
+        if meta.site_name(c.site) == "probe_cost_leaf" {
+            *leaf.entry(c.dur_ns).or_default() += 1;
+        }
+    }
+    let (&usual, &n) = leaf.iter().max_by_key(|(_, &n)| n).unwrap();
+    let all: u64 = leaf.values().sum();
+    assert!(
+        (5..=40).contains(&usual) && n * 100 >= all * 99,
+        "{target}: probe_cost_leaf durations (ns: calls) {leaf:?}"
+    );
+}
+
+/// Nesting: every call's recorded parent is the function that calls it,
+/// and (but for interrupts) lies inside its parent's time.
+fn check_nesting(target: &str, t: &Trace) {
+    let meta = t.meta();
+    let parents: HashMap<&str, &[&str]> = HashMap::from([
+        ("run_round", &[][..]),
+        ("probe_cost_leaf", &[][..]),
+        ("evaluate", &["run_round"][..]),
+        ("parse_expr", &["evaluate", "parse_factor"][..]),
+        ("parse_term", &["parse_expr"][..]),
+        ("parse_factor", &["parse_term"][..]),
+        ("crc32", &["run_round"][..]),
+        ("crc32_byte", &["crc32"][..]),
+        ("mat_mul", &["run_round"][..]),
+        ("dot", &["mat_mul"][..]),
+        ("fib", &["run_round", "fib"][..]),
+        ("split_work", &["run_round"][..]),
+        // The async fn's polls, each a call; the calls they make under them.
+        ("async_sum", &["run_round"][..]),
+        ("async_step", &["async_sum"][..]),
+        // The timer interrupt's calls: under whatever call it interrupted.
+        ("irq_tick", &["*"][..]),
+        ("irq_leaf", &["irq_tick"][..]),
+        // Cortex-M: the low-priority interrupt's call, which the
+        // high-priority one (its `irq_tick`) preempts.
+        ("irq_low", &["*"][..]),
+    ]);
+    let mut open: Vec<Call> = Vec::new();
+    for c in t.calls() {
+        while open.last().is_some_and(|p| p.depth >= c.depth) {
+            open.pop();
+        }
+        let name = meta.site_name(c.site);
+        let parent = open.last().map(|p| meta.site_name(p.site));
+        let want = parents[name];
+        match parent {
+            None => assert!(
+                (want.is_empty() || want == ["*"]) && c.depth == 0,
+                "{target}: {name} at the root"
+            ),
+            Some(p) => {
+                assert!(
+                    want.contains(&p) || want == ["*"],
+                    "{target}: {name} under {p}"
+                );
+                // An interrupt may land in the interrupted call's probe,
+                // before its entry's clock read or after its exit's: only
+                // the calls made in order nest in time.
+                let p = open.last().unwrap();
+                assert!(
+                    want == ["*"] || (c.start_ns >= p.start_ns && c.end_ns() <= p.end_ns()),
+                    "{target}: {name} inside its parent's time: {c:?} in {p:?}"
+                );
+            }
+        }
+        open.push(c);
+    }
+}
+
+/// What differs on Cortex-M: the clock is the 25 MHz timer (a tick every
+/// 40 instructions under `-icount shift=0`, so short calls show no
+/// duration), and the timer interrupt's calls come at two priorities: every
+/// `irq_low` call (SysTick, low priority) holds exactly one `irq_tick` call
+/// made by the interrupt it pends, which preempts it.
+fn check_cortex_m(target: &str, run: &Run) {
+    let t = &run.trace;
+    let meta = t.meta();
+    assert_eq!(meta.clock.source, "timer0", "{target}: the board's clock");
+    assert_eq!(meta.clock.ticks_per_ns, 0.025, "{target}: timer0 at 25 MHz");
+    let low = run.truth["irq_low"];
+    assert!(low >= 20, "{target}: {low} irq_low calls");
+    let mut open: Vec<Call> = Vec::new();
+    let mut nested = 0u64;
+    for c in t.calls() {
+        while open.last().is_some_and(|p| p.depth >= c.depth) {
+            open.pop();
+        }
+        let parent = open.last().map(|p| meta.site_name(p.site));
+        if meta.site_name(c.site) == "irq_tick" && parent == Some("irq_low") {
+            nested += 1;
+        }
+        open.push(c);
+    }
+    assert_eq!(nested, low, "{target}: irq_tick calls preempting irq_low");
+}
+
+#[test]
+fn cortex_m3_firmware_matches_its_ground_truth() {
+    check("m3");
+}
+
+#[test]
+fn cortex_m4f_firmware_matches_its_ground_truth() {
+    check("m4f");
+}
+
+/// A firmware that names DWT CYCCNT, which qemu does not count, gets the
+/// runtime's refusal on the stream, not a trace of zeros.
+#[test]
+fn cortex_m_with_a_dwt_that_does_not_count_is_refused() {
+    if !tools_present("m3") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("board-m3-dwt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("run.fgt");
+    let r = Command::new(root().join("boards/qemu-cortex-m/run.sh"))
+        .arg("m3")
+        .arg(&out)
+        .env("CLOCK", "dwt")
+        .env("FGTRACE_BIN", env!("CARGO_BIN_EXE_fgtrace"))
+        .output()
+        .expect("run.sh runs");
+    let console = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success(),
+        "recorded with a stopped clock:\n{console}"
+    );
+    assert!(
+        console.contains("the clock `cyccnt` does not advance")
+            && console.contains("name a running timer with Clock::counter"),
+        "the refusal:\n{console}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("no recording session in the stream"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "no trace written");
 }
 
 #[test]

@@ -2,9 +2,14 @@
 //! instruction, no syscall, no lock. Calibration to nanoseconds happens in the
 //! layers above, off the hot path.
 
+#[cfg(any(test, all(target_arch = "arm", not(feature = "std"))))]
+pub mod cortex_m;
+
 /// Reads the raw tick counter: `rdtsc` on x86/x86_64, `rdtime` on RISC-V
 /// (`mcycle` with the `mcycle` feature: machine-mode firmware), `cntvct_el0`
-/// on AArch64. About 10 ns on the VMs we measure on.
+/// on AArch64, and on Cortex-M (Arm without `std`) the 32-bit counter the
+/// board's runtime names, extended ([`cortex_m`]). About 10 ns on the VMs
+/// we measure on.
 #[inline(always)]
 pub fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
@@ -77,12 +82,17 @@ pub fn ticks() -> u64 {
         unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) t, options(nomem, nostack)) };
         t
     }
+    #[cfg(all(target_arch = "arm", not(feature = "std")))]
+    {
+        cortex_m::ticks()
+    }
     #[cfg(not(any(
         target_arch = "x86_64",
         target_arch = "x86",
         target_arch = "riscv64",
         target_arch = "riscv32",
-        target_arch = "aarch64"
+        target_arch = "aarch64",
+        all(target_arch = "arm", not(feature = "std"))
     )))]
     {
         fallback_ticks()
@@ -101,6 +111,8 @@ pub const SOURCE: &str = if cfg!(any(target_arch = "x86_64", target_arch = "x86"
     "rdtime"
 } else if cfg!(target_arch = "aarch64") {
     "cntvct_el0"
+} else if cfg!(all(target_arch = "arm", not(feature = "std"))) {
+    "counter32"
 } else {
     "monotonic"
 };
@@ -129,7 +141,8 @@ fn fallback_ticks() -> u64 {
         target_arch = "x86",
         target_arch = "riscv64",
         target_arch = "riscv32",
-        target_arch = "aarch64"
+        target_arch = "aarch64",
+        target_arch = "arm"
     ))
 ))]
 fn fallback_ticks() -> u64 {

@@ -622,9 +622,22 @@ impl Drop for Guard {
         #[cfg(not(all(fgtrace_lean, not(test))))]
         if self.slot != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
-            // fn's epilogue (no call frame, no hart lookup).
-            #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+            // fn's epilogue (no call frame, no hart lookup). On Cortex-M it
+            // is one call: the extended clock's read makes the inlined exit
+            // long enough that the compiler keeps the guard's drop out of
+            // line, a call on every path, the off one too.
+            #[cfg(all(
+                feature = "irq-mask",
+                not(any(feature = "std", test)),
+                not(target_arch = "arm")
+            ))]
             board::exit_inline(self.slot, self.serial);
+            #[cfg(all(
+                feature = "irq-mask",
+                not(any(feature = "std", test)),
+                target_arch = "arm"
+            ))]
+            board::exit(self.slot, self.serial);
             #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
             exit(self.slot, self.serial);
         }

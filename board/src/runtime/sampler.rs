@@ -35,6 +35,24 @@ pub unsafe fn sample(rip: usize, rbp: usize, rsp: usize) {
     })
 }
 
+/// The timer interrupt's sample on Cortex-M: walks the `r7` frame records
+/// from the interrupted code and queues the stack for the next flush.
+///
+/// # Safety
+/// Called from the timer's exception handler (SysTick) with the interrupted
+/// `pc` and `lr` from the hardware's exception frame, the interrupted `r7`
+/// (still in `r7` at the handler's entry: the hardware does not stack it)
+/// and the interrupted `sp` (just above the exception frame).
+#[cfg(target_arch = "arm")]
+pub unsafe fn sample(pc: usize, lr: usize, r7: usize, sp: usize) {
+    sample_regs(unwind::Regs {
+        pc: pc as u64,
+        fp: r7 as u64,
+        sp: sp as u64,
+        lr: Some(lr as u64),
+    })
+}
+
 unsafe fn sample_regs(regs: unwind::Regs) {
     if !recording() || SESSION.sample_hz.load(Relaxed) == 0 {
         return;

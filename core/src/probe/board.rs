@@ -48,6 +48,8 @@
 //!   the registers they are in, and saves no register of its own for the
 //!   probe: what it saves, every call pays, recording or not.
 
+#[cfg(target_arch = "arm")]
+mod cortex_m;
 #[cfg(all(fgtrace_lean, not(test)))]
 mod lean;
 mod tramp;
@@ -276,6 +278,9 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 /// [`enter_out`].
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
+    #[cfg(target_arch = "arm")]
+    return cortex_m::enter_first(site, stack_pointer());
+    #[cfg_attr(target_arch = "arm", allow(unreachable_code))]
     let h = hart_index();
     #[cfg(not(all(fgtrace_lean, not(test))))]
     if h == 0 {
@@ -390,6 +395,8 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
 /// The exit of every guard but the first hart's plain ones, and of those
 /// whose plain exit declined: the hart's state, the plain exit if the guard
 /// is a plain one, else the general one.
+// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
+#[cfg_attr(target_arch = "arm", allow(dead_code))]
 extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
     exit_board_any(slot, serial, end)
 }
@@ -463,6 +470,8 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 /// the first hart's plain entry pushed, the plain exit on the first hart's
 /// state (a constant address: no hart lookup; a call does not move between
 /// harts), or else [`exit_out`]'s, out of line.
+// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
+#[cfg_attr(target_arch = "arm", allow(dead_code))]
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {
     let end = ticks();

@@ -389,7 +389,7 @@ pub(super) fn stack_pointer() -> usize {
     unsafe {
         core::arch::asm!("mv {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
     // SAFETY: as above.
     unsafe {
         core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
@@ -399,7 +399,8 @@ pub(super) fn stack_pointer() -> usize {
         target_arch = "x86",
         target_arch = "riscv64",
         target_arch = "riscv32",
-        target_arch = "aarch64"
+        target_arch = "aarch64",
+        target_arch = "arm"
     )))]
     {
         let marker = 0u8;

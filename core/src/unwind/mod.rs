@@ -48,6 +48,7 @@
 
 pub mod aarch64;
 pub mod riscv;
+pub mod thumb;
 pub mod x86;
 
 /// An architecture with a frame-pointer layout the walker knows.
@@ -63,6 +64,8 @@ pub enum Arch {
     Riscv64,
     /// `x29` chain, 8-byte words.
     Aarch64,
+    /// `r7` chain, 4-byte words (Armv7-M, Thumb).
+    Thumb,
 }
 
 impl Arch {
@@ -79,6 +82,8 @@ impl Arch {
             Some(Arch::Riscv32)
         } else if cfg!(target_arch = "aarch64") {
             Some(Arch::Aarch64)
+        } else if cfg!(all(target_arch = "arm", target_os = "none")) {
+            Some(Arch::Thumb)
         } else {
             None
         }
@@ -87,7 +92,7 @@ impl Arch {
     /// Bytes per stack word (and per saved FP or return address).
     pub const fn word_size(self) -> usize {
         match self {
-            Arch::X86 | Arch::Riscv32 => 4,
+            Arch::X86 | Arch::Riscv32 | Arch::Thumb => 4,
             Arch::X86_64 | Arch::Riscv64 | Arch::Aarch64 => 8,
         }
     }
@@ -95,7 +100,10 @@ impl Arch {
     /// Whether calls leave the return address in a register (`ra`, `x30`),
     /// which [`walk`] then records as the second frame.
     pub const fn has_link_register(self) -> bool {
-        matches!(self, Arch::Riscv32 | Arch::Riscv64 | Arch::Aarch64)
+        matches!(
+            self,
+            Arch::Riscv32 | Arch::Riscv64 | Arch::Aarch64 | Arch::Thumb
+        )
     }
 
     const fn layout(self) -> FrameLayout {
@@ -103,6 +111,7 @@ impl Arch {
             Arch::X86 | Arch::X86_64 => x86::LAYOUT,
             Arch::Riscv32 | Arch::Riscv64 => riscv::LAYOUT,
             Arch::Aarch64 => aarch64::LAYOUT,
+            Arch::Thumb => thumb::LAYOUT,
         }
     }
 }
@@ -351,15 +360,17 @@ pub fn walk_split_records(
         None => return (full(0), None),
     }
     len += 1;
+    let stack = Stack::new(arch, bounds, regs.sp, mem);
     if let (true, Some(lr)) = (arch.has_link_register(), regs.lr) {
-        match out.get_mut(len) {
-            Some(slot) => *slot = lr,
-            None => return (full(len), None),
+        if !(arch == Arch::Thumb && thumb::lr_is_saved(&stack, regs.fp, lr)) {
+            match out.get_mut(len) {
+                Some(slot) => *slot = lr,
+                None => return (full(len), None),
+            }
+            len += 1;
         }
-        len += 1;
     }
 
-    let stack = Stack::new(arch, bounds, regs.sp, mem);
     let layout = arch.layout();
     let mut fp = regs.fp;
     if matches!(arch, Arch::Riscv32 | Arch::Riscv64) {
@@ -520,19 +531,20 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    //! Stop rules shared by every architecture, each run against all five
+    //! Stop rules shared by every architecture, each run against all six
     //! layouts through the per-architecture `put_frame` writers (which spell
     //! the layout out independently of the walker's tables).
 
     use super::testing::{is_text, Image};
     use super::*;
 
-    const ALL: [Arch; 5] = [
+    const ALL: [Arch; 6] = [
         Arch::X86,
         Arch::X86_64,
         Arch::Riscv32,
         Arch::Riscv64,
         Arch::Aarch64,
+        Arch::Thumb,
     ];
 
     /// Writes the frame record for `fp` as `arch` lays it out.
@@ -541,6 +553,7 @@ mod tests {
             Arch::X86 | Arch::X86_64 => x86::tests::put_frame(img, fp, ret, prev_fp),
             Arch::Riscv32 | Arch::Riscv64 => riscv::tests::put_frame(img, fp, ret, prev_fp),
             Arch::Aarch64 => aarch64::tests::put_frame(img, fp, ret, prev_fp),
+            Arch::Thumb => thumb::tests::put_frame(img, fp, ret, prev_fp),
         }
     }
 
@@ -809,12 +822,12 @@ mod tests {
     fn word_size_and_link_register() {
         assert_eq!(
             ALL.map(Arch::word_size),
-            [4, 8, 4, 8, 8],
-            "X86, X86_64, Riscv32, Riscv64, Aarch64"
+            [4, 8, 4, 8, 8, 4],
+            "X86, X86_64, Riscv32, Riscv64, Aarch64, Thumb"
         );
         assert_eq!(
             ALL.map(Arch::has_link_register),
-            [false, false, true, true, true]
+            [false, false, true, true, true, true]
         );
     }
 

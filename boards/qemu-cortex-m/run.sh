@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the Cortex-M example firmware, runs it under qemu (mps2-an385 for
+# the Cortex-M3, thumbv7m-none-eabi; mps2-an386 for the Cortex-M4F,
+# thumbv7em-none-eabihf), decodes its stream from the CMSDK UART into
+# OUT.fgt with `fgtrace board`, and prints the firmware's console, its
+# ground truth (`truth NAME CALLS`, one line per traced function) among it,
+# on stdout.
+#
+#   boards/qemu-cortex-m/run.sh m3|m4f OUT.fgt [RATE_HZ]
+#
+# With LOSSES=1 the firmware is built with its `losses` feature (a test's
+# build: three sessions that lose calls in known ways, counted and shown);
+# with CLOCK=dwt it runs the `dwt` binary, the same firmware with DWT CYCCNT
+# as its clock, which qemu does not count: it gets the runtime's refusal and
+# exits with status 4.
+#
+# Needs Debian's rustc-web, cargo-web, rust-web-src, lld and qemu-system-arm
+# (see docs/src/boards.md). The fgtrace command comes from this repository.
+set -euo pipefail
+cpu=${1:?usage: run.sh m3|m4f OUT.fgt [RATE_HZ]}
+out=${2:?usage: run.sh m3|m4f OUT.fgt [RATE_HZ]}
+rate=${3:-10000}
+case "$cpu" in
+  m3) triple=thumbv7m-none-eabi machine=(-M mps2-an385 -cpu cortex-m3) ;;
+  m4f) triple=thumbv7em-none-eabihf machine=(-M mps2-an386 -cpu cortex-m4) ;;
+  *) echo "run.sh: unknown core '$cpu' (m3 or m4f)" >&2; exit 2 ;;
+esac
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+for tool in /usr/bin/rustc /usr/bin/cargo ld.lld qemu-system-arm; do
+  command -v "$tool" >/dev/null || {
+    echo "run.sh: $tool is missing: apt-get install rustc-web cargo-web rust-web-src lld qemu-system-arm" >&2
+    exit 3
+  }
+done
+features=() tdir="$here/target"
+if [ "${LOSSES:-0}" = 1 ]; then
+  features+=(--features losses) tdir="$tdir/losses"
+fi
+# Debian's toolchain builds `core` for the bare-metal target (-Zbuild-std).
+(cd "$here" && PATH=/usr/bin:$PATH RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q --release \
+  -Zbuild-std=core -Zbuild-std-features=compiler-builtins-mem --target "$triple" \
+  --target-dir "$tdir" ${features[@]+"${features[@]}"}) >&2
+fw="$tdir/$triple/release/fgtrace-board-demo"
+if [ "${CLOCK:-timer0}" = dwt ]; then
+  fw="$tdir/$triple/release/dwt"
+fi
+# The host side: the workspace's own fgtrace command.
+fgtrace=${FGTRACE_BIN:-}
+if [ -z "$fgtrace" ]; then
+  (cd "$root" && cargo build -q -p fgtrace-cli) >&2
+  fgtrace="$root/target/debug/fgtrace"
+fi
+# -icount shift=0: one instruction per virtual nanosecond, so the run (and
+# SysTick's interrupts) is the same every time, and the 25 MHz timer the
+# probe reads ticks once per 40 instructions. The firmware ends through
+# semihosting's SYS_EXIT_EXTENDED, which makes qemu exit with its status.
+"$fgtrace" board -o "$out" --elf "$fw" --command "record 0 $rate" -- \
+  qemu-system-arm "${machine[@]}" -display none -monitor none -icount shift=0 \
+  -semihosting-config enable=on,target=native -serial stdio -kernel "$fw"
