@@ -433,7 +433,8 @@ fn losses() {
 }
 
 /// What every example board runs once its runtime is set up: waits for the
-/// host's command (2 s, then records with sampling at 1 kHz), runs the
+/// host's command (10 s of the board's time, then records with sampling at
+/// 1 kHz: a host started late on a loaded machine still gets its rate), runs the
 /// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
 /// it), measures the probe, stops the session and prints the ground truth.
 /// `ms()`: milliseconds on any clock of the board.
@@ -442,7 +443,7 @@ fn demo(rx: &mut dyn CommandInput, timer: fn(bool), ms: fn() -> u64) {
     let waited = ms();
     while !board::recording() {
         board::poll(rx);
-        if ms() - waited > 2000 {
+        if ms() - waited > 10_000 {
             board::text("no command: recording with sampling at 1000 Hz");
             board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
         }
