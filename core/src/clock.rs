@@ -8,8 +8,8 @@ pub mod cortex_m;
 /// Reads the raw tick counter: `rdtsc` on x86/x86_64, `rdtime` on RISC-V
 /// (`mcycle` with the `mcycle` feature: machine-mode firmware), `cntvct_el0`
 /// on AArch64, and on Cortex-M (Arm without `std`) the 32-bit counter the
-/// board's runtime names, extended ([`cortex_m`]). About 10 ns on the VMs
-/// we measure on.
+/// board's runtime names, extended (`clock::cortex_m`, built on Cortex-M
+/// only). About 10 ns on the VMs we measure on.
 #[inline(always)]
 pub fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]

@@ -205,8 +205,11 @@ fn side_of(meta: &TraceMeta, report: &crate::Report) -> (BTreeMap<String, Side>,
     (by_name, summary)
 }
 
-/// [`diff_with_error`] of two trace files' readers: each file's threads,
-/// if it is a recorded file, are read apart on every core.
+/// [`diff_with_error`] of two trace files' readers: each file's threads
+/// are read apart on its cores (see
+/// [`TraceReader::feed_threads`](fgtrace_trace::TraceReader::feed_threads)),
+/// the files one after the other on every core when each has a thread per
+/// core, else side by side on half the cores each.
 pub fn diff_readers<RA: std::io::Read, RB: std::io::Read + Send>(
     meta_a: &TraceMeta,
     reader_a: fgtrace_trace::TraceReader<RA>,
@@ -214,12 +217,25 @@ pub fn diff_readers<RA: std::io::Read, RB: std::io::Read + Send>(
     reader_b: fgtrace_trace::TraceReader<RB>,
     opts: &DiffOptions,
 ) -> (Diff, Option<TraceError>) {
-    // Each file gets half the cores: two readers on one core each take
-    // less work than two on every core (no handing events between cores).
-    let ((a, sa, ea), (b, sb, eb)) = fgtrace_trace::parallel::both(
-        || side_from(meta_a, reader_a, &opts.threads),
-        || side_from(meta_b, reader_b, &opts.threads),
-    );
+    let cores = fgtrace_trace::parallel::threads();
+    let ((a, sa, ea), (b, sb, eb)) =
+        if cores > 1 && meta_a.threads.len() >= cores && meta_b.threads.len() >= cores {
+            // Each file has a thread for every core to read apart: one file
+            // after the other, each on all of them, so that the slower file
+            // does not leave a core idle while it finishes.
+            (
+                side_from(meta_a, reader_a, &opts.threads),
+                side_from(meta_b, reader_b, &opts.threads),
+            )
+        } else {
+            // Each file gets half the cores: two readers on one core each
+            // take less work than two on every core (no handing events
+            // between cores).
+            fgtrace_trace::parallel::both(
+                || side_from(meta_a, reader_a, &opts.threads),
+                || side_from(meta_b, reader_b, &opts.threads),
+            )
+        };
     (compare(a, sa, b, sb, opts), ea.or(eb))
 }
 
