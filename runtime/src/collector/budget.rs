@@ -63,12 +63,11 @@ pub(super) fn calls_in(recs: &[RawCall]) -> u64 {
 }
 
 /// Whether `e` says the file system (or the user's quota, or the file
-/// size limit) has no room left.
+/// size limit) has no room left: ENOSPC, EDQUOT and EFBIG on Unix, the
+/// disk-full errors on Windows, as std sorts them.
 pub(super) fn is_full(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
-    )
+    use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+    matches!(e.kind(), StorageFull | QuotaExceeded | FileTooLarge)
 }
 
 impl Budget {

@@ -75,6 +75,7 @@ pub fn free_space(dir: &Path) -> Option<u64> {
     }
 }
 
+/// Not read on this system: `None` (a recording then gets the cap).
 #[cfg(not(unix))]
 pub fn free_space(_dir: &Path) -> Option<u64> {
     None
