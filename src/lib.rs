@@ -98,6 +98,7 @@ pub mod probe {
 /// What `#[traced]` expands to. Not a public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
+    pub use fgtrace_core::counted::{count, planned, Counted};
     pub use fgtrace_core::probe::{enter, enter_values, Guard, TracedFuture, ValuesFuture};
     pub use fgtrace_core::site::Site;
     pub use fgtrace_core::values::{

@@ -246,6 +246,108 @@ fn record_traces_a_path_crate_and_a_registry_crate_and_leaves_the_project_as_it_
     let _ = std::fs::remove_file(&trace);
 }
 
+/// `fgtrace report --format json`'s rows by name: (calls, counted, total_ns).
+fn rows(trace: &Path) -> BTreeMap<String, (u64, u64, u64)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["report", "--format", "json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let n = |k: &str| f[k].as_u64().unwrap();
+            let name = f["name"].as_str().unwrap().to_string();
+            (name, (n("calls"), n("counted"), n("total_ns")))
+        })
+        .collect()
+}
+
+#[test]
+fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their_probe() {
+    let p = Project::new("plan");
+    let before = p.files();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cargo-fgtrace-plan");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (auto, plan, planned) = (
+        tmp.join("auto.fgt"),
+        tmp.join("plan"),
+        tmp.join("planned.fgt"),
+    );
+    let record = |extra: &[&str], trace: &Path, rounds: &str| {
+        let mut args = vec!["record", "--crate", "helper"];
+        args.extend(extra);
+        args.extend([
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            "run",
+            "--",
+            rounds,
+            "0",
+        ]);
+        let out = p.cargo_fgtrace(&args);
+        assert_eq!(out.status.code(), Some(0));
+    };
+    // Any threshold switches a function once 1,024 of its calls decided
+    // (the collector decides as it reads: enough rounds that it reads
+    // while the program runs).
+    record(&["--auto-exclude", "1s"], &auto, "100000");
+    let out = p.cargo_fgtrace(&["plan", auto.to_str().unwrap(), "-o", plan.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let paths: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(paths, ["helper::leaf", "helper::work"], "{text}");
+
+    // A plan of one of them: the other keeps its probe.
+    std::fs::write(&plan, text.replace("helper::work", "# helper::work")).unwrap();
+    record(&["--plan", plan.to_str().unwrap()], &planned, "1000");
+    let got = rows(&planned);
+    // leaf: every call counted, none timed; work: every call timed.
+    assert_eq!(got.get("leaf"), Some(&(3000, 3000, 0)), "{got:?}");
+    let work = got.get("work").copied().unwrap_or_default();
+    assert_eq!((work.0, work.1), (1000, 0), "{got:?}");
+    assert!(work.2 > 0, "{got:?}");
+    let table = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("report")
+        .arg(&planned)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("3000 calls of 1 function marked [counted]"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("   3000 ") && l.ends_with(" leaf [counted]")),
+        "{table}"
+    );
+
+    // The plan is read again when it changes: empty, leaf has its probe.
+    std::fs::write(&plan, "# nothing\n").unwrap();
+    record(&["--plan", plan.to_str().unwrap()], &planned, "1000");
+    let got = rows(&planned);
+    let leaf = got.get("leaf").copied().unwrap_or_default();
+    assert_eq!((leaf.0, leaf.1), (3000, 0), "{got:?}");
+    assert!(leaf.2 > 0, "{got:?}");
+    assert_eq!(p.files(), before);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 #[test]
 fn record_test_traces_the_workspace_members_in_each_test_binary() {
     let p = Project::new("test");

@@ -27,6 +27,7 @@
 pub mod alloc;
 pub mod clock;
 pub mod control_word;
+pub mod counted;
 pub mod probe;
 pub mod record;
 pub mod site;

@@ -44,6 +44,7 @@ use syn::{
 };
 
 use crate::args::{self, Options};
+use crate::plan;
 
 const CONST_FN: &str = "#[traced] cannot instrument a `const fn`: probes read a clock at run time";
 const NOT_A_FN: &str = "#[traced] applies to fns and impl blocks";
@@ -276,6 +277,8 @@ fn item_head(item: &Item) -> TokenStream {
 }
 
 /// Adds the probe to one fn body; `krate` is where fgtrace is (`::fgtrace`).
+/// The first fn a rustc process instruments also gets the plan's
+/// dependencies (see [`plan::first_expansion`]).
 fn instrument(
     sig: &Signature,
     block: &mut Block,
@@ -286,6 +289,33 @@ fn instrument(
     if let Some(kw) = &sig.constness {
         return Err(syn::Error::new(kw.span, CONST_FN));
     }
+    instrument_body(sig, block, name, krate, opts)?;
+    let first = plan::first_expansion();
+    if !first.is_empty() {
+        let at = leading_items(block);
+        block.stmts.insert(at, syn::parse2(first)?);
+    }
+    Ok(())
+}
+
+/// How many statements at the start of `block` are items (they run nothing:
+/// what is inserted goes after them, so that clippy's
+/// `items_after_statements` does not blame the user's code).
+fn leading_items(block: &Block) -> usize {
+    block
+        .stmts
+        .iter()
+        .take_while(|s| matches!(s, Stmt::Item(_)))
+        .count()
+}
+
+fn instrument_body(
+    sig: &Signature,
+    block: &mut Block,
+    name: &LitStr,
+    krate: &Path,
+    opts: &Options,
+) -> syn::Result<()> {
     if opts.has_values() {
         return instrument_values(sig, block, name, krate, opts);
     }
@@ -326,19 +356,59 @@ fn instrument(
         )];
     } else {
         let guard = syn::Ident::new("__fgtrace_guard", Span::mixed_site());
-        // After the body's leading items (they run nothing), so that clippy's
-        // `items_after_statements` does not blame the user's code.
-        let at = block
-            .stmts
-            .iter()
-            .take_while(|s| matches!(s, Stmt::Item(_)))
-            .count();
-        block.stmts.insert(
-            at,
-            parse_quote!(let #guard = #krate::__private::enter(#site);),
-        );
+        let at = leading_items(block);
+        let planned = plan::planned_modules(&name.value());
+        let enter: Stmt = if planned.is_empty() {
+            parse_quote!(let #guard = #krate::__private::enter(#site);)
+        } else {
+            planned_enter(&guard, krate, name, &file, &line, &planned)
+        };
+        block.stmts.insert(at, enter);
     }
     Ok(())
+}
+
+/// The entry of a fn the plan may name: which module the plan names it in is
+/// decided at compile time against `module_path!()`; there, a count, and
+/// elsewhere (and on boards, whose stream carries no counts) the probe.
+///
+/// ```text
+/// let __fgtrace_guard = {
+///     extern crate core as __fgtrace_core;
+///     static __FGTRACE_SITE: Site = Site::new(..);
+///     static __FGTRACE_COUNTED: Counted = Counted::new(&__FGTRACE_SITE);
+///     const __FGTRACE_PLANNED: bool = !cfg!(target_os = "none")
+///         && planned(module_path!(), &["regex_automata::util::search", ..]);
+///     if __FGTRACE_PLANNED { count(&__FGTRACE_COUNTED); None } else { Some(enter(&__FGTRACE_SITE)) }
+/// };
+/// ```
+fn planned_enter(
+    guard: &Ident,
+    krate: &Path,
+    name: &LitStr,
+    file: &TokenStream,
+    line: &TokenStream,
+    modules: &[String],
+) -> Stmt {
+    let core = Ident::new("__fgtrace_core", Span::call_site());
+    parse_quote! {
+        let #guard = {
+            extern crate core as #core;
+            static __FGTRACE_SITE: #krate::__private::Site = #krate::__private::Site::new(
+                #name, ::core::module_path!(), #file, #line, false,
+            );
+            static __FGTRACE_COUNTED: #krate::__private::Counted =
+                #krate::__private::Counted::new(&__FGTRACE_SITE);
+            const __FGTRACE_PLANNED: bool = !#core::cfg!(target_os = "none")
+                && #krate::__private::planned(::core::module_path!(), &[#(#modules),*]);
+            if __FGTRACE_PLANNED {
+                #krate::__private::count(&__FGTRACE_COUNTED);
+                #core::option::Option::None
+            } else {
+                #core::option::Option::Some(#krate::__private::enter(&__FGTRACE_SITE))
+            }
+        };
+    }
 }
 
 /// [`instrument`] for a fn whose calls record values (`values(..)`, `ret`).

@@ -15,6 +15,7 @@ use proc_macro::TokenStream;
 mod args;
 mod budget;
 mod expand;
+mod plan;
 #[cfg(test)]
 mod tests;
 

@@ -336,6 +336,8 @@ impl Session {
         *slot = Some(active.clone());
         drop(slot);
         crate::active::FORKED.store(false, SeqCst);
+        // Planned functions count only while a session records: from zero.
+        fgtrace_core::counted::reset_all();
         control_word::session_on(gen);
         Ok(Session {
             active,
@@ -490,9 +492,11 @@ impl Session {
             Some(a) => a.count_only(&self.cal, &threads, &mut g.sites),
             None => Vec::new(),
         };
+        let counted = auto::planned_counts(&mut g.sites, true);
         #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut meta = TraceMeta {
             count_only,
+            counted,
             sites: std::mem::take(&mut g.sites.sites),
             strings: std::mem::take(&mut g.sites.strings),
             threads: infos,

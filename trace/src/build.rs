@@ -184,7 +184,8 @@ pub fn text_of_bytes(bytes: &[u8], len: u32) -> String {
     text
 }
 
-fn site_info(s: &Site) -> SiteInfo {
+/// What the trace keeps of a site of this process.
+pub fn site_info(s: &Site) -> SiteInfo {
     SiteInfo {
         name: s.name.to_string(),
         module_path: s.module_path.to_string(),

@@ -173,6 +173,13 @@ pub struct TraceMeta {
     /// auto-exclude (and in every file written before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub count_only: Vec<CountOnly>,
+    /// Functions a compile-time plan made count-only (`FGTRACE_PLAN`,
+    /// `cargo fgtrace plan`): built without a probe, their calls while the
+    /// session recorded were counted exactly, in the whole process, and
+    /// none recorded. Empty without a plan (and in every file written
+    /// before plans existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<PlannedCount>,
     /// The texts of the string values calls recorded (`&'static str`): a
     /// string [`Value`]'s bits index this table. Empty without string
     /// values (and in every file written before them).
@@ -277,6 +284,16 @@ pub struct CountOnly {
     pub mean_ns_before: u64,
 }
 
+/// One function a compile-time plan made count-only, and its calls
+/// ([`TraceMeta::counted`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedCount {
+    /// Index into [`TraceMeta::sites`].
+    pub site: u32,
+    /// Calls while the session recorded, on every thread of the process.
+    pub calls: u64,
+}
+
 /// One executable mapping of the traced process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mapping {
@@ -367,6 +384,11 @@ impl TraceMeta {
     /// Calls counted, not recorded, on every thread.
     pub fn total_count_only(&self) -> u64 {
         saturating_sum(self.count_only.iter().map(|c| c.calls_after))
+    }
+    /// Calls of the functions a compile-time plan made count-only
+    /// ([`TraceMeta::counted`]).
+    pub fn total_counted(&self) -> u64 {
+        saturating_sum(self.counted.iter().map(|c| c.calls))
     }
     /// The display name of site `site`, or `[unknown site]` for an index the
     /// trace does not have.

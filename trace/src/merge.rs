@@ -115,6 +115,16 @@ impl Merge {
                     });
                 }
             }
+            // Planned counts, on the merged sites (the same function in
+            // two processes adds up).
+            for c in &m.counted {
+                if let Some(&site) = map.get(c.site as usize) {
+                    match meta.counted.iter_mut().find(|k| k.site == site) {
+                        Some(k) => k.calls = k.calls.saturating_add(c.calls),
+                        None => meta.counted.push(crate::PlannedCount { site, ..*c }),
+                    }
+                }
+            }
             sites.push(map);
             thread_base.push(base);
             shift_ns.push(shift);
@@ -391,6 +401,29 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("4 samples left out")));
+    }
+
+    #[test]
+    fn planned_counts_add_up_on_the_merged_sites() {
+        let mut a = meta("a", 1, 1_000, vec![site("len", 1)]);
+        let mut b = meta("b", 2, 1_500, vec![site("other", 3), site("len", 1)]);
+        a.counted = vec![crate::PlannedCount { site: 0, calls: 10 }];
+        b.counted = vec![
+            crate::PlannedCount { site: 1, calls: 20 },
+            crate::PlannedCount { site: 0, calls: 5 },
+            // Names a site b does not have: left out.
+            crate::PlannedCount { site: 9, calls: 7 },
+        ];
+        let m = Merge::new(&[a, b]);
+        let meta = m.meta();
+        let mut got: Vec<(&str, u64)> = meta
+            .counted
+            .iter()
+            .map(|c| (meta.site_name(c.site), c.calls))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("len", 30), ("other", 5)]);
+        assert_eq!(meta.total_counted(), 35);
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub struct ReportOptions {
 }
 
 /// One function's numbers; durations in nanoseconds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FunctionStats {
     /// Index into `TraceMeta::sites`.
     pub site: u32,
@@ -118,6 +118,10 @@ pub struct FunctionStats {
     /// `TraceMeta::count_only`). The durations and counters below are
     /// those of the recorded calls (before the switch).
     pub count_only: u64,
+    /// Calls counted by a compile-time plan, in the whole process: the
+    /// function was built without a probe (`TraceMeta::counted`), so it has
+    /// no durations. Only in reports of every thread.
+    pub counted: u64,
     /// Sum of inclusive durations.
     pub total_ns: u64,
     /// Sum of (duration minus the recorded children's durations).
@@ -214,6 +218,9 @@ pub struct Report {
     /// Of these, the calls of functions switched to count-only: counted,
     /// not recorded (see [`FunctionStats::count_only`]).
     pub count_only: u64,
+    /// Of these, the calls of functions a compile-time plan made
+    /// count-only (see [`FunctionStats::counted`]).
+    pub counted: u64,
     /// Selected threads that recorded at least one call or future.
     pub threads: usize,
     /// The losses (loss lines), one per thread with any non-zero counter.
@@ -535,17 +542,32 @@ impl<'a> ReportBuilder<'a> {
             }
         }
         let count_only = fgtrace_trace::saturating_sum(counted.iter().copied());
+        // Calls of planned functions: counted in the whole process, so
+        // shown only when every thread is.
+        let mut planned: Vec<u64> = Vec::new();
+        if self.opts.threads.is_empty() {
+            for c in &meta.counted {
+                let n = grow(&mut planned, c.site as usize);
+                *n = n.saturating_add(c.calls);
+                grow(&mut self.sites, c.site as usize);
+            }
+        }
+        let planned_total = fgtrace_trace::saturating_sum(planned.iter().copied());
         let mut functions: Vec<FunctionStats> = self
             .sites
             .iter()
             .enumerate()
-            .map(|(i, s)| (i, s, counted.get(i).copied().unwrap_or(0)))
-            .filter(|(_, s, counted)| s.d.n > 0 || *counted > 0)
-            .map(|(i, s, counted)| FunctionStats {
+            .map(|(i, s)| {
+                let at = |v: &Vec<u64>| v.get(i).copied().unwrap_or(0);
+                (i, s, at(&counted), at(&planned))
+            })
+            .filter(|(_, s, counted, planned)| s.d.n > 0 || *counted > 0 || *planned > 0)
+            .map(|(i, s, counted, planned)| FunctionStats {
                 site: i as u32,
                 name: meta.site_name(i as u32).to_string(),
-                calls: s.d.n.saturating_add(counted),
+                calls: s.d.n.saturating_add(counted).saturating_add(planned),
                 count_only: counted,
+                counted: planned,
                 total_ns: s.d.total,
                 self_ns: s.self_ns,
                 avg_ns: s.d.total / s.d.n.max(1),
@@ -616,8 +638,12 @@ impl<'a> ReportBuilder<'a> {
             program: meta.program.clone(),
             pid: meta.pid,
             duration_ns: meta.duration_ns,
-            calls: self.calls.saturating_add(count_only),
+            calls: self
+                .calls
+                .saturating_add(count_only)
+                .saturating_add(planned_total),
             count_only,
+            counted: planned_total,
             threads: self.active.iter().filter(|&&a| a).count(),
             losses,
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),

@@ -12,6 +12,12 @@
 mod cargo_args;
 #[cfg(unix)]
 mod compile;
+// Shared with the `fgtrace` command; `plan` reads traces as its views do
+// and uses part of these.
+#[cfg(unix)]
+#[allow(dead_code)]
+#[path = "../inputs.rs"]
+mod inputs;
 #[cfg(unix)]
 #[path = "../launch.rs"]
 mod launch;
@@ -20,7 +26,13 @@ mod manifest;
 #[cfg(unix)]
 mod metadata;
 #[cfg(unix)]
+mod plan;
+#[cfg(unix)]
 mod prepare;
+#[cfg(unix)]
+#[allow(dead_code)]
+#[path = "../progress.rs"]
+mod progress;
 #[cfg(unix)]
 #[path = "../session.rs"]
 mod session;
@@ -70,6 +82,34 @@ enum Cmd {
         cargo fgtrace build -- build --release\n  \
         cargo fgtrace build --crate regex -- test --release --no-run")]
     Build(BuildArgs),
+    /// Write a plan from traces: the functions a build should count, not time.
+    #[command(after_help = "Examples:\n  \
+        cargo fgtrace record --auto-exclude 50ns -o auto.fgt -- run --release\n  \
+        cargo fgtrace plan auto.fgt -o fgtrace.plan\n  \
+        cargo fgtrace plan traces/*.fgt --below 50ns -o fgtrace.plan\n  \
+        cargo fgtrace record --plan fgtrace.plan -- run --release\n\n\
+        The plan names, one path a line, the functions the traces switched to\n\
+        count-only (auto-exclude), those a plan already counted, and with --below\n\
+        those whose recorded calls averaged under the threshold. Built with\n\
+        --plan, each gets an exact count instead of the timing probe, and\n\
+        inlines as the published build does; `fgtrace report` marks them\n\
+        [counted]. async fns and fns recording values keep their probe.")]
+    Plan(PlanArgs),
+}
+
+#[cfg(unix)]
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// Traces to read (several are merged).
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Also plan the functions whose recorded calls averaged under this
+    /// (`50ns`, `1us`).
+    #[arg(long, value_name = "DURATION")]
+    below: Option<String>,
+    /// The plan file to write.
+    #[arg(long, short = 'o', default_value = "fgtrace.plan")]
+    output: PathBuf,
 }
 
 #[cfg(unix)]
@@ -83,6 +123,10 @@ struct Select {
     /// `mycrate::Parser::next`: a free fn, an impl block by its type, or one method).
     #[arg(long, value_name = "PATH_GLOB")]
     skip: Vec<String>,
+    /// Build the functions this plan names (`cargo fgtrace plan`) with an
+    /// exact count instead of the timing probe.
+    #[arg(long, value_name = "FILE")]
+    plan: Option<PathBuf>,
 }
 
 #[cfg(unix)]
@@ -135,7 +179,8 @@ fn prepare_and_build(
     args: &CargoArgs,
     record: bool,
 ) -> Result<(prepare::Prepared, Option<compile::Built>), (i32, String)> {
-    let prep = prepare::prepare(args, &selection(select)).map_err(|e| (1, e))?;
+    let mut prep = prepare::prepare(args, &selection(select)).map_err(|e| (1, e))?;
+    plan::give(&mut prep, select.plan.as_deref()).map_err(|e| (1, e))?;
     let built = match args.build_only() {
         Some((sub, extra)) => {
             let mut more = vec!["--message-format=json"];
@@ -169,6 +214,18 @@ fn run(cli: Cli) -> Result<i32, (i32, String)> {
             for exe in built.map(|b| b.executables).unwrap_or_default() {
                 println!("executable: {}", exe.display());
             }
+            Ok(0)
+        }
+        Cmd::Plan(p) => {
+            let below = match &p.below {
+                None => None,
+                Some(d) => Some(
+                    fgtrace::config::parse_duration(d)
+                        .map(|d| d.as_nanos() as u64)
+                        .map_err(|e| (1, format!("--below: {e}")))?,
+                ),
+            };
+            plan::write_plan(&p.traces, below, &p.output).map_err(|e| (1, e))?;
             Ok(0)
         }
         Cmd::Record(r) => {

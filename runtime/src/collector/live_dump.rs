@@ -145,8 +145,10 @@ fn dumped_trace(
         Some(a) => a.count_only(&cal, threads, &mut g.sites),
         None => Vec::new(),
     };
+    let counted = super::auto::planned_counts(&mut g.sites, false);
     let mut meta = TraceMeta {
         count_only,
+        counted,
         sites: g.sites.sites.clone(),
         strings: g.sites.strings.clone(),
         threads: infos,

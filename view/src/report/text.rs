@@ -109,6 +109,19 @@ impl Report {
         })
     }
 
+    /// The table's note on the functions a compile-time plan counted, if any.
+    fn counted_line(&self) -> Option<String> {
+        let n = self.functions.iter().filter(|f| f.counted > 0).count();
+        (n > 0).then(|| {
+            format!(
+                "{} calls of {n} function{} marked [counted] were counted exactly, not timed: \
+                 the build's plan left them without a probe (`cargo fgtrace plan`)",
+                self.counted,
+                if n == 1 { "" } else { "s" }
+            )
+        })
+    }
+
     /// The report as JSON, for machine consumers (`fgtrace report --format
     /// json`): every field of [`Report`], durations in nanoseconds.
     pub fn write_json(&self, mut w: impl Write) -> io::Result<()> {
@@ -148,6 +161,9 @@ impl Report {
             let _ = writeln!(out, "# {l}");
         }
         if let Some(l) = self.count_only_line() {
+            let _ = writeln!(out, "# {l}");
+        }
+        if let Some(l) = self.counted_line() {
             let _ = writeln!(out, "# {l}");
         }
         let has_off = self.off_cpu == Some(Ok(()));
@@ -194,6 +210,12 @@ impl Report {
             .functions
             .iter()
             .map(|f| {
+                if f.counted > 0 && f.calls == f.counted {
+                    // Counted by the plan, never timed: nothing else to show.
+                    let mut cells = vec!["-".to_string(); headers.len()];
+                    cells[0] = f.calls.to_string();
+                    return (cells, format!("{} [counted]", f.name));
+                }
                 let mut cells = vec![
                     f.calls.to_string(),
                     uftrace_time(f.total_ns),
@@ -292,6 +314,13 @@ impl Report {
             let _ = writeln!(out, "# {l}");
         }
         // The layout has no room for a mark: count-only rows are named here.
+        for f in self.functions.iter().filter(|f| f.counted > 0) {
+            let _ = writeln!(
+                out,
+                "# counted: {}: Hit has {} calls counted by the build's plan, not timed",
+                f.name, f.counted
+            );
+        }
         for f in self.functions.iter().filter(|f| f.count_only > 0) {
             let _ = writeln!(
                 out,
