@@ -14,6 +14,11 @@
 #   no session   traced, compiled in, not recording
 #   recorded     every call recorded: FGTRACE_RECORD (stream mode)
 #   auto 50ns    FGTRACE_RECORD with FGTRACE_AUTO_EXCLUDE=50ns
+#   plan, no session / plan, recorded
+#                the traced copies built again with the plan `cargo fgtrace
+#                plan` writes from the auto runs' traces (FGTRACE_PLAN): the
+#                functions auto-exclude switched get an exact count instead
+#                of the probe; not recording, and recording every call
 #
 # Each process searches ROUNDS times; the figures are the best round (the
 # steady state) and the first (with the regex's lazy caches, and for auto
@@ -85,6 +90,8 @@ run() {
   for i in 1 2 3; do
     if [ "$label" = recorded ] || [ "$label" = auto-50ns ]; then
       line=$(env FGTRACE_RECORD="$out/traces/$label/$i" "$@" "$rounds" "$kb")
+    elif [ "$label" = plan-recorded ]; then
+      line=$(env FGTRACE_RECORD="$out/traces/$label/$i" "$@" "$rounds" "$kb")
     else
       line=$(env "$@" "$rounds" "$kb")
     fi
@@ -101,7 +108,20 @@ results=$(
   run recorded "$traced"
   run auto-50ns FGTRACE_AUTO_EXCLUDE=50ns "$traced"
 )
+# The plan from the auto runs, and the traced copies built with it (in the
+# same target directory: only the five crates compile again).
+"$repo/target/release/cargo-fgtrace" plan "$out/traces/auto-50ns"/*/*.fgt -o "$out/plan" 2>/dev/null
+planned="$out/whole-crate-planned"
+(cd "$out/traced" && FGTRACE_PLAN="$out/plan" CARGO_TARGET_DIR="$out/target" cargo build -q --release) \
+  >"$out/planned-build.log" 2>&1 || {
+  cat "$out/planned-build.log"; echo "whole-crate: the planned build failed" >&2; exit 1; }
+cp "$traced" "$planned"
+results+=$'\n'$(
+  run plan-no-session "$planned"
+  run plan-recorded "$planned"
+)
 echo "whole-crate: regex 1.11.3 and its 4 crates, every fn traced; $rounds searches of $kb KB per process, best of 3 processes"
+echo "  plan: $(grep -vc '^#' "$out/plan") functions counted, not timed (cargo fgtrace plan of the auto runs)"
 awk 'NR == 1 { b = $2; f = $3 }
      { printf "  %-11s best round %9.2f ms %7.2fx   first round %9.2f ms %7.2fx\n", $1, $2, $2 / b, $3, $3 / f }' <<<"$results"
 
@@ -110,7 +130,7 @@ awk 'NR == 1 { b = $2; f = $3 }
 # compared on a collision); those that differ between the three recorded
 # processes are left out, and every other function's count in each auto
 # process must equal the recorded processes'.
-for run in recorded auto-50ns; do
+for run in recorded auto-50ns plan-recorded; do
   for i in 1 2 3; do
     "$fgtrace" report "$out/traces/$run/$i"/*.fgt --format json >"$out/traces/$run-$i.json"
   done
@@ -122,13 +142,18 @@ d = sys.argv[1]
 load = lambda run, i: json.load(open(f"{d}/{run}-{i}.json"))
 full = [load("recorded", i) for i in (1, 2, 3)]
 auto = [load("auto-50ns", i) for i in (1, 2, 3)]
-for r in full + auto:
+plan = [load("plan-recorded", i) for i in (1, 2, 3)]
+for r in full + auto + plan:
     assert not r["losses"], f"a run lost calls: {r['losses']}"
 # Per (name, site): functions of the same display name stay apart.
 counts = lambda r: Counter({(f["name"], f["site"]): f["calls"] for f in r["functions"]})
 fc = [counts(r) for r in full]
 keys = set().union(*fc)
 varying = {k for k in keys if len({c[k] for c in fc}) > 1}
+# The planned build's sites are numbered in another order: its functions
+# are matched by (name, module, file, line).
+def by_place(r):
+    return Counter({(f["name"], f["module_path"], f["file"], f["line"]): f["calls"] for f in r["functions"]})
 bad = []
 for a in auto:
     ac = counts(a)
@@ -137,6 +162,20 @@ for a in auto:
             bad.append((k[0], fc[0][k], ac[k]))
 if bad:
     sys.exit(f"whole-crate: call counts differ (function, recorded, auto): {bad[:10]}")
+full_places = [by_place(r) for r in full]
+places = set().union(*full_places)
+varying_places = {k for k in places if len({c[k] for c in full_places}) > 1}
+for p in plan:
+    pc = by_place(p)
+    for k in places | set(pc):
+        if k not in varying_places and pc[k] != full_places[0][k]:
+            bad.append((k[0], full_places[0][k], pc[k]))
+if bad:
+    sys.exit(f"whole-crate: call counts differ (function, recorded, planned): {bad[:10]}")
+p = plan[-1]
+counted_fns = sum(1 for f in p["functions"] if f["counted"])
+print(f"  plan: {p['calls'] - p['counted']} calls recorded, {p['counted']} counted by the plan "
+      f"in {counted_fns} functions; every function's count equals the recorded runs'")
 a = auto[-1]
 switched = sum(1 for f in a["functions"] if f["count_only"])
 print(f"  auto: {a['calls'] - a['count_only']} calls recorded, {a['count_only']} counted only "

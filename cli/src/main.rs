@@ -495,6 +495,16 @@ fn info(
             )?;
         }
     }
+    // Functions the build's plan counted instead of timing.
+    if !m.counted.is_empty() {
+        writeln!(
+            out,
+            "counted:   {} calls of {} function{} the build's plan counted, not timed",
+            m.total_counted(),
+            m.counted.len(),
+            if m.counted.len() == 1 { "" } else { "s" }
+        )?;
+    }
     // Read every chunk so damage anywhere is reported.
     if let Some(r) = r {
         let mut events = 0u64;

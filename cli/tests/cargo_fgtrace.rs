@@ -336,6 +336,16 @@ fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their
             .any(|l| l.starts_with("   3000 ") && l.ends_with(" leaf [counted]")),
         "{table}"
     );
+    let info = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg("info")
+        .arg(&planned)
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.contains("counted:   3000 calls of 1 function the build's plan counted"),
+        "{info}"
+    );
 
     // The plan is read again when it changes: empty, leaf has its probe.
     std::fs::write(&plan, "# nothing\n").unwrap();

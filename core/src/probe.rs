@@ -440,6 +440,55 @@ pub mod platform {
     pub const MORE_COUNTERS: usize = 7;
 }
 
+/// A number that tells the running thread from every other live thread,
+/// never 0. Counters of planned functions use it to let one thread count
+/// without an atomic read-modify-write (see `crate::counted`).
+///
+/// On Linux x86_64 and aarch64 it is the thread pointer, read in one
+/// instruction (`%fs:0`, the TCB's pointer to itself; `tpidr_el0`): an
+/// access to a `thread_local!` from a library crate is a call to
+/// `__tls_get_addr` until the linker relaxes it, and LLVM keeps registers
+/// around that call, which costs more than the count in the tiny functions
+/// a plan counts. Elsewhere, the address of the thread's state.
+#[cfg(any(feature = "std", test))]
+#[inline(always)]
+pub fn thread_token() -> usize {
+    #[cfg(all(
+        target_arch = "x86_64",
+        any(target_os = "linux", target_os = "android")
+    ))]
+    {
+        let tp: usize;
+        // SAFETY: reads the thread pointer's first word, which the x86_64
+        // TLS ABI keeps pointing at itself; touches nothing else.
+        unsafe {
+            core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp,
+                options(nostack, preserves_flags, readonly, pure));
+        }
+        tp
+    }
+    #[cfg(all(
+        target_arch = "aarch64",
+        any(target_os = "linux", target_os = "android")
+    ))]
+    {
+        let tp: usize;
+        // SAFETY: reads the thread pointer register.
+        unsafe {
+            core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp,
+                options(nomem, nostack, preserves_flags, pure));
+        }
+        tp
+    }
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        any(target_os = "linux", target_os = "android")
+    )))]
+    {
+        STATE.with(|c| c.get() as usize)
+    }
+}
+
 #[inline(always)]
 fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
     #[cfg(any(feature = "std", test))]

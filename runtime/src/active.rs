@@ -140,7 +140,7 @@ extern "C" fn in_forked_child() {
     if fgtrace_core::control_word::session_is_on() || ACTIVE.try_read().is_none_or(|a| a.is_some())
     {
         FORKED.store(true, SeqCst);
-        fgtrace_core::control_word::session_off();
+        fgtrace_core::counted::session_off();
         #[cfg(target_os = "linux")]
         crate::sampler::forked_child();
     }

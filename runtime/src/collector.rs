@@ -338,7 +338,7 @@ impl Session {
         crate::active::FORKED.store(false, SeqCst);
         // Planned functions count only while a session records: from zero.
         fgtrace_core::counted::reset_all();
-        control_word::session_on(gen);
+        fgtrace_core::counted::session_on(gen);
         Ok(Session {
             active,
             cal,
@@ -355,14 +355,14 @@ impl Session {
 
     /// Pauses recording (ftrace's `tracing_on = 0`); probes cost one load and a branch.
     pub fn pause(&self) {
-        control_word::session_off();
+        fgtrace_core::counted::session_off();
     }
 
     /// Resumes recording after [`Session::pause`].
     pub fn resume(&self) {
         // Not in a forked child: the session is the parent's.
         if self.pid == std::process::id() {
-            control_word::session_on(self.active.gen);
+            fgtrace_core::counted::session_on(self.active.gen);
         }
     }
 
@@ -387,7 +387,7 @@ impl Session {
             return Err(self.forsake());
         }
         let end = ClockPoint::now();
-        control_word::session_off();
+        fgtrace_core::counted::session_off();
         ACTIVE.write().take();
         // Close every buffer before the collector stops and the channel is
         // drained: a handoff either sent its batch before (drained below)
@@ -577,7 +577,7 @@ impl Session {
     /// are forgotten, the session slot is freed if nobody held its lock at
     /// the fork (so the child can start a session of its own).
     fn forsake(&mut self) -> Error {
-        control_word::session_off();
+        fgtrace_core::counted::session_off();
         if let Some(h) = self.collector.take() {
             std::mem::forget(h);
         }

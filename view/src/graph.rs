@@ -382,6 +382,15 @@ impl<'a, W: Write> GraphWriter<'a, W> {
                 if n == 1 { "" } else { "s" }
             ));
         }
+        // Functions the build's plan counted: never timed, so never in the graph.
+        if !self.meta.counted.is_empty() {
+            let n = self.meta.counted.len();
+            h.push_str(&format!(
+                "# {n} function{} counted by the build's plan, not timed: {} calls, not shown (`fgtrace report` lists them)\n#\n",
+                if n == 1 { "" } else { "s" },
+                self.meta.total_counted()
+            ));
+        }
         if o.off_cpu {
             match self.meta.off_cpu.as_ref() {
                 Some(oc) if oc.is_available() => {
@@ -1278,6 +1287,23 @@ mod tests {
         let got = render(&t, &opts);
         assert!(
             got.contains("# 1 function switched to count-only (auto-exclude): 10 later calls"),
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn the_header_says_how_many_functions_the_plan_counted() {
+        let mut t = golden_trace();
+        assert!(!render(&t, &GraphOptions::default()).contains("plan"));
+        t.meta.counted = vec![
+            fgtrace_trace::PlannedCount { site: 3, calls: 40 },
+            fgtrace_trace::PlannedCount { site: 4, calls: 2 },
+        ];
+        let got = render(&t, &GraphOptions::default());
+        assert!(
+            got.contains(
+                "# 2 functions counted by the build's plan, not timed: 42 calls, not shown"
+            ),
             "{got}"
         );
     }

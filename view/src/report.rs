@@ -111,7 +111,15 @@ pub struct FunctionStats {
     pub site: u32,
     /// `module::name`.
     pub name: String,
-    /// Every call: the recorded ones plus `count_only`.
+    /// The function's module path (`module_path!()`; empty where the trace
+    /// does not know it), file and line: with `name`, what tells two
+    /// functions of one name apart across traces.
+    pub module_path: String,
+    /// The source file, as the trace names it.
+    pub file: String,
+    /// The line of the fn in `file`.
+    pub line: u32,
+    /// Every call: the recorded ones plus `count_only` and `counted`.
     pub calls: u64,
     /// Calls counted but not recorded: the function was switched to
     /// count-only on a thread (`Config::auto_exclude`, see
@@ -565,6 +573,17 @@ impl<'a> ReportBuilder<'a> {
             .map(|(i, s, counted, planned)| FunctionStats {
                 site: i as u32,
                 name: meta.site_name(i as u32).to_string(),
+                module_path: meta
+                    .sites
+                    .get(i)
+                    .map(|s| s.module_path.clone())
+                    .unwrap_or_default(),
+                file: meta
+                    .sites
+                    .get(i)
+                    .map(|s| s.file.clone())
+                    .unwrap_or_default(),
+                line: meta.sites.get(i).map_or(0, |s| s.line),
                 calls: s.d.n.saturating_add(counted).saturating_add(planned),
                 count_only: counted,
                 counted: planned,

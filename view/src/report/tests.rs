@@ -608,3 +608,50 @@ fn variance_is_exact_and_independent_of_order() {
     }
     assert_eq!(big.variance(), 4.0);
 }
+
+#[test]
+fn planned_counts_have_rows_marked_counted_on_reports_of_every_thread() {
+    let mut m = meta(&["run", "tiny"]);
+    m.counted = vec![fgtrace_trace::PlannedCount {
+        site: 1,
+        calls: 7_000,
+    }];
+    let evs = [call(0, 0, 0, 0, 1_000)];
+    let r = build(&m, &ReportOptions::default(), &evs);
+    let tiny = row(&r, "tiny");
+    assert_eq!((tiny.calls, tiny.counted, tiny.total_ns), (7_000, 7_000, 0));
+    assert_eq!(row(&r, "run").counted, 0);
+    assert_eq!((r.calls, r.counted), (7_001, 7_000));
+
+    let mut table = Vec::new();
+    r.write(ReportStyle::Table, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("7000 calls of 1 function marked [counted] were counted exactly"),
+        "{table}"
+    );
+    let line = table.lines().find(|l| l.contains("tiny")).unwrap();
+    assert!(line.trim_start().starts_with("7000 "), "{line}");
+    assert!(line.ends_with("tiny [counted]"), "{line}");
+    assert!(
+        line.contains(" - "),
+        "no times for a function never timed: {line}"
+    );
+
+    let mut ftrace = Vec::new();
+    r.write(ReportStyle::Ftrace, &mut ftrace).unwrap();
+    let ftrace = String::from_utf8(ftrace).unwrap();
+    assert!(
+        ftrace.contains("# counted: tiny: Hit has 7000 calls counted by the build's plan"),
+        "{ftrace}"
+    );
+
+    // Counted in the whole process: a report of one thread leaves them out.
+    let main = ReportOptions {
+        threads: vec![ThreadSel::Name("main".into())],
+        ..ReportOptions::default()
+    };
+    let r = build(&m, &main, &evs);
+    assert!(r.functions.iter().all(|f| f.name != "tiny"));
+    assert_eq!(r.counted, 0);
+}
