@@ -19,6 +19,9 @@
 #                plan` writes from the auto runs' traces (FGTRACE_PLAN): the
 #                functions auto-exclude switched get an exact count instead
 #                of the probe; not recording, and recording every call
+#   uncounted, no session / uncounted, recorded
+#                the same with `cargo fgtrace plan --uncounted`: those
+#                functions get neither probe nor count
 #
 # Each process searches ROUNDS times; the figures are the best round (the
 # steady state) and the first (with the regex's lazy caches, and for auto
@@ -90,7 +93,7 @@ run() {
   for i in 1 2 3; do
     if [ "$label" = recorded ] || [ "$label" = auto-50ns ]; then
       line=$(env FGTRACE_RECORD="$out/traces/$label/$i" "$@" "$rounds" "$kb")
-    elif [ "$label" = plan-recorded ]; then
+    elif [ "$label" = plan-recorded ] || [ "$label" = uncounted-recorded ]; then
       line=$(env FGTRACE_RECORD="$out/traces/$label/$i" "$@" "$rounds" "$kb")
     else
       line=$(env "$@" "$rounds" "$kb")
@@ -116,21 +119,29 @@ planned="$out/whole-crate-planned"
   >"$out/planned-build.log" 2>&1 || {
   cat "$out/planned-build.log"; echo "whole-crate: the planned build failed" >&2; exit 1; }
 cp "$traced" "$planned"
+"$repo/target/release/cargo-fgtrace" plan --uncounted "$out/traces/auto-50ns"/*/*.fgt -o "$out/plan-uncounted" 2>/dev/null
+uncounted="$out/whole-crate-uncounted"
+(cd "$out/traced" && FGTRACE_PLAN="$out/plan-uncounted" CARGO_TARGET_DIR="$out/target" cargo build -q --release) \
+  >"$out/uncounted-build.log" 2>&1 || {
+  cat "$out/uncounted-build.log"; echo "whole-crate: the uncounted build failed" >&2; exit 1; }
+cp "$traced" "$uncounted"
 results+=$'\n'$(
   run plan-no-session "$planned"
   run plan-recorded "$planned"
+  run uncounted-no-session "$uncounted"
+  run uncounted-recorded "$uncounted"
 )
 echo "whole-crate: regex 1.11.3 and its 4 crates, every fn traced; $rounds searches of $kb KB per process, best of 3 processes"
 echo "  plan: $(grep -vc '^#' "$out/plan") functions counted, not timed (cargo fgtrace plan of the auto runs)"
 awk 'NR == 1 { b = $2; f = $3 }
-     { printf "  %-11s best round %9.2f ms %7.2fx   first round %9.2f ms %7.2fx\n", $1, $2, $2 / b, $3, $3 / f }' <<<"$results"
+     { printf "  %-20s best round %9.2f ms %7.2fx   first round %9.2f ms %7.2fx\n", $1, $2, $2 / b, $3, $3 / f }' <<<"$results"
 
 # Exact counts. A few functions' counts vary from process to process even
 # with every call recorded (hash tables seeded at random: how often keys are
 # compared on a collision); those that differ between the three recorded
 # processes are left out, and every other function's count in each auto
 # process must equal the recorded processes'.
-for run in recorded auto-50ns plan-recorded; do
+for run in recorded auto-50ns plan-recorded uncounted-recorded; do
   for i in 1 2 3; do
     "$fgtrace" report "$out/traces/$run/$i"/*.fgt --format json >"$out/traces/$run-$i.json"
   done
@@ -172,6 +183,15 @@ for p in plan:
             bad.append((k[0], full_places[0][k], pc[k]))
 if bad:
     sys.exit(f"whole-crate: call counts differ (function, recorded, planned): {bad[:10]}")
+# Uncounted: the functions left in have the recorded runs' counts.
+for u in (load("uncounted-recorded", i) for i in (1, 2, 3)):
+    assert not u["losses"], f"a run lost calls: {u['losses']}"
+    uc = by_place(u)
+    for k in uc:
+        if k not in varying_places and uc[k] != full_places[0][k]:
+            bad.append((k[0], full_places[0][k], uc[k]))
+if bad:
+    sys.exit(f"whole-crate: call counts differ (function, recorded, uncounted): {bad[:10]}")
 p = plan[-1]
 counted_fns = sum(1 for f in p["functions"] if f["counted"])
 print(f"  plan: {p['calls'] - p['counted']} calls recorded, {p['counted']} counted by the plan "

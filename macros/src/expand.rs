@@ -369,17 +369,22 @@ fn instrument_body(
 }
 
 /// The entry of a fn the plan may name: which module the plan names it in is
-/// decided at compile time against `module_path!()`; there, a count, and
-/// elsewhere (and on boards, whose stream carries no counts) the probe.
+/// decided at compile time against `module_path!()`; there, a count (or
+/// nothing, on an `uncounted` line), and elsewhere (and on boards, whose
+/// stream carries no counts) the probe.
 ///
 /// ```text
 /// let __fgtrace_guard = {
 ///     extern crate core as __fgtrace_core;
 ///     static __FGTRACE_SITE: Site = Site::new(..);
 ///     static __FGTRACE_COUNTED: Counted = Counted::new(&__FGTRACE_SITE);
-///     const __FGTRACE_PLANNED: bool = !cfg!(target_os = "none")
+///     const __FGTRACE_UNCOUNTED: bool = !cfg!(target_os = "none")
+///         && planned(module_path!(), &["regex_automata::dfa", ..]);
+///     const __FGTRACE_COUNT: bool = !cfg!(target_os = "none")
 ///         && planned(module_path!(), &["regex_automata::util::search", ..]);
-///     if __FGTRACE_PLANNED { count(&__FGTRACE_COUNTED); None } else { Some(enter(&__FGTRACE_SITE)) }
+///     if __FGTRACE_UNCOUNTED { None }
+///     else if __FGTRACE_COUNT { count(&__FGTRACE_COUNTED); None }
+///     else { Some(enter(&__FGTRACE_SITE)) }
 /// };
 /// ```
 fn planned_enter(
@@ -388,9 +393,10 @@ fn planned_enter(
     name: &LitStr,
     file: &TokenStream,
     line: &TokenStream,
-    modules: &[String],
+    planned: &plan::Planned,
 ) -> Stmt {
     let core = Ident::new("__fgtrace_core", Span::call_site());
+    let (counted, uncounted) = (&planned.counted, &planned.uncounted);
     parse_quote! {
         let #guard = {
             extern crate core as #core;
@@ -399,9 +405,13 @@ fn planned_enter(
             );
             static __FGTRACE_COUNTED: #krate::__private::Counted =
                 #krate::__private::Counted::new(&__FGTRACE_SITE);
-            const __FGTRACE_PLANNED: bool = !#core::cfg!(target_os = "none")
-                && #krate::__private::planned(::core::module_path!(), &[#(#modules),*]);
-            if __FGTRACE_PLANNED {
+            const __FGTRACE_UNCOUNTED: bool = !#core::cfg!(target_os = "none")
+                && #krate::__private::planned(::core::module_path!(), &[#(#uncounted),*]);
+            const __FGTRACE_COUNT: bool = !#core::cfg!(target_os = "none")
+                && #krate::__private::planned(::core::module_path!(), &[#(#counted),*]);
+            if __FGTRACE_UNCOUNTED {
+                #core::option::Option::None
+            } else if __FGTRACE_COUNT {
                 #krate::__private::count(&__FGTRACE_COUNTED);
                 #core::option::Option::None
             } else {

@@ -1,8 +1,9 @@
 //! Compile-time plans: `FGTRACE_PLAN` names a file of function paths
 //! (`regex_automata::util::search::Input::start`, one a line, `#` starts a
 //! comment, anything after the path on a line is ignored). Each function it
-//! names gets an exact count instead of the probe (see `fgtrace_core::counted`);
-//! `cargo fgtrace plan` writes such files from traces.
+//! names gets an exact count instead of the probe (see `fgtrace_core::counted`),
+//! or, on an `uncounted PATH` line, neither probe nor count: as if it were not
+//! traced. `cargo fgtrace plan` writes such files from traces.
 //!
 //! The macro knows the crate (`CARGO_CRATE_NAME`, which cargo gives rustc)
 //! and the function's display name (`Input::start`), not its module. So a
@@ -31,22 +32,43 @@ pub(crate) const VAR: &str = "FGTRACE_PLAN";
 pub(crate) struct Plan {
     /// The file, as the variable names it (absolute).
     pub(crate) path: String,
-    by_last: HashMap<String, Vec<String>>,
+    /// (full path, uncounted) by the path's last segment.
+    by_last: HashMap<String, Vec<(String, bool)>>,
+}
+
+/// Where a plan names a function: the modules in which it is counted, and
+/// those in which it is left without probe and count (`uncounted` lines).
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Planned {
+    pub(crate) counted: Vec<String>,
+    pub(crate) uncounted: Vec<String>,
+}
+
+impl Planned {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.counted.is_empty() && self.uncounted.is_empty()
+    }
 }
 
 impl Plan {
     pub(crate) fn parse(path: &str, text: &str) -> Plan {
-        let mut by_last: HashMap<String, Vec<String>> = HashMap::new();
+        let mut by_last: HashMap<String, Vec<(String, bool)>> = HashMap::new();
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("").trim();
-            let Some(full) = line.split_whitespace().next() else {
-                continue;
+            let mut words = line.split_whitespace();
+            let (full, uncounted) = match words.next() {
+                None => continue,
+                Some("uncounted") => match words.next() {
+                    Some(full) => (full, true),
+                    None => continue,
+                },
+                Some(full) => (full, false),
             };
             let last = full.rsplit("::").next().unwrap_or(full);
             by_last
                 .entry(last.to_string())
                 .or_default()
-                .push(full.to_string());
+                .push((full.to_string(), uncounted));
         }
         Plan {
             path: path.to_string(),
@@ -56,21 +78,26 @@ impl Plan {
 
     /// The modules of `krate` in which the plan names a function displayed
     /// as `name` (`Type::method` or `function`): empty when none.
-    pub(crate) fn modules(&self, krate: &str, name: &str) -> Vec<String> {
+    pub(crate) fn modules(&self, krate: &str, name: &str) -> Planned {
         let last = name.rsplit("::").next().unwrap_or(name);
-        let mut out: Vec<String> = self
-            .by_last
-            .get(last)
-            .into_iter()
-            .flatten()
-            .filter_map(|full| {
-                let module = full.strip_suffix(name)?.strip_suffix("::")?;
-                (module == krate || module.starts_with(&format!("{krate}::")))
-                    .then(|| module.to_string())
-            })
-            .collect();
-        out.sort();
-        out.dedup();
+        let mut out = Planned::default();
+        for (full, uncounted) in self.by_last.get(last).into_iter().flatten() {
+            let Some(module) = full.strip_suffix(name).and_then(|m| m.strip_suffix("::")) else {
+                continue;
+            };
+            if module == krate || module.starts_with(&format!("{krate}::")) {
+                let into = if *uncounted {
+                    &mut out.uncounted
+                } else {
+                    &mut out.counted
+                };
+                into.push(module.to_string());
+            }
+        }
+        for v in [&mut out.counted, &mut out.uncounted] {
+            v.sort();
+            v.dedup();
+        }
         out
     }
 }
@@ -109,10 +136,10 @@ pub(crate) fn current() -> Result<Option<&'static Plan>, &'static str> {
 
 /// The modules of the crate being compiled in which the current plan names
 /// `name` (empty without a plan, or outside cargo).
-pub(crate) fn planned_modules(name: &str) -> Vec<String> {
+pub(crate) fn planned_modules(name: &str) -> Planned {
     match (current(), std::env::var("CARGO_CRATE_NAME")) {
         (Ok(Some(plan)), Ok(krate)) => plan.modules(&krate, name),
-        _ => Vec::new(),
+        _ => Planned::default(),
     }
 }
 
@@ -156,16 +183,22 @@ mod tests {
             "# fgtrace plan\n\
              regex_automata::util::search::Input::start   # 4 ns\n\
              regex_automata::nfa::Input::start\n\
+             uncounted regex_automata::dfa::Input::start\n\
              regex_automata::util::search::Span::start\n\
              regex::tiny\n\
              \n   regex_syntax::Input::start\n",
         );
+        let counted = |k: &str, n: &str| p.modules(k, n).counted;
         assert_eq!(
-            p.modules("regex_automata", "Input::start"),
+            counted("regex_automata", "Input::start"),
             ["regex_automata::nfa", "regex_automata::util::search"]
         );
-        assert_eq!(p.modules("regex_syntax", "Input::start"), ["regex_syntax"]);
-        assert_eq!(p.modules("regex", "tiny"), ["regex"]);
+        assert_eq!(
+            p.modules("regex_automata", "Input::start").uncounted,
+            ["regex_automata::dfa"]
+        );
+        assert_eq!(counted("regex_syntax", "Input::start"), ["regex_syntax"]);
+        assert_eq!(counted("regex", "tiny"), ["regex"]);
         assert!(p.modules("regex", "Input::start").is_empty());
         assert!(
             p.modules("regex_automata", "art").is_empty(),

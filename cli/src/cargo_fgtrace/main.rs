@@ -93,7 +93,8 @@ enum Cmd {
         those whose recorded calls averaged under the threshold. Built with\n\
         --plan, each gets an exact count instead of the timing probe, and\n\
         inlines as the published build does; `fgtrace report` marks them\n\
-        [counted]. async fns and fns recording values keep their probe.")]
+        [counted]. With --uncounted they get neither probe nor count (lines\n\
+        `uncounted PATH`). async fns and fns recording values keep their probe.")]
     Plan(PlanArgs),
 }
 
@@ -107,6 +108,11 @@ struct PlanArgs {
     /// (`50ns`, `1us`).
     #[arg(long, value_name = "DURATION")]
     below: Option<String>,
+    /// Leave the planned functions without probe or count (as if not traced:
+    /// the published build's speed, their time in their callers' self time)
+    /// instead of counting them.
+    #[arg(long)]
+    uncounted: bool,
     /// The plan file to write.
     #[arg(long, short = 'o', default_value = "fgtrace.plan")]
     output: PathBuf,
@@ -225,7 +231,7 @@ fn run(cli: Cli) -> Result<i32, (i32, String)> {
                         .map_err(|e| (1, format!("--below: {e}")))?,
                 ),
             };
-            plan::write_plan(&p.traces, below, &p.output).map_err(|e| (1, e))?;
+            plan::write_plan(&p.traces, below, p.uncounted, &p.output).map_err(|e| (1, e))?;
             Ok(0)
         }
         Cmd::Record(r) => {

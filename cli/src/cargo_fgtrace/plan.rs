@@ -64,14 +64,24 @@ pub fn entries(
     out
 }
 
-/// The file's text.
-pub fn text(entries: &[Entry], sources: &[PathBuf], below_ns: Option<u64>) -> String {
+/// The file's text; `uncounted`: the functions get neither probe nor count.
+pub fn text(
+    entries: &[Entry],
+    sources: &[PathBuf],
+    below_ns: Option<u64>,
+    uncounted: bool,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# fgtrace plan: {} function{} built with a count instead of the probe",
+        "# fgtrace plan: {} function{} built {}",
         entries.len(),
-        if entries.len() == 1 { "" } else { "s" }
+        if entries.len() == 1 { "" } else { "s" },
+        if uncounted {
+            "without probe or count (`uncounted`: as if not traced)"
+        } else {
+            "with a count instead of the probe"
+        }
     );
     let names: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
     let _ = writeln!(s, "# from {}", names.join(" "));
@@ -86,15 +96,21 @@ pub fn text(entries: &[Entry], sources: &[PathBuf], below_ns: Option<u64>) -> St
             let _ = writeln!(s, "# auto-excluded or already counted");
         }
     }
+    let mark = if uncounted { "uncounted " } else { "" };
     for e in entries {
-        let _ = writeln!(s, "{}  # {}", e.path, e.why);
+        let _ = writeln!(s, "{mark}{}  # {}", e.path, e.why);
     }
     s
 }
 
 /// `cargo fgtrace plan`: reads `traces` (merged), writes the plan to `output`
 /// and says what it holds.
-pub fn write_plan(traces: &[PathBuf], below_ns: Option<u64>, output: &Path) -> Result<(), String> {
+pub fn write_plan(
+    traces: &[PathBuf],
+    below_ns: Option<u64>,
+    uncounted: bool,
+    output: &Path,
+) -> Result<(), String> {
     let input = inputs::open_inputs(traces)?;
     let meta = input.meta.clone();
     let opts = ReportOptions::default();
@@ -104,13 +120,17 @@ pub fn write_plan(traces: &[PathBuf], below_ns: Option<u64>, output: &Path) -> R
     };
     read.map_err(|e| format!("{}: {e}", input.label.display()))?;
     let entries = entries(&meta, &report.functions, below_ns);
-    std::fs::write(output, text(&entries, traces, below_ns))
+    std::fs::write(output, text(&entries, traces, below_ns, uncounted))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     eprintln!(
-        "cargo fgtrace: {} function{} planned to be counted, not timed: {} \
-         (build with `--plan {}`)",
+        "cargo fgtrace: {} function{} planned to be {}: {} (build with `--plan {}`)",
         entries.len(),
         if entries.len() == 1 { "" } else { "s" },
+        if uncounted {
+            "left untraced"
+        } else {
+            "counted, not timed"
+        },
         output.display(),
         output.display()
     );
@@ -211,8 +231,10 @@ mod tests {
             ["app::tiny", "regex_automata::util::search::Input::start"]
         );
         let e = entries(&meta, &rows, None);
-        let text = text(&e, &[PathBuf::from("a.fgt")], None);
+        let text = text(&e, &[PathBuf::from("a.fgt")], None, false);
         assert!(text.starts_with("# fgtrace plan: 2 functions"), "{text}");
+        let dropped = super::text(&e, &[PathBuf::from("a.fgt")], None, true);
+        assert!(dropped.contains("\nuncounted app::tiny  # "), "{dropped}");
         assert!(
             text.contains("regex_automata::util::search::Input::start  # 5000 calls, switched to count-only (auto-exclude) after 1024 recorded"),
             "{text}"

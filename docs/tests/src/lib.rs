@@ -43,6 +43,9 @@ pub mod recording_losses {}
 #[doc = include_str!("../../src/recording/auto-exclude.md")]
 pub mod recording_auto_exclude {}
 
+#[doc = include_str!("../../src/recording/plans.md")]
+pub mod recording_plans {}
+
 #[doc = include_str!("../../src/recording/sampling.md")]
 pub mod recording_sampling {}
 
