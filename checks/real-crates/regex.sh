@@ -5,6 +5,10 @@
 #
 #   cargo fgtrace record --crate regex -- run --release
 #       writes a trace whose report lists regex's own functions with calls;
+#   cargo fgtrace plan TRACE --below 1s -o PLAN, then
+#   cargo fgtrace record --crate regex --plan PLAN -- run --release
+#       builds regex's functions with a count instead of the probe: the
+#       report has each as [counted], with the first run's call count;
 #   cargo fgtrace record -- test --release
 #       runs the project's tests with its own crate traced;
 #
@@ -112,6 +116,29 @@ read -r fns calls < <(called "$trace")
 [ "$fns" -gt 0 ] || fail "no function of regex with calls in $trace"
 "$fgtrace" report "$trace" | sed -n '1,8p'
 echo "regex project: run: $fns functions of regex called, $calls calls"
+
+# A plan of every function that run called, and the run again with it:
+# every one counted, none timed, with the same counts.
+plan="$proj/target/regex.plan"
+"$cargo_fgtrace" fgtrace plan "$trace" --below 1s -o "$plan" 2>/dev/null || fail "cargo fgtrace plan"
+planned=$(grep -vc '^#' "$plan")
+[ "$planned" -eq "$fns" ] || { cat "$plan"; fail "the plan names $planned functions, the run called $fns"; }
+log="$repo/target/real-crates/logs/regex-app-plan.log"
+ptrace="$proj/target/regex-planned.fgt"
+(cd "$proj" && "$cargo_fgtrace" fgtrace record --crate regex --plan "$plan" -o "$ptrace" -- run --release --locked) >"$log" 2>&1 ||
+  { cat "$log"; fail "cargo fgtrace record --crate regex --plan PLAN -- run --release"; }
+counts() {
+  "$fgtrace" report --format json "$1" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+for f in sorted(r["functions"], key=lambda f: (f["module_path"], f["name"], f["line"])):
+    print(f["module_path"], f["name"], f["line"], f["calls"], f["counted"] if sys.argv[1] == "planned" else "")' "$2"
+}
+diff <(counts "$trace" first | awk '{print $1, $2, $3, $4}') <(counts "$ptrace" planned | awk '{print $1, $2, $3, $4}') ||
+  fail "the planned run's counts differ from the first run's"
+uncounted=$(counts "$ptrace" planned | awk '$4 != $5' | wc -l)
+[ "$uncounted" -eq 0 ] || fail "$uncounted functions of the planned run were timed, not counted"
+echo "regex project: plan: $planned functions of regex counted, not timed, each with the first run's count"
 
 log="$repo/target/real-crates/logs/regex-app-test.log"
 dir="$proj/target/test-traces"
