@@ -352,7 +352,11 @@ fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their
     record(&["--plan", plan.to_str().unwrap()], &planned, "1000");
     let got = rows(&planned);
     assert_eq!(got.get("leaf"), None, "{got:?}");
-    assert_eq!(got.get("work").map(|w| (w.0, w.1)), Some((1000, 0)), "{got:?}");
+    assert_eq!(
+        got.get("work").map(|w| (w.0, w.1)),
+        Some((1000, 0)),
+        "{got:?}"
+    );
 
     // The plan is read again when it changes: empty, leaf has its probe.
     std::fs::write(&plan, "# nothing\n").unwrap();
