@@ -23,7 +23,7 @@
 //!   with an atomic add, out of line. Without `std` every call takes that
 //!   path.
 //! - A counter joins a lock-free list on its first call (its gate starts
-//!   at [`UNLISTED`], which sends the call out of line once), so the
+//!   at `UNLISTED`, which sends the call out of line once), so the
 //!   session finds every counter without a table. Nothing here allocates or
 //!   locks: safe from signal and interrupt handlers.
 
