@@ -389,15 +389,26 @@ fn walk_cut_short(open: &[&SiteInfo], names: &[&str], frame_of: &[u32]) -> Optio
     }
     // Outermost name first: the frame's own function, then what was
     // inlined into it, by full name only (a path-less name may be any
-    // function of that last segment).
+    // function of that last segment); a site named exactly so first, and a
+    // free fn's site by its exact name only (`site_matches` lets a crate's
+    // free `new` match any `new` of that crate, for methods whose `impl`
+    // is in another module than their type).
     for n in frame.iter().rev() {
-        let mut calls = open
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| site_matches(s, n))
-            .map(|(i, _)| i);
-        if let Some(m) = calls.next() {
-            return calls.next().is_none().then_some(m);
+        let norm = normalize(n);
+        let exact: Vec<usize> = (0..open.len())
+            .filter(|&i| open[i].full_name() == norm)
+            .collect();
+        let calls = if exact.is_empty() {
+            (0..open.len())
+                .filter(|&i| open[i].name.contains("::") && site_matches(open[i], n))
+                .collect()
+        } else {
+            exact
+        };
+        match calls[..] {
+            [] => continue,
+            [m] => return Some(m),
+            _ => return None,
         }
     }
     None
@@ -1296,6 +1307,11 @@ mod tests {
             &regex_new, &strategy, &build, &strategy, &core_new, &c, &c, &compile, &hash,
         ];
         assert_eq!(cut_of(&twice, &frames), None);
+        // Nor when the outermost frame is another function of the crate
+        // named like its traced free fn.
+        let mut other = frames.to_vec();
+        other[4].0 = &["new", "regex_automata::util::pool::new"];
+        assert_eq!(cut_of(&open, &other), None);
         // The calls from the outermost frame's on must all be there, in
         // order, as in a whole stack.
         let three = [
