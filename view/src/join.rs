@@ -85,18 +85,51 @@ pub enum ChainMatch {
 /// outwards. Recursion is told apart by the number of open calls of each
 /// function: four open `f` calls need four `f` frames, the fourth from the
 /// root being the innermost open call.
+///
+/// Inlined frames named without their path (line tables) match any site of
+/// that last segment: `push<HirFrame, Global>` (a `Vec::push`) fits a traced
+/// `TranslatorI::push` as well. Where that leaves more than one answer, the
+/// match is tried again with such names left out for every open call whose
+/// function is in the stack under its full name: the full name says which
+/// frame is that function's, a path-less one only that it might be.
 pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
-    let site_matches = chain_site_matches;
+    match chain_match_by(open, names, |k, n| chain_site_matches(open[k], n)) {
+        ChainMatch::Ambiguous => {
+            let exact = full_names_seen(open, names);
+            chain_match_by(open, names, |k, n| {
+                if exact[k] {
+                    site_matches(open[k], n)
+                } else {
+                    chain_site_matches(open[k], n)
+                }
+            })
+        }
+        other => other,
+    }
+}
+
+/// For each open call, whether its function is in `names` under its full
+/// name (see [`chain_match`]).
+fn full_names_seen(open: &[&SiteInfo], names: &[&str]) -> Vec<bool> {
+    open.iter()
+        .map(|s| names.iter().any(|n| site_matches(s, n)))
+        .collect()
+}
+
+/// [`chain_match`] with `matches(k, name)` telling whether `name` may be the
+/// frame of `open[k]`.
+fn chain_match_by(
+    open: &[&SiteInfo],
+    names: &[&str],
+    matches: impl Fn(usize, &str) -> bool,
+) -> ChainMatch {
     if open.is_empty() {
         return ChainMatch::NotFound;
     }
     // From the root: each call takes the outermost frame left (highest index).
     let mut from_root = names.len();
-    for site in open {
-        match names[..from_root]
-            .iter()
-            .rposition(|n| site_matches(site, n))
-        {
+    for k in 0..open.len() {
+        match names[..from_root].iter().rposition(|n| matches(k, n)) {
             Some(j) => from_root = j,
             None => return ChainMatch::NotFound,
         }
@@ -105,10 +138,10 @@ pub fn chain_match(open: &[&SiteInfo], names: &[&str]) -> ChainMatch {
     // left (lowest index past the previous one).
     let mut from_leaf = None;
     let mut next = 0;
-    for (k, site) in open.iter().rev().enumerate() {
-        match names[next..].iter().position(|n| site_matches(site, n)) {
+    for k in (0..open.len()).rev() {
+        match names[next..].iter().position(|n| matches(k, n)) {
             Some(j) => {
-                if k == 0 {
+                if k == open.len() - 1 {
                     from_leaf = Some(next + j);
                 }
                 next += j + 1;
@@ -313,11 +346,72 @@ impl Cut for ChainCut {
         } else {
             stack.open
         };
-        match chain_match_walk(open, stack.names, stack.frame_of, stack.info) {
-            ChainMatch::At(j) => Some(j),
-            ChainMatch::NotFound | ChainMatch::Ambiguous => symbol_cut(open, stack),
+        if let ChainMatch::At(j) = chain_match_walk(open, stack.names, stack.frame_of, stack.info) {
+            return Some(j);
+        }
+        // A walk that ended before the thread's first frame (the copied
+        // stack ran out inside a large frame) has only the innermost open
+        // calls: those from the one the outermost frame belongs to.
+        let open = match walk_cut_short(open, stack.names, stack.frame_of) {
+            Some(m) if m > 0 => {
+                let inner = &open[m..];
+                if let ChainMatch::At(j) =
+                    chain_match_walk(inner, stack.names, stack.frame_of, stack.info)
+                {
+                    return Some(j);
+                }
+                inner
+            }
+            _ => open,
+        };
+        symbol_cut(open, stack)
+    }
+}
+
+/// Where a walk that did not reach the thread's first frame starts among
+/// the open calls (outermost first): the index of the one call whose
+/// function is the outermost sampled frame's (its own name, with its path,
+/// or failing that an inlined one's). The calls before it were opened in
+/// frames above the last one the walk saw (the stack copy the unwinder had
+/// ended there), so they cannot be in the stack. `None`: the walk reached
+/// the thread's first frame, the outermost frame is no open call's
+/// function, or its function has more than one open call (recursion: which
+/// one is not known).
+fn walk_cut_short(open: &[&SiteInfo], names: &[&str], frame_of: &[u32]) -> Option<usize> {
+    let (&top, _) = frame_of.split_last()?;
+    if frame_of.len() != names.len() {
+        return None;
+    }
+    let first = frame_of.iter().position(|&f| f == top)?;
+    let frame = &names[first..];
+    if frame.iter().any(|n| is_thread_entry(n)) {
+        return None;
+    }
+    // Outermost name first: the frame's own function, then what was
+    // inlined into it, by full name only (a path-less name may be any
+    // function of that last segment); a site named exactly so first, and a
+    // free fn's site by its exact name only (`site_matches` lets a crate's
+    // free `new` match any `new` of that crate, for methods whose `impl`
+    // is in another module than their type).
+    for n in frame.iter().rev() {
+        let norm = normalize(n);
+        let exact: Vec<usize> = (0..open.len())
+            .filter(|&i| open[i].full_name() == norm)
+            .collect();
+        let calls = if exact.is_empty() {
+            (0..open.len())
+                .filter(|&i| open[i].name.contains("::") && site_matches(open[i], n))
+                .collect()
+        } else {
+            exact
+        };
+        match calls[..] {
+            [] => continue,
+            [m] => return Some(m),
+            _ => return None,
         }
     }
+    None
 }
 
 /// The cut from symbols alone, where [`chain_match_walk`] found no single
@@ -371,7 +465,16 @@ fn symbol_cut(open: &[&SiteInfo], stack: &SampleStack<'_>) -> Option<usize> {
     // of the same function as an open one (recursion): not this case.
     let same = |a: &SiteInfo, b: &SiteInfo| a.full_name() == b.full_name();
     let opened = |site: &SiteInfo| open.iter().filter(|s| same(s, site)).count();
+    // A function's frames: under its full name where it has one in the
+    // stack (a path-less name of that last segment may be another
+    // function's, see `chain_match`), else path-less ones too.
     let seen = |site: &SiteInfo| {
+        let exact: Vec<usize> = (0..names.len())
+            .filter(|&i| site_matches(site, names[i]))
+            .collect();
+        if !exact.is_empty() {
+            return exact;
+        }
         (0..names.len())
             .filter(|&i| chain_site_matches(site, names[i]))
             .collect::<Vec<_>>()
@@ -384,7 +487,13 @@ fn symbol_cut(open: &[&SiteInfo], stack: &SampleStack<'_>) -> Option<usize> {
             return Some(at[0]);
         }
         if let Some(i) = (r0..r1).find(is_open) {
-            let site = open.iter().find(|s| chain_site_matches(s, names[i]))?;
+            // The site named exactly so first: `site_matches` lets a
+            // crate's free `new` match any `new` of that crate.
+            let n = normalize(names[i]);
+            let site = open
+                .iter()
+                .find(|s| s.full_name() == n)
+                .or_else(|| open.iter().find(|s| chain_site_matches(s, names[i])))?;
             return (seen(site).len() <= opened(site)).then_some(i);
         }
         let traced = |i: usize| stack.sites.iter().any(|s| site_matches(s, names[i]));
@@ -1137,6 +1246,158 @@ mod tests {
         assert_eq!(cut_of(&[&sw, &b, &b], &frames), None);
         assert_eq!(cut_of(&[&sw, &b, &b, &b, &b], &frames), None);
     }
+    /// `.eh_frame` unwinding of a stack copy that ends inside a large frame
+    /// (regex-automata's `meta::strategy::new` takes 16 KiB of stack, more
+    /// than the sampler copies): the walk stops there, and the open calls
+    /// outside that frame are not in the stack. The calls from the one the
+    /// outermost frame belongs to are matched as if they were all.
+    #[test]
+    fn a_walk_cut_short_is_matched_from_its_outermost_frame() {
+        let regex_new = site("regex::regex::string", "Regex::new", false);
+        let build = site("regex_automata::meta::regex", "Builder::build", false);
+        let strategy = site("regex_automata::meta::strategy", "new", false);
+        let core_new = site("regex_automata::meta::strategy", "Core::new", false);
+        let pikevm = site("regex_automata::meta::wrappers", "PikeVM::new", false);
+        let engine = site("regex_automata::meta::wrappers", "PikeVMEngine::new", false);
+        let c = site(
+            "regex_automata::nfa::thompson::compiler",
+            "Compiler::c",
+            false,
+        );
+        let top: &[&str] = &["new", "regex_automata::meta::strategy::new"];
+        let c_sym: &[&str] = &["regex_automata::nfa::thompson::compiler::Compiler::c"];
+        let compile = site(
+            "regex_automata::nfa::thompson::compiler",
+            "Utf8Compiler::compile",
+            false,
+        );
+        let hash = site(
+            "regex_automata::nfa::thompson::map",
+            "Utf8BoundedMap::hash",
+            false,
+        );
+        // In the probe entering the innermost open call (past its start
+        // time), inlined into its own frame.
+        let open = [
+            &regex_new, &build, &strategy, &core_new, &c, &c, &compile, &hash,
+        ];
+        let probe: &[&str] = &[
+            "enter",
+            "regex_automata::nfa::thompson::map::Utf8BoundedMap::hash",
+        ];
+        let compile_sym: &[&str] =
+            &["regex_automata::nfa::thompson::compiler::Utf8Compiler::compile"];
+        let frames = [
+            (probe, PROBE),
+            (compile_sym, NO_REC),
+            (c_sym, NO_REC),
+            (c_sym, NO_REC),
+            (top, REC),
+        ];
+        assert_eq!(cut_of(&open, &frames), Some(1));
+        // Only where the walk did not reach the thread's first frame: there
+        // the open calls missing are not above the stack.
+        let entry: &[&str] = &["start_thread"];
+        let mut whole = frames.to_vec();
+        whole.push((entry, NO_REC));
+        assert_eq!(cut_of(&open, &whole), None);
+        // Nor when the outermost frame's function has two open calls
+        // (which one the frame is, is not known).
+        let twice = [
+            &regex_new, &strategy, &build, &strategy, &core_new, &c, &c, &compile, &hash,
+        ];
+        assert_eq!(cut_of(&twice, &frames), None);
+        // Nor when the outermost frame is another function of the crate
+        // named like its traced free fn.
+        let mut other = frames.to_vec();
+        other[4].0 = &["new", "regex_automata::util::pool::new"];
+        assert_eq!(cut_of(&open, &other), None);
+        // The calls from the outermost frame's on must all be there, in
+        // order, as in a whole stack.
+        let three = [
+            &regex_new, &build, &strategy, &core_new, &c, &c, &c, &compile, &hash,
+        ];
+        assert_eq!(cut_of(&three, &frames), None);
+        // The leaf is an open call's function, the innermost call inlined
+        // into it at an address line tables give to the outer one; a
+        // crate's free `new` (`meta::strategy::new`) is not `PikeVM::new`.
+        let open = [&regex_new, &build, &strategy, &core_new, &pikevm, &engine];
+        let leaf: &[&str] = &["regex_automata::meta::wrappers::PikeVM::new"];
+        assert_eq!(cut_of(&open, &[(leaf, NO_REC), (top, REC)]), Some(0));
+    }
+
+    /// Line tables name inlined functions without their path, so `drop<Ast,
+    /// Global>` (a `Vec`'s drop) fits a traced `Ast::drop` as well as the
+    /// frame named `<Ast as Drop>::drop`. The full name says which frame is
+    /// the traced function's.
+    #[test]
+    fn a_full_name_outweighs_a_path_less_name_of_the_same_last_segment() {
+        let build = site("regex_automata::meta::regex", "Builder::build", false);
+        let build_many = site("regex_automata::meta::regex", "Builder::build_many", false);
+        let ast_drop = site("regex_syntax::ast", "Ast::drop", false);
+        let names = [
+            "core::ptr::drop_in_place<regex_syntax::ast::ClassSetItem>",
+            "<regex_syntax::ast::Ast as core::ops::drop::Drop>::drop",
+            "core::ptr::drop_in_place<regex_syntax::ast::Ast>",
+            "drop<regex_syntax::ast::Ast, alloc::alloc::Global>",
+            "build_many<&str>",
+            "regex_automata::meta::regex::Builder::build",
+            "start_thread",
+        ];
+        assert_eq!(
+            chain_match(&[&build, &build_many, &ast_drop], &names),
+            ChainMatch::At(1)
+        );
+        // Without the full name, the path-less one is the only candidate.
+        let mut inlined = names;
+        inlined[1] = "drop";
+        assert_eq!(
+            chain_match(&[&build, &build_many, &ast_drop], &inlined),
+            ChainMatch::Ambiguous
+        );
+        // Two frames under the full name for one open call stay a guess.
+        let mut twice = names;
+        twice[3] = "regex_syntax::ast::Ast::drop";
+        assert_eq!(
+            chain_match(&[&build, &build_many, &ast_drop], &twice),
+            ChainMatch::Ambiguous
+        );
+        // In the probe of a call being entered, inlined into the open call:
+        // the path-less name is the callee's (its own traced function), the
+        // full one the open call's.
+        let states = site("regex_automata::util::determinize", "add_nfa_states", false);
+        let add = site(
+            "regex_automata::util::determinize::state",
+            "StateBuilderNFA::add_nfa_state_id",
+            false,
+        );
+        let frames = [
+            (
+                &[
+                    "atomic_load<u32>",
+                    "load",
+                    "enter",
+                    "add_nfa_state_id",
+                    "regex_automata::util::determinize::state::StateBuilderNFA::add_nfa_state_id",
+                ][..],
+                PROBE,
+            ),
+            (
+                &["regex_automata::util::determinize::add_nfa_states"][..],
+                REC,
+            ),
+            (&["start_thread"][..], NO_REC),
+        ];
+        assert_eq!(cut_of(&[&states, &add], &frames), Some(4));
+        // The callee open (past its start time): its path-less frame.
+        let repr = site(
+            "regex_automata::util::determinize::state",
+            "ReprVec::add_nfa_state_id",
+            false,
+        );
+        assert_eq!(cut_of(&[&states, &add, &repr], &frames), Some(3));
+    }
+
     /// The signal path's recorded frame holds the traced function inlined,
     /// named by DWARF without its path (release): that name is the cut, not
     /// the frame's outermost function.
