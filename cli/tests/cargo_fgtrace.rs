@@ -41,6 +41,11 @@ fn main() {
     for i in 0..rounds {
         total += helper::work(i);
         total += (adler2::adler32_slice(b"abc") == 0x024d_0127) as u64;
+        // Long runs pause now and then, so that the recording's collector
+        // reads (and auto-exclude decides) while the program runs.
+        if i % 10_000 == 9_999 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
     println!("total {total}");
     std::process::exit(exit);
@@ -298,8 +303,8 @@ fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their
         assert_eq!(out.status.code(), Some(0));
     };
     // Any threshold switches a function once 1,024 of its calls decided
-    // (the collector decides as it reads: enough rounds that it reads
-    // while the program runs).
+    // (the collector decides as it reads: the program pauses every 10,000
+    // rounds so that it reads while the program runs).
     record(&["--auto-exclude", "1s"], &auto, "100000");
     let out = p.cargo_fgtrace(&["plan", auto.to_str().unwrap(), "-o", plan.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
