@@ -38,7 +38,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: u64 = number(1, 2);
     let save = args.get(2);
     let session = match save {
-        Some(_) => Some(fgtrace::Session::start(fgtrace::Config::default())?),
+        // A flight recorder as large as the run (37 calls per round and
+        // thread, with room to spare): nothing is lost, however busy the
+        // cores, so the saved file holds the whole workload.
+        Some(_) => Some(fgtrace::Session::start(
+            fgtrace::Config::default().flight_recorder(rounds as usize * 40),
+        )?),
         None => None,
     };
     let saved = save.is_some();
