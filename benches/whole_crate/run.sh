@@ -113,18 +113,21 @@ results=$(
 )
 # The plan from the auto runs, and the traced copies built with it (in the
 # same target directory: only the five crates compile again).
-"$repo/target/release/cargo-fgtrace" plan "$out/traces/auto-50ns"/*/*.fgt -o "$out/plan" 2>/dev/null
+# planned NAME [PLAN OPTIONS]: the plan of the auto runs' traces in
+# $out/NAME.plan, and the program built with it, $out/whole-crate-NAME.
+planned() {
+  local name=$1
+  shift
+  "$repo/target/release/cargo-fgtrace" plan "$@" "$out/traces/auto-50ns"/*/*.fgt -o "$out/$name.plan" 2>/dev/null
+  (cd "$out/traced" && FGTRACE_PLAN="$out/$name.plan" CARGO_TARGET_DIR="$out/target" cargo build -q --release) \
+    >"$out/$name-build.log" 2>&1 || {
+    cat "$out/$name-build.log"; echo "whole-crate: the $name build failed" >&2; exit 1; }
+  cp "$traced" "$out/whole-crate-$name"
+}
+planned planned
+planned uncounted --uncounted
 planned="$out/whole-crate-planned"
-(cd "$out/traced" && FGTRACE_PLAN="$out/plan" CARGO_TARGET_DIR="$out/target" cargo build -q --release) \
-  >"$out/planned-build.log" 2>&1 || {
-  cat "$out/planned-build.log"; echo "whole-crate: the planned build failed" >&2; exit 1; }
-cp "$traced" "$planned"
-"$repo/target/release/cargo-fgtrace" plan --uncounted "$out/traces/auto-50ns"/*/*.fgt -o "$out/plan-uncounted" 2>/dev/null
 uncounted="$out/whole-crate-uncounted"
-(cd "$out/traced" && FGTRACE_PLAN="$out/plan-uncounted" CARGO_TARGET_DIR="$out/target" cargo build -q --release) \
-  >"$out/uncounted-build.log" 2>&1 || {
-  cat "$out/uncounted-build.log"; echo "whole-crate: the uncounted build failed" >&2; exit 1; }
-cp "$traced" "$uncounted"
 results+=$'\n'$(
   run plan-no-session "$planned"
   run plan-recorded "$planned"
@@ -132,7 +135,7 @@ results+=$'\n'$(
   run uncounted-recorded "$uncounted"
 )
 echo "whole-crate: regex 1.11.3 and its 4 crates, every fn traced; $rounds searches of $kb KB per process, best of 3 processes"
-echo "  plan: $(grep -vc '^#' "$out/plan") functions counted, not timed (cargo fgtrace plan of the auto runs)"
+echo "  plan: $(grep -vc '^#' "$out/planned.plan") functions counted, not timed (cargo fgtrace plan of the auto runs)"
 awk 'NR == 1 { b = $2; f = $3 }
      { printf "  %-20s best round %9.2f ms %7.2fx   first round %9.2f ms %7.2fx\n", $1, $2, $2 / b, $3, $3 / f }' <<<"$results"
 
@@ -158,40 +161,30 @@ for r in full + auto + plan:
     assert not r["losses"], f"a run lost calls: {r['losses']}"
 # Per (name, site): functions of the same display name stay apart.
 counts = lambda r: Counter({(f["name"], f["site"]): f["calls"] for f in r["functions"]})
-fc = [counts(r) for r in full]
-keys = set().union(*fc)
-varying = {k for k in keys if len({c[k] for c in fc}) > 1}
-# The planned build's sites are numbered in another order: its functions
+# The planned builds' sites are numbered in another order: their functions
 # are matched by (name, module, file, line).
-def by_place(r):
-    return Counter({(f["name"], f["module_path"], f["file"], f["line"]): f["calls"] for f in r["functions"]})
-bad = []
-for a in auto:
-    ac = counts(a)
-    for k in keys | set(ac):
-        if k not in varying and ac[k] != fc[0][k]:
-            bad.append((k[0], fc[0][k], ac[k]))
-if bad:
-    sys.exit(f"whole-crate: call counts differ (function, recorded, auto): {bad[:10]}")
-full_places = [by_place(r) for r in full]
-places = set().union(*full_places)
-varying_places = {k for k in places if len({c[k] for c in full_places}) > 1}
-for p in plan:
-    pc = by_place(p)
-    for k in places | set(pc):
-        if k not in varying_places and pc[k] != full_places[0][k]:
-            bad.append((k[0], full_places[0][k], pc[k]))
-if bad:
-    sys.exit(f"whole-crate: call counts differ (function, recorded, planned): {bad[:10]}")
-# Uncounted: the functions left in have the recorded runs' counts.
-for u in (load("uncounted-recorded", i) for i in (1, 2, 3)):
-    assert not u["losses"], f"a run lost calls: {u['losses']}"
-    uc = by_place(u)
-    for k in uc:
-        if k not in varying_places and uc[k] != full_places[0][k]:
-            bad.append((k[0], full_places[0][k], uc[k]))
-if bad:
-    sys.exit(f"whole-crate: call counts differ (function, recorded, uncounted): {bad[:10]}")
+by_place = lambda r: Counter({(f["name"], f["module_path"], f["file"], f["line"]): f["calls"] for f in r["functions"]})
+def check(label, runs, count_of, every_key=True):
+    """Each run's counts against the first recorded run's, leaving out the
+    functions whose count varies between recorded runs; every_key=False:
+    only the functions the run has (the rest were left out of its build)."""
+    fulls = [count_of(r) for r in full]
+    ref = fulls[0]
+    varying = {k for k in set().union(*fulls) if len({c[k] for c in fulls}) > 1}
+    bad = []
+    for r in runs:
+        assert not r["losses"], f"a run lost calls: {r['losses']}"
+        c = count_of(r)
+        for k in (set(ref) | set(c)) if every_key else set(c):
+            if k not in varying and c[k] != ref[k]:
+                bad.append((k[0], ref[k], c[k]))
+    if bad:
+        sys.exit(f"whole-crate: call counts differ (function, recorded, {label}): {bad[:10]}")
+    return varying
+varying = check("auto", auto, counts)
+check("planned", plan, by_place)
+check("uncounted", [load("uncounted-recorded", i) for i in (1, 2, 3)], by_place, every_key=False)
+keys = set().union(*(counts(r) for r in full))
 p = plan[-1]
 counted_fns = sum(1 for f in p["functions"] if f["counted"])
 print(f"  plan: {p['calls'] - p['counted']} calls recorded, {p['counted']} counted by the plan "

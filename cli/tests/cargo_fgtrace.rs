@@ -157,8 +157,8 @@ impl Project {
     }
 }
 
-/// Calls per function name in the traces' merged report.
-fn report(traces: &[PathBuf]) -> BTreeMap<String, u64> {
+/// `fgtrace report --format json` of the traces (merged).
+fn report_json(traces: &[PathBuf]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
         .args(["report", "--format", "json"])
         .args(traces)
@@ -169,8 +169,12 @@ fn report(traces: &[PathBuf]) -> BTreeMap<String, u64> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["functions"]
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Calls per function name in the traces' merged report.
+fn report(traces: &[PathBuf]) -> BTreeMap<String, u64> {
+    report_json(traces)["functions"]
         .as_array()
         .unwrap()
         .iter()
@@ -253,18 +257,7 @@ fn record_traces_a_path_crate_and_a_registry_crate_and_leaves_the_project_as_it_
 
 /// `fgtrace report --format json`'s rows by name: (calls, counted, total_ns).
 fn rows(trace: &Path) -> BTreeMap<String, (u64, u64, u64)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .args(["report", "--format", "json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["functions"]
+    report_json(&[trace.to_path_buf()])["functions"]
         .as_array()
         .unwrap()
         .iter()
