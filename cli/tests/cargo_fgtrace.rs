@@ -255,6 +255,16 @@ fn record_traces_a_path_crate_and_a_registry_crate_and_leaves_the_project_as_it_
     let _ = std::fs::remove_file(&trace);
 }
 
+/// What `fgtrace COMMAND TRACE` prints.
+fn fgtrace_stdout(command: &str, trace: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .arg(command)
+        .arg(trace)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `fgtrace report --format json`'s rows by name: (calls, counted, total_ns).
 fn rows(trace: &Path) -> BTreeMap<String, (u64, u64, u64)> {
     report_json(&[trace.to_path_buf()])["functions"]
@@ -318,12 +328,7 @@ fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their
     let work = got.get("work").copied().unwrap_or_default();
     assert_eq!((work.0, work.1), (1000, 0), "{got:?}");
     assert!(work.2 > 0, "{got:?}");
-    let table = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .arg("report")
-        .arg(&planned)
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = fgtrace_stdout("report", &planned);
     assert!(
         table.contains("3000 calls of 1 function marked [counted]"),
         "{table}"
@@ -334,12 +339,7 @@ fn a_plan_from_auto_exclude_counts_its_functions_exactly_and_the_rest_keep_their
             .any(|l| l.starts_with("   3000 ") && l.ends_with(" leaf [counted]")),
         "{table}"
     );
-    let info = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
-        .arg("info")
-        .arg(&planned)
-        .output()
-        .unwrap();
-    let info = String::from_utf8_lossy(&info.stdout);
+    let info = fgtrace_stdout("info", &planned);
     assert!(
         info.contains("counted:   3000 calls of 1 function the build's plan counted"),
         "{info}"

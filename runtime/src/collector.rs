@@ -8,6 +8,7 @@ pub use pool::POOL_FILE;
 mod gathered;
 mod live_dump;
 mod output;
+mod planned;
 #[cfg(test)]
 mod tests;
 
@@ -492,7 +493,7 @@ impl Session {
             Some(a) => a.count_only(&self.cal, &threads, &mut g.sites),
             None => Vec::new(),
         };
-        let counted = auto::planned_counts(&mut g.sites, true);
+        let counted = planned::planned_counts(&mut g.sites, true);
         #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut meta = TraceMeta {
             count_only,

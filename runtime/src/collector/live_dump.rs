@@ -145,7 +145,7 @@ fn dumped_trace(
         Some(a) => a.count_only(&cal, threads, &mut g.sites),
         None => Vec::new(),
     };
-    let counted = super::auto::planned_counts(&mut g.sites, false);
+    let counted = super::planned::planned_counts(&mut g.sites, false);
     let mut meta = TraceMeta {
         count_only,
         counted,
