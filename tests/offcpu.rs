@@ -11,7 +11,7 @@ mod cpu;
 #[path = "support/tools.rs"]
 mod tools;
 
-use cpu::{close, compute, measured};
+use cpu::{close, compute, join_session, measured};
 use fgtrace::trace::{OffCpu, Trace};
 use fgtrace::Config;
 use std::sync::{Arc, Mutex};
@@ -68,6 +68,7 @@ fn call_of(t: &Trace, o: &OffCpu, name: &str) -> (u64, u64, u64) {
 fn compute_then_sleep_splits_into_on_and_off_cpu() {
     let _s = serial();
     let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    join_session();
     let (_, truth) = measured(compute_then_sleep);
     let t = session.stop().unwrap();
     let Some(o) = off_cpu_of(&t, "compute_then_sleep_splits_into_on_and_off_cpu") else {
@@ -98,6 +99,7 @@ fn compute_then_sleep_splits_into_on_and_off_cpu() {
 fn compute_only_is_almost_never_off_cpu() {
     let _s = serial();
     let session = fgtrace::Session::start(Config::builtin().off_cpu(true)).unwrap();
+    join_session();
     let (_, truth) = measured(compute_only);
     let t = session.stop().unwrap();
     let Some(o) = off_cpu_of(&t, "compute_only_is_almost_never_off_cpu") else {
@@ -144,6 +146,7 @@ fn mutex_contention_is_blocked_time_of_the_waiter_only() {
             .unwrap()
     };
     locked_rx.recv().unwrap();
+    join_session();
     let (_, truth) = measured(|| wait_for_lock(&m));
     holder.join().unwrap();
     let t = session.stop().unwrap();
@@ -256,6 +259,7 @@ const KILLED_CALLS: usize = 6;
 fn work_and_report(name: &str) {
     use std::io::Write;
     for n in 0..KILLED_CALLS as u64 {
+        join_session();
         let (_, truth) = measured(|| compute_then_nap(n));
         for _ in 0..16 {
             pad();

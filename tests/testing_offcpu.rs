@@ -10,7 +10,7 @@ mod cpu;
 #[path = "support/tools.rs"]
 mod tools;
 
-use cpu::{compute, measured};
+use cpu::{compute, join_session, measured};
 use fgtrace::testing::{budget, Capture, CounterCheck, Options};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,9 +43,10 @@ fn recorded(cap: Capture, test: &str) -> Option<Capture> {
 #[test]
 fn capture_splits_compute_and_sleep() {
     let mut truth = cpu::Truth::default();
-    let cap = Options::new()
-        .off_cpu(true)
-        .capture(|| truth = measured(compute_then_sleep).1);
+    let cap = Options::new().off_cpu(true).capture(|| {
+        join_session();
+        truth = measured(compute_then_sleep).1
+    });
     let Some(cap) = recorded(cap, "capture_splits_compute_and_sleep") else {
         return;
     };
@@ -89,9 +90,10 @@ fn capture_splits_compute_and_sleep() {
 #[test]
 fn compute_only_is_not_blocked() {
     let mut truth = cpu::Truth::default();
-    let cap = Options::new()
-        .off_cpu(true)
-        .capture(|| truth = measured(compute_only).1);
+    let cap = Options::new().off_cpu(true).capture(|| {
+        join_session();
+        truth = measured(compute_only).1
+    });
     let Some(cap) = recorded(cap, "compute_only_is_not_blocked") else {
         return;
     };
@@ -130,6 +132,7 @@ fn mutex_contention_blocks_the_waiter_only() {
             fgtrace::testing::spawn(move || hold_lock(&m, tx))
         };
         rx.recv().unwrap();
+        join_session();
         truth = measured(|| wait_for_lock(&m)).1;
         h.join().unwrap();
     });

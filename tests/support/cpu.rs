@@ -46,6 +46,13 @@ impl Truth {
     }
 }
 
+/// Joins the calling thread to the running session. A thread's first traced
+/// call registers it (a buffer, and with off-CPU time a ring the kernel
+/// opens): CPU time the thread spends outside every call's timestamps. Tests
+/// call this before `measured`, so that cost is not charged to the truth.
+#[fgtrace::traced]
+pub fn join_session() {}
+
 pub fn measured<R>(f: impl FnOnce() -> R) -> (R, Truth) {
     let (w, c) = (Instant::now(), thread_cpu_ns());
     let r = f();
