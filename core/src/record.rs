@@ -38,6 +38,16 @@ pub mod ext {
     /// `tracing` event): a zero-length record at the marker's time and depth,
     /// its site the marker's. a = b = 0. Its values follow this one.
     pub const MARKER: u64 = 5;
+    /// a = the id of the future the record just before belongs to (a poll's
+    /// record, or a whole future's): the address of a `#[traced]` future,
+    /// pinned from its first poll until it is dropped, or a `tracing` span's
+    /// id, unique among open spans. Two futures of one site with the same id
+    /// never overlap in time, so a poll belongs to the future of its site and
+    /// id whose first poll to end holds it. b = 0. Comes before the record's
+    /// values.
+    pub const FUTURE: u64 = 6;
+    /// The largest subkind a reader accepts.
+    pub const LAST: u64 = FUTURE;
 }
 
 /// Allocation figures of one call, callees included (see [`crate::alloc`]).

@@ -2,13 +2,14 @@
 //! thread's shadow stack and records the whole future once, first poll to
 //! completion (or drop), on whichever thread finishes it.
 
+use super::values::{exit_poll_of, one_stretch};
 use super::{
     capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard,
     ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
 use crate::control_word::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{kind, RawCall, MAX_DEPTH, MAX_SITES};
+use crate::record::{ext, kind, RawCall, MAX_DEPTH, MAX_SITES};
 use crate::site::{Decision, Site};
 use core::future::Future;
 use core::pin::Pin;
@@ -44,15 +45,16 @@ pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Op
 
 /// Records an async fn's whole future (first poll to completion or drop),
 /// under the same filters as a call at the current depth, with no allocation
-/// once the site's decision is cached. Calls `then` on the thread's state
-/// right after the record, only if the record was written (the values of a
-/// future that has them follow it). Nothing masks interrupts here: a caller
-/// whose `then` writes records runs this in a masked stretch (see
-/// `values::one_stretch`), since an interrupt handler's record between the
-/// future's and the values' would take them.
+/// once the site's decision is cached, and its id after it (see
+/// [`ext::FUTURE`]). Calls `then` on the thread's state right after those,
+/// only if the record was written (the values of a future that has them
+/// follow it). Nothing masks interrupts here: the caller runs this in a
+/// masked stretch (see `values::one_stretch`), since an interrupt handler's
+/// record between the future's and its id would take the id.
 #[cold]
 pub(super) fn record_future(
     site: &'static Site,
+    id: u64,
     start: u64,
     polls: u32,
     cancelled: bool,
@@ -64,7 +66,7 @@ pub(super) fn record_future(
         return;
     }
     let written = with_state(|st| {
-        let Some(id) = kept_site(st, site, c) else {
+        let Some(site_id) = kept_site(st, site, c) else {
             return false;
         };
         let dur = end.wrapping_sub(start);
@@ -75,9 +77,13 @@ pub(super) fn record_future(
         let (count, buf) = (st.count, st.buf);
         write(
             st,
-            RawCall::pack(start, polls, dur, id, cancelled, kind::FUTURE),
+            RawCall::pack(start, polls, dur, site_id, cancelled, kind::FUTURE),
         );
-        st.count != count || st.buf != buf
+        let written = st.count != count || st.buf != buf;
+        if written {
+            write(st, RawCall::ext(ext::FUTURE, id, 0));
+        }
+        written
     });
     // Where an interrupt lands between the record and what follows it,
     // unless the caller masked them.
@@ -128,13 +134,19 @@ impl<F: Future> Future for TracedFuture<F> {
             enter_on(this.site, c, F_POLL, stack_pointer())
         };
         this.polls += 1;
+        // Pinned: the same address from this poll until the future drops.
+        let id = this as *const Self as u64;
         // SAFETY: see above.
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        drop(guard);
+        let mut guard = guard;
+        if guard.slot() != 0 {
+            exit_poll_of(&mut guard, id);
+        }
         if r.is_ready() {
             this.done = true;
             if this.first != 0 {
-                record_future(this.site, this.first, this.polls, false, |_| {});
+                let (site, first, polls) = (this.site, this.first, this.polls);
+                one_stretch(2, || record_future(site, id, first, polls, false, |_| {}));
             }
         }
         r
@@ -144,7 +156,9 @@ impl<F: Future> Future for TracedFuture<F> {
 impl<F> Drop for TracedFuture<F> {
     fn drop(&mut self) {
         if !self.done && self.first != 0 {
-            record_future(self.site, self.first, self.polls, true, |_| {});
+            let id = self as *const Self as u64;
+            let (site, first, polls) = (self.site, self.first, self.polls);
+            one_stretch(2, || record_future(site, id, first, polls, true, |_| {}));
         }
     }
 }

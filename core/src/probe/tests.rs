@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::control_word;
-use crate::record::{kind, MAX_SITES};
+use crate::record::{ext, kind, MAX_SITES};
 use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU32};
 use core::task::{Context, Poll};
@@ -106,8 +106,10 @@ fn records() -> Vec<(&'static str, u64, u32)> {
     unsafe {
         with_thread_state(|st| {
             (0..st.count)
-                .map(|i| {
-                    let r = *st.buf.add(i);
+                .map(|i| *st.buf.add(i))
+                // Future ids are checked by their own test.
+                .filter(|r| !(r.is_ext() && r.ext_sub() == ext::FUTURE))
+                .map(|r| {
                     let name = crate::site::site_by_id(r.site()).map_or("?", |s| s.name);
                     (name, r.kind(), r.depth())
                 })
@@ -178,6 +180,73 @@ fn a_graph_root_async_fn_keeps_its_poll_kind_and_future_record() {
             ]
         );
     });
+}
+
+/// (kind, the future id after it) of every poll and whole-future record of
+/// this thread, in order.
+fn future_ids() -> Vec<(u64, u64)> {
+    let raw: Vec<RawCall> =
+        unsafe { with_thread_state(|st| (0..st.count).map(|i| *st.buf.add(i)).collect()) };
+    let mut out = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        if r.is_ext() || !(r.kind() == kind::POLL || r.kind() == kind::FUTURE) {
+            continue;
+        }
+        let next = raw.get(i + 1).filter(|x| x.is_ext() && x.ext_sub() == ext::FUTURE);
+        out.push((r.kind(), next.map_or(0, |x| x.ext_values().0)));
+    }
+    out
+}
+
+#[test]
+fn every_poll_and_whole_future_record_names_its_future() {
+    static ASYNC: Site = Site::new("ids_async", "t", "t.rs", 31, true);
+    on_own_thread(|| {
+        let mut cx = Context::from_waker(core::task::Waker::noop());
+        // Two futures of one fn, interleaved: a poll each, then both again.
+        let (a, b) = (
+            Box::pin(TracedFuture::new(&ASYNC, YieldOnce(false))),
+            Box::pin(TracedFuture::new(&ASYNC, YieldOnce(false))),
+        );
+        let (mut a, mut b) = (a, b);
+        let (ida, idb) = (
+            &*a.as_ref() as *const _ as u64,
+            &*b.as_ref() as *const _ as u64,
+        );
+        assert_ne!(ida, idb);
+        assert_eq!(a.as_mut().poll(&mut cx), Poll::Pending);
+        assert_eq!(b.as_mut().poll(&mut cx), Poll::Pending);
+        assert_eq!(b.as_mut().poll(&mut cx), Poll::Ready(()));
+        assert_eq!(a.as_mut().poll(&mut cx), Poll::Ready(()));
+        let (p, f) = (kind::POLL, kind::FUTURE);
+        assert_eq!(
+            future_ids(),
+            [(p, ida), (p, idb), (p, idb), (f, idb), (p, ida), (f, ida)]
+        );
+        // A future dropped before it completes names itself too.
+        let first = unsafe { with_thread_state(|st| st.count) };
+        let mut c = Box::pin(TracedFuture::new(&ASYNC, core::future::pending::<()>()));
+        let idc = &*c.as_ref() as *const _ as u64;
+        assert_eq!(c.as_mut().poll(&mut cx), Poll::Pending);
+        drop(c);
+        assert_eq!(future_ids()[6..], [(p, idc), (f, idc)]);
+        assert_eq!(unsafe { with_thread_state(|st| st.count) } - first, 4);
+    });
+}
+
+/// Pending once, then ready.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: core::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
 }
 
 #[test]
@@ -472,7 +541,9 @@ fn names_since(first: usize) -> Vec<String> {
         unsafe { with_thread_state(|st| (first..st.count).map(|i| *st.buf.add(i)).collect()) };
     raw.iter()
         .map(|r| {
-            if r.is_ext() {
+            if r.is_ext() && r.ext_sub() == ext::FUTURE {
+                "id".to_string()
+            } else if r.is_ext() {
                 format!("value {}", r.ext_values().0)
             } else if r.kind() == kind::FUTURE {
                 let name = crate::site::site_by_id(r.site()).map_or("?", |s| s.name);
@@ -526,16 +597,19 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
             let mut fut = core::pin::pin!(fut);
             assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(9));
         }
-        // The handler ran after the future's values, not between the
-        // future's record and them (there, they would read as the handler's).
+        // The handler ran after the last poll's future id, not between the
+        // poll's record and it, and never between the future's record and
+        // its id and values (there, they would read as the handler's).
         assert_eq!(
             names_since(first),
             [
                 "valued_async",
+                "id",
+                "handler",
                 "future valued_async",
+                "id",
                 "value 7",
                 "value 9",
-                "handler"
             ]
         );
         // Dropped before completion: the cancelled future's record and its
@@ -553,17 +627,31 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
         }
         assert_eq!(
             names_since(first),
-            ["valued_async", "future valued_async", "value 5", "handler"]
+            [
+                "valued_async",
+                "id",
+                "future valued_async",
+                "id",
+                "value 5",
+                "handler"
+            ]
         );
         // A future its caller follows itself (a `tracing` span's), the same way.
         let first = unsafe { with_thread_state(|st| st.count) };
         let start = crate::clock::ticks();
-        drop(values::enter_poll(&VALUED_ASYNC));
+        values::exit_poll(values::enter_poll(&VALUED_ASYNC), 7);
         irq_sim::arm(handler);
-        values::record_future_values(&VALUED_ASYNC, start, 1, false, &[value(&3u32)]);
+        values::record_future_values(&VALUED_ASYNC, 7, start, 1, false, &[value(&3u32)]);
         assert_eq!(
             names_since(first),
-            ["valued_async", "future valued_async", "value 3", "handler"]
+            [
+                "valued_async",
+                "id",
+                "future valued_async",
+                "id",
+                "value 3",
+                "handler"
+            ]
         );
     });
 }

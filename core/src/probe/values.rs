@@ -73,30 +73,38 @@ pub fn exit_with_values(mut g: Guard, values: &[RawValue]) {
 }
 
 /// The exit of a call with values: the call's record, then its values.
-///
-/// On a board both go in one stretch with interrupts masked, as a counted
-/// call's record and counters do: a traced interrupt handler that ran
-/// between them would write its own record there, and the values would
-/// read as the handler's. Room for all of them is made first (a buffer
-/// close to full is handed over, with interrupts as they were), so that no
-/// handoff runs masked and they go out together. Elsewhere nothing is
-/// masked (a host's signal handlers make no traced calls).
 #[inline(never)]
 fn exit_values(g: &mut Guard, values: &[RawValue]) {
+    exit_then(g, values.len(), |st| write_values(st, values));
+}
+
+/// Ends the call of `g` and, if its record was written, runs `then` (which
+/// writes at most `extra` records after it: its values, a poll's future id).
+///
+/// On a board the record and what follows go in one stretch with
+/// interrupts masked, as a counted call's record and counters do: a traced
+/// interrupt handler that ran between them would write its own record
+/// there, and what follows would read as the handler's. Room for all of
+/// them is made first (a buffer close to full is handed over, with
+/// interrupts as they were), so that no handoff runs masked and they go out
+/// together. Elsewhere nothing is masked (a host's signal handlers make no
+/// traced calls).
+#[inline(always)]
+pub(super) fn exit_then(g: &mut Guard, extra: usize, then: impl FnOnce(&mut ThreadState)) {
     let (slot, serial) = (g.slot(), g.serial());
     // The plain guard's own drop does nothing now.
     g.disarm();
-    // The record, its values and, for a counted call on a board, its counters.
+    // The record, what follows it and, for a counted call on a board, its counters.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     let records = 1
-        + values.len()
+        + extra
         + if slot & super::COUNTED != 0 {
             1 + super::platform::MORE_COUNTERS
         } else {
             0
         };
     #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
-    let records = 1 + values.len();
+    let records = 1 + extra;
     one_stretch(records, || {
         let before = with_state(|st| (st.count, st.buf));
         exit(slot, serial);
@@ -104,17 +112,34 @@ fn exit_values(g: &mut Guard, values: &[RawValue]) {
         super::irq_sim::point();
         with_state(|st| {
             if (st.count, st.buf) != before {
-                write_values(st, values);
+                then(st);
             }
         });
     });
 }
 
+/// Ends one poll of the future `id` (see [`ext::FUTURE`]): the poll's
+/// record, then the future's id after it.
+#[inline(never)]
+pub(super) fn exit_poll_of(g: &mut Guard, id: u64) {
+    exit_then(g, 1, |st| write(st, RawCall::ext(ext::FUTURE, id, 0)));
+}
+
+/// Ends one poll `g` of a future whose id its caller keeps (a `tracing`
+/// span's, see [`enter_poll`]): the poll's record, then `id` after it, so
+/// that a reader knows the future each poll belongs to.
+#[inline]
+pub fn exit_poll(mut g: Guard, id: u64) {
+    if g.slot() != 0 {
+        exit_poll_of(&mut g, id);
+    }
+}
+
 /// Runs `write` (which writes at most `records` records) with interrupts
-/// masked on a board, after making room for them (see [`exit_values`]), and
+/// masked on a board, after making room for them (see [`exit_then`]), and
 /// hands a full buffer over after; elsewhere, just runs it.
 #[inline(always)]
-fn one_stretch(records: usize, write: impl FnOnce()) {
+pub(super) fn one_stretch(records: usize, write: impl FnOnce()) {
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     with_state(|st| {
         if st.count + records > st.limit && !st.buf.is_null() {
@@ -133,7 +158,7 @@ fn one_stretch(records: usize, write: impl FnOnce()) {
     });
 }
 
-/// Masks interrupts on a board (see [`exit_values`]); returns what
+/// Masks interrupts on a board (see [`exit_then`]); returns what
 /// [`unmask`] restores. Nothing elsewhere.
 #[inline(always)]
 fn mask() -> usize {
@@ -174,17 +199,21 @@ pub fn enter_poll(site: &'static Site) -> Guard {
 
 /// Records a whole future its caller followed (see [`enter_poll`]): from
 /// `first` (the [`ticks`] of its first poll) to now, with its poll count,
-/// then its present `values`, exactly as a [`ValuesFuture`] records its own
-/// (in one stretch, masked on a board).
+/// then its id (the one its polls' [`exit_poll`] gave) and its present
+/// `values`, exactly as a [`ValuesFuture`] records its own (in one stretch,
+/// masked on a board).
 pub fn record_future_values(
     site: &'static Site,
+    id: u64,
     first: u64,
     polls: u32,
     cancelled: bool,
     values: &[RawValue],
 ) {
-    one_stretch(1 + values.len(), || {
-        record_future(site, first, polls, cancelled, |st| write_values(st, values))
+    one_stretch(2 + values.len(), || {
+        record_future(site, id, first, polls, cancelled, |st| {
+            write_values(st, values)
+        })
     });
 }
 
@@ -257,9 +286,13 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
             enter_on(this.site, c, F_POLL, stack_pointer())
         };
         this.polls += 1;
+        let id = this as *const Self as u64;
         // SAFETY: see above.
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        drop(guard);
+        let mut guard = guard;
+        if guard.slot() != 0 {
+            exit_poll_of(&mut guard, id);
+        }
         if let Poll::Ready(out) = &r {
             this.done = true;
             if let (Some(ret), Some(last)) = (this.ret, this.values.last_mut()) {
@@ -267,10 +300,10 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
             }
             if this.first != 0 {
                 // The whole future's record and its values in one stretch,
-                // as a call's (see `exit_values`).
+                // as a call's (see `exit_then`).
                 let values = &this.values;
-                one_stretch(1 + N, || {
-                    record_future(this.site, this.first, this.polls, false, |st| {
+                one_stretch(2 + N, || {
+                    record_future(this.site, id, this.first, this.polls, false, |st| {
                         write_values(st, values)
                     })
                 });
@@ -283,9 +316,9 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
 impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
     fn drop(&mut self) {
         if !self.done && self.first != 0 {
-            let values = &self.values;
-            one_stretch(1 + N, || {
-                record_future(self.site, self.first, self.polls, true, |st| {
+            let (values, id) = (&self.values, self as *const Self as u64);
+            one_stretch(2 + N, || {
+                record_future(self.site, id, self.first, self.polls, true, |st| {
                     write_values(st, values)
                 })
             });

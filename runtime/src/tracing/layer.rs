@@ -208,7 +208,14 @@ where
         if c.is_future() {
             if let Some(f) = span.extensions().get::<FutureState>() {
                 if f.first != 0 {
-                    record_future_values(&c.site, f.first, f.polls, false, &f.values);
+                    record_future_values(
+                        &c.site,
+                        id.into_u64(),
+                        f.first,
+                        f.polls,
+                        false,
+                        &f.values,
+                    );
                 }
             }
         }

@@ -24,7 +24,7 @@
 
 use super::values::{Values, NONE};
 use fgtrace_core::control_word::{CONTROL, ON_MASK};
-use fgtrace_core::probe::{enter as probe_enter, enter_poll, exit_with_values, Guard};
+use fgtrace_core::probe::{enter as probe_enter, enter_poll, exit_poll, exit_with_values, Guard};
 use fgtrace_core::site::Site;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -52,6 +52,9 @@ struct Stack {
     guards: [MaybeUninit<Guard>; CAPACITY],
     /// The entry's site records values: its exit writes `values[i]`.
     has_values: [bool; CAPACITY],
+    /// The entry is a poll of a future: its exit writes the span's id after
+    /// the poll's record.
+    poll: [bool; CAPACITY],
     /// The entry's callsite index (noted with its exit).
     callsites: [u32; CAPACITY],
     values: [Values; CAPACITY],
@@ -78,6 +81,7 @@ std::thread_local! {
             keys: [NO_KEY; CAPACITY],
             guards: [const { MaybeUninit::uninit() }; CAPACITY],
             has_values: [false; CAPACITY],
+            poll: [false; CAPACITY],
             callsites: [0; CAPACITY],
             values: [NONE; CAPACITY],
             pending_keys: [NO_KEY; PENDING],
@@ -206,6 +210,7 @@ pub(crate) fn enter_poll_of(owner: u32, id: u64, site: &'static Site, callsite: 
             return;
         }
         s.has_values[i] = false;
+        s.poll[i] = true;
         s.callsites[i] = callsite;
         let g = enter_poll(site);
         s.keys[i] = Key { owner, id };
@@ -231,6 +236,7 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site, callsite: u32) {
         let key = Key { owner, id };
         let has = !site.values.is_empty();
         s.has_values[i] = has;
+        s.poll[i] = false;
         s.callsites[i] = callsite;
         if has {
             s.values[i] = match s.pending_slot(key) {
@@ -277,7 +283,9 @@ pub(crate) fn exit(owner: u32, id: u64) {
             // SAFETY: i < len was initialised; `len` no longer covers it, so
             // it is read out exactly once.
             let g = unsafe { s.guards[i].assume_init_read() };
-            if s.has_values[i] {
+            if s.poll[i] {
+                exit_poll(g, s.keys[i].id);
+            } else if s.has_values[i] {
                 exit_with_values(g, &s.values[i]);
             } else {
                 drop(g);
