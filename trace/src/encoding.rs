@@ -33,7 +33,7 @@
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
 use super::{
-    Call, CallCounters, CallValues, Event, FutureSpan, LossKind, Lost, Marker, Sample, Value,
+    Call, CallCounters, CallValues, Event, FutureId, FutureSpan, LossKind, Lost, Marker, Sample, Value,
 };
 use std::fmt;
 use std::io;
@@ -60,6 +60,7 @@ const EXT_COUNTERS: u64 = 1;
 const EXT_VALUES: u64 = 2;
 const EXT_MARKER: u64 = 3;
 const EXT_STR_VALUES: u64 = 4;
+const EXT_FUTURE_ID: u64 = 5;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -295,6 +296,13 @@ impl Chunk {
                             ts_ns: start,
                         }));
                     }
+                    EXT_FUTURE_ID => {
+                        let id = d.varint()?;
+                        out.push(Event::FutureId(FutureId {
+                            thread: self.thread,
+                            id,
+                        }));
+                    }
                     k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
                 },
             }
@@ -416,8 +424,8 @@ impl ChunkEncoder {
             self.chunk.events.reserve(CHUNK_EVENTS + 8);
         }
         match &ev {
-            // Counters and values stay in their call's chunk, as encoded.
-            Event::Counters(_) | Event::Values(_) => {}
+            // Counters, values and future ids stay in their call's chunk, as encoded.
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {}
             Event::Call(c) => self.start_event(c.start_ns),
             Event::Future(f) => self.start_event(f.start_ns),
             Event::Lost(l) => self.start_event(l.at_ns),
@@ -482,6 +490,13 @@ impl ChunkEncoder {
             }
             Event::Counters(c) => self.counters(c),
             Event::Values(v) => self.values(v),
+            Event::FutureId(f) => {
+                // As counters: it stays in its poll's (or future's) chunk.
+                self.chunk.count += 1;
+                put_varint(&mut self.chunk.payload, EV_EXT);
+                put_varint(&mut self.chunk.payload, EXT_FUTURE_ID);
+                put_varint(&mut self.chunk.payload, f.id);
+            }
             Event::Marker(m) => {
                 self.begin(0, m.ts_ns, EV_EXT, 0, false);
                 put_varint(&mut self.chunk.payload, EXT_MARKER);

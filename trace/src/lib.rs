@@ -711,6 +711,24 @@ pub struct Marker {
     pub ts_ns: u64,
 }
 
+/// The future a poll or a whole future belongs to. Follows the poll's
+/// [`Call`] or the [`FutureSpan`] right after it (before its counters and
+/// values), in traces recorded since futures name themselves; older ones
+/// have none, and their polls are matched by time.
+///
+/// The id is a `#[traced]` future's address (pinned from its first poll
+/// until it is dropped) or a `tracing` span's id (unique among open spans):
+/// two futures of one site with the same id never overlap in time, so a
+/// poll belongs to the future of its site and id whose first poll to end
+/// holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutureId {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// The future's id.
+    pub id: u64,
+}
+
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -729,6 +747,8 @@ pub enum Event {
     Values(CallValues),
     /// An instant marker, in pre-order among the calls.
     Marker(Marker),
+    /// Follows a poll's `Call` or a `Future`: the future it belongs to.
+    FutureId(FutureId),
 }
 
 impl Event {
@@ -742,6 +762,7 @@ impl Event {
             Event::Counters(c) => c.thread,
             Event::Values(v) => v.thread,
             Event::Marker(m) => m.thread,
+            Event::FutureId(f) => f.thread,
         }
     }
 }

@@ -243,6 +243,14 @@ impl Merge {
                 m.ts_ns = m.ts_ns.saturating_add(shift);
                 Event::Marker(m)
             }
+            Event::FutureId(mut f) => {
+                f.thread = f.thread.saturating_add(base);
+                // Ids are addresses and span ids, which another process may
+                // use too: each trace's are moved apart by its index in the
+                // top byte (user-space addresses leave it clear).
+                f.id ^= (i as u64) << 56;
+                Event::FutureId(f)
+            }
             Event::Counters(_) | Event::Sample(_) => return None,
         }))
     }

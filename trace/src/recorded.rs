@@ -520,7 +520,7 @@ pub fn decode(
         if k as u64 == kind::LOST && unwound {
             // An extension record.
             let sub = varint(&mut pos)?;
-            if sub > fgtrace_core::record::ext::MARKER || dd != 0 || same {
+            if sub > fgtrace_core::record::ext::LAST || dd != 0 || same {
                 return Err(corrupt(at, format!("extension record {sub} is not one")));
             }
             let a = varint(&mut pos)?;

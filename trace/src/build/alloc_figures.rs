@@ -30,6 +30,8 @@ pub struct Attach {
     counters: HashMap<usize, Vec<Option<u64>>>,
     /// Values by record (a call's, a poll's or a whole future's).
     values: HashMap<usize, Vec<crate::Value>>,
+    /// Future ids by record (a poll's or a whole future's).
+    futures: HashMap<usize, u64>,
     /// Records that are instant markers (their extension said so).
     markers: std::collections::HashSet<usize>,
     last_call: Option<usize>,
@@ -69,6 +71,12 @@ impl Attach {
             }
             // A marker has no figures of its own to take.
             self.last_call = None;
+            return true;
+        }
+        if r.site as u64 == ext::FUTURE {
+            if let Some(c) = self.last_with_values {
+                self.futures.insert(c, r.count);
+            }
             return true;
         }
         if r.site as u64 == ext::VALUE {
@@ -116,6 +124,17 @@ impl Attach {
     pub fn is_marker(&mut self, i: usize) -> bool {
         // Most traces have no markers: no hashing per record for them.
         !self.markers.is_empty() && self.markers.remove(&i)
+    }
+
+    /// The future id of the poll (or future) recorded at `i`, if it has one.
+    /// Called once per record, when it is written out: the id goes.
+    pub fn future_id_event(&mut self, thread: u32, i: usize) -> Option<Event> {
+        // Traces without async fns: no hashing per call for them.
+        if self.futures.is_empty() {
+            return None;
+        }
+        let id = self.futures.remove(&i)?;
+        Some(Event::FutureId(crate::FutureId { thread, id }))
     }
 
     /// The values event of the call (or future) recorded at `i`, if it has values.

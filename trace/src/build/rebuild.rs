@@ -562,6 +562,11 @@ impl Out {
                     dur_ns: r.end_ns - r.start_ns,
                     flags: fl,
                 }));
+                if rk == kind::POLL {
+                    if let Some(e) = f.figures.future_id_event(t, i) {
+                        self.enc.push_event(e);
+                    }
+                }
                 if let Some(e) = f.figures.event(t, i, self.layout) {
                     self.enc.push_event(e);
                 }
@@ -607,6 +612,8 @@ pub struct ThreadBuilder {
     futures: Vec<(usize, Rec)>,
     /// Their values events, kept as their frames go.
     future_values: HashMap<usize, Event>,
+    /// The whole futures' ids, kept as their values are.
+    future_ids: HashMap<usize, Event>,
     seq: Option<Arc<RawSeq>>,
     /// Records a frame holds before it lets its subtrees go.
     budget: usize,
@@ -633,6 +640,7 @@ impl ThreadBuilder {
             tasks: Vec::new(),
             futures: Vec::new(),
             future_values: HashMap::new(),
+            future_ids: HashMap::new(),
             seq: None,
             budget: usize::MAX,
             failed: None,
@@ -704,6 +712,9 @@ impl ThreadBuilder {
                 if let Some(e) = self.top.figures.values_event(t, *fi) {
                     self.future_values.insert(*fi, e);
                 }
+                if let Some(e) = self.top.figures.future_id_event(t, *fi) {
+                    self.future_ids.insert(*fi, e);
+                }
             }
         }
         match self.top.take(r, self.budget, self.seq.as_deref()) {
@@ -729,6 +740,9 @@ impl ThreadBuilder {
             for (fi, _) in self.futures.iter().rev().take_while(|(fi, _)| *fi >= base) {
                 if let Some(e) = self.top.figures.values_event(t, *fi) {
                     self.future_values.insert(*fi, e);
+                }
+                if let Some(e) = self.top.figures.future_id_event(t, *fi) {
+                    self.future_ids.insert(*fi, e);
                 }
             }
         }
@@ -876,6 +890,9 @@ impl ThreadBuilder {
                 polls: r.depth,
                 cancelled: r.unwound,
             }));
+            if let Some(e) = self.future_ids.remove(i) {
+                enc.push_event(e);
+            }
             if let Some(e) = self.future_values.remove(i) {
                 enc.push_event(e);
             }
@@ -944,8 +961,9 @@ mod tests {
                         t += 1;
                     }
                     1 => {
-                        // A whole future, with a value.
+                        // A whole future, with its id and a value.
                         out.push(RawCall::pack(ORIGIN + t, 2, 5, 91, false, kind::FUTURE));
+                        out.push(RawCall::ext(ext::FUTURE, t + 3, 0));
                         out.push(RawCall::ext(ext::VALUE, t + 7, 1 << 3));
                     }
                     _ => t = tree(rng, depth + 1, t, budget, out) + rng.below(2),
@@ -970,6 +988,10 @@ mod tests {
         ));
         if rng.below(4) == 0 {
             out.push(RawCall::ext(ext::ALLOCS, rng.below(9), rng.below(99)));
+        }
+        if k == kind::POLL {
+            // A poll's future, as its exit writes it (after its figures).
+            out.push(RawCall::ext(ext::FUTURE, start * 5 + 1, 0));
         }
         if rng.below(8) == 0 {
             out.push(RawCall::ext(ext::VALUE, rng.below(1000), 1 << 3));
@@ -1088,6 +1110,25 @@ mod tests {
             let whole = ThreadBuilder::new(0, smp.clone(), 3, layout);
             let (want, want_calls, held_all) = run(whole, &seq);
             assert!(want_calls > 2500, "{want_calls}");
+            // Every poll and whole future is followed by its id: the id of
+            // a poll that started at t is 5t + 1, of a future t + 3.
+            let events: Vec<Event> = want.iter().flat_map(|c| c.decode().unwrap()).collect();
+            let mut named = 0;
+            for (e, next) in events.iter().zip(events.iter().skip(1)) {
+                let want_id = match e {
+                    Event::Call(c) if c.is_poll() => Some(c.start_ns * 5 + 1),
+                    Event::Future(f) => Some(f.start_ns + 3),
+                    _ => None,
+                };
+                if let Some(id) = want_id {
+                    assert!(
+                        matches!(next, Event::FutureId(f) if f.id == id),
+                        "seed {seed}: {e:?} is followed by {next:?}"
+                    );
+                    named += 1;
+                }
+            }
+            assert!(named > 100, "seed {seed}: {named} polls and futures");
             for budget in [1, 2, 3, 5, 17, 64, 400] {
                 let b =
                     ThreadBuilder::new(0, smp.clone(), 3, layout).rereading(seq.clone(), budget);
