@@ -712,9 +712,10 @@ pub struct Marker {
 }
 
 /// The future a poll or a whole future belongs to. Follows the poll's
-/// [`Call`] or the [`FutureSpan`] right after it (before its counters and
-/// values), in traces recorded since futures name themselves; older ones
-/// have none, and their polls are matched by time.
+/// [`Call`] or the [`FutureSpan`], after its counters and values (so a view
+/// that ignores it sees them as before), in traces recorded since futures
+/// name themselves; older ones have none, and their polls are matched by
+/// time.
 ///
 /// The id is a `#[traced]` future's address (pinned from its first poll
 /// until it is dropped) or a `tracing` span's id (unique among open spans):
@@ -747,7 +748,8 @@ pub enum Event {
     Values(CallValues),
     /// An instant marker, in pre-order among the calls.
     Marker(Marker),
-    /// Follows a poll's `Call` or a `Future`: the future it belongs to.
+    /// Follows a poll's `Call` or a `Future` (after its `Counters` and
+    /// `Values`): the future it belongs to.
     FutureId(FutureId),
 }
 

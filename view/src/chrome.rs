@@ -145,6 +145,8 @@ struct Writer<'a, W: Write, R: Resolve> {
     pending: Vec<Option<(Call, u64, Option<CallCounters>)>>,
     /// The last future, until its values could follow.
     pending_future: Option<FutureSpan>,
+    /// The held future\'s values (its id follows them).
+    pending_future_values: Option<CallValues>,
     /// The last instant marker, until its values could follow.
     pending_marker: Option<Marker>,
     polls: PollMatcher,
@@ -373,15 +375,21 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.event()
     }
 
-    /// Writes the future held until its values (which follow it) were seen.
-    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+    /// Writes the future held until its values and its id (which follow it) were seen.
+    fn flush_future(&mut self, id: Option<u64>) -> io::Result<()> {
+        let values = self.pending_future_values.take();
         match self.pending_future.take() {
-            Some(f) => self.future(&f, values),
+            Some(f) => self.future(&f, values.as_ref(), id),
             None => Ok(()),
         }
     }
 
-    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
+    fn future(
+        &mut self,
+        f: &FutureSpan,
+        values: Option<&CallValues>,
+        future_id: Option<u64>,
+    ) -> io::Result<()> {
         let lanes = self.lanes.entry(f.site).or_default();
         let end = f.start_ns.saturating_add(f.dur_ns);
         let lane = match lanes.iter().position(|&e| e <= f.start_ns) {
@@ -416,7 +424,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
             f.cancelled
         );
         self.event()?;
-        for p in self.polls.future(f) {
+        for p in self.polls.future_of(f, future_id) {
             let (c, poll_id) = (p.call, p.id);
             let ptid = self.tid(c.thread);
             self.buf = format!(
@@ -528,7 +536,16 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 return Ok(());
             }
             Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
-                return self.flush_future(Some(v));
+                // Held: the future's id follows its values.
+                self.pending_future_values = Some(v.clone());
+                return Ok(());
+            }
+            Event::FutureId(x) => {
+                if self.pending_future.is_some_and(|f| f.thread == x.thread) {
+                    return self.flush_future(Some(x.id));
+                }
+                self.polls.name_last(x);
+                return Ok(());
             }
             Event::Values(v) if self.pending_marker.is_some_and(|m| m.thread == v.thread) => {
                 return self.flush_marker(Some(v));
@@ -611,6 +628,7 @@ pub fn write_chrome<W: Write, R: Resolve>(
         pid: meta.pid,
         pending: Vec::new(),
         pending_future: None,
+        pending_future_values: None,
         pending_marker: None,
         polls: PollMatcher::new(),
         lanes: HashMap::new(),

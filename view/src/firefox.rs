@@ -282,8 +282,10 @@ struct Builder<'a, R: Resolve> {
     filter: WindowFilter,
     /// The last call, held until its values (which follow it) are seen.
     pending: Option<(Call, &'static str)>,
-    /// The last future, held the same way (an async fn's values follow it).
+    /// The last future, held the same way (an async fn's values follow
+    /// it), with its values and then its id, which follows them.
     pending_future: Option<FutureSpan>,
+    pending_future_values: Option<CallValues>,
     /// An instant marker held until its values could follow.
     pending_marker: Option<Marker>,
 }
@@ -343,9 +345,7 @@ impl<R: Resolve> Builder<'_, R> {
 
     /// Adds the marker of the call held until its values could follow.
     fn flush_call(&mut self, values: Option<&CallValues>) {
-        if let Some(f) = self.pending_future.take() {
-            self.future(&f, values);
-        }
+        self.flush_future(None);
         if let Some(mk) = self.pending_marker.take() {
             let h = self.thread(mk.thread);
             let as_call = Call {
@@ -391,7 +391,15 @@ impl<R: Resolve> Builder<'_, R> {
         Some(self.profile.intern_string(&text.join(", ")))
     }
 
-    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) {
+    /// Adds the future held until its values and its id could follow.
+    fn flush_future(&mut self, id: Option<u64>) {
+        if let Some(f) = self.pending_future.take() {
+            let values = self.pending_future_values.take();
+            self.future(&f, values.as_ref(), id);
+        }
+    }
+
+    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>, id: Option<u64>) {
         let h = match self.async_thread {
             Some(h) => h,
             None => {
@@ -429,7 +437,7 @@ impl<R: Resolve> Builder<'_, R> {
         m.category = self.future_cat;
         self.profile
             .add_marker(h, MarkerTiming::Interval(ts(f.start_ns), ts(end)), m);
-        for p in self.lanes.future(f) {
+        for p in self.lanes.future_of(f, id) {
             let mut m = self.call_marker(&p.call, "poll");
             m.name = name;
             m.category = self.future_cat;
@@ -577,9 +585,21 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             return Ok(());
         }
         match ev {
+            Event::FutureId(x) => {
+                if self.pending_future.is_some_and(|f| f.thread == x.thread) {
+                    self.flush_future(Some(x.id));
+                } else {
+                    self.lanes.name_last(x);
+                }
+                return Ok(());
+            }
+            Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
+                // Held: the future's id follows its values.
+                self.pending_future_values = Some(v.clone());
+                return Ok(());
+            }
             Event::Values(v)
                 if self.pending.is_some_and(|p| p.0.thread == v.thread)
-                    || self.pending_future.is_some_and(|f| f.thread == v.thread)
                     || self.pending_marker.is_some_and(|m| m.thread == v.thread) =>
             {
                 self.flush_call(Some(v));
@@ -604,7 +624,7 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             Event::Marker(m) => self.pending_marker = Some(*m),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
-            Event::Counters(_) | Event::Values(_) => {}
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {}
         }
         Ok(())
     }
@@ -680,6 +700,7 @@ pub fn write_firefox<W: Write, R: Resolve>(
         filter: WindowFilter::new(opts.window),
         pending: None,
         pending_future: None,
+        pending_future_values: None,
         pending_marker: None,
     };
     // Every thread of the trace, even one with nothing left after filtering.

@@ -131,10 +131,19 @@ pub struct PollValuesBuilder<'a> {
     /// Per site: an `async fn` recording values.
     wanted: Vec<bool>,
     polls: crate::lanes::PollMatcher,
-    futures: Vec<(fgtrace_trace::FutureSpan, Option<fgtrace_trace::CallValues>)>,
-    /// Per thread: the future just before, waiting for its values.
+    /// The futures, with their ids and values.
+    futures: Vec<FutureWithValues>,
+    /// Per thread: the future just before, waiting for its id and values.
     last_future: Vec<Option<usize>>,
+    /// Per thread: the poll just before (site, flow id), waiting for its id.
+    last_poll: Vec<Option<(u32, u64)>>,
 }
+
+type FutureWithValues = (
+    fgtrace_trace::FutureSpan,
+    Option<u64>,
+    Option<fgtrace_trace::CallValues>,
+);
 
 impl<'a> PollValuesBuilder<'a> {
     /// A builder for `meta`'s trace: finds the `async fn`s that record values.
@@ -149,6 +158,7 @@ impl<'a> PollValuesBuilder<'a> {
             polls: crate::lanes::PollMatcher::new(),
             futures: Vec::new(),
             last_future: Vec::new(),
+            last_poll: Vec::new(),
         }
     }
 
@@ -166,8 +176,8 @@ impl<'a> PollValuesBuilder<'a> {
             ..
         } = self;
         let mut out = PollValues::default();
-        for (f, values) in futures {
-            let found = polls.future(&f);
+        for (f, id, values) in futures {
+            let found = polls.future_of(&f, id);
             let (Some(values), Some(info)) = (values, meta.sites.get(f.site as usize)) else {
                 continue;
             };
@@ -207,20 +217,35 @@ impl Consume for PollValuesBuilder<'_> {
         let t = ev.thread() as usize;
         if self.last_future.len() <= t {
             self.last_future.resize(t + 1, None);
+            self.last_poll.resize(t + 1, None);
         }
         let waiting = self.last_future[t].take();
+        let poll = self.last_poll[t].take();
         match ev {
             Event::Call(c) if c.is_poll() && self.wants(c.site) => {
-                self.polls.poll(c);
+                self.last_poll[t] = Some((c.site, self.polls.poll(c)));
             }
             Event::Future(f) if self.wants(f.site) => {
-                self.futures.push((*f, None));
+                self.futures.push((*f, None, None));
                 self.last_future[t] = Some(self.futures.len() - 1);
             }
+            // After the future's (or the poll's) values.
+            Event::FutureId(x) => match (waiting, poll) {
+                (Some(i), _) => self.futures[i].1 = Some(x.id),
+                (None, Some((site, flow))) => self.polls.name(site, flow, x.id),
+                (None, None) => {}
+            },
             Event::Values(v) => {
                 if let Some(i) = waiting {
-                    self.futures[i].1 = Some(v.clone());
+                    self.futures[i].2 = Some(v.clone());
+                    // Its id follows its values.
+                    self.last_future[t] = Some(i);
                 }
+                self.last_poll[t] = poll;
+            }
+            Event::Counters(_) => {
+                self.last_future[t] = waiting;
+                self.last_poll[t] = poll;
             }
             _ => {}
         }
@@ -829,7 +854,7 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
                 _ => Ok(()),
             },
             Event::Marker(m) => self.marker(m),
-            Event::Future(_) | Event::Sample(_) | Event::Values(_) => Ok(()),
+            Event::Future(_) | Event::Sample(_) | Event::Values(_) | Event::FutureId(_) => Ok(()),
         }
     }
 }

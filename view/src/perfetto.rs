@@ -202,15 +202,18 @@ struct Writer<'a, W: Write, R: Resolve> {
     filter: WindowFilter,
     /// The last future, until its values (an async fn's) could follow.
     pending_future: Option<FutureSpan>,
+    /// The held future\'s values (its id follows them).
+    pending_future_values: Option<CallValues>,
     /// The last instant marker, until its values could follow.
     pending_marker: Option<Marker>,
 }
 
 impl<W: Write, R: Resolve> Writer<'_, W, R> {
-    /// Writes the future held until its values were seen.
-    fn flush_future(&mut self, values: Option<&CallValues>) -> io::Result<()> {
+    /// Writes the future held until its values and its id were seen.
+    fn flush_future(&mut self, id: Option<u64>) -> io::Result<()> {
+        let values = self.pending_future_values.take();
         match self.pending_future.take() {
-            Some(f) => self.future(&f, values),
+            Some(f) => self.future(&f, values.as_ref(), id),
             None => Ok(()),
         }
     }
@@ -502,7 +505,12 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
-    fn future(&mut self, f: &FutureSpan, values: Option<&CallValues>) -> io::Result<()> {
+    fn future(
+        &mut self,
+        f: &FutureSpan,
+        values: Option<&CallValues>,
+        id: Option<u64>,
+    ) -> io::Result<()> {
         let mut vals = Vec::new();
         if let (Some(vs), Some(site)) = (values, self.meta.sites.get(f.site as usize)) {
             vals.extend(
@@ -513,7 +521,7 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.stats.futures += 1;
         let n = self.stats.futures;
         let uuid = future_uuid(n);
-        let polls = self.lanes.future(f);
+        let polls = self.lanes.future_of(f, id);
         let end = f.start_ns.saturating_add(f.dur_ns);
         self.packet(TracePacket {
             track_descriptor: Some(TrackDescriptor {
@@ -822,7 +830,16 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 return Ok(());
             }
             Event::Values(v) if self.pending_future.is_some_and(|f| f.thread == v.thread) => {
-                return self.flush_future(Some(v));
+                // Held: the future's id follows its values.
+                self.pending_future_values = Some(v.clone());
+                return Ok(());
+            }
+            Event::FutureId(x) => {
+                if self.pending_future.is_some_and(|f| f.thread == x.thread) {
+                    return self.flush_future(Some(x.id));
+                }
+                self.lanes.name_last(x);
+                return Ok(());
             }
             Event::Values(v) if self.pending_marker.is_some_and(|m| m.thread == v.thread) => {
                 return self.flush_marker(Some(v));
@@ -909,6 +926,7 @@ pub fn write_perfetto<W: Write, R: Resolve>(
         buf: Vec::new(),
         filter: WindowFilter::new(opts.window),
         pending_future: None,
+        pending_future_values: None,
         pending_marker: None,
     };
     w.header()?;

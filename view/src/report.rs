@@ -684,9 +684,12 @@ impl Consume for ReportBuilder<'_> {
             Event::Future(f) => self.future(f),
             Event::Lost(l) => self.lost(l),
             Event::Counters(c) => self.counters(c.thread, &c.values),
-            Event::Sample(_) | Event::Values(_) | Event::Marker(_) => {}
+            Event::Sample(_) | Event::Values(_) | Event::Marker(_) | Event::FutureId(_) => {}
         }
-        if !matches!(ev, Event::Call(_) | Event::Counters(_) | Event::Values(_)) {
+        if !matches!(
+            ev,
+            Event::Call(_) | Event::Counters(_) | Event::Values(_) | Event::FutureId(_)
+        ) {
             *grow(&mut self.counters_due, ev.thread() as usize) = false;
         }
         Ok(())

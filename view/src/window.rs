@@ -73,7 +73,7 @@ impl Window {
             Event::Sample(s) => self.contains(s.ts_ns),
             Event::Lost(l) => self.contains(l.at_ns),
             Event::Marker(m) => self.contains(m.ts_ns),
-            Event::Counters(_) | Event::Values(_) => true,
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => true,
         }
     }
 
@@ -178,12 +178,13 @@ impl WindowFilter {
             return true;
         }
         let t = ev.thread() as usize;
-        if let Event::Counters(_) | Event::Values(_) = ev {
+        if let Event::Counters(_) | Event::Values(_) | Event::FutureId(_) = ev {
             return !self.dropped_call.get(t).copied().unwrap_or(false);
         }
         let keep = self.window.keeps(ev);
-        // A marker's values go with it as a call's do.
-        if let Event::Call(_) | Event::Marker(_) = ev {
+        // A marker's values go with it as a call's do, and a future's values
+        // and id with it.
+        if let Event::Call(_) | Event::Marker(_) | Event::Future(_) = ev {
             if self.dropped_call.len() <= t {
                 self.dropped_call.resize(t + 1, false);
             }
@@ -196,7 +197,9 @@ impl WindowFilter {
                 Event::Sample(_) => &mut self.left_out.samples,
                 Event::Lost(_) => &mut self.left_out.losses,
                 Event::Marker(_) => &mut self.left_out.markers,
-                Event::Counters(_) | Event::Values(_) => unreachable!("decided above"),
+                Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {
+                    unreachable!("decided above")
+                }
             };
             *n += 1;
         }

@@ -484,7 +484,8 @@ impl<R, C: FnMut(Span) -> R, F: FnMut(&mut Vec<R>)> Consume for Exporter<'_, R, 
                     }
                 }
             }
-            Event::Sample(_) | Event::Values(_) | Event::Marker(_) => {}
+            // Spans of polls and futures are not linked (each is its own span).
+            Event::Sample(_) | Event::Values(_) | Event::Marker(_) | Event::FutureId(_) => {}
         }
         Ok(())
     }

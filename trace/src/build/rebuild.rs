@@ -562,16 +562,16 @@ impl Out {
                     dur_ns: r.end_ns - r.start_ns,
                     flags: fl,
                 }));
-                if rk == kind::POLL {
-                    if let Some(e) = f.figures.future_id_event(t, i) {
-                        self.enc.push_event(e);
-                    }
-                }
                 if let Some(e) = f.figures.event(t, i, self.layout) {
                     self.enc.push_event(e);
                 }
                 if let Some(e) = f.figures.values_event(t, i) {
                     self.enc.push_event(e);
+                }
+                if rk == kind::POLL {
+                    if let Some(e) = f.figures.future_id_event(t, i) {
+                        self.enc.push_event(e);
+                    }
                 }
             }
         }
@@ -890,10 +890,10 @@ impl ThreadBuilder {
                 polls: r.depth,
                 cancelled: r.unwound,
             }));
-            if let Some(e) = self.future_ids.remove(i) {
+            if let Some(e) = self.future_values.remove(i) {
                 enc.push_event(e);
             }
-            if let Some(e) = self.future_values.remove(i) {
+            if let Some(e) = self.future_ids.remove(i) {
                 enc.push_event(e);
             }
         }
@@ -1110,19 +1110,23 @@ mod tests {
             let whole = ThreadBuilder::new(0, smp.clone(), 3, layout);
             let (want, want_calls, held_all) = run(whole, &seq);
             assert!(want_calls > 2500, "{want_calls}");
-            // Every poll and whole future is followed by its id: the id of
-            // a poll that started at t is 5t + 1, of a future t + 3.
+            // Every poll and whole future is followed by its id, after its
+            // counters and values: the id of a poll that started at t is
+            // 5t + 1, of a future t + 3.
             let events: Vec<Event> = want.iter().flat_map(|c| c.decode().unwrap()).collect();
             let mut named = 0;
-            for (e, next) in events.iter().zip(events.iter().skip(1)) {
+            for (k, e) in events.iter().enumerate() {
                 let want_id = match e {
                     Event::Call(c) if c.is_poll() => Some(c.start_ns * 5 + 1),
                     Event::Future(f) => Some(f.start_ns + 3),
                     _ => None,
                 };
                 if let Some(id) = want_id {
+                    let next = events[k + 1..]
+                        .iter()
+                        .find(|x| !matches!(x, Event::Counters(_) | Event::Values(_)));
                     assert!(
-                        matches!(next, Event::FutureId(f) if f.id == id),
+                        matches!(next, Some(Event::FutureId(f)) if f.id == id),
                         "seed {seed}: {e:?} is followed by {next:?}"
                     );
                     named += 1;
