@@ -73,7 +73,11 @@ fn every_poll_of_interleaved_futures_goes_to_its_own_lane() {
         }
     }
     assert_eq!(truth.len() as u64, TASKS * 5, "five polls per task");
-    assert_eq!(ids as u64, TASKS * 5 + TASKS, "an id after every poll and future");
+    assert_eq!(
+        ids as u64,
+        TASKS * 5 + TASKS,
+        "an id after every poll and future"
+    );
 
     // The Chrome export: each future's lane, with its value and its polls.
     let mut out = Vec::new();
@@ -108,7 +112,11 @@ fn every_poll_of_interleaved_futures_goes_to_its_own_lane() {
                     .iter()
                     .find(|((t, ns), _)| *t == tid && (*ns as f64 / 1000.0 - us).abs() < 0.0006)
                     .map(|(_, k)| *k);
-                assert_eq!(ran_for, Some(k), "a poll at {us} µs on the lane of task {k}");
+                assert_eq!(
+                    ran_for,
+                    Some(k),
+                    "a poll at {us} µs on the lane of task {k}"
+                );
                 checked += 1;
             }
             _ => {}

@@ -86,7 +86,8 @@ pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
 pub use marker::marker;
 pub use values::{
-    enter_poll, enter_values, exit_poll, exit_with_values, record_future_values, ValuesFuture, ValuesGuard,
+    enter_poll, enter_values, exit_poll, exit_with_values, record_future_values, ValuesFuture,
+    ValuesGuard,
 };
 
 /// Frame flag: one poll of an async fn.

@@ -33,7 +33,8 @@
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
 use super::{
-    Call, CallCounters, CallValues, Event, FutureId, FutureSpan, LossKind, Lost, Marker, Sample, Value,
+    Call, CallCounters, CallValues, Event, FutureId, FutureSpan, LossKind, Lost, Marker, Sample,
+    Value,
 };
 use std::fmt;
 use std::io;

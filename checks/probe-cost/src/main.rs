@@ -8,7 +8,10 @@
 //! * `flight`: recording into a flight recorder (probe and record, no handoff);
 //! * `stream`: recording in stream mode (handoffs to the collector, amortized);
 //! * `auto`: a session with auto-exclude, the leaf switched to count-only
-//!   before `run` (its calls are counted, not recorded: the auto path).
+//!   before `run` (its calls are counted, not recorded: the auto path);
+//! * `poll-untraced`, `poll-off`, `poll-flight`: N polls of one `async fn`'s
+//!   future instead (`run_polls`): untraced, traced with no session, and
+//!   recording into a flight recorder (each poll's record and its future's id).
 
 #[fgtrace::traced]
 #[inline(never)]
@@ -36,6 +39,54 @@ fn run(n: u64, traced: bool) -> u64 {
     s
 }
 
+/// Pending `n` times, then ready: one poll each.
+struct Yields(u64);
+
+impl std::future::Future for Yields {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 == 0 {
+            return std::task::Poll::Ready(());
+        }
+        // Opaque to the optimizer: the polls are not folded into a count.
+        self.0 = std::hint::black_box(self.0 - 1);
+        std::task::Poll::Pending
+    }
+}
+
+#[fgtrace::traced]
+async fn polled(n: u64) {
+    Yields(n).await
+}
+
+async fn plain_polled(n: u64) {
+    Yields(n).await
+}
+
+/// Polls a future until it is ready (a waker that does nothing): returns
+/// how many polls were pending.
+#[inline(never)]
+fn until_ready(mut f: std::pin::Pin<&mut impl std::future::Future<Output = ()>>) -> u64 {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut pending = 0;
+    while f.as_mut().poll(&mut cx).is_pending() {
+        pending += 1;
+    }
+    pending
+}
+
+#[inline(never)]
+fn run_polls(n: u64, traced: bool) -> u64 {
+    if traced {
+        until_ready(std::pin::pin!(polled(n)))
+    } else {
+        until_ready(std::pin::pin!(plain_polled(n)))
+    }
+}
+
 /// Calls of the leaf until the collector has switched it (it decides on
 /// the batches it receives); returns how many.
 #[inline(never)]
@@ -57,19 +108,24 @@ fn main() {
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let config = fgtrace::Config::builtin();
     let session = match mode.as_str() {
-        "untraced" | "off" => None,
-        "flight" => Some(config.flight_recorder(4096)),
+        "untraced" | "off" | "poll-untraced" | "poll-off" => None,
+        "flight" | "poll-flight" => Some(config.flight_recorder(4096)),
         "stream" => Some(config.stream()),
         // A generous limit: under valgrind every call is slow.
         "auto" => Some(config.auto_exclude(std::time::Duration::from_millis(1))),
         m => {
-            eprintln!("unknown mode `{m}` (untraced, off, flight, stream, auto)");
+            eprintln!(
+                "unknown mode `{m}` (untraced, off, flight, stream, auto, poll-untraced, poll-off, poll-flight)"
+            );
             std::process::exit(2);
         }
     }
     .map(|c| fgtrace::Session::start(c).expect("session starts"));
     let warmup = if mode == "auto" { warm_up() } else { 0 };
-    let s = run(n, mode != "untraced");
+    let s = match mode.strip_prefix("poll-") {
+        Some(m) => run_polls(n, m != "untraced"),
+        None => run(n, mode != "untraced"),
+    };
     if let Some(session) = session {
         let t = session.stop().expect("session stops");
         let kept = t.meta.total_calls() + t.meta.total_lost();

@@ -29,6 +29,22 @@ pub(super) fn exit(slot: u32, serial: u32) {
     with_state(|st| exit_in(st, slot, serial, end));
 }
 
+/// Ends the call of a guard's `slot` and `serial` as [`exit`] does, and runs
+/// `then` on the thread's state right after the call's record, if it was
+/// written (a poll's future id follows it): one visit to the state.
+#[cfg(not(any(test, all(feature = "irq-mask", not(feature = "std")))))]
+#[inline(always)]
+pub(super) fn exit_and_then(slot: u32, serial: u32, then: impl FnOnce(&mut ThreadState)) {
+    let end = ticks();
+    with_state(|st| {
+        let before = (st.count, st.buf);
+        exit_in(st, slot, serial, end);
+        if (st.count, st.buf) != before {
+            then(st);
+        }
+    });
+}
+
 /// A board's counted call: the counter first, right after the clock (see
 /// `push_counted`), then the rest.
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]

@@ -2,7 +2,7 @@
 //! thread's shadow stack and records the whole future once, first poll to
 //! completion (or drop), on whichever thread finishes it.
 
-use super::values::{exit_poll_of, one_stretch};
+use super::values::{exit_poll, one_stretch};
 use super::{
     capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard,
     ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
@@ -138,10 +138,7 @@ impl<F: Future> Future for TracedFuture<F> {
         let id = this as *const Self as u64;
         // SAFETY: see above.
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        let mut guard = guard;
-        if guard.slot() != 0 {
-            exit_poll_of(&mut guard, id);
-        }
+        exit_poll(guard, id);
         if r.is_ready() {
             this.done = true;
             if this.first != 0 {

@@ -192,7 +192,9 @@ fn future_ids() -> Vec<(u64, u64)> {
         if r.is_ext() || !(r.kind() == kind::POLL || r.kind() == kind::FUTURE) {
             continue;
         }
-        let next = raw.get(i + 1).filter(|x| x.is_ext() && x.ext_sub() == ext::FUTURE);
+        let next = raw
+            .get(i + 1)
+            .filter(|x| x.is_ext() && x.ext_sub() == ext::FUTURE);
         out.push((r.kind(), next.map_or(0, |x| x.ext_values().0)));
     }
     out

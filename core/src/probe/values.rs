@@ -94,6 +94,12 @@ pub(super) fn exit_then(g: &mut Guard, extra: usize, then: impl FnOnce(&mut Thre
     let (slot, serial) = (g.slot(), g.serial());
     // The plain guard's own drop does nothing now.
     g.disarm();
+    exit_slot_then(slot, serial, extra, then);
+}
+
+/// [`exit_then`] for the fields of a guard (slot, serial) taken already.
+#[inline(always)]
+fn exit_slot_then(slot: u32, serial: u32, extra: usize, then: impl FnOnce(&mut ThreadState)) {
     // The record, what follows it and, for a counted call on a board, its counters.
     #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
     let records = 1
@@ -118,20 +124,30 @@ pub(super) fn exit_then(g: &mut Guard, extra: usize, then: impl FnOnce(&mut Thre
     });
 }
 
-/// Ends one poll of the future `id` (see [`ext::FUTURE`]): the poll's
-/// record, then the future's id after it.
+/// Ends one poll of the future `id` (see [`ext::FUTURE`]), whose guard had
+/// `slot` (not 0) and `serial`: the poll's record, then the future's id
+/// after it.
 #[inline(never)]
-pub(super) fn exit_poll_of(g: &mut Guard, id: u64) {
-    exit_then(g, 1, |st| write(st, RawCall::ext(ext::FUTURE, id, 0)));
+pub(super) fn exit_poll_of(slot: u32, serial: u32, id: u64) {
+    let then = |st: &mut ThreadState| write(st, RawCall::ext(ext::FUTURE, id, 0));
+    // On a host (tests aside, which check the boards' masked stretch) the
+    // record and the id are written in one visit to the thread's state.
+    #[cfg(not(any(test, all(feature = "irq-mask", not(feature = "std")))))]
+    super::exit::exit_and_then(slot, serial, then);
+    #[cfg(any(test, all(feature = "irq-mask", not(feature = "std"))))]
+    exit_slot_then(slot, serial, 1, then);
 }
 
 /// Ends one poll `g` of a future whose id its caller keeps (a `tracing`
 /// span's, see [`enter_poll`]): the poll's record, then `id` after it, so
 /// that a reader knows the future each poll belongs to.
 #[inline]
-pub fn exit_poll(mut g: Guard, id: u64) {
-    if g.slot() != 0 {
-        exit_poll_of(&mut g, id);
+pub fn exit_poll(g: Guard, id: u64) {
+    let (slot, serial) = (g.slot(), g.serial());
+    // Its fields are taken: its own drop would end the call again.
+    core::mem::forget(g);
+    if slot != 0 {
+        exit_poll_of(slot, serial, id);
     }
 }
 
@@ -289,10 +305,7 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
         let id = this as *const Self as u64;
         // SAFETY: see above.
         let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        let mut guard = guard;
-        if guard.slot() != 0 {
-            exit_poll_of(&mut guard, id);
-        }
+        exit_poll(guard, id);
         if let Poll::Ready(out) = &r {
             this.done = true;
             if let (Some(ret), Some(last)) = (this.ret, this.values.last_mut()) {
