@@ -485,6 +485,25 @@ fn check_fetch_future(v: u32, cap: &Capture) {
     let v = cap.values("fetch");
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].get("n").map(|x| x.bits), Some(3));
+    // Each poll and the future name the same future (the span's id).
+    let (mut poll_ids, mut future_ids) = (Vec::new(), Vec::new());
+    let mut after = None;
+    for e in cap.trace().events() {
+        use fgtrace::trace::Event;
+        match e {
+            Event::Call(c) if c.is_poll() => after = Some(true),
+            Event::Future(_) => after = Some(false),
+            Event::FutureId(x) => match after.take() {
+                Some(true) => poll_ids.push(x.id),
+                Some(false) => future_ids.push(x.id),
+                None => panic!("an id after neither a poll nor a future"),
+            },
+            Event::Counters(_) | Event::Values(_) => {}
+            _ => after = None,
+        }
+    }
+    assert_eq!(future_ids.len(), 1, "{}", cap.graph());
+    assert_eq!(poll_ids, [future_ids[0]; 3], "{}", cap.graph());
 }
 
 /// Runs `fetch` once under `d`, recording: the layer learns that the
