@@ -197,6 +197,22 @@ pub struct FutureStats {
     pub p99_ns: u64,
     /// Sample variance of the lengths, ns²; 0 for one future.
     pub variance_ns2: f64,
+    /// The longest poll of the fn's futures, if a poll was recorded: a poll
+    /// that long held its executor's thread that long (a blocking poll).
+    pub longest_poll: Option<LongestPoll>,
+}
+
+/// The longest poll of an `async fn`: how long, on which thread, when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LongestPoll {
+    /// Its length, nanoseconds.
+    pub dur_ns: u64,
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// `name-tid` of that thread.
+    pub thread_label: String,
+    /// Its start, nanoseconds since the session's start.
+    pub start_ns: u64,
 }
 
 /// A thread that lost records.
@@ -268,6 +284,8 @@ struct FutureAcc {
     d: Durations,
     polls: u64,
     cancelled: u64,
+    /// The longest poll seen: (length, start, thread).
+    longest: Option<(u64, u64, u32)>,
 }
 
 impl SiteAcc {
@@ -288,6 +306,20 @@ impl FutureAcc {
         self.d.merge(&o.d);
         self.polls += o.polls;
         self.cancelled += o.cancelled;
+        if let Some(p) = o.longest {
+            self.poll(p);
+        }
+    }
+
+    /// Keeps the longer poll (the earlier of two as long, so that groups of
+    /// threads merged in any order agree).
+    fn poll(&mut self, p: (u64, u64, u32)) {
+        let longer = |a: (u64, u64, u32), b: (u64, u64, u32)| {
+            (a.0, std::cmp::Reverse((a.1, a.2))) > (b.0, std::cmp::Reverse((b.1, b.2)))
+        };
+        if self.longest.is_none_or(|l| longer(p, l)) {
+            self.longest = Some(p);
+        }
     }
 }
 
@@ -444,6 +476,9 @@ impl<'a> ReportBuilder<'a> {
     fn call(&mut self, c: &Call) {
         if !self.shows(c.thread) {
             return;
+        }
+        if c.is_poll() {
+            grow(&mut self.futures, c.site as usize).poll((c.dur_ns, c.start_ns, c.thread));
         }
         self.pop_to(c.thread, c.depth);
         let stack = grow(&mut self.stacks, c.thread as usize);
@@ -619,6 +654,12 @@ impl<'a> ReportBuilder<'a> {
                 p50_ns: f.d.quantile(0.50),
                 p99_ns: f.d.quantile(0.99),
                 variance_ns2: f.d.variance(),
+                longest_poll: f.longest.map(|(dur_ns, start_ns, thread)| LongestPoll {
+                    dur_ns,
+                    thread,
+                    thread_label: meta.thread_label(thread),
+                    start_ns,
+                }),
             })
             .collect();
         let (col, rev) = (self.opts.sort_by, self.opts.reverse);

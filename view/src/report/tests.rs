@@ -283,6 +283,15 @@ fn futures_get_their_own_rows() {
             dur_ns: 300,
             flags: flags::POLL,
         }),
+        // The longest poll, on the other thread.
+        Event::Call(Call {
+            thread: 1,
+            site: 0,
+            depth: 0,
+            start_ns: 6_000_000,
+            dur_ns: 900_000,
+            flags: flags::POLL,
+        }),
         fut(0, 5_000_000, 3, false),
         fut(6_000_000, 1_000_000, 2, true),
     ];
@@ -305,6 +314,16 @@ fn futures_get_their_own_rows() {
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("  fetch [future]\n"), "{text}");
     assert!(text.contains("  3.000 ms  "), "avg of the futures: {text}");
+    assert_eq!(
+        f.longest_poll,
+        Some(LongestPoll {
+            dur_ns: 900_000,
+            thread: 1,
+            thread_label: "worker-101".into(),
+            start_ns: 6_000_000,
+        })
+    );
+    assert!(text.contains("900.000 us on worker-101"), "{text}");
 }
 
 #[test]
@@ -522,6 +541,15 @@ fn reports_built_by_thread_group_are_the_report_built_at_once() {
             if (round + u64::from(t)) % 4 == 0 {
                 evs.push(Some(call(t, 2, 2, at + 20, 100 + u64::from(t))));
             }
+            // Polls of `serve`, as long on several threads (the earliest wins).
+            evs.push(Some(Event::Call(Call {
+                thread: t,
+                site: 3,
+                depth: 0,
+                start_ns: at + 60_000,
+                dur_ns: 1_000 + (round * 31) % 97,
+                flags: flags::POLL,
+            })));
             if round % 50 == 7 {
                 evs.push(Some(Event::Lost(Lost {
                     thread: t,
@@ -561,6 +589,8 @@ fn reports_built_by_thread_group_are_the_report_built_at_once() {
     let (one, read) = ReportBuilder::in_groups(&m, &opts, stream(), 1);
     assert!(matches!(read, Err(TraceError::Truncated { offset: 7, .. })));
     assert!(one.calls > 2_000 && one.futures.len() == 1, "{one:?}");
+    let longest = one.futures[0].longest_poll.as_ref().unwrap();
+    assert_eq!((longest.dur_ns, longest.thread), (1_096, 0), "{longest:?}");
     assert!(row(&one, "run").variance_ns2 > 0.0);
     // Each thread lost 6 times 3 calls (more than the metadata's 5).
     assert_eq!(one.losses.iter().map(|l| l.lost).sum::<u64>(), 4 * 6 * 3);

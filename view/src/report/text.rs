@@ -283,6 +283,7 @@ impl Report {
                 "p50",
                 "p99",
                 "s^2",
+                "Longest poll",
             ];
             let rows: Vec<_> = self
                 .futures
@@ -299,6 +300,9 @@ impl Report {
                         uftrace_time(f.p50_ns),
                         uftrace_time(f.p99_ns),
                         variance_text(f.variance_ns2),
+                        f.longest_poll.as_ref().map_or("-".into(), |p| {
+                            format!("{} on {}", uftrace_time(p.dur_ns), p.thread_label)
+                        }),
                     ];
                     (cells, format!("{} [future]", f.name))
                 })
