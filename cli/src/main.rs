@@ -329,7 +329,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 // (each process's addresses are its own).
                 return Ok(());
             }
-            pprof::report_samples(&input.label, &opts, out)
+            pprof::report_samples(&input.label, &meta, &opts, out)
         }
         Cmd::Info { file, check } => {
             if check {

@@ -76,14 +76,23 @@ pub fn run(a: &PprofArgs) -> Result<(), Option<String>> {
 /// the report's (`--sort total`, `self`, `name`; by self for the others).
 pub fn report_samples(
     file: &std::path::Path,
+    known: &fgtrace_trace::TraceMeta,
     opts: &fgtrace_view::ReportOptions,
     mut out: impl Write,
 ) -> Result<(), Option<String>> {
     use fgtrace_view::sampled::{write_sampled, SampledOptions, SampledSort};
     use fgtrace_view::Column;
+    // The metadata the report read says whether there are samples: a file
+    // without them is not opened again.
+    let no_samples = |m: &fgtrace_trace::TraceMeta| {
+        m.sampling.is_none() && m.threads.iter().all(|t| t.samples == 0)
+    };
+    if no_samples(known) {
+        return Ok(());
+    }
     let r = super::open_trace(file)?;
     let meta = r.meta().clone();
-    if meta.sampling.is_none() && meta.threads.iter().all(|t| t.samples == 0) {
+    if no_samples(&meta) {
         return Ok(());
     }
     let sort = match opts.sort_by {

@@ -433,8 +433,13 @@ pub struct RawAt {
 impl RawAt {
     /// Reads the chunk again, checking it is what was read at open.
     pub(crate) fn read(&self, file: &std::fs::File) -> Result<RawChunk, TraceError> {
-        let mut payload = vec![0u8; self.len as usize];
-        crate::pread::read_exact_at(file, &mut payload, self.offset).map_err(|e| {
+        // The prefix and the records are read apart (the records straight
+        // into the buffer they are decoded from: no copy), and checked
+        // together.
+        let prefix = (self.prefix as usize).min(self.len as usize);
+        let mut head = vec![0u8; prefix];
+        let mut records = vec![0u8; self.len as usize - prefix];
+        let cut_short = |e: std::io::Error| -> TraceError {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 // Cut short since it was opened (rewritten, truncated).
                 TraceError::Corrupt {
@@ -446,14 +451,19 @@ impl RawAt {
             } else {
                 e.into()
             }
-        })?;
-        if crc32fast::hash(&payload) != self.crc {
+        };
+        crate::pread::read_exact_at(file, &mut head, self.offset).map_err(cut_short)?;
+        crate::pread::read_exact_at(file, &mut records, self.offset + prefix as u64)
+            .map_err(cut_short)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.update(&records);
+        if crc.finalize() != self.crc {
             return Err(TraceError::Corrupt {
                 offset: self.offset,
                 what: "raw chunk changed since the file was opened (checksum mismatch)".into(),
             });
         }
-        let records = payload.split_off(self.prefix as usize);
         Ok(RawChunk {
             thread: self.thread,
             count: self.count,
