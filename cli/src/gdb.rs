@@ -61,8 +61,8 @@ impl Gdb<TcpStream> {
                         .map(|e| e.to_string())
                         .unwrap_or_else(|| "no address".into());
                     return Err(format!(
-                        "no GDB server at {addr} ({e}, for {} s): start one there (qemu -gdb tcp::PORT, openocd, probe-rs gdb, JLinkGDBServer)",
-                        wait.as_secs()
+                        "no GDB server at {addr} ({e}, for {:.1} s): start one there (qemu -gdb tcp::PORT, openocd, probe-rs gdb, JLinkGDBServer)",
+                        wait.as_secs_f64()
                     ));
                 }
             }
@@ -483,6 +483,27 @@ mod tests {
         assert_eq!(g.interrupt().unwrap(), Stop::Exited(0));
         assert_eq!(g.s.tx, b"\x03++");
         assert_eq!(client(b"$X0b#ea").interrupt().unwrap(), Stop::Killed(11));
+    }
+
+    #[test]
+    fn no_server_at_the_address_is_named() {
+        // A port nothing listens on: one the kernel gave, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let e = match Gdb::connect(&addr, Duration::from_millis(200)) {
+            Ok(_) => panic!("connected to {addr}"),
+            Err(e) => e,
+        };
+        assert!(e.starts_with(&format!("no GDB server at {addr}")), "{e}");
+        let e = match Gdb::connect("nowhere", Duration::ZERO) {
+            Ok(_) => panic!("connected to nowhere"),
+            Err(e) => e,
+        };
+        assert!(e.contains("not a HOST:PORT address"), "{e}");
     }
 
     #[test]
