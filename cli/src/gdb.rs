@@ -50,16 +50,22 @@ impl Gdb<TcpStream> {
             .map_err(|e| format!("--gdb {addr}: not a HOST:PORT address ({e})"))?
             .collect();
         let s = loop {
-            match addrs.iter().find_map(|a| TcpStream::connect(a).ok()) {
+            let mut last = None;
+            let mut got = None;
+            for a in &addrs {
+                match TcpStream::connect(a) {
+                    Ok(s) => {
+                        got = Some(s);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            match got {
                 Some(s) => break s,
                 None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
                 None => {
-                    let e = addrs
-                        .first()
-                        .map(|a| TcpStream::connect(a).err())
-                        .flatten()
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "no address".into());
+                    let e = last.map_or_else(|| "no address".into(), |e| e.to_string());
                     return Err(format!(
                         "no GDB server at {addr} ({e}, for {:.1} s): start one there (qemu -gdb tcp::PORT, openocd, probe-rs gdb, JLinkGDBServer)",
                         wait.as_secs_f64()
@@ -380,7 +386,7 @@ fn parse_stop(r: &[u8]) -> Result<Option<Stop>, String> {
     }
     let code = rest
         .get(..2)
-        .and_then(|h| unhex(h))
+        .and_then(unhex)
         .and_then(|v| v.first().copied());
     match (kind, code) {
         (b'S' | b'T', Some(c)) => Ok(Some(Stop::Signal(c))),
