@@ -191,10 +191,11 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
     if let Some(r) = &rtt {
         let secs = r.elapsed();
         eprintln!(
-            "fgtrace board: RTT: {} bytes in {} polls over {secs:.2} s ({:.0} bytes/s)",
+            "fgtrace board: RTT: {} bytes in {} polls over {secs:.2} s ({:.0} bytes/s); the channel was full at {} polls",
             r.bytes,
             r.polls,
-            r.bytes as f64 / secs.max(1e-9)
+            r.bytes as f64 / secs.max(1e-9),
+            r.full
         );
         match &r.ended {
             Some(crate::gdb::Stop::Exited(0)) => {}

@@ -83,6 +83,9 @@ pub struct RttReader {
     pub bytes: u64,
     /// Polls made.
     pub polls: u64,
+    /// Polls that found the up-channel full: the firmware was waiting for
+    /// the host (blocking mode) or dropping frames.
+    pub full: u64,
 }
 
 impl RttReader {
@@ -109,6 +112,7 @@ impl RttReader {
             error: None,
             bytes: 0,
             polls: 0,
+            full: 0,
         })
     }
 
@@ -244,6 +248,9 @@ impl RttReader {
         let (wr, rd) = self.offsets(up)?;
         if wr == rd {
             return Ok(());
+        }
+        if (wr + 1) % up.size == rd {
+            self.full += 1;
         }
         let start = self.ready.len();
         if wr > rd {
