@@ -231,6 +231,14 @@ impl<S: Read + Write> Gdb<S> {
         self.stop_reply()
     }
 
+    /// `D`: detaches, which lets the target run on (best effort: for a
+    /// reader that stops on an error, so the target is not left halted).
+    pub fn detach(&mut self) {
+        if self.send(b"D").is_ok() {
+            let _ = self.recv("detaching");
+        }
+    }
+
     /// `m`: reads `len` bytes at `addr`.
     pub fn read_mem(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, String> {
         let mut out = Vec::with_capacity(len);

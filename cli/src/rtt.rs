@@ -340,7 +340,10 @@ impl Read for RttReader {
                     }
                 }
                 Ok(false) => {}
-                Err(e) => self.error = Some(e),
+                Err(e) => {
+                    self.error = Some(e);
+                    self.gdb.detach();
+                }
             }
         }
     }
