@@ -32,6 +32,11 @@ pub struct BoardArgs {
     /// --elf (its `_SEGGER_RTT` symbol, or its RAM to search).
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["input", "tcp", "child"])]
     pub gdb: Option<String>,
+    /// With --gdb: set the RTT up-channel's mode when the host finds it:
+    /// `block` (the board waits for the host), `skip` (a frame that does not
+    /// fit is dropped, and counted) or `trim`. By default the firmware's.
+    #[arg(long, value_name = "MODE", requires = "gdb", value_parser = ["block", "skip", "trim"])]
+    pub rtt_mode: Option<String>,
     /// Read a file or a serial device (`-` is stdin); or give a command after `--`.
     #[arg(value_name = "INPUT")]
     pub input: Option<PathBuf>,
@@ -78,7 +83,17 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             };
             let at = crate::rtt::locate(elf)?;
             let queue = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            rtt = Some(crate::rtt::RttReader::connect(addr, at, queue.clone())?);
+            let mode = args.rtt_mode.as_deref().map(|m| match m {
+                "skip" => 0,
+                "trim" => 1,
+                _ => 2,
+            });
+            rtt = Some(crate::rtt::RttReader::connect(
+                addr,
+                at,
+                mode,
+                queue.clone(),
+            )?);
             (
                 Box::new(std::io::empty()),
                 Some(Box::new(crate::rtt::CommandQueue(queue))),

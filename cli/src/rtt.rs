@@ -7,8 +7,8 @@
 
 use crate::gdb::{Gdb, Stop};
 use fgtrace_import::board_stream::rtt::{
-    CHANNEL_SIZE, ID, OFF_BUFFER, OFF_CHANNELS, OFF_MAX_DOWN, OFF_MAX_UP, OFF_READ, OFF_SIZE,
-    OFF_WRITE,
+    CHANNEL_SIZE, ID, OFF_BUFFER, OFF_CHANNELS, OFF_FLAGS, OFF_MAX_DOWN, OFF_MAX_UP, OFF_READ,
+    OFF_SIZE, OFF_WRITE,
 };
 use std::io::Read;
 use std::net::TcpStream;
@@ -69,6 +69,8 @@ pub struct RttReader {
     gdb: Gdb<TcpStream>,
     at: Where,
     up: Option<(Channel, Option<Channel>)>,
+    /// The up-channel's mode to set when it is found (flags bits 0-1).
+    mode: Option<u32>,
     /// Host commands not yet in the down-channel.
     commands: Arc<Mutex<Vec<u8>>>,
     started: Instant,
@@ -93,6 +95,7 @@ impl RttReader {
     pub fn connect(
         addr: &str,
         at: Where,
+        mode: Option<u32>,
         commands: Arc<Mutex<Vec<u8>>>,
     ) -> Result<RttReader, String> {
         let mut gdb = Gdb::connect(addr, Duration::from_secs(5))?;
@@ -105,6 +108,7 @@ impl RttReader {
             gdb,
             at,
             up: None,
+            mode,
             commands,
             started: Instant::now(),
             ready: Vec::new(),
@@ -136,6 +140,12 @@ impl RttReader {
         }
         if self.up.is_none() {
             self.up = self.find()?;
+            if let (Some((up, _)), Some(mode)) = (self.up, self.mode) {
+                let f = self.gdb.read_mem(up.desc + OFF_FLAGS, 4)?;
+                let f = u32::from_le_bytes(f[..4].try_into().unwrap());
+                self.gdb
+                    .write_mem(up.desc + OFF_FLAGS, &((f & !3) | mode).to_le_bytes())?;
+            }
             if self.up.is_none() && self.started.elapsed() > FIND_FOR {
                 return Err(format!(
                     "no RTT control block{} after {} s: is the firmware built with RTT (fgtrace-board's `rtt` feature, `rtt::init`) and is it the one running?",
