@@ -298,18 +298,33 @@ mod on_target {
     /// The down-channel as the runtime's command input.
     pub struct RttDown(());
 
-    /// Sets the control block up with the up-channel in `mode` and returns
-    /// the two channels, once (`None` after).
+    /// Sets the control block up with the up-channel in `mode` (its buffer
+    /// [`UP_SIZE`] bytes) and returns the two channels, once (`None` after).
     pub fn init(mode: Mode) -> Option<(&'static mut RttUp, &'static mut RttDown)> {
+        if TAKEN.load(Acquire) {
+            return None;
+        }
+        // SAFETY: the static buffer is used by nothing else, and handed over
+        // at most once (`TAKEN`, checked above and again in `init_with`).
+        init_with(mode, unsafe { &mut *UP.0.get() })
+    }
+
+    /// As [`init`], with the up-channel's buffer the firmware's own (a
+    /// larger one makes the firmware wait, or drop, less often).
+    pub fn init_with(
+        mode: Mode,
+        up: &'static mut [u8],
+    ) -> Option<(&'static mut RttUp, &'static mut RttDown)> {
         if TAKEN.swap(true, AcqRel) {
             return None;
         }
         static mut HANDLES: (RttUp, RttDown) = (RttUp(()), RttDown(()));
-        // SAFETY: the buffers are statics used by nothing else; this runs
-        // once (`TAKEN`), before any write or read.
+        let len = up.len().min(1 << 24);
+        // SAFETY: the buffers are the caller's and this module's, used by
+        // nothing else; this runs once (`TAKEN`), before any write or read.
         unsafe {
             _SEGGER_RTT.set_up(
-                (UP.0.get() as *mut u8, UP_SIZE),
+                (up.as_mut_ptr(), len),
                 (DOWN.0.get() as *mut u8, DOWN_SIZE),
                 mode,
             );
@@ -335,10 +350,34 @@ mod on_target {
         }
     }
 
+    /// The up-channel's mode while a session's last frames go out (see
+    /// `closing`), `u32::MAX` otherwise.
+    static SAVED_MODE: AtomicU32 = AtomicU32::new(u32::MAX);
+
     #[cfg(all(feature = "cortex-m", target_arch = "arm"))]
     impl crate::runtime::Sink for RttUp {
         fn write(&mut self, bytes: &[u8]) -> usize {
             _SEGGER_RTT.up.write(bytes)
+        }
+
+        /// A session's last frames (statistics, END) wait for the host in
+        /// any mode: the host counts what was dropped from them.
+        fn closing(&mut self, on: bool) {
+            let up = &_SEGGER_RTT.up;
+            if on {
+                SAVED_MODE.store(up.mode() as u32, Relaxed);
+                up.set_mode(Mode::Block);
+            } else {
+                let m = SAVED_MODE.swap(u32::MAX, Relaxed);
+                let mode = match m {
+                    0 => Mode::Skip,
+                    1 => Mode::Trim,
+                    _ => Mode::Block,
+                };
+                if m != u32::MAX {
+                    up.set_mode(mode);
+                }
+            }
         }
     }
 

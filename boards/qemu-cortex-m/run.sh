@@ -78,7 +78,11 @@ if [ "$transport" = rtt ]; then
   "${qemu[@]}" -serial null -S -gdb "tcp:127.0.0.1:$port" </dev/null >&2 &
   qemu_pid=$!
   status=0
-  "$fgtrace" board -o "$out" --elf "$fw" --command "record 0 $rate" --gdb "127.0.0.1:$port" || status=$?
+  # RTT_MODE=skip|trim: the host sets the channel's mode (the firmware's is block).
+  mode=()
+  [ -n "${RTT_MODE:-}" ] && mode=(--rtt-mode "$RTT_MODE")
+  "$fgtrace" board -o "$out" --elf "$fw" --command "record 0 $rate" --gdb "127.0.0.1:$port" \
+    ${mode[@]+"${mode[@]}"} || status=$?
   # qemu has exited if the firmware ran to its end; if not, it is stopped.
   if [ "$status" != 0 ]; then kill "$qemu_pid" 2>/dev/null || true; fi
   qemu_status=0

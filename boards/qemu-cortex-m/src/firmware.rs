@@ -264,7 +264,13 @@ extern "C" fn firmware_main() -> ! {
         board::Clock::counter("timer0", TIMER0 + 4, Direction::Down, CLOCK_HZ)
     };
     let (sink, rx): (&'static mut dyn Sink, &'static mut dyn CommandInput) = if RTT {
-        let (up, down) = fgtrace::rtt::init(fgtrace::rtt::Mode::Block).expect("set up once");
+        // 16 KiB: the host's polls through qemu's GDB stub take about a
+        // millisecond each, in which the firmware runs on.
+        static mut RTT_UP: [u8; 16384] = [0; 16384];
+        // SAFETY: the only reference to it, handed over once.
+        let buf = unsafe { &mut *core::ptr::addr_of_mut!(RTT_UP) };
+        let (up, down) =
+            fgtrace::rtt::init_with(fgtrace::rtt::Mode::Block, buf).expect("set up once");
         (up, down)
     } else {
         // SAFETY: the only references to the UART sink and input, handed
