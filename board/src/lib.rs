@@ -6,6 +6,9 @@
 //! * [`wire`]: the framed format, shared by the target's encoder and the
 //!   host's decoder: a sync word, a sequence number, a length and a CRC per
 //!   frame, so a host that attaches late or loses bytes resynchronises.
+//! * [`rtt`]: a SEGGER RTT control block, so a debug probe (or any GDB
+//!   server) reads the stream from RAM; with the feature `rtt`, the
+//!   firmware's `_SEGGER_RTT`.
 //! * `runtime` (feature `riscv`: RISC-V machine mode; feature `x86_64`:
 //!   x86_64 bare metal, ring 0, one CPU; feature `cortex-m`: Armv7-M,
 //!   thumbv7m and thumbv7em): the recording runtime: per-hart
@@ -14,6 +17,7 @@
 #![no_std]
 #![warn(missing_docs)]
 
+pub mod rtt;
 #[cfg(any(
     all(
         feature = "riscv",

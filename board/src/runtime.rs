@@ -70,6 +70,11 @@ pub const REPEAT_EVERY: u32 = 64;
 pub trait Sink {
     /// Writes `bytes`; returns how many were taken (the rest is counted as lost).
     fn write(&mut self, bytes: &[u8]) -> usize;
+    /// Called with `true` before a session's last frames (its statistics
+    /// and END, at [`stop`]) and `false` after: a sink that may refuse bytes
+    /// (an RTT channel in a non-blocking mode) should take these whole,
+    /// waiting if it must, as the host counts the losses from them.
+    fn closing(&mut self, _on: bool) {}
 }
 
 /// Where host commands come from (the UART's receive side).
@@ -776,6 +781,9 @@ pub fn stop() {
     flush_samples(id);
     count_other_harts(id);
     with_out(|o| {
+        if let Some(sink) = o.sink.as_deref_mut() {
+            sink.closing(true);
+        }
         for (h, x) in HARTS.iter().enumerate() {
             if x.written.load(Relaxed) != 0
                 || x.unsent.load(Relaxed) != 0
@@ -791,6 +799,9 @@ pub fn stop() {
         o.frame(END, 0, |w| {
             w.u32(gen);
         });
+        if let Some(sink) = o.sink.as_deref_mut() {
+            sink.closing(false);
+        }
     });
 }
 

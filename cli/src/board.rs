@@ -1,6 +1,6 @@
 //! `fgtrace board`: reads a board's framed stream (a file, a serial device, a
-//! TCP socket, or a child command's stdout such as qemu's `-serial stdio`),
-//! sends it host commands, prints its console text, and writes each
+//! TCP socket, a child command's stdout such as qemu's `-serial stdio`,
+//! or a board's RTT up-channel through a GDB server), sends it host commands, prints its console text, and writes each
 //! recording session as an ordinary trace.
 
 use fgtrace_import::board_stream::{elf_mappings, Decoder, ElfStrings, Output};
@@ -26,6 +26,17 @@ pub struct BoardArgs {
     /// Read from this TCP address (qemu `-serial tcp:HOST:PORT,server`).
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "input")]
     pub tcp: Option<String>,
+    /// Read the board's RTT up-channel through the GDB server at this
+    /// address (qemu `-gdb tcp::PORT`, OpenOCD, probe-rs, a J-Link GDB
+    /// server), polling it, and send commands on its down-channel. Needs
+    /// --elf (its `_SEGGER_RTT` symbol, or its RAM to search).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["input", "tcp", "child"])]
+    pub gdb: Option<String>,
+    /// With --gdb: set the RTT up-channel's mode when the host finds it:
+    /// `block` (the board waits for the host), `skip` (a frame that does not
+    /// fit is dropped, and counted) or `trim`. By default the firmware's.
+    #[arg(long, value_name = "MODE", requires = "gdb", value_parser = ["block", "skip", "trim"])]
+    pub rtt_mode: Option<String>,
     /// Read a file or a serial device (`-` is stdin); or give a command after `--`.
     #[arg(value_name = "INPUT")]
     pub input: Option<PathBuf>,
@@ -53,6 +64,7 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         commands.push('\n');
     }
     let mut child = None;
+    let mut rtt = None;
     let (mut input, mut control): (Box<dyn Read>, Option<Box<dyn Write + Send>>) =
         if !args.child.is_empty() {
             let mut c = Command::new(&args.child[0])
@@ -65,13 +77,34 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             let inp = c.stdin.take().expect("piped");
             child = Some(c);
             (Box::new(out), Some(Box::new(inp)))
+        } else if let Some(addr) = &args.gdb {
+            let Some(elf) = &args.elf else {
+                return Err("--gdb needs --elf FIRMWARE: where its RTT control block is".into());
+            };
+            let at = crate::rtt::locate(elf)?;
+            let queue = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mode = args.rtt_mode.as_deref().map(|m| match m {
+                "skip" => 0,
+                "trim" => 1,
+                _ => 2,
+            });
+            rtt = Some(crate::rtt::RttReader::connect(
+                addr,
+                at,
+                mode,
+                queue.clone(),
+            )?);
+            (
+                Box::new(std::io::empty()),
+                Some(Box::new(crate::rtt::CommandQueue(queue))),
+            )
         } else if let Some(addr) = &args.tcp {
             let s = TcpStream::connect(addr).map_err(|e| format!("--tcp {addr}: {e}"))?;
             let w = s.try_clone().map_err(|e| format!("--tcp {addr}: {e}"))?;
             (Box::new(s), Some(Box::new(w)))
         } else {
             match args.input.as_deref() {
-                None => return Err("give an INPUT, --tcp, or a command after `--`".into()),
+                None => return Err("give an INPUT, --tcp, --gdb, or a command after `--`".into()),
                 Some(p) if p == Path::new("-") => (Box::new(std::io::stdin()), None),
                 Some(p) => {
                     let f = std::fs::File::open(p)
@@ -104,7 +137,8 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
     } else {
         let Some(mut w) = control.take() else {
             return Err(
-                "--command needs a board to talk to (a child, --tcp or a serial device)".into(),
+                "--command needs a board to talk to (a child, --tcp, --gdb or a serial device)"
+                    .into(),
             );
         };
         Some(std::thread::spawn(move || {
@@ -117,6 +151,10 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
     let mut dec = Decoder::new();
     let mut buf = vec![0u8; 1 << 16];
     let stdout = std::io::stdout();
+    let input: &mut dyn Read = match rtt.as_mut() {
+        Some(r) => r,
+        None => &mut *input,
+    };
     loop {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
@@ -162,6 +200,25 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             eprintln!("fgtrace board: `{}` exited with {st}", args.child[0]);
         }
     }
+    // Reading RTT stopped on an error: what was decoded is still written,
+    // then the error is reported.
+    let mut rtt_error = None;
+    if let Some(r) = &rtt {
+        let secs = r.elapsed();
+        eprintln!(
+            "fgtrace board: RTT: {} bytes in {} polls over {secs:.2} s ({:.0} bytes/s); the channel was full at {} polls",
+            r.bytes,
+            r.polls,
+            r.bytes as f64 / secs.max(1e-9),
+            r.full
+        );
+        match &r.ended {
+            Some(crate::gdb::Stop::Exited(0)) => {}
+            Some(s) => eprintln!("fgtrace board: the target {}", crate::rtt::describe(s)),
+            None => {}
+        }
+        rtt_error = r.error.clone();
+    }
     let (sessions, stats) = dec.finish();
     eprintln!(
         "fgtrace board: {} bytes, {} frames, {} bytes skipped, {} frames missing, {} bad payloads, {} frames with no session",
@@ -176,7 +233,7 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
         eprintln!("fgtrace board: bad payload: {why}");
     }
     if sessions.is_empty() {
-        return Err("no recording session in the stream".into());
+        return Err(rtt_error.unwrap_or_else(|| "no recording session in the stream".into()));
     }
     for (i, s) in sessions.into_iter().enumerate() {
         let path = if i == 0 {
@@ -214,5 +271,8 @@ pub fn run(args: &BoardArgs) -> Result<(), String> {
             eprintln!("fgtrace board: session {id}: {w}");
         }
     }
-    Ok(())
+    match rtt_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }

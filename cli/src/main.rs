@@ -4,6 +4,7 @@
 
 mod board;
 mod control;
+mod gdb;
 mod html;
 mod inputs;
 #[cfg(unix)]
@@ -11,6 +12,7 @@ mod launch;
 mod plot;
 mod pprof;
 mod progress;
+mod rtt;
 mod session;
 mod views;
 mod zephyr;

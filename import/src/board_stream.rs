@@ -9,6 +9,8 @@
 //! samples that never arrived. Those losses are in the trace (per hart), so
 //! every view shows them. Console text the board sends comes out as it is.
 
+/// The RTT control block's layout, which `fgtrace board --gdb` reads.
+pub use fgtrace_board::rtt;
 use fgtrace_board::wire::{self, Reader, Scan};
 use fgtrace_core::record::{kind, RawCall, MAX_DEPTH};
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};

@@ -51,10 +51,14 @@ impl CommandInput for Uart {
 }
 
 static mut UART_SINK: Uart = Uart;
+static mut UART_RX: Uart = Uart;
 
 /// Ends the run: semihosting `SYS_EXIT_EXTENDED` (`ADP_Stopped_ApplicationExit`
 /// with `code`), which makes qemu exit with `code`.
 fn exit(code: u32) -> ! {
+    // Over RTT, the host reads the stream's tail from RAM, which is gone
+    // once qemu exits: wait until it has.
+    fgtrace::rtt::flush();
     let block = [0x20026u32, code];
     loop {
         // SAFETY: the semihosting call, which qemu (`-semihosting-config
@@ -259,9 +263,27 @@ extern "C" fn firmware_main() -> ! {
     } else {
         board::Clock::counter("timer0", TIMER0 + 4, Direction::Down, CLOCK_HZ)
     };
+    let (sink, rx): (&'static mut dyn Sink, &'static mut dyn CommandInput) = if RTT {
+        // 16 KiB: the host's polls through qemu's GDB stub take about a
+        // millisecond each, in which the firmware runs on.
+        static mut RTT_UP: [u8; 16384] = [0; 16384];
+        // SAFETY: the only reference to it, handed over once.
+        let buf = unsafe { &mut *core::ptr::addr_of_mut!(RTT_UP) };
+        let (up, down) =
+            fgtrace::rtt::init_with(fgtrace::rtt::Mode::Block, buf).expect("set up once");
+        (up, down)
+    } else {
+        // SAFETY: the only references to the UART sink and input, handed
+        // over once.
+        unsafe {
+            (
+                &mut *core::ptr::addr_of_mut!(UART_SINK),
+                &mut *core::ptr::addr_of_mut!(UART_RX),
+            )
+        }
+    };
     board::init(Board {
-        // SAFETY: the only reference to the UART sink, handed over once.
-        sink: unsafe { &mut *core::ptr::addr_of_mut!(UART_SINK) },
+        sink,
         clock,
         name: env!("CARGO_PKG_NAME"),
         stack,
@@ -274,7 +296,7 @@ extern "C" fn firmware_main() -> ! {
         // init said why on the stream.
         exit(4);
     }
-    demo(&mut Uart, sampling_timer, || {
+    demo(rx, sampling_timer, || {
         board::now() / (CLOCK_HZ / 1000)
     });
     board::textf(format_args!(

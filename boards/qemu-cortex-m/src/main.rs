@@ -21,5 +21,8 @@
 /// Whether the probe's clock is DWT CYCCNT (which qemu does not count:
 /// `src/bin/dwt.rs` names it, and gets the runtime's refusal).
 const DWT_CLOCK: bool = false;
+/// Whether the stream and the commands go over RTT (`src/bin/rtt.rs`)
+/// rather than the UART.
+const RTT: bool = false;
 
 include!("firmware.rs");

@@ -6,5 +6,7 @@
 
 /// The probe's clock is DWT CYCCNT.
 const DWT_CLOCK: bool = true;
+/// Over the UART.
+const RTT: bool = false;
 
 include!("../firmware.rs");
