@@ -191,6 +191,13 @@ pub struct TraceMeta {
     /// existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_short: Option<CutShort>,
+    /// The size budget of a recording that kept the run's end (`ring` at
+    /// the budget, in bytes; `u64::MAX` for a budget shared by a
+    /// directory's recordings): the file is its last segment, and each
+    /// thread's calls before it are counted as overwritten. In the header
+    /// of every segment, so a file whose process was killed says it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<u64>,
 }
 
 /// A recording to a file that stopped keeping calls before its end; the

@@ -22,6 +22,8 @@ pub(super) struct Output {
     pub(super) dirty: bool,
     /// The size budget, and where calls stopped being kept.
     pub(super) budget: super::budget::Budget,
+    /// The provisional header, which each new segment of a ring starts with.
+    pub(super) header: fgtrace_trace::TraceMeta,
 }
 
 impl Output {
@@ -49,7 +51,12 @@ impl Output {
         let Some(l) = self.budget.limit else {
             return true;
         };
-        let need = self.w.written + bytes + self.budget.finish_reserve(self.threads_written);
+        let mut need = self.w.written + bytes + self.budget.finish_reserve(self.threads_written);
+        // A ring's segment gets half the budget: the one before takes the
+        // other half.
+        if self.budget.ring {
+            need = need.saturating_mul(2);
+        }
         if need <= l {
             return true;
         }
