@@ -135,6 +135,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
             dir: a.dir.as_deref(),
             output: a.output.as_deref(),
             max_size: a.session.max_size.as_deref(),
+            on_full: a.session.on_full.as_deref(),
         })?;
         std::process::exit(code);
     };

@@ -276,17 +276,8 @@ pub fn loss_lines(meta: &TraceMeta, shown: &[bool], lost_events: &[u64]) -> Vec<
     if let Some(c) = &meta.cut_short {
         lines.push(format!("recording cut short {}", c.describe()));
     }
-    if let Some(l) = meta.ring {
-        let overwritten: u64 = meta.threads.iter().map(|t| t.lost).sum();
-        if overwritten > 0 {
-            let budget = match l {
-                u64::MAX => "the recording's shared size budget".to_string(),
-                l => format!("its size budget of {}", fgtrace_trace::size_text(l)),
-            };
-            lines.push(format!(
-                "ring recording: the file keeps the run's last calls within {budget}; older calls LOST (overwritten)"
-            ));
-        }
+    if let Some(r) = fgtrace_trace::ring_text(meta) {
+        lines.push(format!("ring recording: {r}"));
     }
     for (i, t) in meta.threads.iter().enumerate() {
         if !shown.get(i).copied().unwrap_or(true) {

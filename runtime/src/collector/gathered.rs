@@ -330,7 +330,7 @@ pub(super) fn open_output(
     let meta = TraceMeta {
         off_cpu,
         ring: match limit {
-            Some(l) if ring => Some(if config.shared_budget { u64::MAX } else { l }),
+            Some(l) if ring => Some(l),
             _ => None,
         },
         ..base_meta(cal, cal.origin.ticks, config)
@@ -347,6 +347,10 @@ pub(super) fn open_output(
         Some(total) if config.shared_budget => super::pool::Pool::join(path, total).ok(),
         _ => None,
     };
+    let mut pool = pool;
+    if let Some(p) = pool.as_mut().filter(|_| ring) {
+        p.cap_at_half();
+    }
     if let Some(p) = &pool {
         limit = Some(p.claimed);
     }

@@ -51,12 +51,10 @@ impl Output {
         let Some(l) = self.budget.limit else {
             return true;
         };
-        let mut need = self.w.written + bytes + self.budget.finish_reserve(self.threads_written);
-        // A ring's segment gets half the budget: the one before takes the
-        // other half.
-        if self.budget.ring {
-            need = need.saturating_mul(2);
-        }
+        // A ring's segment gets half of what the completion leaves: the one
+        // before (flushed, never completed) takes the other half.
+        let data = (self.w.written + bytes).saturating_mul(if self.budget.ring { 2 } else { 1 });
+        let need = data + self.budget.finish_reserve(self.threads_written);
         if need <= l {
             return true;
         }
