@@ -70,7 +70,7 @@ enum CtlAction {
         #[arg(long)]
         stream: bool,
         #[command(flatten)]
-        session: SessionArgs,
+        session: Box<SessionArgs>,
     },
     /// Stop the session `start` began and write its trace.
     Stop {

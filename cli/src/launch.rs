@@ -155,7 +155,7 @@ fn summarize(path: &Path) -> Written {
             if let Some(c) = &m.cut_short {
                 summary += &format!("; cut short {}", c.describe());
             }
-            if let Some(r) = fgtrace_trace::ring_text(&m) {
+            if let Some(r) = fgtrace_trace::ring_text(m) {
                 summary += &format!("; ring: {r}");
             }
             for w in &m.warnings {

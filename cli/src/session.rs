@@ -33,7 +33,8 @@ pub struct SessionArgs {
     auto_exclude: Option<String>,
     /// The most a recording to a file writes (200MB, 1.5GB, 512MiB or
     /// unlimited; default: a quarter of the free space there, at most 4 GB).
-    /// At the limit the file is completed and later calls are counted as lost.
+    /// At the limit the file is completed and later calls are counted as lost
+    /// (with `--on-full ring`, the file keeps the run's end instead).
     #[arg(long = "max-size", value_name = "SIZE")]
     pub max_size: Option<String>,
     /// What a recording to a file does at --max-size: `stop` (the default)

@@ -206,7 +206,7 @@ impl Gathered {
                         .enumerate()
                         .map(|(t, &n)| n.saturating_sub(o.budget.dropped(t)))
                         .sum();
-                    if segment > 0 && o.rotate(before, who, Self::announce) {
+                    if segment > 0 && o.rotate(before, who) {
                         fits = o.room_for(c.payload.len() as u64 + head(o));
                     }
                 }

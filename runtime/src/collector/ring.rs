@@ -23,12 +23,7 @@ impl Output {
     /// Starts a new segment at the file's path, the current one moving to
     /// `FILE.prev`. `before`: each thread's calls before the new segment.
     /// `false` where it cannot (then the budget cuts the file as `stop`).
-    pub(super) fn rotate(
-        &mut self,
-        before: Vec<u64>,
-        who: &dyn Fn(u32) -> (u32, String),
-        announce: fn(&mut Output, usize, &dyn Fn(u32) -> (u32, String)) -> std::io::Result<()>,
-    ) -> bool {
+    pub(super) fn rotate(&mut self, before: Vec<u64>, who: &dyn Fn(u32) -> (u32, String)) -> bool {
         if self.error.is_some() || self.budget.cut.is_some() {
             return false;
         }
@@ -64,11 +59,11 @@ impl Output {
         }
         if self.budget.rotations == 0 {
             eprintln!(
-                "fgtrace: {} reached {}: --on-full ring keeps the run's end; older calls move to {}, then are dropped and counted as overwritten",
+                "fgtrace: {} filled a segment of {}: --on-full ring keeps the run's end; older calls move to {}, then are dropped and counted as overwritten",
                 self.path.display(),
                 match self.shown_limit() {
-                    Some(l) => format!("half its size budget of {}", fgtrace_trace::size_text(l)),
-                    None => "half its size budget".into(),
+                    Some(l) => format!("its size budget of {}", fgtrace_trace::size_text(l)),
+                    None => "its size budget".into(),
                 },
                 prev.display()
             );
@@ -84,7 +79,7 @@ impl Output {
         self.budget.rotations += 1;
         let mut r = Ok(());
         if let Some(last) = before.iter().rposition(|&n| n > 0) {
-            r = announce(self, last, who);
+            r = super::gathered::Gathered::announce(self, last, who);
         }
         for (t, &n) in before.iter().enumerate() {
             if n > 0 {
