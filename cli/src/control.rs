@@ -70,7 +70,7 @@ enum CtlAction {
         #[arg(long)]
         stream: bool,
         #[command(flatten)]
-        session: SessionArgs,
+        session: Box<SessionArgs>,
     },
     /// Stop the session `start` began and write its trace.
     Stop {
@@ -135,6 +135,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
             dir: a.dir.as_deref(),
             output: a.output.as_deref(),
             max_size: a.session.max_size.as_deref(),
+            on_full: a.session.on_full.as_deref(),
         })?;
         std::process::exit(code);
     };

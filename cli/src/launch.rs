@@ -21,6 +21,8 @@ pub struct Launch<'a> {
     /// `--max-size`: the most each recording writes (default: see
     /// [`budget_line`]).
     pub max_size: Option<&'a str>,
+    /// `--on-full`: `stop` or `ring` at the budget.
+    pub on_full: Option<&'a str>,
 }
 
 /// The size budget of the recordings in `dir` (`FGTRACE_MAX_SIZE`'s value)
@@ -153,6 +155,9 @@ fn summarize(path: &Path) -> Written {
             if let Some(c) = &m.cut_short {
                 summary += &format!("; cut short {}", c.describe());
             }
+            if let Some(r) = fgtrace_trace::ring_text(m) {
+                summary += &format!("; ring: {r}");
+            }
             for w in &m.warnings {
                 summary += &format!("; {w}");
             }
@@ -224,13 +229,21 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
         }
         Some(e)
     })?;
-    eprintln!("fgtrace: recording `{program}`: {said}; calls past it are counted as lost");
+    let ring = l.on_full == Some("ring");
+    if ring {
+        eprintln!(
+            "fgtrace: recording `{program}`: {said}; each file keeps the run's end (--on-full ring), older calls are counted as overwritten"
+        );
+    } else {
+        eprintln!("fgtrace: recording `{program}`: {said}; calls past it are counted as lost");
+    }
 
     outlive_child();
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env(fgtrace::launch::ENV, &dir)
-        .env("FGTRACE_MAX_SIZE", max_size);
+        .env("FGTRACE_MAX_SIZE", max_size)
+        .env("FGTRACE_ON_FULL", if ring { "ring" } else { "stop" });
     for (k, v) in env_of(&l.settings, l.off_cpu) {
         cmd.env(k, v);
     }
@@ -281,6 +294,18 @@ pub fn run(l: &Launch) -> Result<i32, Option<String>> {
                     to.display()
                 );
             } else {
+                // A ring's segment before goes with it.
+                let beside = |p: &Path| {
+                    let mut s = p.as_os_str().to_owned();
+                    s.push(".prev");
+                    PathBuf::from(s)
+                };
+                let prev = beside(&w.path);
+                if prev.exists() {
+                    if let Err(e) = std::fs::rename(&prev, beside(&to)) {
+                        eprintln!("fgtrace: cannot move {}: {e}", prev.display());
+                    }
+                }
                 w.path = to;
             }
         }

@@ -462,6 +462,9 @@ fn info(
     if let Some(c) = &m.cut_short {
         writeln!(out, "cut short: {}", c.describe())?;
     }
+    if let Some(r) = fgtrace_trace::ring_text(m) {
+        writeln!(out, "ring:      {r}")?;
+    }
     for w in &m.warnings {
         writeln!(out, "warning:   {w}")?;
     }

@@ -33,9 +33,17 @@ pub struct SessionArgs {
     auto_exclude: Option<String>,
     /// The most a recording to a file writes (200MB, 1.5GB, 512MiB or
     /// unlimited; default: a quarter of the free space there, at most 4 GB).
-    /// At the limit the file is completed and later calls are counted as lost.
+    /// At the limit the file is completed and later calls are counted as lost
+    /// (with `--on-full ring`, the file keeps the run's end instead).
     #[arg(long = "max-size", value_name = "SIZE")]
     pub max_size: Option<String>,
+    /// What a recording to a file does at --max-size: `stop` (the default)
+    /// keeps the run's start and counts later calls as lost; `ring` keeps
+    /// the run's end, as the flight recorder does in memory: FILE holds the
+    /// last calls, FILE.prev the segment before (together within SIZE), and
+    /// older calls are counted as overwritten.
+    #[arg(long = "on-full", value_name = "WHAT", value_parser = ["stop", "ring"])]
+    pub on_full: Option<String>,
 }
 
 impl SessionArgs {
@@ -44,9 +52,9 @@ impl SessionArgs {
     // Not used by `cargo fgtrace`, whose recordings all go to files.
     #[allow(dead_code)]
     pub fn no_max_size(&self, where_: &str) -> Result<(), Option<String>> {
-        match &self.max_size {
+        match self.max_size.as_ref().or(self.on_full.as_ref()) {
             Some(_) => Err(Some(format!(
-                "--max-size applies to recordings written while recording                  (`record -- COMMAND`), not to {where_}: its trace is kept in                  the process's memory and written whole when it stops"
+                "--max-size and --on-full apply to recordings written while recording                  (`record -- COMMAND`), not to {where_}: its trace is kept in                  the process's memory and written whole when it stops"
             ))),
             None => Ok(()),
         }

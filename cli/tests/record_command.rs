@@ -487,3 +487,125 @@ fn processes_recording_into_one_directory_share_its_budget() {
     assert!(kept > 0);
     assert_eq!(kept + lost, 3 * 4 * rounds, "every call is kept or counted");
 }
+
+/// Bytes of the files in `dir`, with the segments kept beside them.
+fn bytes_in(dir: &Path) -> (Vec<PathBuf>, u64) {
+    let all: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let total = all
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    (all, total)
+}
+
+#[test]
+fn a_ring_keeps_the_run_s_end_within_its_budget_and_every_view_says_so() {
+    let d = dir("ring");
+    let rounds = 200_000;
+    let o = record(
+        &d,
+        &["--max-size", "400kB", "--on-full", "ring", "-o", "r.fgt"],
+        &target(),
+        "return",
+        rounds,
+    );
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.lines()
+            .next()
+            .is_some_and(|l| l.contains("400.0 kB") && l.contains("--on-full ring")),
+        "the first line says the budget and the ring: {e}"
+    );
+    let (files, total) = bytes_in(&d);
+    assert!(total <= 400_000, "{total} bytes in {files:?}");
+    assert!(d.join("r.fgt.prev").exists(), "{files:?}");
+    let file = d.join("r.fgt");
+    let (meta, from) = fgtrace_trace::file::read_meta(&file).unwrap();
+    assert_eq!(from, fgtrace_trace::file::MetaFrom::Footer);
+    assert!(meta.cut_short.is_none());
+    let (kept, lost) = (meta.total_calls(), meta.total_lost());
+    assert!(kept > 0 && lost > kept, "{kept} {lost}");
+    assert_eq!(kept + lost, 4 * rounds, "every call is kept or counted");
+    // The calls kept are the run's last: the earliest starts well after
+    // the run's start (tests/ring.rs checks the run's last call is kept).
+    let t = fgtrace_trace::Trace::load(&file).unwrap();
+    let first = t.calls().map(|c| c.start_ns).min().unwrap();
+    let run = t.meta().duration_ns;
+    assert!(
+        first > run / 4,
+        "the first kept call at {first} of {run} ns"
+    );
+
+    let info = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["info"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        text.contains("ring:      the file keeps the run's last calls within a size budget of 400.0 kB; older calls LOST (overwritten)")
+            && text.contains(&format!("({lost} lost")),
+        "{text}"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["report"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("ring recording: the file keeps the run's last calls")
+            && text.contains(&format!("LOST {lost} records")),
+        "{text}"
+    );
+}
+
+#[test]
+fn ring_recordings_into_one_directory_share_its_budget() {
+    let d = dir("shared-ring");
+    let rounds = 100_000;
+    let t = target().join(" ");
+    let script = format!("{t} && {t} && {t}");
+    let cmd = ["sh".to_string(), "-c".into(), script];
+    let o = record(
+        &d,
+        &[
+            "--dir",
+            "traces",
+            "--max-size",
+            "600kB",
+            "--on-full",
+            "ring",
+        ],
+        &cmd,
+        "return",
+        rounds,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (files, total) = bytes_in(&d.join("traces"));
+    assert!(
+        total <= 600_000,
+        "{total} bytes in {files:?}, budget 600 kB"
+    );
+    let traces: Vec<_> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "fgt"))
+        .collect();
+    assert_eq!(traces.len(), 3, "{files:?}");
+    let mut rang = 0;
+    for f in traces {
+        let (meta, _) = fgtrace_trace::file::read_meta(f).unwrap();
+        assert_eq!(meta.total_calls() + meta.total_lost(), 4 * rounds);
+        // Each process finds room (a ring claims at most half of what is
+        // free), and keeps its end.
+        assert_eq!(meta.ring, Some(600_000), "{}", f.display());
+        assert!(meta.cut_short.is_none(), "{}", f.display());
+        rang += 1;
+    }
+    assert_eq!(rang, 3);
+}

@@ -9,6 +9,7 @@ mod gathered;
 mod live_dump;
 mod output;
 mod planned;
+mod ring;
 #[cfg(test)]
 mod tests;
 
@@ -435,8 +436,10 @@ impl Session {
                 .and_then(|o| o.budget.lost_after.get(i).copied())
                 .unwrap_or(0)
         };
+        // With `ring`, the calls before the file's last segment.
+        let dropped = |i: usize| g.out.as_ref().map_or(0, |o| o.budget.dropped(i));
         for (t, lost) in threads.iter().zip(tails) {
-            overwritten.push(lost);
+            overwritten.push(lost + dropped(t.index as usize));
             infos.push(ThreadInfo {
                 tid: t.tid,
                 name: t.name.clone(),
@@ -444,7 +447,8 @@ impl Session {
                 lost: t.dropped.load(Relaxed)
                     + t.nested_dropped.load(Relaxed) as u64
                     + lost
-                    + after(t.index as usize),
+                    + after(t.index as usize)
+                    + dropped(t.index as usize),
                 overruns: t.overruns.load(Relaxed) as u64,
                 samples: 0,
                 samples_lost: 0,
@@ -485,7 +489,12 @@ impl Session {
         };
         for (i, (info, th)) in infos.iter_mut().zip(&g.threads).enumerate() {
             // Calls encoded but not kept (at a cut) are counted as lost.
-            info.calls = th.enc.calls.saturating_sub(unkept(i));
+            // and those before a ring's last segment are not in the file.
+            info.calls = th
+                .enc
+                .calls
+                .saturating_sub(unkept(i))
+                .saturating_sub(dropped(i));
         }
         // Functions switched to count-only, with their calls since (before
         // the sites are taken: a switch names its site).
@@ -541,6 +550,9 @@ impl Session {
                     &overwritten,
                     end.ticks,
                 );
+                if o.budget.rotations > 0 {
+                    meta.ring = o.header.ring;
+                }
                 if let Some((reason, at)) = o.budget.cut {
                     meta.cut_short = Some(fgtrace_trace::CutShort {
                         reason,

@@ -15,6 +15,7 @@
 //! | `FGTRACE_SAMPLE=timer:999` | also sample stacks: `timer`, `wall` or a perf event (`cycles:100000`) | `perf record -F/-c` |
 //! | `FGTRACE_OFFCPU=1` | also record off-CPU time per call (`0`: off; `required`: a refusal is an error; `unavailable`: act as if refused) | ftrace `sleep-time`, uftrace `-E sched` |
 //! | `FGTRACE_MAX_SIZE=200MB` | the most a recording to a file writes ([`Config::max_size`]; default: a quarter of the free space, at most 4 GB; `unlimited`) | `perf record --max-size`, uftrace `--max-size` |
+//! | `FGTRACE_ON_FULL=ring` | at the size budget keep the run's end, not its start ([`Config::on_full`]; default `stop`) | `perf record --overwrite`, `--switch-output` |
 //! | `FGTRACE_DUMP_ON_PANIC=panic.fgt` | on a panic, write the last calls of every thread there ([`Config::dump_on_panic`]) | |
 //!
 //! A pattern with `::` matches the full path (`my_crate::parser::parse*`);
@@ -25,7 +26,7 @@ use crate::buffer::MAX_DEPTH;
 mod size;
 use fgtrace_trace::RecordMode;
 pub use size::{
-    default_max_size, free_space, parse_size, DEFAULT_FREE_SHARE, DEFAULT_MAX_SIZE_CAP,
+    default_max_size, free_space, parse_size, OnFull, DEFAULT_FREE_SHARE, DEFAULT_MAX_SIZE_CAP,
 };
 /// The largest flight recorder per thread: 2^30 calls (16 GiB of records).
 pub const MAX_FLIGHT_CALLS: usize = 1 << 30;
@@ -91,6 +92,8 @@ pub struct Config {
     /// The most the output file may take, in bytes (`u64::MAX`: no limit;
     /// `None`: the default, see [`default_max_size`]).
     pub(crate) max_size: Option<u64>,
+    /// What the output file does at its budget.
+    pub(crate) on_full: OnFull,
     /// The budget is shared by every recording into the output file's
     /// directory (`FGTRACE_RECORD`).
     pub(crate) shared_budget: bool,
@@ -161,6 +164,7 @@ impl Config {
             counters: Vec::new(),
             output: None,
             max_size: None,
+            on_full: OnFull::Stop,
             shared_budget: false,
             off_cpu: false,
             errors: Vec::new(),
@@ -233,6 +237,14 @@ impl Config {
                 match parse_size(&v) {
                     Ok(n) => self.max_size = Some(n),
                     Err(e) => self.errors.push(format!("FGTRACE_MAX_SIZE: {e}")),
+                }
+            }
+        }
+        if let Some(v) = get("FGTRACE_ON_FULL") {
+            if !v.trim().is_empty() {
+                match OnFull::parse(&v) {
+                    Ok(f) => self.on_full = f,
+                    Err(e) => self.errors.push(format!("FGTRACE_ON_FULL: {e}")),
                 }
             }
         }
@@ -321,6 +333,21 @@ impl Config {
     /// most 4 GB ([`default_max_size`]).
     pub fn max_size(mut self, bytes: u64) -> Self {
         self.max_size = Some(bytes.max(1));
+        self
+    }
+
+    /// What the file of [`Config::output`] does when it reaches
+    /// [`Config::max_size`] (`FGTRACE_ON_FULL=stop|ring`): [`OnFull::Stop`]
+    /// (the default) keeps the run's start, [`OnFull::Ring`] its end.
+    ///
+    /// With `Ring` the file is written in segments of half the budget; when
+    /// one is full it becomes `FILE.prev` (replacing the one before) and a
+    /// new one starts at `FILE`, so the two never take more than the
+    /// budget. `FILE` always holds the run's last calls, and stays readable
+    /// however the process ends; the calls before its segment are counted
+    /// in it as overwritten, as the flight recorder counts them.
+    pub fn on_full(mut self, what: OnFull) -> Self {
+        self.on_full = what;
         self
     }
 

@@ -593,6 +593,9 @@ impl<R: Read> TraceReader<R> {
                 }
                 for (t, r) in threads.iter_mut().zip(&rec.threads) {
                     t.samples = r.samples.len() as u64;
+                    // Calls overwritten before the file's calls (a ring's
+                    // segment says so as it starts) are lost calls.
+                    t.lost = t.lost.max(r.overwritten);
                 }
                 meta.threads = threads;
                 meta.duration_ns = end_ns;

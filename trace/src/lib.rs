@@ -191,6 +191,13 @@ pub struct TraceMeta {
     /// existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_short: Option<CutShort>,
+    /// The size budget of a recording that kept the run's end (`ring` at
+    /// the budget, in bytes; with several processes, the budget they
+    /// shared): the file is its last segment, and each
+    /// thread's calls before it are counted as overwritten. In the header
+    /// of every segment, so a file whose process was killed says it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<u64>,
 }
 
 /// A recording to a file that stopped keeping calls before its end; the
@@ -222,6 +229,20 @@ pub enum CutReason {
     Budget,
     /// Writing failed because the file system was full (`ENOSPC`).
     DiskFull,
+}
+
+/// What a ring recording kept, for views' headers: `the file keeps the
+/// run's last calls within its size budget of 200.0 kB; older calls LOST
+/// (overwritten)`. `None` where the trace is no ring or lost nothing to it.
+pub fn ring_text(meta: &TraceMeta) -> Option<String> {
+    let l = meta.ring?;
+    if meta.total_lost() == 0 {
+        return None;
+    }
+    Some(format!(
+        "the file keeps the run's last calls within a size budget of {}; older calls LOST (overwritten)",
+        size_text(l)
+    ))
 }
 
 impl CutShort {

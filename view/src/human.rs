@@ -276,6 +276,9 @@ pub fn loss_lines(meta: &TraceMeta, shown: &[bool], lost_events: &[u64]) -> Vec<
     if let Some(c) = &meta.cut_short {
         lines.push(format!("recording cut short {}", c.describe()));
     }
+    if let Some(r) = fgtrace_trace::ring_text(meta) {
+        lines.push(format!("ring recording: {r}"));
+    }
     for (i, t) in meta.threads.iter().enumerate() {
         if !shown.get(i).copied().unwrap_or(true) {
             continue;

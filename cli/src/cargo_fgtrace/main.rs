@@ -250,6 +250,7 @@ fn run(cli: Cli) -> Result<i32, (i32, String)> {
                 dir: r.dir.as_deref(),
                 output: r.output.as_deref(),
                 max_size: r.session.max_size.as_deref(),
+                on_full: r.session.on_full.as_deref(),
             })
             .map_err(|e| (1, e.unwrap_or_default()))
         }

@@ -41,6 +41,14 @@ pub(super) struct Budget {
     pub(super) encoded_lost: Vec<u64>,
     /// Samples not kept after the cut.
     pub(super) samples_after: u64,
+    /// `ring` at the budget: the file is written in segments of half of
+    /// it, the one before kept beside it (`FILE.prev`).
+    pub(super) ring: bool,
+    /// Segments begun after the first (`ring`).
+    pub(super) rotations: u64,
+    /// Calls of each thread before the current segment, by thread index
+    /// (`ring`): counted in the file as overwritten.
+    pub(super) ring_dropped: Vec<u64>,
     /// Bytes of the sections the final metadata repeats (sites, strings,
     /// threads, off-CPU time): what its size is estimated from.
     pub(super) repeated: u64,
@@ -104,6 +112,11 @@ impl Budget {
     /// process's mappings), the loss markers, the end and the footer.
     pub(super) fn finish_reserve(&self, threads: usize) -> u64 {
         (16 << 10) + self.repeated.saturating_mul(3) + 512 * threads as u64
+    }
+
+    /// Calls of thread `t` before the current segment.
+    pub(super) fn dropped(&self, t: usize) -> u64 {
+        self.ring_dropped.get(t).copied().unwrap_or(0)
     }
 
     pub(super) fn total_lost(&self) -> u64 {

@@ -72,7 +72,7 @@ impl Gathered {
     }
 
     /// Announces threads up to index `i` in the file.
-    fn announce(
+    pub(super) fn announce(
         o: &mut Output,
         i: usize,
         who: &dyn Fn(u32) -> (u32, String),
@@ -185,10 +185,32 @@ impl Gathered {
             Some(o) => {
                 let calls = super::budget::calls_in(recs);
                 // Sites, strings and the thread's announcement come first.
-                let head = (self.sites.sites.len() - o.sites_written) as u64 * 256
-                    + (self.sites.strings.len() - o.strings_written) as u64 * 64
-                    + 64;
-                if !o.room_for(c.payload.len() as u64 + head) {
+                let sites = &self.sites;
+                let head = |o: &Output| {
+                    (sites.sites.len() - o.sites_written) as u64 * 256
+                        + (sites.strings.len() - o.strings_written) as u64 * 64
+                        + 64
+                };
+                let mut fits = o.room_for(c.payload.len() as u64 + head(o));
+                // A ring starts a new segment, where the current one holds
+                // calls (these are not in it yet).
+                if !fits && o.budget.ring {
+                    let before: Vec<u64> = self
+                        .threads
+                        .iter()
+                        .enumerate()
+                        .map(|(t, g)| g.enc.calls.saturating_sub(if t == i { calls } else { 0 }))
+                        .collect();
+                    let segment: u64 = before
+                        .iter()
+                        .enumerate()
+                        .map(|(t, &n)| n.saturating_sub(o.budget.dropped(t)))
+                        .sum();
+                    if segment > 0 && o.rotate(before, who) {
+                        fits = o.room_for(c.payload.len() as u64 + head(o));
+                    }
+                }
+                if !fits {
                     let at = recs.first().map_or(self.origin, |r| {
                         fgtrace_trace::recorded::full_ticks(r.start_low(), self.origin)
                     });
@@ -299,8 +321,18 @@ pub(super) fn open_output(
 ) -> Result<Output, String> {
     let f = std::fs::File::create(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let mut limit = config.max_size_for(dir);
+    let ring = config.on_full == crate::config::OnFull::Ring;
     let meta = TraceMeta {
         off_cpu,
+        ring: match limit {
+            Some(l) if ring => Some(l),
+            _ => None,
+        },
         ..base_meta(cal, cal.origin.ticks, config)
     };
     // The header reaches the file at once: a process killed before its
@@ -309,17 +341,16 @@ pub(super) fn open_output(
     let w = RecordingWriter::new(std::io::BufWriter::with_capacity(1 << 16, f), &meta)
         .and_then(|mut w| w.flush().map(|()| w))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    let mut limit = config.max_size_for(dir);
     let start = w.mark();
     // Recordings into one directory share its budget.
     let pool = match limit {
         Some(total) if config.shared_budget => super::pool::Pool::join(path, total).ok(),
         _ => None,
     };
+    let mut pool = pool;
+    if let Some(p) = pool.as_mut().filter(|_| ring) {
+        p.cap_at_half();
+    }
     if let Some(p) = &pool {
         limit = Some(p.claimed);
     }
@@ -332,7 +363,9 @@ pub(super) fn open_output(
         error: None,
         dirty: false,
         budget: super::budget::Budget::new(limit, start),
+        header: meta,
     };
+    o.budget.ring = ring && limit.is_some();
     o.budget.pool = pool;
     if o.budget.pool.is_some() {
         // The first grant: room for the header, the completion and more.

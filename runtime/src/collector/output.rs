@@ -22,6 +22,8 @@ pub(super) struct Output {
     pub(super) dirty: bool,
     /// The size budget, and where calls stopped being kept.
     pub(super) budget: super::budget::Budget,
+    /// The provisional header, which each new segment of a ring starts with.
+    pub(super) header: fgtrace_trace::TraceMeta,
 }
 
 impl Output {
@@ -49,7 +51,10 @@ impl Output {
         let Some(l) = self.budget.limit else {
             return true;
         };
-        let need = self.w.written + bytes + self.budget.finish_reserve(self.threads_written);
+        // A ring's segment gets half of what the completion leaves: the one
+        // before (flushed, never completed) takes the other half.
+        let data = (self.w.written + bytes).saturating_mul(if self.budget.ring { 2 } else { 1 });
+        let need = data + self.budget.finish_reserve(self.threads_written);
         if need <= l {
             return true;
         }

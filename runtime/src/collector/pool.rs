@@ -24,6 +24,8 @@ pub(super) struct Pool {
     pub(super) claimed: u64,
     /// The pool's budget.
     pub(super) total: u64,
+    /// The most this recording claims (a ring: see [`Pool::cap_at_half`]).
+    cap: u64,
 }
 
 impl Pool {
@@ -49,16 +51,32 @@ impl Pool {
             name,
             claimed: 0,
             total,
+            cap: u64::MAX,
         };
         p.update(|_, _| 0)?;
         Ok(p)
     }
 
-    /// Claims `want` more bytes, or what is left; returns what was granted.
+    /// Caps this recording's claims at half of what the pool has free now:
+    /// a ring would otherwise claim the whole pool before it starts
+    /// dropping its oldest calls, and the processes after it (the run's
+    /// end) would find no room.
+    pub(super) fn cap_at_half(&mut self) {
+        let mut cap = u64::MAX;
+        let _ = self.update(|mine, free| {
+            cap = (mine + free) / 2;
+            mine
+        });
+        self.cap = cap;
+    }
+
+    /// Claims `want` more bytes, or what is left (up to the cap); returns
+    /// what was granted.
     pub(super) fn claim(&mut self, want: u64) -> u64 {
         let before = self.claimed;
         let want = want.max(GRANT);
-        self.update(|mine, free| mine + want.min(free))
+        let cap = self.cap;
+        self.update(|mine, free| (mine + want.min(free)).min(cap.max(mine)))
             .map_or(0, |now| now.saturating_sub(before))
     }
 
@@ -108,11 +126,13 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// A recording that ends keeps what its file takes and gives the rest
-    /// back.
+    /// A recording that ends keeps what its file takes (with a ring's
+    /// segment kept beside it) and gives the rest back.
     fn drop(&mut self) {
-        let len = std::fs::metadata(self.dir.join(&self.name)).map_or(0, |m| m.len());
-        self.settle(len);
+        let path = self.dir.join(&self.name);
+        let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let used = len(&path) + len(&super::ring::beside(&path, ".prev"));
+        self.settle(used);
     }
 }
 

@@ -4,6 +4,35 @@
 
 use std::path::Path;
 
+/// What a recording to a file does when its size budget is reached
+/// (`Config::on_full`, `FGTRACE_ON_FULL`, `fgtrace record --on-full`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnFull {
+    /// The file is completed at the limit and keeps the run's start; the
+    /// calls after are counted as lost (the default).
+    #[default]
+    Stop,
+    /// The file keeps the run's end, as the flight recorder does in
+    /// memory: it is written in segments of half the budget, and when one
+    /// is full it moves to `FILE.prev` (replacing the one before) and a new
+    /// one starts at `FILE`. The calls before `FILE`'s segment are counted
+    /// in it as overwritten.
+    Ring,
+}
+
+impl OnFull {
+    /// Parses `stop` or `ring`.
+    pub fn parse(s: &str) -> Result<OnFull, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "stop" => Ok(OnFull::Stop),
+            "ring" => Ok(OnFull::Ring),
+            _ => Err(format!(
+                "`{s}` is not what to do at the size budget (stop or ring)"
+            )),
+        }
+    }
+}
+
 /// The largest default budget: 4 GB.
 pub const DEFAULT_MAX_SIZE_CAP: u64 = 4_000_000_000;
 /// The default budget's share of the free space where the file is written.
