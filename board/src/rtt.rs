@@ -20,7 +20,7 @@
 //! runtime counts refused bytes and sends the count in its statistics).
 //!
 //! With the feature `rtt` on a bare-metal target the block is the static
-//! `_SEGGER_RTT`, found by that symbol or by its id; [`init`] fills it in.
+//! `_SEGGER_RTT`, found by that symbol or by its id; `init` fills it in (built there only).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicU32, Ordering::*};
