@@ -63,6 +63,7 @@ mod inspect;
 #[cfg(test)]
 mod irq_sim;
 mod marker;
+mod stretch;
 mod values;
 
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
@@ -85,9 +86,9 @@ use exit::{exit_board, exit_board_counted};
 pub use future::TracedFuture;
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
 pub use marker::marker;
+pub use stretch::exit_poll;
 pub use values::{
-    enter_poll, enter_values, exit_poll, exit_with_values, record_future_values, ValuesFuture,
-    ValuesGuard,
+    enter_poll, enter_values, exit_with_values, record_future_values, ValuesFuture, ValuesGuard,
 };
 
 /// Frame flag: one poll of an async fn.

@@ -2,7 +2,7 @@
 //! thread's shadow stack and records the whole future once, first poll to
 //! completion (or drop), on whichever thread finishes it.
 
-use super::values::{exit_poll, one_stretch};
+use super::stretch::{exit_poll, one_stretch};
 use super::{
     capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard,
     ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,

@@ -641,7 +641,7 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
         // A future its caller follows itself (a `tracing` span's), the same way.
         let first = unsafe { with_thread_state(|st| st.count) };
         let start = crate::clock::ticks();
-        values::exit_poll(values::enter_poll(&VALUED_ASYNC), 7);
+        super::exit_poll(values::enter_poll(&VALUED_ASYNC), 7);
         irq_sim::arm(handler);
         values::record_future_values(&VALUED_ASYNC, 7, start, 1, false, &[value(&3u32)]);
         assert_eq!(

@@ -9,6 +9,13 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+/// `path` with `suffix` appended to its file name (a ring's `FILE.prev`).
+pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
 /// The pool's file in the recording directory.
 pub const POOL_FILE: &str = ".fgtrace-budget";
 
@@ -131,7 +138,7 @@ impl Drop for Pool {
     fn drop(&mut self) {
         let path = self.dir.join(&self.name);
         let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-        let used = len(&path) + len(&super::ring::beside(&path, ".prev"));
+        let used = len(&path) + len(&beside(&path, ".prev"));
         self.settle(used);
     }
 }

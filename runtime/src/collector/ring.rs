@@ -9,15 +9,8 @@
 //! ends; the two files never take more than the budget.
 
 use super::output::Output;
+use super::pool::beside;
 use fgtrace_trace::file::RecordingWriter;
-use std::path::{Path, PathBuf};
-
-/// `path` with `suffix` appended to its file name.
-pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
 
 impl Output {
     /// Starts a new segment at the file's path, the current one moving to
