@@ -67,8 +67,8 @@ pub(super) fn exit_poll_of(slot: u32, serial: u32, id: u64) {
 }
 
 /// Ends one poll `g` of a future whose id its caller keeps (a `tracing`
-/// span's, see [`enter_poll`]): the poll's record, then `id` after it, so
-/// that a reader knows the future each poll belongs to.
+/// span's, see [`enter_poll`](super::enter_poll)): the poll's record, then
+/// `id` after it, so that a reader knows the future each poll belongs to.
 #[inline]
 pub fn exit_poll(g: Guard, id: u64) {
     let (slot, serial) = (g.slot(), g.serial());
