@@ -17,8 +17,10 @@
 //! * [`values`]: the values `#[traced(values(..))]` records beside a call
 //!   (the types it accepts and their encoding); their guard is in [`probe`].
 //!
-//! `no_std`, no dependencies. The `std` feature keeps the per-thread state
-//! in a `thread_local!`; without it the platform supplies it per hart. The
+//! `no_std`, no dependencies but `atomic-waker` with `std`. The `std`
+//! feature keeps the per-thread state in a `thread_local!` and lets traced
+//! futures see their wakes; without it the platform supplies the state per
+//! hart. The
 //! layers above (the `fgtrace` runtime on Linux, a board's firmware support)
 //! own buffers, sessions and sampling.
 #![cfg_attr(not(any(feature = "std", test)), no_std)]

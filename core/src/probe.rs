@@ -65,6 +65,8 @@ mod irq_sim;
 mod marker;
 mod stretch;
 mod values;
+#[cfg(any(feature = "std", test))]
+mod wake;
 
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use board::exit;
@@ -83,7 +85,7 @@ use exit::handoff;
 use exit::write;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use exit::{exit_board, exit_board_counted};
-pub use future::TracedFuture;
+pub use future::{FutureTimes, TracedFuture};
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
 pub use marker::marker;
 pub use stretch::exit_poll;

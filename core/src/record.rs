@@ -46,8 +46,22 @@ pub mod ext {
     /// id whose first poll to end holds it. b = 0. Comes before the record's
     /// values.
     pub const FUTURE: u64 = 6;
+    /// The record two before this one (a marker: a zero-length record, then
+    /// [`MARKER`]) is a wake of a future, not an instant marker: on the
+    /// waking thread, at the wake's time, at that thread's depth; its site
+    /// is the future's. a = the future's id (as [`FUTURE`] gives it), b = 0.
+    pub const WAKE: u64 = 7;
+    /// After a whole future's [`FUTURE`]: a = the ticks its polls took while
+    /// recording (its busy time), b = its polls, all of them (the record's
+    /// poll count saturates).
+    pub const FUTURE_BUSY: u64 = 8;
+    /// After [`FUTURE_BUSY`], when the future's wakes were watched: a = the
+    /// ticks from each wake to the start of the poll after it (from the
+    /// poll's end, for a wake during a poll), summed: its scheduled time;
+    /// b = its wakes.
+    pub const FUTURE_WAKES: u64 = 9;
     /// The largest subkind a reader accepts.
-    pub const LAST: u64 = FUTURE;
+    pub const LAST: u64 = FUTURE_WAKES;
 }
 
 /// Allocation figures of one call, callees included (see [`crate::alloc`]).

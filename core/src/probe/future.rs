@@ -4,8 +4,8 @@
 
 use super::stretch::{exit_poll, one_stretch};
 use super::{
-    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, Guard,
-    ThreadState, F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
+    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, ThreadState,
+    F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
 };
 use crate::clock::ticks;
 use crate::control_word::{self, CONTROL, ON_MASK, SESSION_ON};
@@ -43,14 +43,29 @@ pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Op
     }
 }
 
+/// What a traced future measured of itself, written after its whole
+/// record (see [`ext::FUTURE_BUSY`], [`ext::FUTURE_WAKES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutureTimes {
+    /// Ticks its polls took while recording (busy time).
+    pub busy: u64,
+    /// Its polls, all of them.
+    pub polls: u64,
+    /// Ticks from each wake to the start of the poll after it, summed
+    /// (scheduled time), and its wakes; `None` where its wakes were not
+    /// watched (a board, a `tracing` span).
+    pub waits: Option<(u64, u64)>,
+}
+
 /// Records an async fn's whole future (first poll to completion or drop),
 /// under the same filters as a call at the current depth, with no allocation
-/// once the site's decision is cached, and its id after it (see
-/// [`ext::FUTURE`]). Calls `then` on the thread's state right after those,
-/// only if the record was written (the values of a future that has them
-/// follow it). Nothing masks interrupts here: the caller runs this in a
-/// masked stretch (see `values::one_stretch`), since an interrupt handler's
-/// record between the future's and its id would take the id.
+/// once the site's decision is cached, then its id (see [`ext::FUTURE`]) and
+/// its `times`. Calls `then` on the thread's state right after those, only
+/// if the record was written (the values of a future that has them follow
+/// it). Nothing masks interrupts here: the caller runs this in a masked
+/// stretch (see `values::one_stretch`) of [`FUTURE_RECORDS`] records and
+/// what `then` writes, since an interrupt handler's record between the
+/// future's and its id would take the id.
 #[cold]
 pub(super) fn record_future(
     site: &'static Site,
@@ -58,6 +73,7 @@ pub(super) fn record_future(
     start: u64,
     polls: u32,
     cancelled: bool,
+    times: Option<FutureTimes>,
     then: impl FnOnce(&mut super::ThreadState),
 ) {
     let end = ticks();
@@ -82,6 +98,12 @@ pub(super) fn record_future(
         let written = st.count != count || st.buf != buf;
         if written {
             write(st, RawCall::ext(ext::FUTURE, id, 0));
+            if let Some(t) = times {
+                write(st, RawCall::ext(ext::FUTURE_BUSY, t.busy, t.polls));
+                if let Some((scheduled, wakes)) = t.waits {
+                    write(st, RawCall::ext(ext::FUTURE_WAKES, scheduled, wakes));
+                }
+            }
         }
         written
     });
@@ -94,15 +116,152 @@ pub(super) fn record_future(
     }
 }
 
+/// The most records [`record_future`] writes itself: the future's, its id
+/// and its times.
+pub(super) const FUTURE_RECORDS: usize = 4;
+
+/// What a traced future keeps of itself from poll to poll, and the poll
+/// around its inner future: [`TracedFuture`]'s and `ValuesFuture`'s.
+pub(super) struct Follow {
+    pub(super) site: &'static Site,
+    /// Ticks at its first poll while recording; 0 before that.
+    pub(super) first: u64,
+    /// Its polls, all of them.
+    polls: u32,
+    /// Completed.
+    pub(super) done: bool,
+    /// Ticks its polls took while recording.
+    busy: u64,
+    /// The end of its last poll while recording, in ticks.
+    last_end: u64,
+    /// Ticks from wakes to the polls after them.
+    #[cfg(any(feature = "std", test))]
+    scheduled: u64,
+    /// The waker it hands its inner future while recording, which sees
+    /// its wakes (see `wake`).
+    #[cfg(any(feature = "std", test))]
+    watch: Option<super::wake::Watch>,
+}
+
+impl Follow {
+    pub(super) fn new(site: &'static Site) -> Follow {
+        Follow {
+            site,
+            first: 0,
+            polls: 0,
+            done: false,
+            busy: 0,
+            last_end: 0,
+            #[cfg(any(feature = "std", test))]
+            scheduled: 0,
+            #[cfg(any(feature = "std", test))]
+            watch: None,
+        }
+    }
+
+    /// One poll of the future `id` (its pinned address): `inner` polls what
+    /// it wraps, with the context to use. While nothing records, just that.
+    #[inline(always)]
+    pub(super) fn poll<T>(
+        &mut self,
+        id: u64,
+        cx: &mut Context<'_>,
+        inner: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        let c = CONTROL.load(Relaxed);
+        self.polls = self.polls.wrapping_add(1);
+        if c & ON_MASK == 0 {
+            return inner(cx);
+        }
+        let t0 = ticks();
+        if self.first == 0 {
+            self.first = t0;
+        }
+        let guard = enter_on(self.site, c, F_POLL, stack_pointer());
+        #[cfg(any(feature = "std", test))]
+        let r = if guard.slot() != 0 {
+            self.poll_watched(id, t0, cx, inner)
+        } else {
+            inner(cx)
+        };
+        #[cfg(not(any(feature = "std", test)))]
+        let r = inner(cx);
+        let t1 = ticks();
+        self.busy = self.busy.wrapping_add(t1.wrapping_sub(t0));
+        self.last_end = t1;
+        exit_poll(guard, id);
+        r
+    }
+
+    /// The inner poll with the future's own waker in the context: the
+    /// executor's waker is kept in it (replaced when another is passed),
+    /// and the wait since the first wake after the last poll's start is
+    /// scheduled time. The waker is made at the first poll that records
+    /// (one allocation per future, never counted as the program's).
+    #[cfg(any(feature = "std", test))]
+    #[inline(always)]
+    fn poll_watched<T>(
+        &mut self,
+        id: u64,
+        t0: u64,
+        cx: &mut Context<'_>,
+        inner: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        let site = self.site;
+        let w = self
+            .watch
+            .get_or_insert_with(|| super::wake::Watch::new(site, id));
+        let woken = w.before_poll(cx.waker());
+        if woken != 0 {
+            // A wake during the last poll waits from that poll's end.
+            let from = woken.max(self.last_end);
+            self.scheduled = self.scheduled.wrapping_add(t0.saturating_sub(from));
+        }
+        inner(&mut Context::from_waker(w.waker()))
+    }
+
+    /// Records the whole future `id` (completed, or dropped before when
+    /// `cancelled`) if it was polled while recording, in one stretch with
+    /// what `then` writes (at most `extra` records).
+    #[inline]
+    pub(super) fn record(
+        &self,
+        id: u64,
+        cancelled: bool,
+        extra: usize,
+        then: impl FnOnce(&mut super::ThreadState),
+    ) {
+        if self.first == 0 {
+            return;
+        }
+        let times = FutureTimes {
+            busy: self.busy,
+            polls: self.polls as u64,
+            waits: self.waits(),
+        };
+        let (site, first, polls) = (self.site, self.first, self.polls);
+        one_stretch(FUTURE_RECORDS + extra, || {
+            record_future(site, id, first, polls, cancelled, Some(times), then)
+        });
+    }
+
+    /// Scheduled time and wakes, where its wakes were watched.
+    fn waits(&self) -> Option<(u64, u64)> {
+        #[cfg(any(feature = "std", test))]
+        if let Some(w) = &self.watch {
+            return Some((self.scheduled, w.wakes()));
+        }
+        None
+    }
+}
+
 /// An `async fn`'s future, instrumented by `#[traced]`: every poll is a call
 /// on the polling thread's shadow stack (never held across `.await`), and the
 /// whole future, first poll to completion, is recorded once, on whichever
-/// thread finishes it.
+/// thread finishes it, with its busy time and, on hosts, its wakes and
+/// scheduled time.
 pub struct TracedFuture<F> {
-    site: &'static Site,
-    first: u64,
-    polls: u32,
-    done: bool,
+    follow: Follow,
     inner: F,
 }
 
@@ -110,10 +269,7 @@ impl<F> TracedFuture<F> {
     /// Wraps `inner` (what `#[traced]` does to an `async fn`'s body).
     pub fn new(site: &'static Site, inner: F) -> Self {
         TracedFuture {
-            site,
-            first: 0,
-            polls: 0,
-            done: false,
+            follow: Follow::new(site),
             inner,
         }
     }
@@ -124,27 +280,16 @@ impl<F: Future> Future for TracedFuture<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
         let this = unsafe { self.get_unchecked_mut() };
-        let c = CONTROL.load(Relaxed);
-        if this.first == 0 && c & ON_MASK != 0 {
-            this.first = ticks();
-        }
-        let guard = if c & ON_MASK == 0 {
-            Guard::OFF
-        } else {
-            enter_on(this.site, c, F_POLL, stack_pointer())
-        };
-        this.polls += 1;
         // Pinned: the same address from this poll until the future drops.
         let id = this as *const Self as u64;
+        let inner = &mut this.inner;
         // SAFETY: see above.
-        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        exit_poll(guard, id);
+        let r = this
+            .follow
+            .poll(id, cx, |cx| unsafe { Pin::new_unchecked(inner) }.poll(cx));
         if r.is_ready() {
-            this.done = true;
-            if this.first != 0 {
-                let (site, first, polls) = (this.site, this.first, this.polls);
-                one_stretch(2, || record_future(site, id, first, polls, false, |_| {}));
-            }
+            this.follow.done = true;
+            this.follow.record(id, false, 0, |_| {});
         }
         r
     }
@@ -152,10 +297,9 @@ impl<F: Future> Future for TracedFuture<F> {
 
 impl<F> Drop for TracedFuture<F> {
     fn drop(&mut self) {
-        if !self.done && self.first != 0 {
+        if !self.follow.done {
             let id = self as *const Self as u64;
-            let (site, first, polls) = (self.site, self.first, self.polls);
-            one_stretch(2, || record_future(site, id, first, polls, true, |_| {}));
+            self.follow.record(id, true, 0, |_| {});
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use super::future::kept_site;
 use super::values::write_values;
-use super::{with_state, write};
+use super::{with_state, write, ThreadState};
 use crate::clock::ticks;
 use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, kind, RawCall};
@@ -35,19 +35,40 @@ pub fn marker(site: &'static Site, values: &[RawValue]) {
 
 #[inline(never)]
 fn marker_on(site: &'static Site, c: u32, values: &[RawValue]) {
+    marker_then(site, c, ticks(), |st| write_values(st, values));
+}
+
+/// Writes a marker of `site` at `at` on this thread, then what `then`
+/// writes after it, when the session keeps the site here.
+#[inline(always)]
+fn marker_then(site: &'static Site, c: u32, at: u64, then: impl FnOnce(&mut ThreadState)) {
     with_state(|st| {
         let Some(id) = kept_site(st, site, c) else {
             return;
         };
         let (count, buf) = (st.count, st.buf);
-        write(
-            st,
-            RawCall::pack(ticks(), st.depth, 0, id, false, kind::CALL),
-        );
+        write(st, RawCall::pack(at, st.depth, 0, id, false, kind::CALL));
         if st.count == count && st.buf == buf {
             return; // not written: neither is the rest
         }
         write(st, RawCall::ext(ext::MARKER, 0, 0));
-        write_values(st, values);
+        then(st);
     })
+}
+
+/// Records a wake of the future `id` of `site` at `at` (ticks), on this
+/// thread (the waking one): a marker of the future's site, said to be a
+/// wake by [`ext::WAKE`] after it, in one stretch. Does nothing when
+/// nothing records, on a thread busy with fgtrace's own code, or where the
+/// session's filters leave the site out here.
+#[cfg(any(feature = "std", test))]
+#[inline(never)]
+pub(super) fn wake_marker(site: &'static Site, id: u64, at: u64) {
+    let c = CONTROL.load(Relaxed);
+    if c & ON_MASK == 0 {
+        return;
+    }
+    super::stretch::one_stretch(3, || {
+        marker_then(site, c, at, |st| write(st, RawCall::ext(ext::WAKE, id, 0)))
+    });
 }

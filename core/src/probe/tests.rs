@@ -107,8 +107,14 @@ fn records() -> Vec<(&'static str, u64, u32)> {
         with_thread_state(|st| {
             (0..st.count)
                 .map(|i| *st.buf.add(i))
-                // Future ids are checked by their own test.
-                .filter(|r| !(r.is_ext() && r.ext_sub() == ext::FUTURE))
+                // Future ids and times are checked by their own tests.
+                .filter(|r| {
+                    !(r.is_ext()
+                        && matches!(
+                            r.ext_sub(),
+                            ext::FUTURE | ext::FUTURE_BUSY | ext::FUTURE_WAKES
+                        ))
+                })
                 .map(|r| {
                     let name = crate::site::site_by_id(r.site()).map_or("?", |s| s.name);
                     (name, r.kind(), r.depth())
@@ -232,7 +238,128 @@ fn every_poll_and_whole_future_record_names_its_future() {
         assert_eq!(c.as_mut().poll(&mut cx), Poll::Pending);
         drop(c);
         assert_eq!(future_ids()[6..], [(p, idc), (f, idc)]);
-        assert_eq!(unsafe { with_thread_state(|st| st.count) } - first, 4);
+        // The poll and its id, the future, its id and its times.
+        assert_eq!(unsafe { with_thread_state(|st| st.count) } - first, 6);
+    });
+}
+
+/// A waker that counts its wakes.
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+/// Pending at its first poll, where it keeps (a clone of) its waker in
+/// the slot; ready at the next.
+struct UntilWoken(
+    std::sync::Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    bool,
+);
+
+impl Future for UntilWoken {
+    type Output = ();
+    fn poll(mut self: core::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.1 {
+            Poll::Ready(())
+        } else {
+            self.1 = true;
+            *self.0.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+#[test]
+fn a_wake_is_recorded_where_it_happens_and_passed_on_to_the_executor() {
+    static WOKEN: Site = Site::new("woken_async", "t", "t.rs", 33, true);
+    on_own_thread(|| {
+        let executor = std::sync::Arc::new(CountWakes(Default::default()));
+        let waker = std::task::Waker::from(executor.clone());
+        let mut cx = Context::from_waker(&waker);
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let mut fut = Box::pin(TracedFuture::new(&WOKEN, UntilWoken(slot.clone(), false)));
+        let id = &*fut.as_ref() as *const _ as u64;
+        let first = unsafe { with_thread_state(|st| st.count) };
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Pending);
+        let kept = slot.lock().unwrap().take().unwrap();
+        // The inner future kept the traced future's own waker, not the executor's.
+        assert!(!kept.will_wake(&waker));
+        std::thread::spawn(move || kept.wake()).join().unwrap();
+        let woke_at = crate::clock::ticks();
+        assert_eq!(executor.0.load(SeqCst), 1, "the executor's waker was woken");
+        // A wait between the wake and the next poll: scheduled time.
+        while crate::clock::ticks() < woke_at + 2_000_000 {}
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(()));
+        let raw: Vec<RawCall> =
+            unsafe { with_thread_state(|st| (first..st.count).map(|i| *st.buf.add(i)).collect()) };
+        let subs: Vec<u64> = raw
+            .iter()
+            .map(|r| {
+                if r.is_ext() {
+                    100 + r.ext_sub()
+                } else {
+                    r.kind()
+                }
+            })
+            .collect();
+        let (p, f, x) = (kind::POLL, kind::FUTURE, |e: u64| 100 + e);
+        // The wake was on the other thread: none here.
+        assert_eq!(
+            subs,
+            [
+                p,
+                x(ext::FUTURE),
+                p,
+                x(ext::FUTURE),
+                f,
+                x(ext::FUTURE),
+                x(ext::FUTURE_BUSY),
+                x(ext::FUTURE_WAKES)
+            ]
+        );
+        let busy = raw[6].ext_values();
+        assert_eq!(busy.1, 2, "two polls");
+        assert!(
+            busy.0 > 0 && busy.0 < raw[4].dur(),
+            "busy {busy:?} within the future"
+        );
+        let (scheduled, wakes) = raw[7].ext_values();
+        assert_eq!(wakes, 1);
+        assert!(scheduled >= 2_000_000, "scheduled {scheduled} ticks");
+        assert!(scheduled <= raw[4].dur(), "scheduled within the future");
+        // On this thread, a wake is a marker of the future's site, said to
+        // be a wake of its id.
+        let first = unsafe { with_thread_state(|st| st.count) };
+        let mut again = Box::pin(TracedFuture::new(&WOKEN, UntilWoken(slot.clone(), false)));
+        let id2 = &*again.as_ref() as *const _ as u64;
+        assert_eq!(again.as_mut().poll(&mut cx), Poll::Pending);
+        let kept = slot.lock().unwrap().take().unwrap();
+        kept.wake_by_ref();
+        kept.wake();
+        assert_eq!(
+            executor.0.load(SeqCst),
+            2,
+            "one wake passed on, the second found none kept"
+        );
+        let raw: Vec<RawCall> =
+            unsafe { with_thread_state(|st| (first..st.count).map(|i| *st.buf.add(i)).collect()) };
+        let wakes: Vec<_> = raw
+            .windows(3)
+            .filter(|w| w[1].is_ext() && w[1].ext_sub() == ext::MARKER && w[2].is_ext())
+            .map(|w| {
+                (
+                    crate::site::site_by_id(w[0].site()).map(|s| s.name),
+                    w[0].dur(),
+                    w[2].ext_sub(),
+                    w[2].ext_values().0,
+                )
+            })
+            .collect();
+        assert_eq!(wakes, [(Some("woken_async"), 0, ext::WAKE, id2); 2]);
+        assert_ne!(id, 0);
     });
 }
 
@@ -545,6 +672,10 @@ fn names_since(first: usize) -> Vec<String> {
         .map(|r| {
             if r.is_ext() && r.ext_sub() == ext::FUTURE {
                 "id".to_string()
+            } else if r.is_ext() && r.ext_sub() == ext::FUTURE_BUSY {
+                "busy".to_string()
+            } else if r.is_ext() && r.ext_sub() == ext::FUTURE_WAKES {
+                "wakes".to_string()
             } else if r.is_ext() {
                 format!("value {}", r.ext_values().0)
             } else if r.kind() == kind::FUTURE {
@@ -610,6 +741,8 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
                 "handler",
                 "future valued_async",
                 "id",
+                "busy",
+                "wakes",
                 "value 7",
                 "value 9",
             ]
@@ -634,6 +767,8 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
                 "id",
                 "future valued_async",
                 "id",
+                "busy",
+                "wakes",
                 "value 5",
                 "handler"
             ]
@@ -643,7 +778,20 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
         let start = crate::clock::ticks();
         super::exit_poll(values::enter_poll(&VALUED_ASYNC), 7);
         irq_sim::arm(handler);
-        values::record_future_values(&VALUED_ASYNC, 7, start, 1, false, &[value(&3u32)]);
+        let times = super::FutureTimes {
+            busy: 5,
+            polls: 1,
+            waits: None,
+        };
+        values::record_future_values(
+            &VALUED_ASYNC,
+            7,
+            start,
+            1,
+            false,
+            Some(times),
+            &[value(&3u32)],
+        );
         assert_eq!(
             names_since(first),
             [
@@ -651,6 +799,7 @@ fn an_interrupt_at_a_futures_end_never_lands_between_its_record_and_its_values()
                 "id",
                 "future valued_async",
                 "id",
+                "busy",
                 "value 3",
                 "handler"
             ]

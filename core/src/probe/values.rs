@@ -9,10 +9,9 @@
 //! ([`ext::VALUE`]). A call whose record is not written (filtered, under the
 //! threshold, dropped) writes no values either.
 
-use super::future::record_future;
-use super::stretch::{exit_poll, exit_then, one_stretch};
+use super::future::{record_future, Follow, FutureTimes, FUTURE_RECORDS};
+use super::stretch::{exit_then, one_stretch};
 use super::{enter_not_lean, enter_on, stack_pointer, write, Guard, ThreadState, F_POLL};
-use crate::clock::ticks;
 use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, RawCall};
 use crate::site::Site;
@@ -92,8 +91,8 @@ pub fn enter_poll(site: &'static Site) -> Guard {
 
 /// Records a whole future its caller followed (see [`enter_poll`]): from
 /// `first` (the [`ticks`] of its first poll) to now, with its poll count,
-/// then its id (the one its polls' [`exit_poll`] gave) and its present
-/// `values`, exactly as a [`ValuesFuture`] records its own (in one stretch,
+/// then its id (the one its polls' [`exit_poll`] gave), its `times` and its
+/// present `values`, exactly as a [`ValuesFuture`] records its own (in one stretch,
 /// masked on a board).
 pub fn record_future_values(
     site: &'static Site,
@@ -101,10 +100,11 @@ pub fn record_future_values(
     first: u64,
     polls: u32,
     cancelled: bool,
+    times: Option<FutureTimes>,
     values: &[RawValue],
 ) {
-    one_stretch(2 + values.len(), || {
-        record_future(site, id, first, polls, cancelled, |st| {
+    one_stretch(FUTURE_RECORDS + values.len(), || {
+        record_future(site, id, first, polls, cancelled, times, |st| {
             write_values(st, values)
         })
     });
@@ -133,10 +133,7 @@ pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
 /// recorded once), with the values (evaluated at the first poll) and the
 /// return value (at completion, by `ret`) after the whole future's record.
 pub struct ValuesFuture<F: Future, const N: usize> {
-    site: &'static Site,
-    first: u64,
-    polls: u32,
-    done: bool,
+    follow: Follow,
     values: [RawValue; N],
     ret: Option<fn(&F::Output) -> RawValue>,
     inner: F,
@@ -147,10 +144,7 @@ impl<F: Future, const N: usize> ValuesFuture<F, N> {
     /// first poll.
     pub fn new(site: &'static Site, values: [RawValue; N], inner: F) -> Self {
         ValuesFuture {
-            site,
-            first: 0,
-            polls: 0,
-            done: false,
+            follow: Follow::new(site),
             values,
             ret: None,
             inner,
@@ -169,35 +163,22 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // SAFETY: `inner` is structurally pinned: never moved out, not even in Drop.
         let this = unsafe { self.get_unchecked_mut() };
-        let c = CONTROL.load(Relaxed);
-        if this.first == 0 && c & ON_MASK != 0 {
-            this.first = ticks();
-        }
-        let guard = if c & ON_MASK == 0 {
-            Guard::OFF
-        } else {
-            enter_on(this.site, c, F_POLL, stack_pointer())
-        };
-        this.polls += 1;
         let id = this as *const Self as u64;
+        let inner = &mut this.inner;
         // SAFETY: see above.
-        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
-        exit_poll(guard, id);
+        let r = this
+            .follow
+            .poll(id, cx, |cx| unsafe { Pin::new_unchecked(inner) }.poll(cx));
         if let Poll::Ready(out) = &r {
-            this.done = true;
+            this.follow.done = true;
             if let (Some(ret), Some(last)) = (this.ret, this.values.last_mut()) {
                 *last = ret(out);
             }
-            if this.first != 0 {
-                // The whole future's record and its values in one stretch,
-                // as a call's (see `exit_then`).
-                let values = &this.values;
-                one_stretch(2 + N, || {
-                    record_future(this.site, id, this.first, this.polls, false, |st| {
-                        write_values(st, values)
-                    })
-                });
-            }
+            // The whole future's record and its values in one stretch, as
+            // a call's (see `exit_then`).
+            let values = &this.values;
+            this.follow
+                .record(id, false, N, |st| write_values(st, values));
         }
         r
     }
@@ -205,13 +186,10 @@ impl<F: Future, const N: usize> Future for ValuesFuture<F, N> {
 
 impl<F: Future, const N: usize> Drop for ValuesFuture<F, N> {
     fn drop(&mut self) {
-        if !self.done && self.first != 0 {
+        if !self.follow.done {
             let (values, id) = (&self.values, self as *const Self as u64);
-            one_stretch(2 + N, || {
-                record_future(self.site, id, self.first, self.polls, true, |st| {
-                    write_values(st, values)
-                })
-            });
+            self.follow
+                .record(id, true, N, |st| write_values(st, values));
         }
     }
 }

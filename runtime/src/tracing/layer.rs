@@ -4,7 +4,7 @@ use super::sites::{self, Callsite};
 use super::stack;
 use super::values::{Collect, Values, NONE};
 use fgtrace_core::clock::ticks;
-use fgtrace_core::probe::record_future_values;
+use fgtrace_core::probe::{record_future_values, FutureTimes};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Interest, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -55,6 +55,10 @@ impl Default for Layer {
 struct FutureState {
     first: u64,
     polls: u32,
+    /// Ticks at the start of the poll under way.
+    entered: u64,
+    /// Ticks its polls took.
+    busy: u64,
     values: Values,
 }
 
@@ -91,6 +95,8 @@ where
                 span.extensions_mut().insert(FutureState {
                     first: 0,
                     polls: 0,
+                    entered: 0,
+                    busy: 0,
                     values,
                 });
             }
@@ -168,8 +174,9 @@ where
         if c.is_future() {
             if let Some(span) = ctx.span(id) {
                 if let Some(f) = span.extensions_mut().get_mut::<FutureState>() {
+                    f.entered = ticks();
                     if f.first == 0 {
-                        f.first = ticks();
+                        f.first = f.entered;
                     }
                     f.polls = f.polls.saturating_add(1);
                     stack::enter_poll_of(self.owner, id.into_u64(), &c.site, c.index);
@@ -185,8 +192,19 @@ where
         stack::enter(self.owner, id.into_u64(), &c.site, c.index);
     }
 
-    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
-        stack::exit(self.owner, id.into_u64());
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if stack::exit(self.owner, id.into_u64()) {
+            // A poll ended: its time is the future's busy time.
+            let end = ticks();
+            if let Some(span) = ctx.span(id) {
+                if let Some(f) = span.extensions_mut().get_mut::<FutureState>() {
+                    if f.entered != 0 {
+                        f.busy = f.busy.wrapping_add(end.wrapping_sub(f.entered));
+                        f.entered = 0;
+                    }
+                }
+            }
+        }
     }
 
     /// A future's whole record (first poll to close), and what the thread
@@ -214,6 +232,12 @@ where
                         f.first,
                         f.polls,
                         false,
+                        // No wakes: a span does not see its future's waker.
+                        Some(FutureTimes {
+                            busy: f.busy,
+                            polls: f.polls as u64,
+                            waits: None,
+                        }),
                         &f.values,
                     );
                 }

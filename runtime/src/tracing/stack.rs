@@ -253,26 +253,28 @@ pub(crate) fn enter(owner: u32, id: u64, site: &'static Site, callsite: u32) {
 }
 
 /// Ends the call of the innermost entry of `id` (and of any still open
-/// above it, innermost first), and remembers the exit of `id`.
+/// above it, innermost first), and remembers the exit of `id`. Returns
+/// whether that entry was a poll.
 #[inline]
-pub(crate) fn exit(owner: u32, id: u64) {
+pub(crate) fn exit(owner: u32, id: u64) -> bool {
     STACK.with(|s| {
         let Ok(mut s) = s.try_borrow_mut() else {
-            return;
+            return false;
         };
         let key = Key { owner, id };
         let n = s.len;
         if n == 0 {
-            return;
+            return false;
         }
         let at = if s.keys[n - 1] == key {
             n - 1
         } else {
             match s.keys[..n].iter().rposition(|k| *k == key) {
                 Some(at) => at,
-                None => return,
+                None => return false,
             }
         };
+        let poll = s.poll[at];
         // Remembered: a later entry of the same span is its second.
         let e = s.exited_next;
         s.exited_next = (e + 1) % EXITED;
@@ -291,6 +293,7 @@ pub(crate) fn exit(owner: u32, id: u64) {
                 drop(g);
             }
         }
+        poll
     })
 }
 
