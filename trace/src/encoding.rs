@@ -33,8 +33,8 @@
 //! so a reader can stop at a damaged chunk and keep everything before it.
 
 use super::{
-    Call, CallCounters, CallValues, Event, FutureId, FutureSpan, LossKind, Lost, Marker, Sample,
-    Value,
+    Call, CallCounters, CallValues, Event, FutureId, FutureSpan, FutureTimes, LossKind, Lost,
+    Marker, Sample, Value, Waits, Wake,
 };
 use std::fmt;
 use std::io;
@@ -62,6 +62,8 @@ const EXT_VALUES: u64 = 2;
 const EXT_MARKER: u64 = 3;
 const EXT_STR_VALUES: u64 = 4;
 const EXT_FUTURE_ID: u64 = 5;
+const EXT_WAKE: u64 = 6;
+const EXT_FUTURE_TIMES: u64 = 7;
 
 /// What went wrong reading a trace file.
 #[derive(Debug)]
@@ -304,6 +306,39 @@ impl Chunk {
                             id,
                         }));
                     }
+                    EXT_FUTURE_TIMES => {
+                        let busy_ns = d.varint()?;
+                        let polls = d.varint()?;
+                        let waits = match d.varint()? {
+                            0 => None,
+                            s => Some(Waits {
+                                scheduled_ns: s - 1,
+                                wakes: d.varint()?,
+                            }),
+                        };
+                        out.push(Event::FutureTimes(FutureTimes {
+                            thread: self.thread,
+                            busy_ns,
+                            polls,
+                            waits,
+                        }));
+                    }
+                    EXT_WAKE => {
+                        start = d.add_time(start)?;
+                        let site = d.u32()?;
+                        let depth = d.u32()?;
+                        if depth > fgtrace_core::record::MAX_DEPTH {
+                            return Err(d.corrupt(format!("wake at depth {depth}")));
+                        }
+                        let id = d.varint()?;
+                        out.push(Event::Wake(Wake {
+                            thread: self.thread,
+                            site,
+                            depth,
+                            ts_ns: start,
+                            id,
+                        }));
+                    }
                     k => return Err(d.corrupt(format!("unknown event kind 3.{k}"))),
                 },
             }
@@ -425,12 +460,14 @@ impl ChunkEncoder {
             self.chunk.events.reserve(CHUNK_EVENTS + 8);
         }
         match &ev {
-            // Counters, values and future ids stay in their call's chunk, as encoded.
-            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {}
+            // Counters, values, future ids and times stay in their call's
+            // chunk, as encoded.
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) | Event::FutureTimes(_) => {}
             Event::Call(c) => self.start_event(c.start_ns),
             Event::Future(f) => self.start_event(f.start_ns),
             Event::Lost(l) => self.start_event(l.at_ns),
             Event::Marker(m) => self.start_event(m.ts_ns),
+            Event::Wake(w) => self.start_event(w.ts_ns),
             Event::Sample(s) => self.start_event(s.ts_ns),
         }
         self.chunk.count += 1;
@@ -497,6 +534,30 @@ impl ChunkEncoder {
                 put_varint(&mut self.chunk.payload, EV_EXT);
                 put_varint(&mut self.chunk.payload, EXT_FUTURE_ID);
                 put_varint(&mut self.chunk.payload, f.id);
+            }
+            Event::FutureTimes(f) => {
+                // As future ids: in its future's chunk.
+                self.chunk.count += 1;
+                put_varint(&mut self.chunk.payload, EV_EXT);
+                put_varint(&mut self.chunk.payload, EXT_FUTURE_TIMES);
+                put_varint(&mut self.chunk.payload, f.busy_ns);
+                put_varint(&mut self.chunk.payload, f.polls);
+                // Scheduled time + 1 and wakes where watched; 0 where not.
+                match f.waits {
+                    Some(w) => {
+                        put_varint(&mut self.chunk.payload, w.scheduled_ns.saturating_add(1));
+                        put_varint(&mut self.chunk.payload, w.wakes);
+                    }
+                    None => put_varint(&mut self.chunk.payload, 0),
+                }
+            }
+            Event::Wake(w) => {
+                self.begin(0, w.ts_ns, EV_EXT, 0, false);
+                put_varint(&mut self.chunk.payload, EXT_WAKE);
+                self.time(w.ts_ns);
+                put_varint(&mut self.chunk.payload, w.site as u64);
+                put_varint(&mut self.chunk.payload, w.depth as u64);
+                put_varint(&mut self.chunk.payload, w.id);
             }
             Event::Marker(m) => {
                 self.begin(0, m.ts_ns, EV_EXT, 0, false);

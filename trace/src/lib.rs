@@ -621,6 +621,50 @@ pub struct FutureId {
     pub id: u64,
 }
 
+/// A wake of a future: on the waking thread, at its time, among that
+/// thread's calls in pre-order at the depth a call made there would have
+/// (so it is a child of the call that woke the future). Recorded for
+/// `#[traced]` async fns on hosts, while a session records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wake {
+    /// Index into `TraceMeta::threads` (the waking thread).
+    pub thread: u32,
+    /// Index into `TraceMeta::sites` (the future's `async fn`).
+    pub site: u32,
+    /// The depth a call made at that point would have.
+    pub depth: u32,
+    /// Nanoseconds since session start.
+    pub ts_ns: u64,
+    /// The woken future's id (see [`FutureId`]).
+    pub id: u64,
+}
+
+/// What a future measured of itself. Follows its [`FutureSpan`], after its
+/// [`FutureId`], in traces recorded since futures measure themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutureTimes {
+    /// Index into `TraceMeta::threads`.
+    pub thread: u32,
+    /// Time in its polls while recording (busy), nanoseconds.
+    pub busy_ns: u64,
+    /// Its polls, exactly (the span's `polls` saturates).
+    pub polls: u64,
+    /// From each wake to the start of the poll after it, summed (scheduled
+    /// time), nanoseconds, with its wakes: where its wakes were watched (a
+    /// `#[traced]` async fn on a host; not a board's, not a `tracing` span's).
+    pub waits: Option<Waits>,
+}
+
+/// A future's scheduled time and wakes (see [`FutureTimes::waits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waits {
+    /// From each wake to the start of the poll after it (from that poll's
+    /// end, for a wake during a poll), summed, nanoseconds.
+    pub scheduled_ns: u64,
+    /// Wakes, all of them.
+    pub wakes: u64,
+}
+
 /// One item of a trace's event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -642,6 +686,10 @@ pub enum Event {
     /// Follows a poll's `Call` or a `Future` (after its `Counters` and
     /// `Values`): the future it belongs to.
     FutureId(FutureId),
+    /// A wake of a future, in pre-order among the waking thread's calls.
+    Wake(Wake),
+    /// Follows a `Future`'s `FutureId`: what the future measured of itself.
+    FutureTimes(FutureTimes),
 }
 
 impl Event {
@@ -656,6 +704,8 @@ impl Event {
             Event::Values(v) => v.thread,
             Event::Marker(m) => m.thread,
             Event::FutureId(f) => f.thread,
+            Event::Wake(w) => w.thread,
+            Event::FutureTimes(f) => f.thread,
         }
     }
 }

@@ -251,6 +251,21 @@ impl Merge {
                 f.id ^= (i as u64) << 56;
                 Event::FutureId(f)
             }
+            Event::Wake(mut w) => {
+                let Some(s) = site(w.site) else {
+                    return bad(format!("a wake names site {}, which it lacks", w.site));
+                };
+                w.site = s;
+                w.thread = w.thread.saturating_add(base);
+                w.ts_ns = w.ts_ns.saturating_add(shift);
+                // As the future ids it names.
+                w.id ^= (i as u64) << 56;
+                Event::Wake(w)
+            }
+            Event::FutureTimes(mut f) => {
+                f.thread = f.thread.saturating_add(base);
+                Event::FutureTimes(f)
+            }
             Event::Counters(_) | Event::Sample(_) => return None,
         }))
     }

@@ -523,8 +523,14 @@ pub fn decode(
             if sub > fgtrace_core::record::ext::LAST || dd != 0 || same {
                 return Err(corrupt(at, format!("extension record {sub} is not one")));
             }
-            let a = varint(&mut pos)?;
+            let mut a = varint(&mut pos)?;
             let b = varint(&mut pos)?;
+            if sub == fgtrace_core::record::ext::FUTURE_BUSY
+                || sub == fgtrace_core::record::ext::FUTURE_WAKES
+            {
+                // A future's busy or scheduled ticks: a duration.
+                a = scale.ns(a);
+            }
             let at_ns = scale.ns(prev_end);
             out.push(Rec {
                 start_ns: at_ns,
@@ -693,11 +699,12 @@ mod tests {
         let bad = RawChunk {
             thread: 0,
             count: 1,
-            payload: vec![0x07, 9, 1, 1].into(),
+            payload: vec![0x07, ext::LAST as u8 + 1, 1, 1].into(),
             offset: 0,
         };
         let e = decode(&bad, 2, TickScale::new(1.0), &mut Vec::new()).unwrap_err();
-        assert!(e.to_string().contains("extension record 9"), "{e}");
+        let want = format!("extension record {}", ext::LAST + 1);
+        assert!(e.to_string().contains(&want), "{e}");
     }
 
     #[test]

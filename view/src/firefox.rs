@@ -624,7 +624,11 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             Event::Marker(m) => self.pending_marker = Some(*m),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
-            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {}
+            Event::Counters(_)
+            | Event::Values(_)
+            | Event::FutureId(_)
+            | Event::Wake(_)
+            | Event::FutureTimes(_) => {}
         }
         Ok(())
     }

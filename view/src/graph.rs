@@ -854,7 +854,12 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
                 _ => Ok(()),
             },
             Event::Marker(m) => self.marker(m),
-            Event::Future(_) | Event::Sample(_) | Event::Values(_) | Event::FutureId(_) => Ok(()),
+            Event::Future(_)
+            | Event::Sample(_)
+            | Event::Values(_)
+            | Event::FutureId(_)
+            | Event::Wake(_)
+            | Event::FutureTimes(_) => Ok(()),
         }
     }
 }

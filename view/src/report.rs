@@ -20,9 +20,12 @@ use std::io::{self, Write};
 use std::str::FromStr;
 
 mod durations;
+mod future_times;
 mod text;
 use durations::Durations;
 pub use durations::Histogram;
+pub use future_times::Spread;
+use future_times::TimesAcc;
 
 /// What the rows are sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -200,6 +203,15 @@ pub struct FutureStats {
     /// The longest poll of the fn's futures, if a poll was recorded: a poll
     /// that long held its executor's thread that long (a blocking poll).
     pub longest_poll: Option<LongestPoll>,
+    /// Per future, the time in its polls, where the futures measured it
+    /// (recorded since futures measure themselves).
+    pub busy: Option<Spread>,
+    /// Per future, from each wake to the poll after it, summed: time spent
+    /// ready but not polled (a busy or starved executor), where the futures'
+    /// wakes were watched (`#[traced]` async fns on a host).
+    pub scheduled: Option<Spread>,
+    /// Wakes of these futures, where watched.
+    pub wakes: Option<u64>,
 }
 
 /// The longest poll of an `async fn`: how long, on which thread, when.
@@ -284,6 +296,7 @@ struct FutureAcc {
     d: Durations,
     polls: u64,
     cancelled: u64,
+    times: TimesAcc,
     /// The longest poll seen: (length, start, thread).
     longest: Option<(u64, u64, u32)>,
 }
@@ -306,6 +319,7 @@ impl FutureAcc {
         self.d.merge(&o.d);
         self.polls += o.polls;
         self.cancelled += o.cancelled;
+        self.times.merge(&o.times);
         if let Some(p) = o.longest {
             self.poll(p);
         }
@@ -359,6 +373,9 @@ pub struct ReportBuilder<'a> {
     calls: u64,
     /// Per thread: the last event was a call (its counters may follow).
     counters_due: Vec<bool>,
+    /// Per thread: the site and poll count of its last whole future (its
+    /// times may follow).
+    last_future: Vec<Option<(u32, u32)>>,
 }
 
 impl<'a> ReportBuilder<'a> {
@@ -375,6 +392,7 @@ impl<'a> ReportBuilder<'a> {
             active: Vec::new(),
             calls: 0,
             counters_due: Vec::new(),
+            last_future: Vec::new(),
         }
     }
 
@@ -521,6 +539,19 @@ impl<'a> ReportBuilder<'a> {
         a.polls += f.polls as u64;
         a.cancelled += f.cancelled as u64;
         *grow(&mut self.active, f.thread as usize) = true;
+        *grow(&mut self.last_future, f.thread as usize) = Some((f.site, f.polls));
+    }
+
+    /// What the thread's last whole future measured of itself.
+    fn future_times(&mut self, t: &fgtrace_trace::FutureTimes) {
+        let Some((site, polls)) = self
+            .last_future
+            .get_mut(t.thread as usize)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        grow(&mut self.futures, site as usize).times.add(t, polls);
     }
 
     fn lost(&mut self, l: &Lost) {
@@ -641,25 +672,31 @@ impl<'a> ReportBuilder<'a> {
             .iter()
             .enumerate()
             .filter(|(_, f)| f.d.n > 0)
-            .map(|(i, f)| FutureStats {
-                site: i as u32,
-                name: meta.site_name(i as u32).to_string(),
-                futures: f.d.n,
-                polls: f.polls,
-                cancelled: f.cancelled,
-                total_ns: f.d.total,
-                avg_ns: f.d.total / f.d.n,
-                min_ns: f.d.min,
-                max_ns: f.d.max,
-                p50_ns: f.d.quantile(0.50),
-                p99_ns: f.d.quantile(0.99),
-                variance_ns2: f.d.variance(),
-                longest_poll: f.longest.map(|(dur_ns, start_ns, thread)| LongestPoll {
-                    dur_ns,
-                    thread,
-                    thread_label: meta.thread_label(thread),
-                    start_ns,
-                }),
+            .map(|(i, f)| {
+                let (busy, scheduled, wakes) = f.times.finish();
+                FutureStats {
+                    site: i as u32,
+                    name: meta.site_name(i as u32).to_string(),
+                    futures: f.d.n,
+                    polls: f.polls + f.times.extra_polls(),
+                    cancelled: f.cancelled,
+                    total_ns: f.d.total,
+                    avg_ns: f.d.total / f.d.n,
+                    min_ns: f.d.min,
+                    max_ns: f.d.max,
+                    p50_ns: f.d.quantile(0.50),
+                    p99_ns: f.d.quantile(0.99),
+                    variance_ns2: f.d.variance(),
+                    longest_poll: f.longest.map(|(dur_ns, start_ns, thread)| LongestPoll {
+                        dur_ns,
+                        thread,
+                        thread_label: meta.thread_label(thread),
+                        start_ns,
+                    }),
+                    busy,
+                    scheduled,
+                    wakes,
+                }
             })
             .collect();
         let (col, rev) = (self.opts.sort_by, self.opts.reverse);
@@ -725,11 +762,20 @@ impl Consume for ReportBuilder<'_> {
             Event::Future(f) => self.future(f),
             Event::Lost(l) => self.lost(l),
             Event::Counters(c) => self.counters(c.thread, &c.values),
-            Event::Sample(_) | Event::Values(_) | Event::Marker(_) | Event::FutureId(_) => {}
+            Event::FutureTimes(f) => self.future_times(f),
+            Event::Sample(_)
+            | Event::Values(_)
+            | Event::Marker(_)
+            | Event::FutureId(_)
+            | Event::Wake(_) => {}
         }
         if !matches!(
             ev,
-            Event::Call(_) | Event::Counters(_) | Event::Values(_) | Event::FutureId(_)
+            Event::Call(_)
+                | Event::Counters(_)
+                | Event::Values(_)
+                | Event::FutureId(_)
+                | Event::FutureTimes(_)
         ) {
             *grow(&mut self.counters_due, ev.thread() as usize) = false;
         }

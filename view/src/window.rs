@@ -73,7 +73,10 @@ impl Window {
             Event::Sample(s) => self.contains(s.ts_ns),
             Event::Lost(l) => self.contains(l.at_ns),
             Event::Marker(m) => self.contains(m.ts_ns),
-            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => true,
+            Event::Wake(w) => self.contains(w.ts_ns),
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) | Event::FutureTimes(_) => {
+                true
+            }
         }
     }
 
@@ -117,7 +120,7 @@ pub struct LeftOut {
     pub samples: u64,
     /// Loss markers outside the window.
     pub losses: u64,
-    /// Instant markers outside the window.
+    /// Instant markers and wakes outside the window.
     pub markers: u64,
     /// Off-CPU stretches outside the window.
     pub off_cpu: u64,
@@ -178,12 +181,14 @@ impl WindowFilter {
             return true;
         }
         let t = ev.thread() as usize;
-        if let Event::Counters(_) | Event::Values(_) | Event::FutureId(_) = ev {
+        if let Event::Counters(_) | Event::Values(_) | Event::FutureId(_) | Event::FutureTimes(_) =
+            ev
+        {
             return !self.dropped_call.get(t).copied().unwrap_or(false);
         }
         let keep = self.window.keeps(ev);
-        // A marker's values go with it as a call's do, and a future's values
-        // and id with it.
+        // A marker's values go with it as a call's do, and a future's values,
+        // id and times with it.
         if let Event::Call(_) | Event::Marker(_) | Event::Future(_) = ev {
             if self.dropped_call.len() <= t {
                 self.dropped_call.resize(t + 1, false);
@@ -196,8 +201,11 @@ impl WindowFilter {
                 Event::Future(_) => &mut self.left_out.futures,
                 Event::Sample(_) => &mut self.left_out.samples,
                 Event::Lost(_) => &mut self.left_out.losses,
-                Event::Marker(_) => &mut self.left_out.markers,
-                Event::Counters(_) | Event::Values(_) | Event::FutureId(_) => {
+                Event::Marker(_) | Event::Wake(_) => &mut self.left_out.markers,
+                Event::Counters(_)
+                | Event::Values(_)
+                | Event::FutureId(_)
+                | Event::FutureTimes(_) => {
                     unreachable!("decided above")
                 }
             };

@@ -485,7 +485,12 @@ impl<R, C: FnMut(Span) -> R, F: FnMut(&mut Vec<R>)> Consume for Exporter<'_, R, 
                 }
             }
             // Spans of polls and futures are not linked (each is its own span).
-            Event::Sample(_) | Event::Values(_) | Event::Marker(_) | Event::FutureId(_) => {}
+            Event::Sample(_)
+            | Event::Values(_)
+            | Event::Marker(_)
+            | Event::FutureId(_)
+            | Event::Wake(_)
+            | Event::FutureTimes(_) => {}
         }
         Ok(())
     }

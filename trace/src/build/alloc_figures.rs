@@ -32,6 +32,10 @@ pub struct Attach {
     values: HashMap<usize, Vec<crate::Value>>,
     /// Future ids by record (a poll's or a whole future's).
     futures: HashMap<usize, u64>,
+    /// What whole futures measured of themselves, by record.
+    times: HashMap<usize, crate::FutureTimes>,
+    /// Woken futures' ids by marker record (the marker is a wake).
+    wakes: HashMap<usize, u64>,
     /// Records that are instant markers (their extension said so).
     markers: std::collections::HashSet<usize>,
     last_call: Option<usize>,
@@ -76,6 +80,31 @@ impl Attach {
         if r.site as u64 == ext::FUTURE {
             if let Some(c) = self.last_with_values {
                 self.futures.insert(c, r.count);
+            }
+            return true;
+        }
+        if r.site as u64 == ext::WAKE {
+            if let Some(c) = self.last_with_values.filter(|c| self.markers.contains(c)) {
+                self.wakes.insert(c, r.count);
+            }
+            return true;
+        }
+        if r.site as u64 == ext::FUTURE_BUSY || r.site as u64 == ext::FUTURE_WAKES {
+            if let Some(c) = self.last_with_values {
+                let t = self.times.entry(c).or_insert(crate::FutureTimes {
+                    thread: 0,
+                    busy_ns: 0,
+                    polls: 0,
+                    waits: None,
+                });
+                if r.site as u64 == ext::FUTURE_BUSY {
+                    (t.busy_ns, t.polls) = (r.count, r.b);
+                } else {
+                    t.waits = Some(crate::Waits {
+                        scheduled_ns: r.count,
+                        wakes: r.b,
+                    });
+                }
             }
             return true;
         }
@@ -124,6 +153,25 @@ impl Attach {
     pub fn is_marker(&mut self, i: usize) -> bool {
         // Most traces have no markers: no hashing per record for them.
         !self.markers.is_empty() && self.markers.remove(&i)
+    }
+
+    /// The woken future's id, if the marker recorded at `i` is a wake
+    /// (asked once, when it is written out).
+    pub fn wake_of(&mut self, i: usize) -> Option<u64> {
+        if self.wakes.is_empty() {
+            return None;
+        }
+        self.wakes.remove(&i)
+    }
+
+    /// What the whole future recorded at `i` measured of itself, if it
+    /// did. Called once, when it is written out.
+    pub fn future_times_event(&mut self, thread: u32, i: usize) -> Option<Event> {
+        if self.times.is_empty() {
+            return None;
+        }
+        let t = self.times.remove(&i)?;
+        Some(Event::FutureTimes(crate::FutureTimes { thread, ..t }))
     }
 
     /// The future id of the poll (or future) recorded at `i`, if it has one.

@@ -520,6 +520,16 @@ impl Out {
             self.open.pop();
         }
         if f.figures.is_marker(i) {
+            if let Some(id) = f.figures.wake_of(i) {
+                self.enc.push_event(Event::Wake(crate::Wake {
+                    thread: t,
+                    site: r.site,
+                    depth: r.depth,
+                    ts_ns: r.start_ns,
+                    id,
+                }));
+                return;
+            }
             self.enc.push_event(Event::Marker(crate::Marker {
                 thread: t,
                 site: r.site,
@@ -610,10 +620,9 @@ pub struct ThreadBuilder {
     tasks: Vec<Task>,
     /// Whole-future records with their indices, emitted at the end by start.
     futures: Vec<(usize, Rec)>,
-    /// Their values events, kept as their frames go.
-    future_values: HashMap<usize, Event>,
-    /// The whole futures' ids, kept as their values are.
-    future_ids: HashMap<usize, Event>,
+    /// Their values, id and times events, in that order, kept as their
+    /// frames go.
+    future_figures: HashMap<usize, Vec<Event>>,
     seq: Option<Arc<RawSeq>>,
     /// Records a frame holds before it lets its subtrees go.
     budget: usize,
@@ -639,8 +648,7 @@ impl ThreadBuilder {
             pending: VecDeque::new(),
             tasks: Vec::new(),
             futures: Vec::new(),
-            future_values: HashMap::new(),
-            future_ids: HashMap::new(),
+            future_figures: HashMap::new(),
             seq: None,
             budget: usize::MAX,
             failed: None,
@@ -703,19 +711,10 @@ impl ThreadBuilder {
         let is_ext = r.kind as u64 == kind::LOST && r.unwound;
         let lets_go =
             self.top.top_at_floor() || (self.seq.is_some() && self.top.buf.len() >= self.budget);
-        if !is_ext && lets_go && !self.futures.is_empty() {
+        if !is_ext && lets_go {
             // A flush or spill may let the frame's figures go: the whole
-            // futures' values are kept apart first.
-            let base = self.top.base;
-            let t = self.out.t;
-            for (fi, _) in self.futures.iter().rev().take_while(|(fi, _)| *fi >= base) {
-                if let Some(e) = self.top.figures.values_event(t, *fi) {
-                    self.future_values.insert(*fi, e);
-                }
-                if let Some(e) = self.top.figures.future_id_event(t, *fi) {
-                    self.future_ids.insert(*fi, e);
-                }
-            }
+            // futures' are kept apart first.
+            self.keep_future_figures();
         }
         match self.top.take(r, self.budget, self.seq.as_deref()) {
             Ok((walk, future)) => {
@@ -728,24 +727,32 @@ impl ThreadBuilder {
         }
     }
 
+    /// Takes the figures of the whole futures the top frame holds (their
+    /// values, ids and times) apart from it, before it lets them go.
+    fn keep_future_figures(&mut self) {
+        let base = self.top.base;
+        let t = self.out.t;
+        for (fi, _) in self.futures.iter().rev().take_while(|(fi, _)| *fi >= base) {
+            let fig = &mut self.top.figures;
+            let after = [
+                fig.values_event(t, *fi),
+                fig.future_id_event(t, *fi),
+                fig.future_times_event(t, *fi),
+            ];
+            let kept: Vec<Event> = after.into_iter().flatten().collect();
+            if !kept.is_empty() {
+                self.future_figures.insert(*fi, kept);
+            }
+        }
+    }
+
     /// No more records: what is held is final.
     pub fn end_input(&mut self) {
         if self.ended {
             return;
         }
         self.ended = true;
-        if !self.futures.is_empty() {
-            let base = self.top.base;
-            let t = self.out.t;
-            for (fi, _) in self.futures.iter().rev().take_while(|(fi, _)| *fi >= base) {
-                if let Some(e) = self.top.figures.values_event(t, *fi) {
-                    self.future_values.insert(*fi, e);
-                }
-                if let Some(e) = self.top.figures.future_id_event(t, *fi) {
-                    self.future_ids.insert(*fi, e);
-                }
-            }
-        }
+        self.keep_future_figures();
         let w = self.top.flush();
         self.pending.push_back(w);
     }
@@ -890,10 +897,7 @@ impl ThreadBuilder {
                 polls: r.depth,
                 cancelled: r.unwound,
             }));
-            if let Some(e) = self.future_values.remove(i) {
-                enc.push_event(e);
-            }
-            if let Some(e) = self.future_ids.remove(i) {
+            for e in self.future_figures.remove(i).into_iter().flatten() {
                 enc.push_event(e);
             }
         }
@@ -961,10 +965,29 @@ mod tests {
                         t += 1;
                     }
                     1 => {
-                        // A whole future, with its id and a value.
+                        // A whole future, with its id, its times (busy
+                        // t + 11, 2 polls; its wakes every other) and a value.
                         out.push(RawCall::pack(ORIGIN + t, 2, 5, 91, false, kind::FUTURE));
                         out.push(RawCall::ext(ext::FUTURE, t + 3, 0));
+                        out.push(RawCall::ext(ext::FUTURE_BUSY, t + 11, 2));
+                        if t % 2 == 0 {
+                            out.push(RawCall::ext(ext::FUTURE_WAKES, t + 5, 1));
+                        }
                         out.push(RawCall::ext(ext::VALUE, t + 7, 1 << 3));
+                    }
+                    2 => {
+                        // A wake of the future t + 13.
+                        out.push(RawCall::pack(
+                            ORIGIN + t,
+                            depth + 1,
+                            0,
+                            91,
+                            false,
+                            kind::CALL,
+                        ));
+                        out.push(RawCall::ext(ext::MARKER, 0, 0));
+                        out.push(RawCall::ext(ext::WAKE, t + 13, 0));
+                        t += 1;
                     }
                     _ => t = tree(rng, depth + 1, t, budget, out) + rng.below(2),
                 }
@@ -1133,6 +1156,38 @@ mod tests {
                 }
             }
             assert!(named > 100, "seed {seed}: {named} polls and futures");
+            // A whole future's times follow its id; a wake names its future.
+            let (mut timed, mut woke) = (0, 0);
+            for (k, e) in events.iter().enumerate() {
+                match e {
+                    Event::Future(f) => {
+                        let next = events[k + 1..]
+                            .iter()
+                            .find(|x| !matches!(x, Event::Values(_) | Event::FutureId(_)));
+                        let waits = (f.start_ns % 2 == 0).then_some(crate::Waits {
+                            scheduled_ns: f.start_ns + 5,
+                            wakes: 1,
+                        });
+                        let want = crate::FutureTimes {
+                            thread: 0,
+                            busy_ns: f.start_ns + 11,
+                            polls: 2,
+                            waits,
+                        };
+                        assert_eq!(next, Some(&Event::FutureTimes(want)), "seed {seed}");
+                        timed += 1;
+                    }
+                    Event::Wake(w) => {
+                        assert_eq!(w.id, w.ts_ns + 13, "seed {seed}");
+                        woke += 1;
+                    }
+                    _ => {}
+                }
+            }
+            assert!(
+                timed > 20 && woke > 20,
+                "seed {seed}: {timed} futures, {woke} wakes"
+            );
             for budget in [1, 2, 3, 5, 17, 64, 400] {
                 let b =
                     ThreadBuilder::new(0, smp.clone(), 3, layout).rereading(seq.clone(), budget);
