@@ -31,7 +31,7 @@ trap 'rm -rf "$out"' EXIT
 fail=0
 new=""
 printf '%-10s %12s %12s %8s\n' mode "instr/call" committed change
-for mode in untraced off flight stream auto poll-untraced poll-off poll-flight; do
+for mode in untraced off flight stream auto poll-untraced poll-off poll-flight wake-untraced wake-flight; do
   valgrind --tool=callgrind --callgrind-out-file="$out/$mode" \
     --toggle-collect='*probe_cost::run*' "$bin" "$mode" "$n" >/dev/null 2>"$out/$mode.err" || {
     cat "$out/$mode.err" >&2
@@ -67,7 +67,9 @@ if [ $update = 1 ]; then
     echo "# recorder, stream = recording in stream mode (handoffs amortized), auto ="
     echo "# a call counted, not recorded (auto-exclude switched the leaf to count-only)."
     echo "# poll-*: instructions per poll of an async fn's future, untraced, traced with"
-    echo "# no session, and recording into a flight recorder (the poll and its future's id)."
+    echo "# no session, and recording into a flight recorder (the poll, its future's id and,"
+    echo "# at the first poll, its waker). wake-*: the same polls, each waking its own waker"
+    echo "# (the wake recorded where it happens), untraced and recording."
     printf '%s' "$new"
   } > "$figures"
   echo "wrote $figures"

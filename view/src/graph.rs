@@ -634,6 +634,24 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         self.end_line()
     }
 
+    /// A wake of a future, where it happened: `/* wake: name */` among
+    /// the waking thread's calls, as a marker is shown.
+    fn wake(&mut self, w: &fgtrace_trace::Wake) -> io::Result<()> {
+        let o = self.opts;
+        if !self.shows(w.thread) || o.thresh_ns > 0 || (o.max_depth != 0 && w.depth >= o.max_depth)
+        {
+            return Ok(());
+        }
+        self.close_to(w.thread, w.depth)?;
+        self.prologue(w.thread, w.ts_ns)?;
+        self.no_duration();
+        self.indent(w.depth);
+        self.line.push_str("/* wake: ");
+        self.line.push_str(self.meta.site_name(w.site));
+        self.line.push_str(" */");
+        self.end_line()
+    }
+
     fn lost(&mut self, l: &Lost) -> io::Result<()> {
         if !self.shows(l.thread) {
             return Ok(());
@@ -858,8 +876,8 @@ impl<W: Write> Consume for GraphWriter<'_, W> {
             | Event::Sample(_)
             | Event::Values(_)
             | Event::FutureId(_)
-            | Event::Wake(_)
             | Event::FutureTimes(_) => Ok(()),
+            Event::Wake(w) => self.wake(w),
         }
     }
 }

@@ -12,6 +12,9 @@
 //! * `poll-untraced`, `poll-off`, `poll-flight`: N polls of one `async fn`'s
 //!   future instead (`run_polls`): untraced, traced with no session, and
 //!   recording into a flight recorder (each poll's record and its future's id).
+//! * `wake-untraced`, `wake-flight`: N polls as above, each of which wakes
+//!   its own waker before it returns (as `tokio::task::yield_now` does):
+//!   untraced, and recording (the poll and the wake, each written).
 
 #[fgtrace::traced]
 #[inline(never)]
@@ -57,9 +60,36 @@ impl std::future::Future for Yields {
     }
 }
 
+/// As [`Yields`], waking its waker at each pending poll.
+struct WakesItself(u64);
+
+impl std::future::Future for WakesItself {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 == 0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = std::hint::black_box(self.0 - 1);
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
 #[fgtrace::traced]
 async fn polled(n: u64) {
     Yields(n).await
+}
+
+#[fgtrace::traced]
+async fn woken(n: u64) {
+    WakesItself(n).await
+}
+
+async fn plain_woken(n: u64) {
+    WakesItself(n).await
 }
 
 async fn plain_polled(n: u64) {
@@ -76,6 +106,15 @@ fn until_ready(mut f: std::pin::Pin<&mut impl std::future::Future<Output = ()>>)
         pending += 1;
     }
     pending
+}
+
+#[inline(never)]
+fn run_wakes(n: u64, traced: bool) -> u64 {
+    if traced {
+        until_ready(std::pin::pin!(woken(n)))
+    } else {
+        until_ready(std::pin::pin!(plain_woken(n)))
+    }
 }
 
 #[inline(never)]
@@ -108,23 +147,24 @@ fn main() {
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let config = fgtrace::Config::builtin();
     let session = match mode.as_str() {
-        "untraced" | "off" | "poll-untraced" | "poll-off" => None,
-        "flight" | "poll-flight" => Some(config.flight_recorder(4096)),
+        "untraced" | "off" | "poll-untraced" | "poll-off" | "wake-untraced" => None,
+        "flight" | "poll-flight" | "wake-flight" => Some(config.flight_recorder(4096)),
         "stream" => Some(config.stream()),
         // A generous limit: under valgrind every call is slow.
         "auto" => Some(config.auto_exclude(std::time::Duration::from_millis(1))),
         m => {
             eprintln!(
-                "unknown mode `{m}` (untraced, off, flight, stream, auto, poll-untraced, poll-off, poll-flight)"
+                "unknown mode `{m}` (untraced, off, flight, stream, auto, poll-untraced, poll-off, poll-flight, wake-untraced, wake-flight)"
             );
             std::process::exit(2);
         }
     }
     .map(|c| fgtrace::Session::start(c).expect("session starts"));
     let warmup = if mode == "auto" { warm_up() } else { 0 };
-    let s = match mode.strip_prefix("poll-") {
-        Some(m) => run_polls(n, m != "untraced"),
-        None => run(n, mode != "untraced"),
+    let s = match (mode.strip_prefix("poll-"), mode.strip_prefix("wake-")) {
+        (Some(m), _) => run_polls(n, m != "untraced"),
+        (_, Some(m)) => run_wakes(n, m != "untraced"),
+        _ => run(n, mode != "untraced"),
     };
     if let Some(session) = session {
         let t = session.stop().expect("session stops");

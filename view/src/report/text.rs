@@ -308,7 +308,52 @@ impl Report {
                 })
                 .collect();
             write_table(out, &headers, &rows, "Future");
+            self.future_times(out);
         }
+    }
+
+    /// Per future: polls, busy time in them, and scheduled time from a
+    /// wake to the poll after it, for the async fns whose futures measured
+    /// them.
+    fn future_times(&self, out: &mut String) {
+        let timed: Vec<&FutureStats> = self.futures.iter().filter(|f| f.busy.is_some()).collect();
+        if timed.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n# async futures, per future: busy = in polls, scheduled = woken, waiting for a poll"
+        );
+        let headers = [
+            "Polls/fut",
+            "Busy p50",
+            "Busy p99",
+            "Sched p50",
+            "Sched p99",
+            "Sched max",
+            "Wakes/fut",
+        ];
+        let spread = |s: Option<&Spread>, f: fn(&Spread) -> u64| {
+            s.map_or("-".to_string(), |s| uftrace_time(f(s)))
+        };
+        let rows: Vec<_> = timed
+            .iter()
+            .map(|f| {
+                let per = |n: u64| format!("{:.1}", n as f64 / f.futures.max(1) as f64);
+                let (b, s) = (f.busy.as_ref(), f.scheduled.as_ref());
+                let cells = vec![
+                    per(f.polls),
+                    spread(b, |s| s.p50_ns),
+                    spread(b, |s| s.p99_ns),
+                    spread(s, |s| s.p50_ns),
+                    spread(s, |s| s.p99_ns),
+                    spread(s, |s| s.max_ns),
+                    f.wakes.map_or("-".to_string(), per),
+                ];
+                (cells, format!("{} [future]", f.name))
+            })
+            .collect();
+        write_table(out, &headers, &rows, "Future");
     }
 
     /// ftrace's `function_stat_headers` / `function_stat_show`, byte for byte
