@@ -54,6 +54,7 @@ use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
 
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 pub mod board;
+mod cold;
 mod enter;
 mod exit;
 mod future;

@@ -2,46 +2,17 @@
 //! thread's shadow stack and records the whole future once, first poll to
 //! completion (or drop), on whichever thread finishes it.
 
+use super::cold::kept_site;
 use super::stretch::{exit_poll, one_stretch};
-use super::{
-    capture_site_id, decision, enter_on, join, stack_pointer, with_state, write, ThreadState,
-    F_POLL, GEN_BUSY, GEN_DEAD, GEN_TAGS,
-};
+use super::{enter_on, stack_pointer, with_state, write, F_POLL};
 use crate::clock::ticks;
-use crate::control_word::{self, CONTROL, ON_MASK, SESSION_ON};
-use crate::record::{ext, kind, RawCall, MAX_DEPTH, MAX_SITES};
-use crate::site::{Decision, Site};
+use crate::control_word::{CONTROL, ON_MASK};
+use crate::record::{ext, kind, RawCall, MAX_DEPTH};
+use crate::site::Site;
 use core::future::Future;
 use core::pin::Pin;
 use core::sync::atomic::Ordering::Relaxed;
 use core::task::{Context, Poll};
-
-/// The id of `site` when a record of it made now, at this thread's current
-/// depth, is kept: by a capture, or by the session under its filters (the
-/// site's decision, a hidden subtree, graph functions, the depth limit);
-/// `None` otherwise. The cold records (whole futures, markers) share it.
-pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Option<u32> {
-    if st.gen == GEN_BUSY || st.gen == GEN_DEAD {
-        return None;
-    }
-    let (id, d) = if st.capture {
-        (capture_site_id(site, false), Decision::Record)
-    } else {
-        let gen = control_word::generation(c);
-        if c & SESSION_ON == 0 || (st.gen & !GEN_TAGS != gen && !join(st, gen)) {
-            return None;
-        }
-        (site.id(), decision(st, site, gen)?)
-    };
-    if id >= MAX_SITES || st.hide != 0 || st.depth >= st.max_depth {
-        return None;
-    }
-    match d {
-        Decision::Skip | Decision::Hide => None,
-        Decision::Record if st.has_graph && st.graph == 0 => None,
-        _ => Some(id),
-    }
-}
 
 /// What a traced future measured of itself, written after its whole
 /// record (see [`ext::FUTURE_BUSY`], [`ext::FUTURE_WAKES`]).

@@ -7,8 +7,7 @@
 //! that says the record before it is a marker, then its values
 //! ([`ext::VALUE`]). Nothing is pushed on the shadow stack.
 
-use super::future::kept_site;
-use super::values::write_values;
+use super::cold::{kept_site, write_values};
 use super::{with_state, write, ThreadState};
 use crate::clock::ticks;
 use crate::control_word::{CONTROL, ON_MASK};

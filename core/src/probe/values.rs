@@ -9,11 +9,11 @@
 //! ([`ext::VALUE`]). A call whose record is not written (filtered, under the
 //! threshold, dropped) writes no values either.
 
+use super::cold::write_values;
 use super::future::{record_future, Follow, FutureTimes, FUTURE_RECORDS};
 use super::stretch::{exit_then, one_stretch};
-use super::{enter_not_lean, enter_on, stack_pointer, write, Guard, ThreadState, F_POLL};
+use super::{enter_not_lean, enter_on, stack_pointer, Guard, F_POLL};
 use crate::control_word::{CONTROL, ON_MASK};
-use crate::record::{ext, RawCall};
 use crate::site::Site;
 use crate::values::RawValue;
 use core::future::Future;
@@ -108,24 +108,6 @@ pub fn record_future_values(
             write_values(st, values)
         })
     });
-}
-
-/// Writes the present values as extension records after the record just
-/// written (slot `i` is the index of the value's name in the site's list).
-#[inline(always)]
-pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
-    for (i, v) in values.iter().enumerate() {
-        if !v.is_absent() {
-            write(
-                st,
-                RawCall::ext(
-                    ext::VALUE,
-                    v.bits(),
-                    i as u64 | (v.tag() as u64) << 3 | (v.str_len() as u64) << 11,
-                ),
-            );
-        }
-    }
 }
 
 /// An `async fn` with values, instrumented by `#[traced]`: as
