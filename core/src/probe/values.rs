@@ -90,8 +90,8 @@ pub fn enter_poll(site: &'static Site) -> Guard {
 }
 
 /// Records a whole future its caller followed (see [`enter_poll`]): from
-/// `first` (the [`ticks`] of its first poll) to now, with its poll count,
-/// then its id (the one its polls' [`exit_poll`] gave), its `times` and its
+/// `first` (the [`ticks`](crate::clock::ticks) of its first poll) to now, with its poll count,
+/// then its id (the one its polls' [`exit_poll`](super::exit_poll) gave), its `times` and its
 /// present `values`, exactly as a [`ValuesFuture`] records its own (in one stretch,
 /// masked on a board).
 pub fn record_future_values(
