@@ -504,6 +504,24 @@ fn check_fetch_future(v: u32, cap: &Capture) {
     }
     assert_eq!(future_ids.len(), 1, "{}", cap.graph());
     assert_eq!(poll_ids, [future_ids[0]; 3], "{}", cap.graph());
+    // The future's busy time is its polls' (the layer times each from
+    // enter to exit), its polls exact; a span sees no wakes.
+    let times: Vec<_> = cap
+        .trace()
+        .events()
+        .filter_map(|e| match e {
+            fgtrace::trace::Event::FutureTimes(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(times.len(), 1, "{}", cap.graph());
+    let (t, in_polls) = (times[0], polls.iter().map(|p| p.dur_ns).sum::<u64>());
+    assert_eq!((t.polls, t.waits), (3, None));
+    assert!(
+        t.busy_ns <= f.dur_ns && t.busy_ns * 10 >= in_polls * 9,
+        "busy {} ns, the polls {in_polls} ns",
+        t.busy_ns
+    );
 }
 
 /// Runs `fetch` once under `d`, recording: the layer learns that the
