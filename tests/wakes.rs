@@ -195,3 +195,48 @@ fn a_future_woken_while_its_worker_is_busy_shows_the_wait_as_scheduled_time() {
     drop((trace, back, saved));
     std::fs::remove_file(&path).ok();
 }
+
+/// The waiter and the hog on one thread, captured.
+fn capture_hog(hold: Duration) -> fgtrace::testing::Capture {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    fgtrace::testing::capture(|| {
+        rt.block_on(async {
+            let signal = Signal::default();
+            let w = tokio::spawn(waiter(signal.clone()));
+            tokio::task::yield_now().await;
+            tokio::spawn(hog(signal, hold)).await.unwrap();
+            w.await.unwrap();
+        })
+    })
+}
+
+#[test]
+fn assert_scheduled_below_names_the_wait_and_what_held_the_worker() {
+    let _one = one_session();
+    let cap = capture_hog(Duration::from_millis(30));
+    let waited = cap.max_scheduled("waiter").unwrap();
+    assert!(waited >= Duration::from_millis(30), "{waited:?}");
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_scheduled_below("waiter", Duration::from_millis(10))
+    }))
+    .expect_err("30 ms scheduled is over 10 ms");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("a future of `waiter` waited"), "{msg}");
+    assert!(msg.contains("over its budget of 10 ms"), "{msg}");
+    assert!(msg.contains("which ran meanwhile:\n  hog "), "{msg}");
+    // The graph of what held the thread: the hog's poll.
+    assert!(msg.contains("} /* hog */"), "{msg}");
+    // Without the hold, the waiter is polled as soon as it is woken.
+    let cap = capture_hog(Duration::ZERO);
+    assert!(cap.max_scheduled("waiter").unwrap() < Duration::from_millis(10));
+    cap.assert_scheduled_below("waiter", Duration::from_millis(10));
+    // A name with no measured future fails rather than passing.
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_scheduled_below("no_such_fn", Duration::from_secs(1))
+    }))
+    .expect_err("nothing measured");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("no future of `no_such_fn`"), "{msg}");
+}

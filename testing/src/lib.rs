@@ -83,6 +83,7 @@ mod offcpu;
 mod query;
 mod render;
 mod runs;
+mod scheduled;
 mod snapshot;
 mod switches;
 mod values;
