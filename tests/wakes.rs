@@ -240,3 +240,41 @@ fn assert_scheduled_below_names_the_wait_and_what_held_the_worker() {
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("no future of `no_such_fn`"), "{msg}");
 }
+
+#[test]
+fn futures_pending_at_the_end_are_reported_the_stalled_ones_first() {
+    let _one = one_session();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let session = fgtrace::Session::start(fgtrace::Config::builtin()).unwrap();
+    let (woken, never) = (Signal::default(), Signal::default());
+    rt.block_on(async {
+        tokio::spawn(waiter(woken.clone()));
+        tokio::spawn(waiter(never.clone()));
+        tokio::spawn(yields(2)).await.unwrap();
+        // Both waiters were polled once and wait; one is woken now, and
+        // the runtime is not driven again while recording.
+        woken.fire();
+    });
+    let trace = session.stop().unwrap();
+    drop(rt);
+    let report = trace.report(&ReportOptions::default());
+    let p = &report.pending;
+    assert_eq!((p.futures, p.stalled), (2, 1), "{p:?}");
+    assert!(p.listed.iter().all(|f| f.name == "waiter"), "{p:?}");
+    let (stalled, waiting) = (&p.listed[0], &p.listed[1]);
+    assert!(stalled.woken_ns.unwrap() > stalled.last_poll_ns);
+    assert_eq!(waiting.woken_ns, None);
+    assert_ne!(stalled.id, waiting.id);
+    let mut text = Vec::new();
+    trace
+        .write_report(&ReportOptions::default(), &mut text)
+        .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains("# async futures pending at the end: 2, 1 stalled"),
+        "{text}"
+    );
+    assert!(text.contains("not polled since (stalled)"), "{text}");
+}

@@ -21,11 +21,14 @@ use std::str::FromStr;
 
 mod durations;
 mod future_times;
+mod pending;
 mod text;
 use durations::Durations;
 pub use durations::Histogram;
 pub use future_times::Spread;
 use future_times::TimesAcc;
+use pending::PendingAcc;
+pub use pending::{Pending, PendingFuture};
 
 /// What the rows are sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -267,6 +270,10 @@ pub struct Report {
     pub functions: Vec<FunctionStats>,
     /// One row per `async fn` with futures.
     pub futures: Vec<FutureStats>,
+    /// Futures still pending when the recording ended (polled, and not
+    /// ended after their last poll), the stalled ones apart: woken after
+    /// their last poll and never polled again.
+    pub pending: Pending,
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
     pub counter_names: Vec<String>,
@@ -376,6 +383,7 @@ pub struct ReportBuilder<'a> {
     /// Per thread: the site and poll count of its last whole future (its
     /// times may follow).
     last_future: Vec<Option<(u32, u32)>>,
+    pending: PendingAcc,
 }
 
 impl<'a> ReportBuilder<'a> {
@@ -393,6 +401,7 @@ impl<'a> ReportBuilder<'a> {
             calls: 0,
             counters_due: Vec::new(),
             last_future: Vec::new(),
+            pending: PendingAcc::default(),
         }
     }
 
@@ -465,6 +474,7 @@ impl<'a> ReportBuilder<'a> {
             *grow(&mut self.active, i) |= a;
         }
         self.calls = self.calls.saturating_add(other.calls);
+        self.pending.merge(other.pending);
     }
 
     /// The counters of the thread's last call.
@@ -746,6 +756,7 @@ impl<'a> ReportBuilder<'a> {
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),
             functions,
             futures,
+            pending: self.pending.finish(meta),
             counter_names: meta.counters.clone(),
             cycles_per_ns: (meta.clock.source == "mcycle").then_some(meta.clock.ticks_per_ns),
             off_cpu,
@@ -757,6 +768,7 @@ impl Consume for ReportBuilder<'_> {
     type Error = Infallible;
 
     fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        self.pending.push(ev, self.shows(ev.thread()));
         match ev {
             Event::Call(c) => self.call(c),
             Event::Future(f) => self.future(f),

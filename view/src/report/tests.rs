@@ -685,3 +685,77 @@ fn planned_counts_have_rows_marked_counted_on_reports_of_every_thread() {
     assert!(r.functions.iter().all(|f| f.name != "tiny"));
     assert_eq!(r.counted, 0);
 }
+
+/// Futures pending at the end are found however the threads are grouped:
+/// a future's polls, its end and its wakes may each be on another thread,
+/// and an id is reused once its future ended.
+#[test]
+fn pending_futures_are_found_across_groups_of_threads() {
+    let mut m = meta(&["serve"]);
+    for tid in [102, 103] {
+        m.threads.push(ThreadInfo {
+            tid,
+            name: "w".into(),
+            ..Default::default()
+        });
+    }
+    let poll = |t: u32, at: u64, id: u64| {
+        [
+            Event::Call(Call {
+                thread: t,
+                site: 0,
+                depth: 0,
+                start_ns: at,
+                dur_ns: 10,
+                flags: flags::POLL,
+            }),
+            Event::FutureId(fgtrace_trace::FutureId { thread: t, id }),
+        ]
+    };
+    let mut evs = Vec::new();
+    // Future 1: polled on threads 0 and 1, ended on thread 2.
+    evs.extend(poll(0, 100, 1));
+    evs.extend(poll(1, 300, 1));
+    evs.push(Event::Future(FutureSpan {
+        thread: 2,
+        site: 0,
+        start_ns: 100,
+        dur_ns: 400,
+        polls: 2,
+        cancelled: false,
+    }));
+    evs.push(Event::FutureId(fgtrace_trace::FutureId {
+        thread: 2,
+        id: 1,
+    }));
+    // Future 2: polled on thread 0, woken on thread 3 after: stalled.
+    evs.extend(poll(0, 200, 2));
+    evs.push(Event::Wake(fgtrace_trace::Wake {
+        thread: 3,
+        site: 0,
+        depth: 0,
+        ts_ns: 520,
+        id: 2,
+    }));
+    // Future 3: polled on thread 1, never woken after.
+    evs.extend(poll(1, 250, 3));
+    // A new future at id 1, after the first ended: pending.
+    evs.extend(poll(3, 600, 1));
+    let opts = ReportOptions::default();
+    for groups in [1, 2, 3, 4] {
+        let (r, read) = ReportBuilder::in_groups(&m, &opts, evs.iter().cloned().map(Ok), groups);
+        read.unwrap();
+        let p = &r.pending;
+        assert_eq!((p.futures, p.stalled), (3, 1), "{groups} groups: {p:?}");
+        let got: Vec<(u64, u64, u32, Option<u64>)> = p
+            .listed
+            .iter()
+            .map(|f| (f.id, f.last_poll_ns, f.thread, f.woken_ns))
+            .collect();
+        assert_eq!(
+            got,
+            [(2, 200, 0, Some(520)), (3, 250, 1, None), (1, 600, 3, None)],
+            "{groups} groups"
+        );
+    }
+}

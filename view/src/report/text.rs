@@ -310,6 +310,38 @@ impl Report {
             write_table(out, &headers, &rows, "Future");
             self.future_times(out);
         }
+        self.pending_futures(out);
+    }
+
+    /// The futures pending when the recording ended, stalled ones first.
+    fn pending_futures(&self, out: &mut String) {
+        let p = &self.pending;
+        if p.futures == 0 {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n# async futures pending at the end: {}, {} stalled (woken after their last poll, \
+             never polled again)",
+            p.futures, p.stalled
+        );
+        for f in &p.listed {
+            let woken = match f.woken_ns {
+                Some(w) => format!("woken at {}, not polled since (stalled)", human_duration(w)),
+                None => "not woken since".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  {} [future] {:#x}: last polled at {} on {}; {woken}",
+                f.name,
+                f.id,
+                human_duration(f.last_poll_ns),
+                f.thread_label
+            );
+        }
+        if p.futures > p.listed.len() as u64 {
+            let _ = writeln!(out, "  ... and {} more", p.futures - p.listed.len() as u64);
+        }
     }
 
     /// Per future: polls, busy time in them, and scheduled time from a
