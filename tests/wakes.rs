@@ -4,8 +4,10 @@
 //! where a future waits while its worker runs something else.
 
 use fgtrace::trace::{Event, FutureTimes};
+use fgtrace::view::chrome::{write_chrome, ChromeOptions};
+use fgtrace::view::perfetto::{write_perfetto, PerfettoOptions};
 use fgtrace::view::report::ReportOptions;
-use fgtrace::view::TraceViews;
+use fgtrace::view::{ok_events, HexResolve, TraceViews};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -192,6 +194,38 @@ fn a_future_woken_while_its_worker_is_busy_shows_the_wait_as_scheduled_time() {
         assert_eq!((x.thread, x.depth), (p.thread, p.depth + 1));
         assert!(x.ts_ns >= p.start_ns && x.ts_ns <= p.start_ns + p.dur_ns);
     }
+    // The exports show the wake on the hog's thread.
+    let meta = trace.meta();
+    let mut json = Vec::new();
+    let chrome = write_chrome(
+        meta,
+        ok_events(trace.events()),
+        HexResolve,
+        &ChromeOptions::default(),
+        &mut json,
+    )
+    .unwrap();
+    assert_eq!(chrome.wakes, 1);
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let wakes: Vec<&serde_json::Value> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "wake")
+        .collect();
+    assert_eq!(wakes.len(), 1);
+    assert_eq!(wakes[0]["name"], "wake: waiter");
+    assert_eq!(wakes[0]["ph"], "i");
+    let mut proto = Vec::new();
+    let perfetto = write_perfetto(
+        meta,
+        ok_events(trace.events()),
+        HexResolve,
+        &PerfettoOptions::default(),
+        &mut proto,
+    )
+    .unwrap();
+    assert_eq!(perfetto.wakes, 1);
     drop((trace, back, saved));
     std::fs::remove_file(&path).ok();
 }

@@ -102,6 +102,8 @@ pub struct ChromeStats {
     pub off_cpu: u64,
     /// Instant markers (`tracing` events).
     pub markers: u64,
+    /// Wakes of futures, instant events on the waking threads.
+    pub wakes: u64,
     /// What the window left out.
     pub left_out: LeftOut,
 }
@@ -375,6 +377,24 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         self.event()
     }
 
+    /// A wake of a future: an instant event on the waking thread
+    /// (`"ph":"i","s":"t"`), category `wake`, named `wake: fn`, with the
+    /// future's id.
+    fn wake(&mut self, w: &fgtrace_trace::Wake) -> io::Result<()> {
+        let (name, _, _) = site_head(self.meta, w.site);
+        self.buf = format!(
+            "{{\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"cat\":\"wake\",\"name\":{},\"args\":{{\"future\":\"{:#x}\",\"depth\":{}}}}}",
+            us(w.ts_ns),
+            self.pid,
+            self.tid(w.thread),
+            js(&format!("wake: {name}")),
+            w.id,
+            w.depth
+        );
+        self.stats.wakes += 1;
+        self.event()
+    }
+
     /// Writes the future held until its values and its id (which follow it) were seen.
     fn flush_future(&mut self, id: Option<u64>) -> io::Result<()> {
         let values = self.pending_future_values.take();
@@ -579,6 +599,7 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 self.pending_marker = Some(*m);
                 Ok(())
             }
+            Event::Wake(w) => self.wake(w),
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),

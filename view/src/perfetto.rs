@@ -107,6 +107,8 @@ pub struct PerfettoStats {
     pub off_cpu: u64,
     /// Instant markers (`tracing` events) on thread tracks.
     pub markers: u64,
+    /// Wakes of futures, instant events on the waking threads' tracks.
+    pub wakes: u64,
     /// Packets written.
     pub packets: u64,
     /// Bytes written, each packet's field tag and length prefix included.
@@ -717,6 +719,34 @@ impl<W: Write, R: Resolve> Writer<'_, W, R> {
         })
     }
 
+    /// A wake of a future: an instant event on the waking thread's track,
+    /// category `wake`, named `wake: fn`, with the future's id.
+    fn wake(&mut self, w: &fgtrace_trace::Wake) -> io::Result<()> {
+        let t = w.thread;
+        self.thread(t)?;
+        self.close(t, w.depth, w.ts_ns)?;
+        self.stats.wakes += 1;
+        self.packet(TracePacket {
+            timestamp: Some(w.ts_ns),
+            track_event: Some(TrackEvent {
+                r#type: Some(TYPE_INSTANT),
+                track_uuid: Some(thread_uuid(t)),
+                name: Some(format!("wake: {}", self.meta.site_name(w.site))),
+                categories: vec!["wake".into()],
+                debug_annotations: vec![
+                    DebugAnnotation {
+                        name: Some("future".into()),
+                        string_value: Some(format!("{:#x}", w.id)),
+                        ..Default::default()
+                    },
+                    ann_u("depth", w.depth as u64),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
     fn lost(&mut self, l: &Lost) -> io::Result<()> {
         let t = l.thread;
         self.thread(t)?;
@@ -868,6 +898,7 @@ impl<W: Write, R: Resolve> Consume for Writer<'_, W, R> {
                 self.pending_marker = Some(*m);
                 Ok(())
             }
+            Event::Wake(w) => self.wake(w),
             Event::Sample(s) if self.opts.samples => self.sample(s),
             Event::Lost(l) => self.lost(l),
             _ => Ok(()),
