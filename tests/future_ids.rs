@@ -124,3 +124,37 @@ fn every_poll_of_interleaved_futures_goes_to_its_own_lane() {
     }
     assert_eq!(checked, TASKS * 5, "every poll on a lane");
 }
+
+#[test]
+fn a_capture_gives_each_interleaved_future_its_own_polls() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let cap = fgtrace::testing::capture(|| {
+        rt.block_on(async {
+            let hs: Vec<_> = (0..TASKS).map(|k| tokio::spawn(task(k))).collect();
+            for h in hs {
+                h.await.unwrap();
+            }
+        })
+    });
+    // Each future's own time is its own five polls' (the polls of the
+    // others of its fn run inside its span on the same thread).
+    let polls = cap.calls_of("task");
+    assert_eq!(polls.len() as u64, TASKS * 5);
+    let in_polls: u64 = polls.iter().map(|c| c.dur_ns).sum();
+    let steps: u64 = cap.calls_of("step").iter().map(|c| c.dur_ns).sum();
+    let own = cap.self_total("task").as_nanos() as u64;
+    assert_eq!(
+        own,
+        in_polls - steps,
+        "self time of the futures: their own polls'"
+    );
+    // A failure shows the future's own polls, not its neighbours'.
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cap.assert_max("task", std::time::Duration::from_nanos(1))
+    }))
+    .expect_err("over 1 ns");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("its 5 polls:"), "{msg}");
+}

@@ -33,6 +33,8 @@ pub(super) struct Span {
     pub self_allocs: Option<AllocCounts>,
     /// Off-CPU time within the call, where recorded (`Options::off_cpu`).
     pub off: Option<fgtrace_trace::OffTime>,
+    /// For a poll: the id of its future, where recorded.
+    pub future: Option<u64>,
 }
 
 /// An instant marker (a `tracing` event) as the capture keeps it.
@@ -79,6 +81,8 @@ pub struct Capture {
     pub(super) span_values: std::collections::HashMap<usize, Vec<fgtrace_trace::Value>>,
     /// Values recorded by `async fn`s, by index in `futures`.
     pub(super) future_values: std::collections::HashMap<usize, Vec<fgtrace_trace::Value>>,
+    /// The futures' ids, where recorded, by index in `futures`.
+    pub(super) future_ids: std::collections::HashMap<usize, u64>,
     /// Instant markers (`tracing` events), in trace order, with the span
     /// index of the call each happened in.
     pub(super) markers: Vec<MarkerRecord>,
@@ -174,6 +178,10 @@ impl Capture {
         let mut last: Vec<Option<Result<usize, usize>>> = vec![None; per_thread.len()];
         let mut call_values: Vec<(usize, usize, Vec<fgtrace_trace::Value>)> = Vec::new();
         let mut future_values = std::collections::HashMap::new();
+        // Future ids: of polls by (thread, index among its calls), of
+        // whole futures by index in `futures`.
+        let mut poll_ids = std::collections::HashMap::new();
+        let mut future_ids = std::collections::HashMap::new();
         // Markers, with (thread, index among the thread's calls) of the
         // call each is in; the calls open on each thread, for that.
         let mut markers: Vec<(MarkerRecord, Option<(usize, usize)>)> = Vec::new();
@@ -227,6 +235,15 @@ impl Capture {
                     Some(Ok(i)) => call_values.push((t, i, v.values)),
                     Some(Err(i)) => {
                         future_values.insert(i, v.values);
+                    }
+                    None => {}
+                },
+                Event::FutureId(x) => match last[t] {
+                    Some(Ok(i)) => {
+                        poll_ids.insert((t, i), x.id);
+                    }
+                    Some(Err(i)) => {
+                        future_ids.insert(i, x.id);
                     }
                     None => {}
                 },
@@ -290,6 +307,7 @@ impl Capture {
                     allocs,
                     self_allocs: allocs,
                     off: None,
+                    future: poll_ids.get(&(t, i)).copied(),
                 });
                 open.push(base + i);
             }
@@ -344,6 +362,7 @@ impl Capture {
             status,
             span_values,
             future_values,
+            future_ids,
             markers,
         }
     }

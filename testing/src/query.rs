@@ -38,14 +38,26 @@ impl Capture {
                 }
             })
             .collect();
-        for f in self.futures.iter().filter(|f| mask[f.site as usize]) {
+        for (k, f) in self
+            .futures
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| mask[f.site as usize])
+        {
+            // Its polls: by its id, on whichever threads polled it; where
+            // no id was recorded, its site's polls within it on its thread.
+            let id = self.future_ids.get(&k).copied();
             let polls: Vec<usize> = (0..self.spans.len())
                 .filter(|&i| {
-                    let c = &self.spans[i].call;
-                    c.thread == f.thread
-                        && c.site == f.site
+                    let s = &self.spans[i];
+                    let c = &s.call;
+                    c.site == f.site
                         && c.start_ns >= f.start_ns
                         && c.end_ns() <= f.start_ns + f.dur_ns
+                        && match (id, s.future) {
+                            (Some(id), Some(p)) => p == id,
+                            _ => c.thread == f.thread,
+                        }
                 })
                 .collect();
             let sum = |g: fn(&Span) -> Option<u64>| {

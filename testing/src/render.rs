@@ -200,11 +200,18 @@ pub(super) fn unit(cap: &Capture, u: &Unit) -> String {
     match u.polls {
         // A future: each of its polls, with whatever ran between them left out.
         Some((first, last)) => {
-            let site = cap.spans[first].call.site;
+            let (site, id) = (cap.spans[first].call.site, cap.spans[first].future);
+            // The future's own polls: those of its id, where recorded (the
+            // polls of its site's other futures interleave with them).
             let polls: Vec<usize> = (first..=last)
                 .filter(|&j| {
-                    cap.spans[j].call.site == site
-                        && cap.spans[j].call.depth == cap.spans[first].call.depth
+                    let s = &cap.spans[j];
+                    s.call.site == site
+                        && s.call.is_poll() == cap.spans[first].call.is_poll()
+                        && match id {
+                            Some(id) => s.future == Some(id),
+                            None => s.call.depth == cap.spans[first].call.depth,
+                        }
                 })
                 .collect();
             let _ = writeln!(out, "its {} polls:", polls.len());
