@@ -226,6 +226,29 @@ fn a_future_woken_while_its_worker_is_busy_shows_the_wait_as_scheduled_time() {
     )
     .unwrap();
     assert_eq!(perfetto.wakes, 1);
+    // The HTML page's async table has the waiter's scheduled time.
+    let mut html = Vec::new();
+    trace
+        .write_html(
+            HexResolve,
+            &fgtrace::view::html::HtmlOptions::default(),
+            &mut html,
+        )
+        .unwrap();
+    let html = String::from_utf8(html).unwrap();
+    let row = html
+        .lines()
+        .find(|l| l.starts_with("<tr><td class=\"name\">waiter</td>"))
+        .expect("a row for waiter");
+    let w = trace
+        .report(&ReportOptions::default())
+        .futures
+        .into_iter()
+        .find(|f| f.name == "waiter")
+        .unwrap();
+    let sched = w.scheduled.unwrap().p99_ns;
+    assert!(sched >= hold.as_nanos() as u64);
+    assert!(row.contains(&format!("<td data-v=\"{sched}\">")), "{row}");
     drop((trace, back, saved));
     std::fs::remove_file(&path).ok();
 }

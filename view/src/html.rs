@@ -646,7 +646,9 @@ fn table(p: &mut String, report: &Report, rows: usize) {
              <th data-key=\"fname\" data-type=\"text\">Future</th><th data-key=\"futures\" data-type=\"num\">Futures</th>\
              <th data-key=\"polls\" data-type=\"num\">Polls</th><th data-key=\"ftotal\" data-type=\"num\">Total</th>\
              <th data-key=\"favg\" data-type=\"num\">Avg</th><th data-key=\"fmax\" data-type=\"num\">Max</th>\
-             <th data-key=\"fp99\" data-type=\"num\">p99</th><th data-key=\"cancelled\" data-type=\"num\">Cancelled</th></tr></thead>\n<tbody>\n",
+             <th data-key=\"fp99\" data-type=\"num\">p99</th><th data-key=\"cancelled\" data-type=\"num\">Cancelled</th>\
+             <th data-key=\"busy99\" data-type=\"num\">Busy p99</th><th data-key=\"sched99\" data-type=\"num\">Scheduled p99</th>\
+             <th data-key=\"wakes\" data-type=\"num\">Wakes</th><th data-key=\"longest\" data-type=\"num\">Longest poll</th></tr></thead>\n<tbody>\n",
         );
         for f in report.futures.iter().take(rows) {
             let _ = write!(
@@ -661,7 +663,40 @@ fn table(p: &mut String, report: &Report, rows: usize) {
             for ns in [f.total_ns, f.avg_ns, f.max_ns, f.p99_ns] {
                 let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
             }
-            let _ = writeln!(p, "<td data-v=\"{0}\">{0}</td></tr>", f.cancelled);
+            let _ = write!(p, "<td data-v=\"{0}\">{0}</td>", f.cancelled);
+            // Busy and scheduled time per future, and the longest poll:
+            // `-` where the futures did not measure them.
+            let cells = [
+                f.busy.as_ref().map(|s| s.p99_ns),
+                f.scheduled.as_ref().map(|s| s.p99_ns),
+            ];
+            for v in cells {
+                match v {
+                    Some(ns) => {
+                        let _ = write!(p, "<td data-v=\"{ns}\">{}</td>", human_duration(ns));
+                    }
+                    None => p.push_str("<td data-v=\"-1\">-</td>"),
+                }
+            }
+            match f.wakes {
+                Some(w) => {
+                    let _ = write!(p, "<td data-v=\"{w}\">{w}</td>");
+                }
+                None => p.push_str("<td data-v=\"-1\">-</td>"),
+            }
+            match &f.longest_poll {
+                Some(l) => {
+                    let _ = write!(
+                        p,
+                        "<td data-v=\"{}\">{} on {}</td>",
+                        l.dur_ns,
+                        human_duration(l.dur_ns),
+                        escape(&l.thread_label)
+                    );
+                }
+                None => p.push_str("<td data-v=\"-1\">-</td>"),
+            }
+            p.push_str("</tr>\n");
         }
         p.push_str("</tbody></table></div>\n");
     }
