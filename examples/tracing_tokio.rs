@@ -122,5 +122,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for line in text.lines().take(30) {
         println!("{line}");
     }
+    // The report's async section: each `#[instrument] async fn` handler's
+    // futures, polls, busy time and longest poll (a span does not see its
+    // future's wakes: no scheduled time here; `#[traced] async fn`s have it,
+    // see examples/async_tasks.rs).
+    let mut report = Vec::new();
+    trace.write_report(
+        &fgtrace::view::report::ReportOptions::default(),
+        &mut report,
+    )?;
+    let report = String::from_utf8_lossy(&report);
+    if let Some(at) = report.find("# async futures") {
+        println!("\n{}", &report[at..]);
+    }
     Ok(())
 }
