@@ -102,8 +102,10 @@ pub(super) struct Follow {
     /// Completed.
     pub(super) done: bool,
     /// Ticks its polls took while recording.
+    #[cfg(any(feature = "std", test))]
     busy: u64,
     /// The end of its last poll while recording, in ticks.
+    #[cfg(any(feature = "std", test))]
     last_end: u64,
     /// Ticks from wakes to the polls after them.
     #[cfg(any(feature = "std", test))]
@@ -121,7 +123,9 @@ impl Follow {
             first: 0,
             polls: 0,
             done: false,
+            #[cfg(any(feature = "std", test))]
             busy: 0,
+            #[cfg(any(feature = "std", test))]
             last_end: 0,
             #[cfg(any(feature = "std", test))]
             scheduled: 0,
@@ -144,9 +148,17 @@ impl Follow {
         if c & ON_MASK == 0 {
             return inner(cx);
         }
+        // A host times every poll (busy time); a board reads the clock at
+        // the first poll only.
+        #[cfg(any(feature = "std", test))]
         let t0 = ticks();
+        #[cfg(any(feature = "std", test))]
         if self.first == 0 {
             self.first = t0;
+        }
+        #[cfg(not(any(feature = "std", test)))]
+        if self.first == 0 {
+            self.first = ticks();
         }
         let guard = enter_on(self.site, c, F_POLL, stack_pointer());
         #[cfg(any(feature = "std", test))]
@@ -157,9 +169,13 @@ impl Follow {
         };
         #[cfg(not(any(feature = "std", test)))]
         let r = inner(cx);
-        let t1 = ticks();
-        self.busy = self.busy.wrapping_add(t1.wrapping_sub(t0));
-        self.last_end = t1;
+        // Busy time: hosts only (see `record`).
+        #[cfg(any(feature = "std", test))]
+        {
+            let t1 = ticks();
+            self.busy = self.busy.wrapping_add(t1.wrapping_sub(t0));
+            self.last_end = t1;
+        }
         exit_poll(guard, id);
         r
     }
@@ -205,24 +221,27 @@ impl Follow {
         if self.first == 0 {
             return;
         }
-        let times = FutureTimes {
+        // Hosts only: a board's flight recorder counts the records it
+        // overwrites as calls, and the times would be one more per future.
+        #[cfg(any(feature = "std", test))]
+        let times = Some(FutureTimes {
             busy: self.busy,
             polls: self.polls as u64,
             waits: self.waits(),
-        };
+        });
+        #[cfg(not(any(feature = "std", test)))]
+        let times = None;
         let (site, first, polls) = (self.site, self.first, self.polls);
         one_stretch(FUTURE_RECORDS + extra, || {
-            record_future(site, id, first, polls, cancelled, Some(times), then)
+            record_future(site, id, first, polls, cancelled, times, then)
         });
     }
 
     /// Scheduled time and wakes, where its wakes were watched.
+    #[cfg(any(feature = "std", test))]
     fn waits(&self) -> Option<(u64, u64)> {
-        #[cfg(any(feature = "std", test))]
-        if let Some(w) = &self.watch {
-            return Some((self.scheduled, w.wakes()));
-        }
-        None
+        let w = self.watch.as_ref()?;
+        Some((self.scheduled, w.wakes()))
     }
 }
 
