@@ -305,16 +305,19 @@ fn graph_prints_an_async_fns_values_on_its_polls_from_a_file() {
         .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim()))
         .filter(|f| f.starts_with("fetch"))
         .collect();
+    // The first poll wakes its future (`YieldOnce`): the wake is a line
+    // inside it, so it opens.
     assert_eq!(
         lines,
         [
-            "fetch(id=3);",
+            "fetch(id=3) {",
             "fetch() = Ok(300);",
-            "fetch(id=0);",
+            "fetch(id=0) {",
             r#"fetch() = Err("not found");"#
         ],
         "{graph}"
     );
+    assert_eq!(graph.matches("/* wake: fetch */").count(), 2, "{graph}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -341,10 +344,11 @@ fn the_html_pages_graph_prints_an_async_fns_values_on_its_polls_as_graph_does() 
     let dir = tempdir("asynchtml");
     let (_, path) = cli_support::record(&dir, fetch_both);
     let p = path.to_str().unwrap();
+    // Each first poll holds its future's wake (see above).
     let expected = [
-        "fetch(id=3);",
+        "fetch(id=3) {",
         "fetch() = Ok(300);",
-        "fetch(id=0);",
+        "fetch(id=0) {",
         r#"fetch() = Err("not found");"#,
     ];
     let graph = text(&fgtrace_ok(&["graph", p]).stdout);
