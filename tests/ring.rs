@@ -266,7 +266,11 @@ fn a_ring_file_reads_its_own_segment_before_and_names_another_recording_s() {
     );
     let (m, _) = read_meta(&b).unwrap();
     assert_eq!(m.total_calls(), alone(&b));
-    assert!(m.warnings.join("\n").contains("was not read"), "{:?}", m.warnings);
+    assert!(
+        m.warnings.join("\n").contains("was not read"),
+        "{:?}",
+        m.warnings
+    );
     for p in [&a, &b] {
         let _ = std::fs::remove_file(p);
         let _ = std::fs::remove_file(prev(p));

@@ -148,7 +148,15 @@ fn record_pid_writes_the_trace_within_max_size_and_counts_the_rest_as_lost() {
     let ring = fgtrace(
         &xdg,
         &[
-            "record", "--pid", &pid, "-d", "1s", "--max-size", "20kB", "--on-full", "ring",
+            "record",
+            "--pid",
+            &pid,
+            "-d",
+            "1s",
+            "--max-size",
+            "20kB",
+            "--on-full",
+            "ring",
         ],
     );
     let e = String::from_utf8_lossy(&ring.stderr);
@@ -160,7 +168,15 @@ fn record_pid_writes_the_trace_within_max_size_and_counts_the_rest_as_lost() {
     let rec = fgtrace(
         &xdg,
         &[
-            "record", "--pid", &pid, "--duration", "300ms", "--max-size", "20kB", "-o", "cut.fgt",
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "300ms",
+            "--max-size",
+            "20kB",
+            "-o",
+            "cut.fgt",
         ],
     );
     ok(&rec);

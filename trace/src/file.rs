@@ -122,6 +122,14 @@ fn read_meta_alone(path: &Path) -> Result<TraceMeta, TraceError> {
     Ok(TraceReader::with_file(io::BufReader::with_capacity(1 << 16, f), again)?.meta)
 }
 
+/// What reading a version-2 file's sections gives: its metadata, and its
+/// calls as recorded (left in the file where it was given).
+type Scanned = (
+    TraceMeta,
+    super::build::Recorded,
+    Option<super::build::InFile>,
+);
+
 const MAX_META: u32 = 256 << 20;
 const CHUNK_EVENTS: usize = super::encoding::CHUNK_EVENTS;
 
@@ -139,8 +147,8 @@ mod events;
 mod segments;
 mod write;
 use events::Ahead;
-pub use segments::segment_before;
 pub use events::Events;
+pub use segments::segment_before;
 pub use write::{write_trace, Mark, RecordingWriter};
 
 /// The off-CPU time of a version-2 file without its final metadata: what
@@ -340,11 +348,7 @@ impl<R: Read> TraceReader<R> {
     /// Reads a version-2 file's sections (see [`TraceReader::load_recorded`]):
     /// its metadata, and its calls as recorded, left in the file where
     /// `file` is given.
-    fn scan_recorded(
-        &mut self,
-        file: Option<std::fs::File>,
-    ) -> Result<(TraceMeta, super::build::Recorded, Option<super::build::InFile>), TraceError>
-    {
+    fn scan_recorded(&mut self, file: Option<std::fs::File>) -> Result<Scanned, TraceError> {
         let mut meta = self.meta.clone();
         let ticks_per_ns = meta.clock.ticks_per_ns;
         if !(ticks_per_ns.is_finite() && ticks_per_ns > 0.0) {

@@ -116,9 +116,8 @@ impl Pool {
             }
         }
         let used = |o: &[(String, u64)]| o.iter().map(|o| o.1).sum::<u64>();
-        let free = |o: &[(String, u64)], mine: u64| {
-            total.saturating_sub(used(o)).saturating_sub(mine)
-        };
+        let free =
+            |o: &[(String, u64)], mine: u64| total.saturating_sub(used(o)).saturating_sub(mine);
         let mut extra = Vec::new();
         let mine = match change {
             Change::Keep => self.claimed,
