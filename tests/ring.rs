@@ -45,6 +45,13 @@ fn workload(rounds: u64) -> u64 {
     1 + 8 * rounds + 1
 }
 
+/// One session at a time in this process.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fgtrace-ring-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -106,6 +113,7 @@ fn check_ring(path: &Path, limit: u64) -> Trace {
 
 #[test]
 fn a_ring_keeps_the_last_calls_within_its_budget_and_counts_the_older_ones() {
+    let _g = serial();
     let path = tmp("ring.fgt");
     let limit = 300_000;
     let session = Session::start(
@@ -136,6 +144,7 @@ fn a_ring_keeps_the_last_calls_within_its_budget_and_counts_the_older_ones() {
 
 #[test]
 fn on_full_comes_from_fgtrace_on_full_and_bad_values_are_named() {
+    let _g = serial();
     let path = tmp("env.fgt");
     let mut c = Config::builtin()
         .block_when_full(true)
@@ -206,4 +215,64 @@ fn a_ring_killed_at_its_end_still_shows_its_end() {
     assert!(p.meta().total_calls() > 0);
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(prev(&path));
+}
+
+/// A ring's file is read with the segment before it (`FILE.prev`), but
+/// never with another recording's: a `.prev` whose header is not the
+/// file's is left out, and the warning says so.
+#[test]
+fn a_ring_file_reads_its_own_segment_before_and_names_another_recording_s() {
+    let _g = serial();
+    let record = |name: &str| {
+        let path = tmp(name);
+        let s = Session::start(
+            Config::builtin()
+                .block_when_full(true)
+                .output(&path)
+                .max_size(200_000)
+                .on_full(OnFull::Ring),
+        )
+        .unwrap();
+        workload(60_000);
+        s.stop().unwrap();
+        path
+    };
+    let (a, b) = (record("a.fgt"), record("b.fgt"));
+    let alone = |p: &Path| {
+        let f = std::fs::File::open(p).unwrap();
+        let again = f.try_clone().unwrap();
+        fgtrace::trace::file::TraceReader::with_file(std::io::BufReader::new(f), again)
+            .unwrap()
+            .meta()
+            .total_calls()
+    };
+    let before = Trace::load(prev(&b)).unwrap().meta().total_calls();
+    let t = Trace::load(&b).unwrap();
+    assert!(before > 0);
+    assert_eq!(t.meta().ring_before, Some(before));
+    assert_eq!(t.meta().total_calls(), alone(&b) + before);
+    assert_eq!(t.calls().count() as u64, t.meta().total_calls());
+    assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
+
+    // b's segment before replaced by a's.
+    std::fs::copy(prev(&a), prev(&b)).unwrap();
+    let t = Trace::load(&b).unwrap();
+    assert_eq!(t.meta().ring_before, None);
+    assert_eq!(t.meta().total_calls(), alone(&b));
+    let w = t.meta().warnings.join("\n");
+    assert!(
+        w.contains("b.fgt.prev beside it was not read (it is another recording's"),
+        "{w}"
+    );
+    let (m, _) = read_meta(&b).unwrap();
+    assert_eq!(m.total_calls(), alone(&b));
+    assert!(
+        m.warnings.join("\n").contains("was not read"),
+        "{:?}",
+        m.warnings
+    );
+    for p in [&a, &b] {
+        let _ = std::fs::remove_file(p);
+        let _ = std::fs::remove_file(prev(p));
+    }
 }

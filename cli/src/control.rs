@@ -91,12 +91,39 @@ fn err(e: ControlError) -> Option<String> {
     Some(e.to_string())
 }
 
-/// Writes a received trace and says what it holds (on stderr).
+/// Writes a received trace (within `limit` bytes, where there is one: see
+/// [`crate::received`]) and says what it holds (on stderr).
 #[cfg(unix)]
-fn save(received: control::client::Received, path: &Path) -> Result<(), Option<String>> {
-    std::fs::write(path, &received.bytes)
+fn save(
+    received: control::client::Received,
+    path: &Path,
+    limit: Option<u64>,
+) -> Result<(), Option<String>> {
+    let sent = received.bytes.len() as u64;
+    let cut = match limit {
+        Some(l) => crate::received::within(&received.bytes, l).map_err(Some)?,
+        None => None,
+    };
+    let bytes = match &cut {
+        Some((b, calls, samples)) => {
+            eprintln!(
+                "fgtrace: the trace the target sent takes {}, over its size budget of {} (--max-size): {} keeps the run's start, complete; {calls} later calls{} are counted as lost, not kept",
+                fgtrace_trace::size_text(sent),
+                fgtrace_trace::size_text(limit.unwrap_or(0)),
+                path.display(),
+                if *samples > 0 {
+                    format!(" and {samples} samples")
+                } else {
+                    String::new()
+                }
+            );
+            &b[..]
+        }
+        None => &received.bytes[..],
+    };
+    std::fs::write(path, bytes)
         .map_err(|e| Some(format!("cannot write {}: {e}", path.display())))?;
-    let summary = match fgtrace_trace::Trace::read_from(&received.bytes[..]) {
+    let summary = match fgtrace_trace::Trace::read_from(bytes) {
         Ok(t) => {
             let m = t.meta();
             format!(
@@ -139,7 +166,26 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
         })?;
         std::process::exit(code);
     };
-    a.session.no_max_size("`record --pid`")?;
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{pid}.fgt")));
+    if a.session.on_full.as_deref() == Some("ring") {
+        return Err(Some(
+            "--on-full ring does not apply to `record --pid`: the target sends its trace \
+             when it stops, rebuilt in the order calls began, so the calls that ended last \
+             cannot be chosen to fit the size; keep the run's end with --flight N (the last \
+             N calls per thread, in the target's memory) or record the program from its start \
+             (`record --max-size SIZE --on-full ring -- COMMAND`)"
+                .into(),
+        ));
+    }
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let (limit, said) = crate::launch::budget_line(a.session.max_size.as_deref(), dir)?;
+    let limit = limit.parse::<u64>().ok();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
@@ -147,18 +193,18 @@ pub fn record(a: &RecordArgs) -> Result<(), Option<String>> {
     let received = Client::connect(pid)
         .and_then(|c| {
             c.record(settings, &stop, || match duration_ms {
-                Some(ms) => {
-                    eprintln!("fgtrace: recording pid {pid} for {ms} ms (Ctrl-C stops sooner)")
-                }
-                None => eprintln!("fgtrace: recording pid {pid} until Ctrl-C"),
+                Some(ms) => eprintln!(
+                    "fgtrace: recording pid {pid} for {ms} ms (Ctrl-C stops sooner); {} takes {said}",
+                    out.display()
+                ),
+                None => eprintln!(
+                    "fgtrace: recording pid {pid} until Ctrl-C; {} takes {said}",
+                    out.display()
+                ),
             })
         })
         .map_err(err)?;
-    let out = a
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{pid}.fgt")));
-    save(received, &out)
+    save(received, &out, limit)
 }
 
 #[cfg(unix)]
@@ -200,14 +246,14 @@ pub fn ctl(a: &CtlArgs) -> Result<(), Option<String>> {
             let out = output
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{}.fgt", a.pid)));
-            save(r, &out)
+            save(r, &out, None)
         }
         CtlAction::Dump { output } => {
             let r = client.dump().map_err(err)?;
             let out = output
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("fgtrace-{}-dump.fgt", a.pid)));
-            save(r, &out)
+            save(r, &out, None)
         }
     }
 }

@@ -40,6 +40,21 @@ pub struct Inputs {
 
 /// Opens `files`; several are merged per function.
 pub fn open_inputs(files: &[PathBuf]) -> Result<Inputs, String> {
+    // A ring's `FILE.prev` given beside its `FILE` (`traces/*`) is read
+    // with it, not as a trace of its own: its calls would count twice.
+    let with_file = |f: &PathBuf| {
+        files
+            .iter()
+            .any(|g| fgtrace_trace::file::segment_before(g).as_ref() == Some(f))
+    };
+    let kept: Vec<PathBuf> = files.iter().filter(|f| !with_file(f)).cloned().collect();
+    for f in files.iter().filter(|f| with_file(f)) {
+        eprintln!(
+            "fgtrace: {} is read with the ring's file beside it, not on its own",
+            f.display()
+        );
+    }
+    let files = &kept[..];
     let open_one =
         |p: &Path| progress::open_with_bar(p, None).map_err(|e| format!("{}: {e}", p.display()));
     if let [file] = files {

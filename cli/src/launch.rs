@@ -27,7 +27,7 @@ pub struct Launch<'a> {
 
 /// The size budget of the recordings in `dir` (`FGTRACE_MAX_SIZE`'s value)
 /// and the line `record` starts with to say it.
-fn budget_line(max_size: Option<&str>, dir: &Path) -> Result<(String, String), String> {
+pub(crate) fn budget_line(max_size: Option<&str>, dir: &Path) -> Result<(String, String), String> {
     use fgtrace::config::{default_max_size, parse_size, DEFAULT_MAX_SIZE_CAP};
     use fgtrace_trace::size_text;
     let (value, said) = match max_size {

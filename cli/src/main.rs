@@ -12,6 +12,8 @@ mod launch;
 mod plot;
 mod pprof;
 mod progress;
+#[cfg(unix)]
+mod received;
 mod rtt;
 mod session;
 mod views;

@@ -91,7 +91,8 @@ impl<R> Drop for CountingReader<R> {
 pub type Reader = TraceReader<io::BufReader<CountingReader<File>>>;
 
 /// Opens a trace file with a bar of its own (`bar: None`) or advancing a
-/// shared one (which the caller then finishes).
+/// shared one (which the caller then finishes); a ring's file with the
+/// segment before it, `FILE.prev`, where it is there.
 pub fn open_with_bar(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, TraceError> {
     let f = File::open(path)?;
     let (bar, owns) = match bar {
@@ -106,9 +107,11 @@ pub fn open_with_bar(path: &Path, bar: Option<&ProgressBar>) -> Result<Reader, T
         }
     };
     let again = f.try_clone()?;
-    let r = TraceReader::with_file(
+    // A ring's file is read with the segment before it (`FILE.prev`).
+    let r = TraceReader::with_file_and_before(
         io::BufReader::with_capacity(1 << 16, CountingReader::new(f, bar, owns)),
         again,
+        fgtrace_trace::file::segment_before(path).as_deref(),
     )?;
     for w in &r.meta().warnings {
         eprintln!("fgtrace: warning: {}: {w}", path.display());

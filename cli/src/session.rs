@@ -54,7 +54,9 @@ impl SessionArgs {
     pub fn no_max_size(&self, where_: &str) -> Result<(), Option<String>> {
         match self.max_size.as_ref().or(self.on_full.as_ref()) {
             Some(_) => Err(Some(format!(
-                "--max-size and --on-full apply to recordings written while recording                  (`record -- COMMAND`), not to {where_}: its trace is kept in                  the process's memory and written whole when it stops"
+                "--max-size and --on-full apply to recordings written to a file \
+                 (`record -- COMMAND`, `record --pid`), not to {where_}: its trace is kept \
+                 in the process's memory until `ctl stop`"
             ))),
             None => Ok(()),
         }

@@ -139,6 +139,90 @@ fn record_dump_and_ps_on_a_program_run_with_fgtrace_control() {
 }
 
 #[test]
+fn record_pid_writes_the_trace_within_max_size_and_counts_the_rest_as_lost() {
+    let xdg = runtime_dir("max-size");
+    let t = Target::start_with(&xdg, "1", Some(ROUNDS), true, HOLD);
+    let pid = t.pid().to_string();
+    // The run's end cannot be chosen from a trace sent whole: refused,
+    // with the reason and what to do instead.
+    let ring = fgtrace(
+        &xdg,
+        &[
+            "record",
+            "--pid",
+            &pid,
+            "-d",
+            "1s",
+            "--max-size",
+            "20kB",
+            "--on-full",
+            "ring",
+        ],
+    );
+    let e = String::from_utf8_lossy(&ring.stderr);
+    assert!(
+        !ring.status.success() && e.contains("--on-full ring") && e.contains("--flight"),
+        "{e}"
+    );
+    let limit = 20_000u64;
+    let rec = fgtrace(
+        &xdg,
+        &[
+            "record",
+            "--pid",
+            &pid,
+            "--duration",
+            "300ms",
+            "--max-size",
+            "20kB",
+            "-o",
+            "cut.fgt",
+        ],
+    );
+    ok(&rec);
+    let e = String::from_utf8_lossy(&rec.stderr);
+    assert!(
+        e.lines()
+            .next()
+            .is_some_and(|l| l.contains("cut.fgt takes at most 20.0 kB")),
+        "the first line says the budget: {e}"
+    );
+    assert!(
+        e.contains("over its size budget of 20.0 kB") && e.contains("counted as lost"),
+        "{e}"
+    );
+    let path = xdg.join("cut.fgt");
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(len <= limit, "{len} bytes, budget {limit}");
+    let trace = fgtrace_trace::Trace::load(&path).unwrap();
+    assert!(trace.damage().is_none());
+    let meta = trace.meta();
+    let cut = meta.cut_short.as_ref().expect("the file says it was cut");
+    assert_eq!(cut.reason, fgtrace_trace::CutReason::Budget);
+    assert_eq!(cut.limit, Some(limit));
+    assert!(cut.calls_after > 0 && meta.total_calls() > 0, "{cut:?}");
+    assert_eq!(trace.calls().count() as u64, meta.total_calls());
+    // Each thread's cut calls are in its lost count and at its loss marker.
+    let markers: u64 = trace
+        .events()
+        .filter_map(|e| match e {
+            fgtrace_trace::Event::Lost(l) => Some(l.count),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(markers, cut.calls_after);
+    assert!(meta.total_lost() >= cut.calls_after);
+    let report = ok(&fgtrace(&xdg, &["report", "cut.fgt"]));
+    assert!(
+        report.contains("recording cut short")
+            && report.contains(&format!("{} later calls LOST", cut.calls_after)),
+        "{report}"
+    );
+    let (t_ok, _, err) = t.finish();
+    assert!(t_ok, "{err}");
+}
+
+#[test]
 fn ctrl_c_ends_a_recording_without_a_duration() {
     let xdg = runtime_dir("ctrlc");
     let t = Target::start(&xdg, "listen", None, true);

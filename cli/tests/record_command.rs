@@ -524,6 +524,13 @@ fn a_ring_keeps_the_run_s_end_within_its_budget_and_every_view_says_so() {
     let (files, total) = bytes_in(&d);
     assert!(total <= 400_000, "{total} bytes in {files:?}");
     assert!(d.join("r.fgt.prev").exists(), "{files:?}");
+    // A lone process has the budget to itself: a segment takes about half
+    // of it, so the two files hold at least one full segment.
+    let segment = std::fs::metadata(d.join("r.fgt.prev")).unwrap().len();
+    assert!(
+        segment > 160_000 && total > 170_000,
+        "a segment of {segment} bytes, {total} in all, of a budget of 400 kB: {files:?}"
+    );
     let file = d.join("r.fgt");
     let (meta, from) = fgtrace_trace::file::read_meta(&file).unwrap();
     assert_eq!(from, fgtrace_trace::file::MetaFrom::Footer);
@@ -531,6 +538,20 @@ fn a_ring_keeps_the_run_s_end_within_its_budget_and_every_view_says_so() {
     let (kept, lost) = (meta.total_calls(), meta.total_lost());
     assert!(kept > 0 && lost > kept, "{kept} {lost}");
     assert_eq!(kept + lost, 4 * rounds, "every call is kept or counted");
+    // FILE is read with FILE.prev: its calls are kept, not overwritten.
+    let alone = {
+        let f = std::fs::File::open(&file).unwrap();
+        let again = f.try_clone().unwrap();
+        TraceReader::with_file(std::io::BufReader::new(f), again)
+            .unwrap()
+            .meta()
+            .total_calls()
+    };
+    let (before, _) = fgtrace_trace::file::read_meta(d.join("r.fgt.prev")).unwrap();
+    let before = before.total_calls();
+    assert!(before > 0 && alone > 0, "{before} {alone}");
+    assert_eq!(kept, alone + before, "FILE.prev's calls are FILE's");
+    assert_eq!(meta.ring_before, Some(before));
     // The calls kept are the run's last: the earliest starts well after
     // the run's start (tests/ring.rs checks the run's last call is kept).
     let t = fgtrace_trace::Trace::load(&file).unwrap();
@@ -547,9 +568,9 @@ fn a_ring_keeps_the_run_s_end_within_its_budget_and_every_view_says_so() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&info.stdout);
+    let said = format!("the file keeps the run's last calls within a size budget of 400.0 kB (read with FILE.prev beside it: {before} calls of the segment before); older calls LOST (overwritten)");
     assert!(
-        text.contains("ring:      the file keeps the run's last calls within a size budget of 400.0 kB; older calls LOST (overwritten)")
-            && text.contains(&format!("({lost} lost")),
+        text.contains(&format!("ring:      {said}")) && text.contains(&format!("({lost} lost")),
         "{text}"
     );
     let report = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
@@ -559,9 +580,42 @@ fn a_ring_keeps_the_run_s_end_within_its_budget_and_every_view_says_so() {
         .unwrap();
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(
-        text.contains("ring recording: the file keeps the run's last calls")
+        text.contains(&format!("ring recording: {said}"))
             && text.contains(&format!("LOST {lost} records")),
         "{text}"
+    );
+    // Every view reads both: the Chrome export has FILE.prev's rounds.
+    let chrome = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["chrome"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&chrome.stdout);
+    let (rounds_kept, _, _) = counts(&file);
+    assert!(rounds_kept > 0);
+    assert_eq!(
+        text.matches("\"name\":\"round\"").count() as u64,
+        rounds_kept,
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    // Given both, as `traces/*` gives them, FILE.prev is read once.
+    let both = Command::new(env!("CARGO_BIN_EXE_fgtrace"))
+        .args(["report"])
+        .arg(d.join("r.fgt.prev"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    let e = stderr(&both);
+    assert!(both.status.success(), "{e}");
+    assert!(
+        e.contains("r.fgt.prev is read with the ring's file beside it"),
+        "{e}"
+    );
+    assert!(
+        String::from_utf8_lossy(&both.stdout).contains(&format!("LOST {lost} records")),
+        "{}",
+        String::from_utf8_lossy(&both.stdout)
     );
 }
 
@@ -586,7 +640,14 @@ fn ring_recordings_into_one_directory_share_its_budget() {
         "return",
         rounds,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // The first process had the budget to itself; the later ones took the
+    // older segments of the finished ones, and said so.
+    assert!(
+        e.contains("the older segment of a finished ring recording) to make room"),
+        "{e}"
+    );
     let (files, total) = bytes_in(&d.join("traces"));
     assert!(
         total <= 600_000,
@@ -601,8 +662,7 @@ fn ring_recordings_into_one_directory_share_its_budget() {
     for f in traces {
         let (meta, _) = fgtrace_trace::file::read_meta(f).unwrap();
         assert_eq!(meta.total_calls() + meta.total_lost(), 4 * rounds);
-        // Each process finds room (a ring claims at most half of what is
-        // free), and keeps its end.
+        // Each process finds room, and keeps its end.
         assert_eq!(meta.ring, Some(600_000), "{}", f.display());
         assert!(meta.cut_short.is_none(), "{}", f.display());
         rang += 1;

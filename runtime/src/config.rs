@@ -345,7 +345,8 @@ impl Config {
     /// new one starts at `FILE`, so the two never take more than the
     /// budget. `FILE` always holds the run's last calls, and stays readable
     /// however the process ends; the calls before its segment are counted
-    /// in it as overwritten, as the flight recorder counts them.
+    /// in it as overwritten, as the flight recorder counts them. Readers
+    /// given `FILE` read `FILE.prev` first, as the start of the same trace.
     pub fn on_full(mut self, what: OnFull) -> Self {
         self.on_full = what;
         self

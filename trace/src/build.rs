@@ -370,9 +370,9 @@ impl Recorded {
     ) -> Built {
         let layout = CounterLayout::of(counters);
         let scale = TickScale::new(self.ticks_per_ns);
-        let (file, mut left) = match in_file {
-            Some(f) => (Some(f.file), f.chunks),
-            None => (None, Vec::new()),
+        let (files, mut left) = match in_file {
+            Some(f) => (f.files, f.chunks),
+            None => (Vec::new(), Vec::new()),
         };
         left.resize_with(self.threads.len(), Vec::new);
         // Cores beyond one per thread decode raw chunks ahead of the builders.
@@ -382,7 +382,7 @@ impl Recorded {
             .zip(left)
             .map(|((t, th), left)| {
                 let seq =
-                    std::sync::Arc::new(RawSeq::new(th.raw, left, file.clone(), n_sites, scale));
+                    std::sync::Arc::new(RawSeq::new(th.raw, left, files.clone(), n_sites, scale));
                 let raw = RawChunks {
                     seq: seq.clone(),
                     next: 0,
@@ -410,15 +410,31 @@ impl Recorded {
 /// Raw chunks left in a finished file, to be read again when their thread
 /// is rebuilt: a view holds a few of them at a time, not the file.
 pub struct InFile {
-    pub file: std::sync::Arc<std::fs::File>,
-    /// By thread, in the file's order.
+    /// The file, after the segment before it where a ring's file is read
+    /// with its `FILE.prev` ([`RawAt::file`] indexes them).
+    pub files: Vec<std::sync::Arc<std::fs::File>>,
+    /// By thread, in the files' order.
     pub chunks: Vec<Vec<RawAt>>,
+}
+
+impl InFile {
+    /// Reads `at` again from its file.
+    pub fn read(&self, at: &RawAt) -> Result<RawChunk, TraceError> {
+        match self.files.get(at.file as usize) {
+            Some(f) => at.read(f),
+            None => Err(TraceError::Io(std::io::Error::other(
+                "a raw chunk left in a file that is not open",
+            ))),
+        }
+    }
 }
 
 /// Where a raw chunk's section is in a file, and what it held when the
 /// file was opened.
 #[derive(Clone, Copy, Debug)]
 pub struct RawAt {
+    /// Which of [`InFile::files`] holds it.
+    pub file: u32,
     pub thread: u32,
     pub count: u32,
     /// The section's payload: its offset and length in the file, and its

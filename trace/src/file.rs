@@ -108,10 +108,27 @@ pub fn read_meta(path: impl AsRef<Path>) -> Result<(TraceMeta, MetaFrom), TraceE
             })?;
         t.meta = meta;
         t.check_off_cpu()?;
-        return Ok((t.meta, MetaFrom::Footer));
+        let mut meta = t.meta;
+        segments::join_meta(&mut meta, path);
+        return Ok((meta, MetaFrom::Footer));
     }
     Ok((TraceReader::open(path)?.meta, MetaFrom::ReadThrough))
 }
+
+/// [`read_meta`] of the file alone (a ring's segment before it not read).
+fn read_meta_alone(path: &Path) -> Result<TraceMeta, TraceError> {
+    let f = std::fs::File::open(path)?;
+    let again = f.try_clone()?;
+    Ok(TraceReader::with_file(io::BufReader::with_capacity(1 << 16, f), again)?.meta)
+}
+
+/// What reading a version-2 file's sections gives: its metadata, and its
+/// calls as recorded (left in the file where it was given).
+type Scanned = (
+    TraceMeta,
+    super::build::Recorded,
+    Option<super::build::InFile>,
+);
 
 const MAX_META: u32 = 256 << 20;
 const CHUNK_EVENTS: usize = super::encoding::CHUNK_EVENTS;
@@ -127,9 +144,11 @@ const SEC_OFFCPU: u8 = 8;
 const SEC_STRING: u8 = 9;
 
 mod events;
+mod segments;
 mod write;
 use events::Ahead;
 pub use events::Events;
+pub use segments::segment_before;
 pub use write::{write_trace, Mark, RecordingWriter};
 
 /// The off-CPU time of a version-2 file without its final metadata: what
@@ -177,11 +196,17 @@ pub struct TraceReader<R> {
 }
 
 impl TraceReader<io::BufReader<std::fs::File>> {
-    /// Opens a trace file and reads its metadata.
+    /// Opens a trace file and reads its metadata; a ring's file is read
+    /// with the segment before it ([`TraceReader::with_file_and_before`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
-        let f = std::fs::File::open(path.as_ref())?;
+        let path = path.as_ref();
+        let f = std::fs::File::open(path)?;
         let again = f.try_clone()?;
-        TraceReader::with_file(io::BufReader::with_capacity(1 << 16, f), again)
+        TraceReader::with_file_and_before(
+            io::BufReader::with_capacity(1 << 16, f),
+            again,
+            segment_before(path).as_deref(),
+        )
     }
 }
 
@@ -199,10 +224,33 @@ impl<R: Read> TraceReader<R> {
         Self::read(r, Some(file))
     }
 
+    /// [`TraceReader::with_file`], and where the file is a ring's last
+    /// segment, the segment before it, `before` (`FILE.prev`, see
+    /// [`segment_before`]), read first: its calls are the file's, not
+    /// counted as overwritten ([`TraceMeta::ring_before`]). A `before` that
+    /// is not that segment (another recording's) is not read, and a warning
+    /// in the metadata says why.
+    pub fn with_file_and_before(
+        r: R,
+        file: std::fs::File,
+        before: Option<&Path>,
+    ) -> Result<Self, TraceError> {
+        Self::read_with(r, Some(file), before)
+    }
+
     fn read(r: R, file: Option<std::fs::File>) -> Result<Self, TraceError> {
+        Self::read_with(r, file, None)
+    }
+
+    fn read_with(
+        r: R,
+        file: Option<std::fs::File>,
+        before: Option<&Path>,
+    ) -> Result<Self, TraceError> {
         let (mut t, version) = Self::header(r)?;
         if version == VERSION_RECORDED {
-            t.load_recorded(file)?;
+            let head = t.offset;
+            t.load_recorded(file, before.map(|b| (b, head)))?;
         } else {
             t.split = file.map(|f| (f, t.offset));
         }
@@ -276,11 +324,31 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
-    /// A file written while recording (version 2): reads it whole, keeps
+    /// A file written while recording (version 2): reads it whole (after
+    /// `before`, a ring's segment before it, where it is: the path, and the
+    /// length of this file's header, which that segment's repeats), keeps
     /// everything up to the first damage or the end of a file whose writer
     /// never finished (with a note in [`TraceMeta::warnings`]), and rebuilds
     /// the calls in pre-order, so callers see what a version-1 file gives.
-    fn load_recorded(&mut self, file: Option<std::fs::File>) -> Result<(), TraceError> {
+    fn load_recorded(
+        &mut self,
+        file: Option<std::fs::File>,
+        before: Option<(&Path, u64)>,
+    ) -> Result<(), TraceError> {
+        let (mut meta, mut rec, mut in_file) = self.scan_recorded(file)?;
+        if let Some((path, head)) = before {
+            segments::join_before(&mut meta, &mut rec, &mut in_file, path, head);
+        }
+        let built = rec.stream(meta.sites.len(), &meta.counters, in_file);
+        self.meta = meta;
+        self.served = Some(built);
+        Ok(())
+    }
+
+    /// Reads a version-2 file's sections (see [`TraceReader::load_recorded`]):
+    /// its metadata, and its calls as recorded, left in the file where
+    /// `file` is given.
+    fn scan_recorded(&mut self, file: Option<std::fs::File>) -> Result<Scanned, TraceError> {
         let mut meta = self.meta.clone();
         let ticks_per_ns = meta.clock.ticks_per_ns;
         if !(ticks_per_ns.is_finite() && ticks_per_ns > 0.0) {
@@ -310,7 +378,7 @@ impl<R: Read> TraceReader<R> {
         // checked against its checksum when read again) leaves its raw
         // chunks there until its threads are rebuilt.
         let mut in_file = file.map(|f| super::build::InFile {
-            file: std::sync::Arc::new(f),
+            files: vec![std::sync::Arc::new(f)],
             chunks: Vec::new(),
         });
         let mut failure = loop {
@@ -403,6 +471,7 @@ impl<R: Read> TraceReader<R> {
                                 let th = &mut f.chunks[t as usize];
                                 order.push((t as usize, th.len()));
                                 th.push(super::build::RawAt {
+                                    file: 0,
                                     thread: t as u32,
                                     count: count as u32,
                                     offset: base,
@@ -553,7 +622,7 @@ impl<R: Read> TraceReader<R> {
             for (pos, &(t, i)) in order.iter().enumerate() {
                 scratch.clear();
                 let decoded = match &in_file {
-                    Some(f) => f.chunks[t][i].read(&f.file).and_then(|c| {
+                    Some(f) => f.read(&f.chunks[t][i]).and_then(|c| {
                         super::recorded::decode(&c, sites.len(), scale, &mut scratch)
                     }),
                     None => super::recorded::decode(
@@ -608,10 +677,7 @@ impl<R: Read> TraceReader<R> {
                 meta.total_calls()
             ));
         }
-        let built = rec.stream(meta.sites.len(), &meta.counters, in_file);
-        self.meta = meta;
-        self.served = Some(built);
-        Ok(())
+        Ok((meta, rec, in_file))
     }
 
     /// A section's length, checksum and payload (version 2).

@@ -200,6 +200,12 @@ pub struct TraceMeta {
     /// of every segment, so a file whose process was killed says it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring: Option<u64>,
+    /// A ring's file read with the segment before it (`FILE.prev` beside
+    /// it, see [`file::segment_before`]): the calls that segment holds,
+    /// counted in the threads' calls rather than as overwritten. `None`:
+    /// the file was read alone. Said by the reader, never written.
+    #[serde(skip)]
+    pub ring_before: Option<u64>,
 }
 
 /// A recording to a file that stopped keeping calls before its end; the
@@ -235,16 +241,26 @@ pub enum CutReason {
 
 /// What a ring recording kept, for views' headers: `the file keeps the
 /// run's last calls within its size budget of 200.0 kB; older calls LOST
-/// (overwritten)`. `None` where the trace is no ring or lost nothing to it.
+/// (overwritten)`, with `(and FILE.prev: N calls)` where the segment
+/// before the file was read with it. `None` where the trace is no ring or
+/// lost nothing to it and was read alone.
 pub fn ring_text(meta: &TraceMeta) -> Option<String> {
     let l = meta.ring?;
-    if meta.total_lost() == 0 {
+    let lost = meta.total_lost() > 0;
+    if !lost && meta.ring_before.is_none() {
         return None;
     }
-    Some(format!(
-        "the file keeps the run's last calls within a size budget of {}; older calls LOST (overwritten)",
+    let mut s = format!(
+        "the file keeps the run's last calls within a size budget of {}",
         size_text(l)
-    ))
+    );
+    if let Some(n) = meta.ring_before {
+        s += &format!(" (read with FILE.prev beside it: {n} calls of the segment before)");
+    }
+    if lost {
+        s += "; older calls LOST (overwritten)";
+    }
+    Some(s)
 }
 
 impl CutShort {

@@ -321,6 +321,10 @@ pub(super) fn open_output(
 ) -> Result<Output, String> {
     let f = std::fs::File::create(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    // A ring's older segment left beside an earlier recording of the same
+    // name goes with the file this one replaces: views would read it as
+    // this recording's.
+    let _ = std::fs::remove_file(super::pool::beside(path, ".prev"));
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
@@ -347,10 +351,6 @@ pub(super) fn open_output(
         Some(total) if config.shared_budget => super::pool::Pool::join(path, total).ok(),
         _ => None,
     };
-    let mut pool = pool;
-    if let Some(p) = pool.as_mut().filter(|_| ring) {
-        p.cap_at_half();
-    }
     if let Some(p) = &pool {
         limit = Some(p.claimed);
     }

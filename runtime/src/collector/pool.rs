@@ -5,6 +5,13 @@
 //! they did not use when they end; a trace file that was deleted frees its
 //! claim. The file is read and rewritten under an exclusive `flock`, so the
 //! claims of all processes together never pass the budget.
+//!
+//! A ring (`--on-full ring`) claims as it writes too, so a lone process
+//! gets the whole budget. When it ends, its older segment (`FILE.prev`)
+//! gets a claim of its own, which a later recording short of room may take:
+//! it removes that file, the oldest such first. The ring's `FILE` stays
+//! whole and counts the calls before it as overwritten, so the recording
+//! as a whole keeps its last calls, the last process's included.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +29,18 @@ pub const POOL_FILE: &str = ".fgtrace-budget";
 /// The least a recording claims at a time.
 const GRANT: u64 = 1 << 20;
 
+/// What a pool update does to this recording's claim.
+enum Change {
+    /// Nothing (joining).
+    Keep,
+    /// At least `need` more bytes if the pool has them (taking finished
+    /// rings' older segments if it must), up to `want`.
+    More { need: u64, want: u64 },
+    /// The recording ended: its file keeps `file` bytes, and its older
+    /// segment, if it has one, `prev` bytes that later recordings may take.
+    Settle { file: u64, prev: u64 },
+}
+
 pub(super) struct Pool {
     file: std::fs::File,
     dir: PathBuf,
@@ -31,8 +50,6 @@ pub(super) struct Pool {
     pub(super) claimed: u64,
     /// The pool's budget.
     pub(super) total: u64,
-    /// The most this recording claims (a ring: see [`Pool::cap_at_half`]).
-    cap: u64,
 }
 
 impl Pool {
@@ -58,49 +75,32 @@ impl Pool {
             name,
             claimed: 0,
             total,
-            cap: u64::MAX,
         };
-        p.update(|_, _| 0)?;
+        p.update(Change::Keep)?;
         Ok(p)
     }
 
-    /// Caps this recording's claims at half of what the pool has free now:
-    /// a ring would otherwise claim the whole pool before it starts
-    /// dropping its oldest calls, and the processes after it (the run's
-    /// end) would find no room.
-    pub(super) fn cap_at_half(&mut self) {
-        let mut cap = u64::MAX;
-        let _ = self.update(|mine, free| {
-            cap = (mine + free) / 2;
-            mine
-        });
-        self.cap = cap;
-    }
-
-    /// Claims `want` more bytes, or what is left (up to the cap); returns
-    /// what was granted.
-    pub(super) fn claim(&mut self, want: u64) -> u64 {
+    /// Claims `need` more bytes (at least a grant where the pool has it),
+    /// or what is left; returns what was granted.
+    pub(super) fn claim(&mut self, need: u64) -> u64 {
         let before = self.claimed;
-        let want = want.max(GRANT);
-        let cap = self.cap;
-        self.update(|mine, free| (mine + want.min(free)).min(cap.max(mine)))
-            .map_or(0, |now| now.saturating_sub(before))
+        self.update(Change::More {
+            need,
+            want: need.max(GRANT),
+        })
+        .map_or(0, |now| now.saturating_sub(before))
     }
 
-    /// Keeps `used` bytes of the claim and gives the rest back.
-    pub(super) fn settle(&mut self, used: u64) {
-        let _ = self.update(|_, _| used);
-    }
-
-    /// Under the lock: reads the pool, sets this recording's claim to
-    /// `f(claim, free)` and writes it back. Returns the new claim.
-    fn update(&mut self, f: impl FnOnce(u64, u64) -> u64) -> std::io::Result<u64> {
+    /// Under the lock: reads the pool, changes this recording's claim and
+    /// writes it back. Returns the new claim.
+    fn update(&mut self, change: Change) -> std::io::Result<u64> {
         let lock = Lock::take(&self.file)?;
         let mut text = String::new();
         (&self.file).seek(SeekFrom::Start(0))?;
         (&self.file).read_to_string(&mut text)?;
         let mut total = self.total;
-        let mut others = Vec::new();
+        let mut others: Vec<(String, u64)> = Vec::new();
+        let prev_name = format!("{}.prev", self.name);
         for line in text.lines() {
             let mut w = line.rsplitn(2, ' ');
             let (Some(n), Some(key)) = (w.next().and_then(|n| n.parse::<u64>().ok()), w.next())
@@ -109,16 +109,60 @@ impl Pool {
             };
             if key == "budget" {
                 total = n;
-            } else if key != self.name && self.dir.join(key).exists() {
-                // A claim counts while its trace file is there.
+            } else if key != self.name && key != prev_name && self.dir.join(key).exists() {
+                // A claim counts while its trace file is there. This
+                // recording's older segment is in its own claim.
                 others.push((key.to_string(), n));
             }
         }
-        let used: u64 = others.iter().map(|o| o.1).sum();
-        let free = total.saturating_sub(used).saturating_sub(self.claimed);
-        let mine = f(self.claimed, free).min(total.saturating_sub(used));
+        let used = |o: &[(String, u64)]| o.iter().map(|o| o.1).sum::<u64>();
+        let free =
+            |o: &[(String, u64)], mine: u64| total.saturating_sub(used(o)).saturating_sub(mine);
+        let mut extra = Vec::new();
+        let mine = match change {
+            Change::Keep => self.claimed,
+            Change::More { need, want } => {
+                // The older segments of finished rings, oldest first, give
+                // way where the pool has no room otherwise.
+                while free(&others, self.claimed) < need {
+                    let Some(i) = others.iter().position(|(k, _)| {
+                        k.strip_suffix(".prev")
+                            .is_some_and(|f| others.iter().any(|(o, _)| o == f))
+                    }) else {
+                        break;
+                    };
+                    let (k, n) = others.remove(i);
+                    let path = self.dir.join(&k);
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => eprintln!(
+                            "fgtrace: removed {} ({} bytes, the older segment of a finished ring recording) to make room in the recording's shared size budget",
+                            path.display(),
+                            n
+                        ),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(_) => {
+                            // Still there: still counted.
+                            others.push((k, n));
+                            break;
+                        }
+                    }
+                }
+                self.claimed + want.min(free(&others, self.claimed))
+            }
+            Change::Settle { file, prev } => {
+                if prev > 0 {
+                    extra.push((prev_name.clone(), prev));
+                }
+                file
+            }
+        };
+        let mine = mine.min(
+            total
+                .saturating_sub(used(&others))
+                .saturating_sub(used(&extra)),
+        );
         let mut out = format!("budget {total}\n");
-        for (k, n) in &others {
+        for (k, n) in others.iter().chain(&extra) {
             out += &format!("{k} {n}\n");
         }
         out += &format!("{} {mine}\n", self.name);
@@ -133,13 +177,15 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// A recording that ends keeps what its file takes (with a ring's
-    /// segment kept beside it) and gives the rest back.
+    /// A recording that ends keeps what its file takes, and gives the rest
+    /// back; a ring's older segment beside it gets a claim of its own.
     fn drop(&mut self) {
         let path = self.dir.join(&self.name);
         let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-        let used = len(&path) + len(&beside(&path, ".prev"));
-        self.settle(used);
+        let _ = self.update(Change::Settle {
+            file: len(&path),
+            prev: len(&beside(&path, ".prev")),
+        });
     }
 }
 

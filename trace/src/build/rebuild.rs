@@ -51,7 +51,8 @@ pub fn build_thread(
 pub struct RawSeq {
     mem: Vec<RawChunk>,
     in_file: Vec<super::RawAt>,
-    file: Option<Arc<std::fs::File>>,
+    /// The files `in_file` names ([`super::RawAt::file`]).
+    files: Vec<Arc<std::fs::File>>,
     n_sites: usize,
     scale: TickScale,
     /// `starts[k]`: the index of chunk `k`'s first record; then the total.
@@ -62,7 +63,7 @@ impl RawSeq {
     pub(super) fn new(
         mem: Vec<RawChunk>,
         in_file: Vec<super::RawAt>,
-        file: Option<Arc<std::fs::File>>,
+        files: Vec<Arc<std::fs::File>>,
         n_sites: usize,
         scale: TickScale,
     ) -> RawSeq {
@@ -79,7 +80,7 @@ impl RawSeq {
         RawSeq {
             mem,
             in_file,
-            file,
+            files,
             n_sites,
             scale,
             starts,
@@ -98,7 +99,7 @@ impl RawSeq {
             return recorded::decode(c, self.n_sites, self.scale, out);
         }
         let at = &self.in_file[k - self.mem.len()];
-        let Some(file) = &self.file else {
+        let Some(file) = self.files.get(at.file as usize) else {
             return Err(TraceError::Io(std::io::Error::other(
                 "a raw chunk left in a file that is not open",
             )));
@@ -1125,7 +1126,7 @@ mod tests {
             let seq = Arc::new(RawSeq::new(
                 chunks,
                 Vec::new(),
-                None,
+                Vec::new(),
                 n_sites,
                 TickScale::new(1.0),
             ));
@@ -1239,7 +1240,7 @@ mod tests {
         let seq = Arc::new(RawSeq::new(
             chunks,
             Vec::new(),
-            None,
+            Vec::new(),
             4,
             TickScale::new(1.0),
         ));
