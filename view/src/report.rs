@@ -21,11 +21,15 @@ use std::str::FromStr;
 
 mod durations;
 mod future_times;
+mod long_polls;
 mod text;
 use durations::Durations;
 pub use durations::Histogram;
 pub use future_times::Spread;
 use future_times::TimesAcc;
+pub use long_polls::{
+    LongPoll, PollCallee, DEFAULT_LONG_POLL_NS, LONG_POLLS_KEPT, LONG_POLL_CALLEES,
+};
 
 /// What the rows are sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,8 +98,9 @@ pub enum ReportStyle {
     Json,
 }
 
-/// Report options; `Default` sorts by total time, largest first, all threads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Report options; `Default` sorts by total time, largest first, all
+/// threads, and lists polls longer than 10 ms.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportOptions {
     /// The column the rows are sorted by, largest first.
     pub sort_by: Column,
@@ -105,6 +110,22 @@ pub struct ReportOptions {
     pub threads: Vec<ThreadSel>,
     /// Text table or JSON.
     pub style: ReportStyle,
+    /// Polls longer than this many nanoseconds are listed as long polls
+    /// ([`Report::long_polls`]); `None`: none are. Default
+    /// [`DEFAULT_LONG_POLL_NS`] (10 ms).
+    pub long_poll_ns: Option<u64>,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            sort_by: Column::default(),
+            reverse: false,
+            threads: Vec::new(),
+            style: ReportStyle::default(),
+            long_poll_ns: Some(DEFAULT_LONG_POLL_NS),
+        }
+    }
 }
 
 /// One function's numbers; durations in nanoseconds.
@@ -267,6 +288,13 @@ pub struct Report {
     pub functions: Vec<FunctionStats>,
     /// One row per `async fn` with futures.
     pub futures: Vec<FutureStats>,
+    /// The threshold of the long polls ([`ReportOptions::long_poll_ns`]).
+    pub long_poll_ns: Option<u64>,
+    /// The longest polls over that threshold, longest first (at most
+    /// [`LONG_POLLS_KEPT`]).
+    pub long_polls: Vec<LongPoll>,
+    /// How many polls were over the threshold (all of them, listed or not).
+    pub long_polls_total: u64,
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
     pub counter_names: Vec<String>,
@@ -376,6 +404,7 @@ pub struct ReportBuilder<'a> {
     /// Per thread: the site and poll count of its last whole future (its
     /// times may follow).
     last_future: Vec<Option<(u32, u32)>>,
+    long_polls: long_polls::LongPolls,
 }
 
 impl<'a> ReportBuilder<'a> {
@@ -393,6 +422,7 @@ impl<'a> ReportBuilder<'a> {
             calls: 0,
             counters_due: Vec::new(),
             last_future: Vec::new(),
+            long_polls: long_polls::LongPolls::new(opts),
         }
     }
 
@@ -465,6 +495,7 @@ impl<'a> ReportBuilder<'a> {
             *grow(&mut self.active, i) |= a;
         }
         self.calls = self.calls.saturating_add(other.calls);
+        self.long_polls.merge(other.long_polls);
     }
 
     /// The counters of the thread's last call.
@@ -596,6 +627,7 @@ impl<'a> ReportBuilder<'a> {
             self.pop_to(t as u32, 0);
         }
         let meta = self.meta;
+        let (long_polls, long_polls_total) = std::mem::take(&mut self.long_polls).finish(meta);
         let off_cpu = meta.off_cpu.as_ref().map(|o| {
             if o.is_available() {
                 Ok(())
@@ -746,6 +778,9 @@ impl<'a> ReportBuilder<'a> {
             loss_lines: loss_lines(meta, &self.mask, &self.lost_events),
             functions,
             futures,
+            long_poll_ns: self.opts.long_poll_ns,
+            long_polls,
+            long_polls_total,
             counter_names: meta.counters.clone(),
             cycles_per_ns: (meta.clock.source == "mcycle").then_some(meta.clock.ticks_per_ns),
             off_cpu,
@@ -757,6 +792,9 @@ impl Consume for ReportBuilder<'_> {
     type Error = Infallible;
 
     fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
+        if self.shows(ev.thread()) {
+            self.long_polls.push(ev);
+        }
         match ev {
             Event::Call(c) => self.call(c),
             Event::Future(f) => self.future(f),

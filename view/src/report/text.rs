@@ -310,6 +310,7 @@ impl Report {
             write_table(out, &headers, &rows, "Future");
             self.future_times(out);
         }
+        self.long_polls_text(out);
     }
 
     /// Per future: polls, busy time in them, and scheduled time from a
