@@ -206,7 +206,7 @@ impl LongPolls {
             let Some(stack) = self.watching.get_mut(t as usize) else {
                 return;
             };
-            if !stack.last().is_some_and(|w| w.poll.depth >= depth) {
+            if stack.last().is_none_or(|w| w.poll.depth < depth) {
                 return;
             }
             let done = stack.pop().expect("checked above").finish();

@@ -35,7 +35,7 @@ fn report(m: &TraceMeta, opts: &ReportOptions, evs: &[Event]) -> Report {
 /// `tick`; a 12 ms poll of `tick` on `worker` that lost records inside.
 fn demo_events() -> Vec<Event> {
     vec![
-        poll(0, 0, 0, 1 * MS, 25 * MS),
+        poll(0, 0, 0, MS, 25 * MS),
         id(0, 0x10),
         call(0, 1, 1, 2 * MS, 20 * MS),
         call(0, 2, 2, 3 * MS, 15 * MS),
