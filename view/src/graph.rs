@@ -1387,4 +1387,47 @@ mod tests {
             "{got}"
         );
     }
+
+    /// A poll over the long-poll threshold is tagged on its line (a leaf's
+    /// or an open call's) and on its exit line, in the tree and in the
+    /// threshold layout; a shorter poll, or a plain call as long, is not.
+    #[test]
+    fn long_polls_are_tagged_on_their_lines() {
+        use crate::test_traces::{flagged_call, meta};
+        let m = meta(&["fetch", "parse"], &[(4242, "main")]);
+        const MS: u64 = 1_000_000;
+        let evs = vec![
+            flagged_call(0, 0, 0, 0, 15 * MS, flags::POLL),
+            flagged_call(0, 0, 0, 20 * MS, 12 * MS, flags::POLL | flags::HAS_CHILDREN),
+            flagged_call(0, 1, 1, 21 * MS, 11 * MS, 0),
+            flagged_call(0, 0, 0, 40 * MS, MS, flags::POLL),
+        ];
+        let graph = |opts: &GraphOptions| {
+            let mut out = Vec::new();
+            write_graph(&m, crate::ok_events(evs.clone()), opts, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let got = graph(&GraphOptions::default());
+        for want in [
+            "|  fetch(); /* [long poll] 15 ms */\n",
+            "|  fetch() { /* [long poll] 12 ms */\n",
+            "|    parse();\n",
+            "|  } /* fetch [long poll] */\n",
+        ] {
+            assert!(got.contains(want), "{want:?} in\n{got}");
+        }
+        assert_eq!(got.matches("[long poll]").count(), 3, "{got}");
+        let thresh = GraphOptions {
+            thresh_ns: 5 * MS,
+            ..Default::default()
+        };
+        let got = graph(&thresh);
+        assert_eq!(got.matches("} /* fetch [long poll] */").count(), 2, "{got}");
+        assert!(got.contains("} /* parse */"), "{got}");
+        let off = GraphOptions {
+            long_poll_ns: None,
+            ..Default::default()
+        };
+        assert!(!graph(&off).contains("long poll"));
+    }
 }
