@@ -39,7 +39,7 @@ fn long_polls_are_listed_and_tagged_over_the_threshold() {
         "{out}"
     );
     assert!(out.contains(" slow (future 0x"), "{out}");
-    assert!(out.contains("  block_here  1 call, self "), "{out}");
+    assert!(out.contains("  block_here  1 call, 20."), "{out}");
     let out = text(&fgtrace_ok(&["report", p, "--long-poll", "50ms"]).stdout);
     assert!(
         out.contains("# long polls: none longer than 50 ms"),

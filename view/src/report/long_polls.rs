@@ -48,8 +48,10 @@ pub struct LongPoll {
     pub self_ns: u64,
     /// Calls recorded inside it (its whole subtree).
     pub calls: u64,
-    /// The functions called inside it (at any depth), most inclusive time
-    /// first, at most [`LONG_POLL_CALLEES`].
+    /// The functions called inside it (at any depth) that spent the most
+    /// of its time themselves (self time) first, at most
+    /// [`LONG_POLL_CALLEES`]: where the poll's time went, the blocking call
+    /// first.
     pub callees: Vec<PollCallee>,
     /// Records lost inside the poll: its calls are then incomplete.
     pub lost: u64,
@@ -319,7 +321,15 @@ impl Watch {
     fn finish(mut self) -> Done {
         self.pop_to(0);
         let mut callees: Vec<(u32, Callee)> = self.by_site.into_iter().collect();
-        callees.sort_by_key(|&(site, c)| (std::cmp::Reverse(c.total_ns), site));
+        // By own time: the time of a chain of wrappers around a blocking
+        // call is the blocking call's, and only its own time says which.
+        callees.sort_by_key(|&(site, c)| {
+            (
+                std::cmp::Reverse(c.self_ns),
+                std::cmp::Reverse(c.total_ns),
+                site,
+            )
+        });
         callees.truncate(LONG_POLL_CALLEES);
         Done {
             self_ns: self.poll.dur_ns.saturating_sub(self.children_ns),
@@ -363,7 +373,9 @@ impl super::Report {
         if n > self.long_polls.len() as u64 {
             let _ = write!(out, "; the {} longest:", self.long_polls.len());
         }
-        out.push('\n');
+        out.push_str(
+            "\n# under each, where its time went: the functions inside it by their own time\n",
+        );
         for p in &self.long_polls {
             let id = p
                 .future_id
@@ -383,12 +395,23 @@ impl super::Report {
             for c in &p.callees {
                 let _ = writeln!(
                     out,
-                    "    {}  {:<w$}  {} call{}, self {}",
-                    uftrace_time(c.total_ns),
+                    "    {}  {:<w$}  {} call{}, {} with its callees",
+                    uftrace_time(c.self_ns),
                     c.name,
                     c.calls,
                     if c.calls == 1 { "" } else { "s" },
-                    human_duration(c.self_ns),
+                    human_duration(c.total_ns),
+                );
+            }
+            let shown: u64 = p.callees.iter().map(|c| c.calls).sum();
+            if p.calls > shown {
+                let own: u64 = p.callees.iter().map(|c| c.self_ns).sum();
+                let rest = p.dur_ns.saturating_sub(p.self_ns).saturating_sub(own);
+                let _ = writeln!(
+                    out,
+                    "    {}  ({} calls of other functions)",
+                    uftrace_time(rest),
+                    p.calls - shown
                 );
             }
             let _ = writeln!(

@@ -112,10 +112,10 @@ fn long_polls_have_their_future_thread_and_the_calls_inside() {
         .collect();
     assert_eq!(
         callees,
+        // By own time; recursion counted once in the total.
         [
-            ("handle", 1, 20 * MS, 2 * MS),
             ("parse", 2, 18 * MS, 18 * MS),
-            // Recursion counted once in the total; self time of both calls.
+            ("handle", 1, 20 * MS, 2 * MS),
             ("rec", 2, 2 * MS, 2 * MS - 1000),
             ("tick", 1, 1000, 1000),
         ]
@@ -129,9 +129,10 @@ fn long_polls_have_their_future_thread_and_the_calls_inside() {
     for want in [
         "\n# long polls: 2 polls longer than 10 ms held their thread (no other task ran on it meanwhile)\n",
         "   25.000 ms  fetch (future 0x10) on main-100 at 1 ms, 6 calls inside\n",
-        "     20.000 ms  handle  1 call, self 2 ms\n",
-        "     18.000 ms  parse   2 calls, self 18 ms\n",
-        "      2.000 ms  rec     2 calls, self 1.999 ms\n",
+        "\n# under each, where its time went: the functions inside it by their own time\n",
+        "     18.000 ms  parse   2 calls, 18 ms with its callees\n",
+        "      2.000 ms  handle  1 call, 20 ms with its callees\n",
+        "      1.999 ms  rec     2 calls, 2 ms with its callees\n",
         "      3.000 ms  (the poll's own time)\n",
         "   12.000 ms  tick (future 0x40) on worker-101 at 40 ms, 1 call inside\n",
         "    7 records LOST inside this poll",
@@ -150,7 +151,7 @@ fn long_polls_have_their_future_thread_and_the_calls_inside() {
             (&p["name"], &p["future_id"]),
             (&"fetch".into(), &0x10.into())
         );
-        assert_eq!(p["callees"][0]["name"], "handle", "{v}");
+        assert_eq!(p["callees"][0]["name"], "parse", "{v}");
     }
 
     // A higher threshold keeps the 25 ms poll only; `None` lists none.
@@ -218,4 +219,32 @@ fn only_the_longest_are_kept_and_groups_agree() {
         read.unwrap();
         assert_eq!(got, one, "{groups} groups");
     }
+}
+
+/// A poll with more functions inside than are listed: the rest of its time
+/// is said in one line.
+#[test]
+fn the_functions_not_listed_are_summed() {
+    let names = ["serve", "f1", "f2", "f3", "f4", "f5", "f6", "f7"];
+    let mut m = meta(&names, &[(100, "main")]);
+    m.sites[0] = async_site("serve");
+    let mut evs = vec![poll(0, 0, 0, 0, 30 * MS)];
+    // f1 ... f7 with 7 ms down to 1 ms of their own.
+    let mut at = 10;
+    for k in 1..=7u64 {
+        evs.push(call(0, k as u32, 1, at, (8 - k) * MS));
+        at += (8 - k) * MS;
+    }
+    let r = report(&m, &ReportOptions::default(), &evs);
+    let p = &r.long_polls[0];
+    let listed: Vec<&str> = p.callees.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(listed, ["f1", "f2", "f3", "f4", "f5"]);
+    assert_eq!(p.self_ns, 2 * MS);
+    let mut out = Vec::new();
+    r.write(ReportStyle::Table, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("\n      3.000 ms  (2 calls of other functions)\n      2.000 ms  (the poll's own time)\n"),
+        "{text}"
+    );
 }
