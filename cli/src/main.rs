@@ -72,6 +72,7 @@ enum Cmd {
     #[command(
         after_help = "Examples:\n  fgtrace report run.fgt\n  fgtrace report run.fgt --sort calls\n  \
         fgtrace report run.fgt --ftrace --thread main\n  \
+        fgtrace report run.fgt --long-poll 2ms       polls that held their thread over 2 ms\n  \
         fgtrace report traces/*.fgt                  several traces merged per function"
     )]
     Report(ReportArgs),
@@ -193,6 +194,9 @@ struct GraphArgs {
     /// call that was switched out ends in `/* wall, off-CPU (blocked, preempted) */`.
     #[arg(long)]
     offcpu: bool,
+    /// Tag polls longer than this `[long poll]` (they held their thread); `off`: no tag.
+    #[arg(long, value_name = "DURATION|off", default_value = "10ms", value_parser = parse_long_poll)]
+    long_poll: LongPoll,
 }
 
 #[derive(clap::Args)]
@@ -222,6 +226,23 @@ struct ReportArgs {
     /// With --by: the function (display name or full path), when several record the value.
     #[arg(long = "function", short = 'f', requires = "by")]
     function: Option<String>,
+    /// List the polls longer than this, with their future, thread and the
+    /// calls inside (they held their thread); `off`: none.
+    #[arg(long, value_name = "DURATION|off", default_value = "10ms", value_parser = parse_long_poll)]
+    long_poll: LongPoll,
+}
+
+/// `--long-poll`: a threshold in nanoseconds, or `None` (`off`).
+#[derive(Clone, Copy, Debug)]
+struct LongPoll(Option<u64>);
+
+fn parse_long_poll(s: &str) -> Result<LongPoll, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(LongPoll(None));
+    }
+    parse_duration(s)
+        .map(|ns| LongPoll(Some(ns)))
+        .map_err(|e| format!("{e} (or `off`)"))
 }
 
 fn parse_duration(s: &str) -> Result<u64, String> {
@@ -270,6 +291,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 max_depth: a.depth,
                 thresh_ns: a.thresh.unwrap_or(0),
                 off_cpu: a.offcpu,
+                long_poll_ns: a.long_poll.0,
                 // An `async fn`'s values go on its polls: a first pass over
                 // the file finds them (only when there are any).
                 poll_values: if view::graph::PollValues::wanted(&meta) {
@@ -310,6 +332,7 @@ fn run(cli: Cli) -> Result<(), Option<String>> {
                 sort_by,
                 reverse: a.reverse,
                 threads: threads(&a.threads),
+                long_poll_ns: a.long_poll.0,
                 style: match (a.ftrace, a.format.as_str()) {
                     (true, "table" | "ftrace") | (false, "ftrace") => ReportStyle::Ftrace,
                     (false, "table") => ReportStyle::Table,

@@ -62,6 +62,10 @@
 //! handler on its executor's thread). Skipped with the reason where the
 //! kernel refuses `perf_event_open`.
 //!
+//! **Long polls.** [`Capture::assert_no_long_polls`] fails when a poll
+//! of an `async fn` held its thread longer than a limit (a blocking call
+//! inside it), with that poll's future, thread and graph.
+//!
 //! **Markers.** With `fgtrace::tracing`'s layer or subscriber, `tracing`
 //! events are instant markers: [`Capture::markers`] by the event's name,
 //! [`Capture::markers_inside`] by the call they happened in, each a
@@ -80,6 +84,7 @@ mod captured;
 pub(crate) mod counters;
 mod markers;
 mod offcpu;
+mod polls;
 mod query;
 mod render;
 mod runs;

@@ -21,6 +21,8 @@
 //! not drawn (the report shows futures); an `async fn`'s values, which
 //! belong to its whole future, go on its polls ([`PollValues`]): its
 //! arguments on the first poll's line, its return value on the last's.
+//! A poll longer than [`GraphOptions::long_poll_ns`] (10 ms by default)
+//! held its thread: `f() { /* [long poll] 20.104 ms */` and `} /* f [long poll] */`.
 //!
 //! `thresh_ns` reproduces `tracing_thresh`: only calls at or above it, each as
 //! its exit line `} /* name */`, in exit order (children before parents). It
@@ -81,6 +83,9 @@ pub struct GraphOptions {
     /// [`PollValues`]); `None`: polls show none. [`crate::TraceViews::write_graph`]
     /// and `fgtrace graph` collect them when the trace has such values.
     pub poll_values: Option<std::sync::Arc<PollValues>>,
+    /// Polls longer than this (ns) are tagged `[long poll]`: they held
+    /// their thread that long; `None`: no tag. Default 10 ms.
+    pub long_poll_ns: Option<u64>,
 }
 
 /// The values an `async fn` recorded, which belong to its whole future
@@ -267,6 +272,7 @@ impl Default for GraphOptions {
             thresh_ns: 0,
             off_cpu: false,
             poll_values: None,
+            long_poll_ns: Some(crate::report::DEFAULT_LONG_POLL_NS),
         }
     }
 }
@@ -291,6 +297,8 @@ struct Open {
     /// Its return value (`#[traced(ret)]`), for the exit line.
     ret: Option<String>,
     off: Option<OffTime>,
+    /// A poll longer than `GraphOptions::long_poll_ns`.
+    long: bool,
 }
 
 /// Where the counters of the call just drawn go (they follow its `Call`).
@@ -518,6 +526,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
         } else {
             None
         };
+        let long = c.is_poll() && o.long_poll_ns.is_some_and(|t| c.dur_ns > t);
         let open = Open {
             site: c.site,
             depth: c.depth,
@@ -527,6 +536,7 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             note: None,
             ret: None,
             off,
+            long,
         };
         // A poll has no values of its own (its future has), so none follow
         // it; those of its future it shows are known already.
@@ -561,6 +571,9 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             if let Some(v) = poll_values {
                 self.insert_values(c.thread, c.site, args_at, None, v);
             }
+            if long {
+                self.long_tag(c.dur_ns);
+            }
             if has_values {
                 self.vals_at = Some((c.thread, c.site, args_at, None));
                 self.line.push('\n');
@@ -583,6 +596,9 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             }
             if c.unwound() {
                 self.line.push_str(" /* unwound */");
+            }
+            if long {
+                self.long_tag(c.dur_ns);
             }
             if has_values {
                 self.off_comment(c.dur_ns, off);
@@ -671,7 +687,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.prologue(t, o.end_ns)?;
             self.duration(on_cpu(o.dur_ns, o.off));
             self.indent(o.depth);
-            let unwound = if o.unwound { " (unwound)" } else { "" };
+            let unwound = match (o.unwound, o.long) {
+                (true, true) => " (unwound) [long poll]",
+                (true, false) => " (unwound)",
+                (false, true) => " [long poll]",
+                (false, false) => "",
+            };
             let name = match &o.ret {
                 Some(r) => format!("{} = {r}", self.meta.site_name(o.site)),
                 None => self.meta.site_name(o.site).to_string(),
@@ -679,7 +700,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             if let Some(note) = &o.note {
                 self.line
                     .push_str(&format!("}} /* {name}{unwound}: {note} */"));
-            } else if self.opts.thresh_ns > 0 || self.opts.tail || o.unwound || o.ret.is_some() {
+            } else if self.opts.thresh_ns > 0
+                || self.opts.tail
+                || o.unwound
+                || o.long
+                || o.ret.is_some()
+            {
                 self.line.push_str(&format!("}} /* {name}{unwound} */"));
             } else {
                 self.line.push('}');
@@ -688,6 +714,12 @@ impl<'a, W: Write> GraphWriter<'a, W> {
             self.end_line()?;
         }
         Ok(())
+    }
+
+    /// ` /* [long poll] 20.104 ms */` on a long poll's line.
+    fn long_tag(&mut self, dur_ns: u64) {
+        use std::fmt::Write as _;
+        let _ = write!(self.line, " /* [long poll] {} */", human_duration(dur_ns));
     }
 
     /// ` /* wall W, off-CPU X (blocked B, preempted P) */` for a call that
@@ -1354,5 +1386,48 @@ mod tests {
             ),
             "{got}"
         );
+    }
+
+    /// A poll over the long-poll threshold is tagged on its line (a leaf's
+    /// or an open call's) and on its exit line, in the tree and in the
+    /// threshold layout; a shorter poll, or a plain call as long, is not.
+    #[test]
+    fn long_polls_are_tagged_on_their_lines() {
+        use crate::test_traces::{flagged_call, meta};
+        let m = meta(&["fetch", "parse"], &[(4242, "main")]);
+        const MS: u64 = 1_000_000;
+        let evs = vec![
+            flagged_call(0, 0, 0, 0, 15 * MS, flags::POLL),
+            flagged_call(0, 0, 0, 20 * MS, 12 * MS, flags::POLL | flags::HAS_CHILDREN),
+            flagged_call(0, 1, 1, 21 * MS, 11 * MS, 0),
+            flagged_call(0, 0, 0, 40 * MS, MS, flags::POLL),
+        ];
+        let graph = |opts: &GraphOptions| {
+            let mut out = Vec::new();
+            write_graph(&m, crate::ok_events(evs.clone()), opts, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let got = graph(&GraphOptions::default());
+        for want in [
+            "|  fetch(); /* [long poll] 15 ms */\n",
+            "|  fetch() { /* [long poll] 12 ms */\n",
+            "|    parse();\n",
+            "|  } /* fetch [long poll] */\n",
+        ] {
+            assert!(got.contains(want), "{want:?} in\n{got}");
+        }
+        assert_eq!(got.matches("[long poll]").count(), 3, "{got}");
+        let thresh = GraphOptions {
+            thresh_ns: 5 * MS,
+            ..Default::default()
+        };
+        let got = graph(&thresh);
+        assert_eq!(got.matches("} /* fetch [long poll] */").count(), 2, "{got}");
+        assert!(got.contains("} /* parse */"), "{got}");
+        let off = GraphOptions {
+            long_poll_ns: None,
+            ..Default::default()
+        };
+        assert!(!graph(&off).contains("long poll"));
     }
 }

@@ -59,8 +59,8 @@ pub use threads::ThreadSel;
 
 pub use graph::{write_graph, GraphOptions, GraphWriter, ThreadColumn};
 pub use report::{
-    write_report, write_report_from, Column, FunctionStats, FutureStats, OffStats, Report,
-    ReportBuilder, ReportOptions, ReportStyle, ThreadLoss,
+    write_report, write_report_from, Column, FunctionStats, FutureStats, LongPoll, OffStats,
+    PollCallee, Report, ReportBuilder, ReportOptions, ReportStyle, ThreadLoss,
 };
 
 use fgtrace_trace::TraceError;

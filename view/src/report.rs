@@ -21,12 +21,16 @@ use std::str::FromStr;
 
 mod durations;
 mod future_times;
+mod long_polls;
 mod pending;
 mod text;
 use durations::Durations;
 pub use durations::Histogram;
 pub use future_times::Spread;
 use future_times::TimesAcc;
+pub use long_polls::{
+    LongPoll, PollCallee, DEFAULT_LONG_POLL_NS, LONG_POLLS_KEPT, LONG_POLL_CALLEES,
+};
 use pending::PendingAcc;
 pub use pending::{Pending, PendingFuture};
 
@@ -97,8 +101,9 @@ pub enum ReportStyle {
     Json,
 }
 
-/// Report options; `Default` sorts by total time, largest first, all threads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Report options; `Default` sorts by total time, largest first, all
+/// threads, and lists polls longer than 10 ms.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportOptions {
     /// The column the rows are sorted by, largest first.
     pub sort_by: Column,
@@ -108,6 +113,22 @@ pub struct ReportOptions {
     pub threads: Vec<ThreadSel>,
     /// Text table or JSON.
     pub style: ReportStyle,
+    /// Polls longer than this many nanoseconds are listed as long polls
+    /// ([`Report::long_polls`]); `None`: none are. Default
+    /// [`DEFAULT_LONG_POLL_NS`] (10 ms).
+    pub long_poll_ns: Option<u64>,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            sort_by: Column::default(),
+            reverse: false,
+            threads: Vec::new(),
+            style: ReportStyle::default(),
+            long_poll_ns: Some(DEFAULT_LONG_POLL_NS),
+        }
+    }
 }
 
 /// One function's numbers; durations in nanoseconds.
@@ -274,6 +295,13 @@ pub struct Report {
     /// ended after their last poll), the stalled ones apart: woken after
     /// their last poll and never polled again.
     pub pending: Pending,
+    /// The threshold of the long polls ([`ReportOptions::long_poll_ns`]).
+    pub long_poll_ns: Option<u64>,
+    /// The longest polls over that threshold, longest first (at most
+    /// [`LONG_POLLS_KEPT`]).
+    pub long_polls: Vec<LongPoll>,
+    /// How many polls were over the threshold (all of them, listed or not).
+    pub long_polls_total: u64,
     /// Names of the per-call counters (`allocs`, `alloc_bytes`, ...,
     /// `instructions`), as in the trace.
     pub counter_names: Vec<String>,
@@ -384,6 +412,7 @@ pub struct ReportBuilder<'a> {
     /// times may follow).
     last_future: Vec<Option<(u32, u32)>>,
     pending: PendingAcc,
+    long_polls: long_polls::LongPolls,
 }
 
 impl<'a> ReportBuilder<'a> {
@@ -402,6 +431,7 @@ impl<'a> ReportBuilder<'a> {
             counters_due: Vec::new(),
             last_future: Vec::new(),
             pending: PendingAcc::default(),
+            long_polls: long_polls::LongPolls::new(opts),
         }
     }
 
@@ -475,6 +505,7 @@ impl<'a> ReportBuilder<'a> {
         }
         self.calls = self.calls.saturating_add(other.calls);
         self.pending.merge(other.pending);
+        self.long_polls.merge(other.long_polls);
     }
 
     /// The counters of the thread's last call.
@@ -606,6 +637,7 @@ impl<'a> ReportBuilder<'a> {
             self.pop_to(t as u32, 0);
         }
         let meta = self.meta;
+        let (long_polls, long_polls_total) = std::mem::take(&mut self.long_polls).finish(meta);
         let off_cpu = meta.off_cpu.as_ref().map(|o| {
             if o.is_available() {
                 Ok(())
@@ -757,6 +789,9 @@ impl<'a> ReportBuilder<'a> {
             functions,
             futures,
             pending: self.pending.finish(meta),
+            long_poll_ns: self.opts.long_poll_ns,
+            long_polls,
+            long_polls_total,
             counter_names: meta.counters.clone(),
             cycles_per_ns: (meta.clock.source == "mcycle").then_some(meta.clock.ticks_per_ns),
             off_cpu,
@@ -769,6 +804,9 @@ impl Consume for ReportBuilder<'_> {
 
     fn push(&mut self, ev: &Event) -> Result<(), Infallible> {
         self.pending.push(ev, self.shows(ev.thread()));
+        if self.shows(ev.thread()) {
+            self.long_polls.push(ev);
+        }
         match ev {
             Event::Call(c) => self.call(c),
             Event::Future(f) => self.future(f),

@@ -311,6 +311,7 @@ impl Report {
             self.future_times(out);
         }
         self.pending_futures(out);
+        self.long_polls_text(out);
     }
 
     /// The futures pending when the recording ended, stalled ones first.
