@@ -135,6 +135,52 @@ fn a_recording_stops_at_its_budget_complete_and_counts_the_calls_after() {
 }
 
 #[test]
+fn threads_begun_after_the_cut_never_take_the_file_past_its_budget() {
+    // A test harness starts a thread per test: after the budget is
+    // reached, hundreds more threads record, each one more entry in the
+    // file's completion (its announcement, its loss marker, its line in
+    // the final metadata).
+    let _g = serial();
+    let path = tmp("late-threads.fgt");
+    let limit = 120_000;
+    let session = Session::start(
+        Config::builtin()
+            .block_when_full(true)
+            .output(&path)
+            .max_size(limit),
+    )
+    .unwrap();
+    let mut made = workload(100_000);
+    for batch in 0..20 {
+        std::thread::scope(|s| {
+            for n in 0..25 {
+                std::thread::Builder::new()
+                    .name(format!(
+                        "tests::a_long_test_module_path::a_test_begun_after_the_cut_{batch}_{n}"
+                    ))
+                    .spawn_scoped(s, || root(3))
+                    .unwrap();
+            }
+        });
+        made += 25 * (1 + 8 * 3);
+    }
+    let t = session.stop().expect("the recording ends cleanly");
+    let loaded = check_cut(&path, Some(limit), made, CutReason::Budget);
+    assert_eq!(loaded.meta().cut_short, t.meta().cut_short);
+    // Those with no room to be listed are one entry, carrying their losses.
+    let threads = &loaded.meta().threads;
+    let last = threads.last().unwrap();
+    assert!(threads.len() < 500, "{} threads listed", threads.len());
+    assert!(
+        last.name
+            .ends_with("threads not listed (no room in the size budget)")
+            && last.lost > 0,
+        "{last:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
 fn the_budget_comes_from_fgtrace_max_size_and_bad_values_are_named() {
     let mut c = Config::builtin();
     c.apply_env(|k| (k == "FGTRACE_MAX_SIZE").then(|| "200MB".to_string()));

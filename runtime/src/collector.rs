@@ -427,9 +427,9 @@ impl Session {
             g.add_records(t.index, &tail, &who);
             tails.push(lost);
         }
-        // Every record is in: the file ends on its last complete section,
-        // with the losses of a cut marked.
-        g.close_output(&who);
+        // Every record is in: the file is flushed whole (its losses are
+        // marked once every thread's figures are known, below).
+        g.flush_output();
         let after = |i: usize| {
             g.out
                 .as_ref()
@@ -496,6 +496,9 @@ impl Session {
                 .saturating_sub(unkept(i))
                 .saturating_sub(dropped(i));
         }
+        // The file ends on its last complete section, with the threads it
+        // has room to list and the losses of a cut marked.
+        g.close_output(&mut infos, &mut samples, &mut overwritten, end.ticks);
         // Functions switched to count-only, with their calls since (before
         // the sites are taken: a switch names its site).
         let count_only = match &g.auto {

@@ -18,6 +18,17 @@ use fgtrace_trace::CutReason;
 /// Bytes written between two marks at most.
 pub(super) const MARK_EVERY: u64 = 256 << 10;
 
+/// What an announced thread takes of the file's completion: its loss
+/// marker and its entry in the final metadata (its name aside).
+pub(super) const THREAD_ROOM: u64 = 512;
+
+/// What listing a thread not announced yet takes of the file: its
+/// announcement, and its share of the completion ([`THREAD_ROOM`]); the
+/// name is written twice, in the announcement and in the final metadata.
+pub(super) fn thread_room(name: &str) -> u64 {
+    64 + THREAD_ROOM + 2 * name.len() as u64
+}
+
 /// What a file's budget keeps track of.
 #[derive(Default)]
 pub(super) struct Budget {
@@ -110,8 +121,11 @@ impl Budget {
     /// (estimated from the sections it repeats, a few hundred bytes per
     /// thread, 16 KiB for the rest: the clock, the filters, a sampled
     /// process's mappings), the loss markers, the end and the footer.
+    /// `threads`: those announced; one more is always reserved, the entry
+    /// that stands for the threads the budget has no room to list
+    /// ([`thread_room`], `Gathered::list_threads`).
     pub(super) fn finish_reserve(&self, threads: usize) -> u64 {
-        (16 << 10) + self.repeated.saturating_mul(3) + 512 * threads as u64
+        (16 << 10) + self.repeated.saturating_mul(3) + THREAD_ROOM * (threads as u64 + 1)
     }
 
     /// Calls of thread `t` before the current segment.

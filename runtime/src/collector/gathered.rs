@@ -11,7 +11,7 @@ use fgtrace_trace::clock::Calibration;
 use fgtrace_trace::encoding::ChunkEncoder;
 use fgtrace_trace::file::RecordingWriter;
 use fgtrace_trace::recorded::{RawChunk, RawEncoder, RawSample, SiteMap};
-use fgtrace_trace::{Event, RecordMode, Sample, TraceMeta};
+use fgtrace_trace::{Event, RecordMode, Sample, ThreadInfo, TraceMeta};
 #[cfg(target_os = "linux")]
 use std::sync::Arc;
 #[cfg(target_os = "linux")]
@@ -376,9 +376,34 @@ pub(super) fn open_output(
 }
 
 impl Gathered {
-    /// At stop, once every record is in: the file flushed whole and, where
-    /// calls stopped being kept, one loss marker per thread that lost some.
-    pub(super) fn close_output(&mut self, who: &dyn Fn(u32) -> (u32, String)) {
+    /// At stop, once every record is in: the file flushed whole (a full
+    /// file system found there cuts it back and counts the calls since as
+    /// lost, before the threads' losses are taken).
+    pub(super) fn flush_output(&mut self) {
+        if let Some(o) = &mut self.out {
+            if o.error.is_none() {
+                o.mark();
+            }
+        }
+    }
+
+    /// At stop, with every thread's figures in `infos` (by index): the
+    /// threads the file has room to list, and, where calls stopped being
+    /// kept, one loss marker per listed thread that lost some.
+    ///
+    /// A budget that has no room for every thread's entry (hundreds of
+    /// test threads begun after the cut, say) lists those it has room for
+    /// and folds the rest into one entry, `N threads not listed`, which
+    /// carries their losses: the file never passes its budget, and no loss
+    /// goes uncounted. Their samples are not kept (counted as lost).
+    /// `samples` and `overwritten` follow `infos`.
+    pub(super) fn close_output(
+        &mut self,
+        infos: &mut Vec<ThreadInfo>,
+        samples: &mut Vec<Vec<RawSample>>,
+        overwritten: &mut Vec<u64>,
+        end_ticks: u64,
+    ) {
         let Gathered {
             out: Some(o),
             threads,
@@ -392,19 +417,86 @@ impl Gathered {
         if o.error.is_some() {
             return;
         }
-        o.mark();
-        if o.budget.cut.is_none() || o.error.is_some() {
+        if o.budget.limit.is_some() && infos.len() > o.threads_written {
+            let mut listed = o.threads_written;
+            let mut room = 0;
+            while listed < infos.len() {
+                room += super::budget::thread_room(&infos[listed].name);
+                if !o.room_for(room) {
+                    break;
+                }
+                listed += 1;
+            }
+            if listed < infos.len() {
+                fold_threads(o, listed, infos, samples, overwritten, end_ticks);
+            }
+        }
+        if o.budget.cut.is_none() {
             return;
         }
+        let who = |i: u32| {
+            infos
+                .get(i as usize)
+                .map(|t| (t.tid, t.name.clone()))
+                .unwrap_or_default()
+        };
         if let Some(last) = o.budget.lost_after.iter().rposition(|&n| n > 0) {
-            let r = Self::announce(o, last, who);
+            let r = Self::announce(o, last, &who);
             o.check(r);
         }
         if o.error.is_none() {
+            if threads.len() < infos.len() {
+                threads.resize_with(infos.len(), Default::default);
+            }
             let encoders = threads.iter_mut().map(|t| &mut t.enc).collect();
             o.write_loss_markers(encoders, *origin, sites);
         }
         o.mark();
+    }
+}
+
+/// Folds the threads from index `listed` on into one entry at `listed`,
+/// which stands for them all: their losses (after the cut, overwritten,
+/// dropped), overruns and samples (not kept: the file has no room to say
+/// whose they were) are its own.
+fn fold_threads(
+    o: &mut Output,
+    listed: usize,
+    infos: &mut Vec<ThreadInfo>,
+    samples: &mut Vec<Vec<RawSample>>,
+    overwritten: &mut Vec<u64>,
+    end_ticks: u64,
+) {
+    let folded = infos.split_off(listed);
+    let mut all = ThreadInfo {
+        tid: 0,
+        name: format!(
+            "{} threads not listed (no room in the size budget)",
+            folded.len()
+        ),
+        ..ThreadInfo::default()
+    };
+    for t in &folded {
+        all.calls += t.calls;
+        all.lost += t.lost;
+        all.overruns += t.overruns;
+        all.samples_lost += t.samples + t.samples_lost;
+    }
+    let unkept: u64 = folded.iter().map(|t| t.samples).sum();
+    if unkept > 0 {
+        o.cut(fgtrace_trace::CutReason::Budget, end_ticks);
+        o.budget.samples_after += unkept;
+    }
+    infos.push(all);
+    samples.truncate(listed);
+    samples.push(Vec::new());
+    let over: u64 = overwritten.iter().skip(listed).sum();
+    overwritten.truncate(listed);
+    overwritten.push(over);
+    let after: u64 = o.budget.lost_after.iter().skip(listed).sum();
+    if o.budget.lost_after.len() > listed {
+        o.budget.lost_after.truncate(listed);
+        o.budget.lost_after.push(after);
     }
 }
 
