@@ -264,10 +264,19 @@ mod tests {
     #[test]
     fn counts_exactly_on_every_thread_only_while_open_and_is_listed_once() {
         static TINY: Counted = Counted::new(&SITE);
-        // The first call lists it; closed (no session in this test), it counts nothing.
+        // The probe's tests in this binary turn the session bit on, at any
+        // time, and never off: it is on before the first call here.
+        crate::probe::tests::start();
+        // The first call lists it and, a session recording, opens its gate
+        // and counts, owned by this thread.
+        count(&TINY);
+        assert_eq!(all().filter(|c| ptr::eq(*c, &TINY)).count(), 1);
+        assert_eq!((TINY.own.load(Relaxed), TINY.others.load(Relaxed)), (1, 0));
+        assert_eq!(TINY.take(), 1);
+        // Closed, it counts nothing.
+        set(&TINY, false);
         count(&TINY);
         assert_eq!(TINY.calls(), 0, "no session, no count");
-        assert_eq!(all().filter(|c| ptr::eq(*c, &TINY)).count(), 1);
         set(&TINY, true);
         for _ in 0..1000 {
             count(&TINY);

@@ -766,4 +766,4 @@ pub(crate) fn enter_not_lean(site: &'static Site) -> Guard {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -93,8 +93,9 @@ static HOOKS_FOR_TESTS: Hooks = Hooks {
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
-/// One "session" for the whole test binary; each test works on its own thread.
-fn start() {
+/// One "session" for the whole test binary (never stopped); each test
+/// works on its own thread.
+pub(crate) fn start() {
     if !STARTED.swap(true, SeqCst) {
         install_hooks(&HOOKS_FOR_TESTS);
         control_word::session_on(3);
