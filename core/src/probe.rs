@@ -562,11 +562,27 @@ const COUNTED: u32 = 1 << 31;
 /// marks the call as unwound).
 #[must_use = "the call ends when the guard is dropped"]
 pub struct Guard {
-    /// Shadow-stack slot + 1 (bit 31: counted), or 0 when nothing was pushed.
-    #[cfg(not(all(fgtrace_lean, not(test))))]
+    /// Hosts: the shadow-stack slot + 1 (bit 31: counted), or 0 when
+    /// nothing was pushed, in the low half; the frame's serial in the high
+    /// one. One word, so that the traced fn keeps one value across its body
+    /// and the off path sets one (a 32-bit board would pack and unpack it
+    /// in pairs of registers: it keeps two).
+    #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+    hw: u64,
+    /// Boards without lean calls: the shadow-stack slot + 1 (bit 31:
+    /// counted), or 0 when nothing was pushed.
+    #[cfg(all(
+        feature = "irq-mask",
+        not(any(feature = "std", test)),
+        not(fgtrace_lean)
+    ))]
     slot: u32,
     /// The frame's serial.
-    #[cfg(not(all(fgtrace_lean, not(test))))]
+    #[cfg(all(
+        feature = "irq-mask",
+        not(any(feature = "std", test)),
+        not(fgtrace_lean)
+    ))]
     serial: u32,
     /// Boards with a cycle clock: one word, so that the traced fn keeps one
     /// value across its body and its drop tests it alone. 0: nothing to
@@ -589,9 +605,19 @@ impl Guard {
     #[inline(always)]
     const fn new(slot: u32, serial: u32) -> Guard {
         Guard {
-            #[cfg(not(all(fgtrace_lean, not(test))))]
+            #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+            hw: slot as u64 | (serial as u64) << 32,
+            #[cfg(all(
+                feature = "irq-mask",
+                not(any(feature = "std", test)),
+                not(fgtrace_lean)
+            ))]
             slot,
-            #[cfg(not(all(fgtrace_lean, not(test))))]
+            #[cfg(all(
+                feature = "irq-mask",
+                not(any(feature = "std", test)),
+                not(fgtrace_lean)
+            ))]
             serial,
             #[cfg(all(fgtrace_lean, not(test)))]
             word: if slot == 0 {
@@ -609,7 +635,13 @@ impl Guard {
     /// pushed.
     #[inline(always)]
     fn slot(&self) -> u32 {
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        let s = self.hw as u32;
+        #[cfg(all(
+            feature = "irq-mask",
+            not(any(feature = "std", test)),
+            not(fgtrace_lean)
+        ))]
         let s = self.slot;
         #[cfg(all(fgtrace_lean, not(test)))]
         let s = if (self.word as i64) < 0 {
@@ -623,7 +655,13 @@ impl Guard {
     /// The frame's serial.
     #[inline(always)]
     fn serial(&self) -> u32 {
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        let s = (self.hw >> 32) as u32;
+        #[cfg(all(
+            feature = "irq-mask",
+            not(any(feature = "std", test)),
+            not(fgtrace_lean)
+        ))]
         let s = self.serial;
         #[cfg(all(fgtrace_lean, not(test)))]
         let s = (self.word >> 32) as u32;
@@ -633,7 +671,15 @@ impl Guard {
     /// Marks the pushed slot as a counted call's.
     #[inline(always)]
     fn set_counted(&mut self) {
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            self.hw |= COUNTED as u64;
+        }
+        #[cfg(all(
+            feature = "irq-mask",
+            not(any(feature = "std", test)),
+            not(fgtrace_lean)
+        ))]
         {
             self.slot |= COUNTED;
         }
@@ -646,7 +692,15 @@ impl Guard {
     /// Makes the drop do nothing (its exit was made otherwise).
     #[inline(always)]
     fn disarm(&mut self) {
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        {
+            self.hw &= !(u32::MAX as u64);
+        }
+        #[cfg(all(
+            feature = "irq-mask",
+            not(any(feature = "std", test)),
+            not(fgtrace_lean)
+        ))]
         {
             self.slot = 0;
         }
@@ -674,7 +728,7 @@ impl Drop for Guard {
             }
         }
         #[cfg(not(all(fgtrace_lean, not(test))))]
-        if self.slot != 0 {
+        if self.slot() != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup). On Cortex-M it
             // is one call: the extended clock's read makes the inlined exit
@@ -685,15 +739,15 @@ impl Drop for Guard {
                 not(any(feature = "std", test)),
                 not(target_arch = "arm")
             ))]
-            board::exit_inline(self.slot, self.serial);
+            board::exit_inline(self.slot(), self.serial());
             #[cfg(all(
                 feature = "irq-mask",
                 not(any(feature = "std", test)),
                 target_arch = "arm"
             ))]
-            board::exit(self.slot, self.serial);
+            board::exit(self.slot(), self.serial());
             #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
-            exit(self.slot, self.serial);
+            exit(self.slot(), self.serial());
         }
     }
 }
