@@ -434,7 +434,10 @@ fn losses() {
 
 /// What every example board runs once its runtime is set up: waits for the
 /// host's command (10 s of the board's time, then records with sampling at
-/// 1 kHz: a host started late on a loaded machine still gets its rate), runs the
+/// 10 kHz, the run scripts' default rate: under `-icount` qemu reads the
+/// host's input only between the guest's timer events, so on a loaded
+/// machine the command can come after the wait, and the run is then the
+/// same as with it), runs the
 /// rounds with the sampling timer on (`timer(true)`; `timer(false)` stops
 /// it), measures the probe, stops the session and prints the ground truth.
 /// `ms()`: milliseconds on any clock of the board.
@@ -444,8 +447,8 @@ fn demo(rx: &mut dyn CommandInput, timer: fn(bool), ms: fn() -> u64) {
     while !board::recording() {
         board::poll(rx);
         if ms() - waited > 10_000 {
-            board::text("no command: recording with sampling at 1000 Hz");
-            board::start(fgtrace::wire::MODE_STREAM, 1000, 0);
+            board::text("no command: recording with sampling at 10000 Hz");
+            board::start(fgtrace::wire::MODE_STREAM, 10_000, 0);
         }
     }
     // The `losses` build runs its three sessions instead of the rounds.
