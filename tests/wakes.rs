@@ -226,6 +226,25 @@ fn a_future_woken_while_its_worker_is_busy_shows_the_wait_as_scheduled_time() {
     )
     .unwrap();
     assert_eq!(perfetto.wakes, 1);
+    let mut profile = Vec::new();
+    let opts = fgtrace::view::firefox::FirefoxOptions {
+        gzip: false,
+        ..Default::default()
+    };
+    let firefox = fgtrace::view::firefox::write_firefox(
+        meta,
+        ok_events(trace.events()),
+        HexResolve,
+        &opts,
+        &mut profile,
+    )
+    .unwrap();
+    assert_eq!(firefox.wakes, 1);
+    let profile = String::from_utf8(profile).unwrap();
+    assert!(
+        profile.contains("\"wake: waiter\""),
+        "the wake's marker is named"
+    );
     // The HTML page's async table has the waiter's scheduled time.
     let mut html = Vec::new();
     trace

@@ -11,7 +11,9 @@
 //!   marker chart shows the call graph in time and the marker table lists
 //!   every call; losses are instant markers `LOST N records`; instant
 //!   markers (`tracing` events) are instant markers named after their site,
-//!   kind `event`, with their values;
+//!   kind `event`, with their values; a future's wake is an instant
+//!   marker `wake: fn` on the waking thread, kind `wake`, with the future's
+//!   id;
 //! - async lanes: a thread `async futures` holds every future as an interval
 //!   marker named `fn #n`, and its polls (matched by [`lanes`](super::lanes))
 //!   as markers of the same name with the polling thread's tid: the marker
@@ -98,6 +100,8 @@ pub struct FirefoxStats {
     pub off_cpu: u64,
     /// Instant markers (`tracing` events).
     pub markers: u64,
+    /// Wakes of futures, instant markers `wake: fn` on the waking threads.
+    pub wakes: u64,
     /// What the window left out.
     pub left_out: LeftOut,
 }
@@ -381,6 +385,32 @@ impl<R: Resolve> Builder<'_, R> {
         self.stats.calls += 1;
     }
 
+    /// A future's wake: an instant marker `wake: fn` where it happened (on
+    /// the waking thread, at the depth a call there would have), with the
+    /// future's id in its values.
+    fn wake(&mut self, w: &fgtrace_trace::Wake) {
+        let h = self.thread(w.thread);
+        let as_call = Call {
+            thread: w.thread,
+            site: w.site,
+            depth: w.depth,
+            start_ns: w.ts_ns,
+            dur_ns: 0,
+            flags: 0,
+        };
+        let mut m = self.call_marker(&as_call, "wake");
+        let name = self
+            .meta
+            .sites
+            .get(w.site as usize)
+            .map_or("[unknown site]", |s| s.name.as_str());
+        m.name = self.profile.intern_string(&format!("wake: {name}"));
+        m.values = self.profile.intern_string(&format!("future={:#x}", w.id));
+        self.profile
+            .add_marker(h, MarkerTiming::Instant(ts(w.ts_ns)), m);
+        self.stats.wakes += 1;
+    }
+
     /// `len=83, ret=Ok(3)` of a call or future of `site`.
     fn values_string(&mut self, site: u32, values: Option<&CallValues>) -> Option<StringHandle> {
         let (v, info) = (values?, self.meta.sites.get(site as usize)?);
@@ -624,11 +654,8 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             Event::Marker(m) => self.pending_marker = Some(*m),
             Event::Sample(s) => self.sample(s),
             Event::Lost(l) => self.lost(l),
-            Event::Counters(_)
-            | Event::Values(_)
-            | Event::FutureId(_)
-            | Event::Wake(_)
-            | Event::FutureTimes(_) => {}
+            Event::Wake(w) => self.wake(w),
+            Event::Counters(_) | Event::Values(_) | Event::FutureId(_) | Event::FutureTimes(_) => {}
         }
         Ok(())
     }
