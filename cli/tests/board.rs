@@ -458,6 +458,21 @@ fn cortex_m3_firmware_over_rtt_matches_its_ground_truth() {
     check_run("m3", run);
 }
 
+/// The same over RTT on the Cortex-M4F (mps2-an386, hard-float ABI: its
+/// exception frames may hold the FP state).
+#[test]
+fn cortex_m4f_firmware_over_rtt_matches_its_ground_truth() {
+    let run = run_over("m4f", false, "mcycle", false, false, false, "rtt");
+    if let Some(r) = &run {
+        assert!(
+            r.stderr.contains("fgtrace board: RTT: ") && r.stderr.contains(" polls over "),
+            "read over RTT: {}",
+            r.stderr
+        );
+    }
+    check_run("m4f", run);
+}
+
 /// Over RTT with the channel in skip mode and a stream faster than the
 /// polling drains (sampling at 500 kHz): the firmware drops whole frames
 /// rather than wait, and the host shows what never arrived as lost.
@@ -730,6 +745,13 @@ fn riscv64gc_board_losses_are_counted_and_shown() {
 #[test]
 fn x86_64_board_losses_are_counted_and_shown() {
     check_losses("x86_64");
+}
+
+/// The same on the Cortex-M3, whose probe keeps a shadow-stack frame for
+/// every call (its clock repeats: no lean calls).
+#[test]
+fn cortex_m3_board_losses_are_counted_and_shown() {
+    check_losses("m3");
 }
 
 /// The firmware's `harts2` build on two harts: hart 1 runs a traced
