@@ -17,12 +17,12 @@
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4; from version 5 a record's stack pointer only when it moved, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
 //! | [`SAMPLES_FP`] | as [`SAMPLES`], then for each of the n addresses the frame pointer its frame record was read at, as a varint (see [`FpCoder`]), so the host can cut a sample below a lean call (version 4) |
-//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart) |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart), then from version 6 the records among those written that are not calls u64 (see [`non_call`]) |
 //! | [`LATE`] | session u32, calls u64: the first hart's lean calls open when that session stopped that have ended since, a running total (version 4) |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
 
-use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
+use fgtrace_core::record::{ext, kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
 
 /// Marks the start of every frame.
 pub const SYNC: [u8; 4] = [0xA5, 0x5A, 0xF6, 0x7E];
@@ -36,10 +36,11 @@ pub const MAX_PAYLOAD: usize = 1024;
 /// 4: [`STATS`] ends with the calls still open at stop and the lean calls'
 /// counters, the first hart's plain calls go as [`LEAN_CALLS`] on a board
 /// with a cycle clock, samples as [`SAMPLES_FP`]; 5: a lean record's
-/// stack pointer only when it moved, see [`pack_lean`]). A host refuses a META of
+/// stack pointer only when it moved, see [`pack_lean`]; 6: [`STATS`] ends
+/// with the records written that are not calls). A host refuses a META of
 /// a version it does not know, so that it never reads a newer stream as if
 /// nothing were missing from it.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 
 /// Session metadata: clock rate, mode, harts.
 pub const META: u8 = 1;
@@ -207,6 +208,13 @@ pub const PACKED_MAX: usize = 2 + 3 + 8 + 7;
 /// a lost-records mark) is the varint 1 and its 16 bytes. Every frame
 /// decodes on its own.
 pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
+    pack_calls_counting(out, recs, &mut 0)
+}
+
+/// [`pack_calls`], adding to `non_calls` the packed records that are not
+/// calls (see [`non_call`]): counted on the way, as only records that are
+/// not plain calls can be such, and they take the slow branch anyway.
+pub fn pack_calls_counting(out: &mut [u8], recs: &[RawCall], non_calls: &mut u64) -> (usize, usize) {
     let mut at = 0;
     let mut prev = 0u64;
     let mut n = 0;
@@ -232,6 +240,7 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
             // SAFETY: both in `rec`.
             at += unsafe { end.offset_from(p) } as usize;
         } else {
+            *non_calls += non_call(*r);
             rec[0] = 1;
             rec[1..9].copy_from_slice(&r.0.to_le_bytes());
             rec[9..17].copy_from_slice(&r.1.to_le_bytes());
@@ -240,6 +249,26 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
         n += 1;
     }
     (n, at)
+}
+
+/// How many of a hart's records `r` stands for that are not calls: 1 for
+/// an extension record, a whole future and a count of lost records; 2 for
+/// a marker's extension ([`ext::MARKER`]), whose zero-length record before
+/// it is not a call either; else 0 (a call, a poll). A board sums them over
+/// the records it numbers ([`STATS`], from version 6), the host over those
+/// it receives: of the records the numbering says never arrived, the host
+/// counts only the calls as lost calls.
+pub fn non_call(r: RawCall) -> u64 {
+    match r.kind() {
+        kind::CALL | kind::POLL => 0,
+        _ if r.is_ext() && r.ext_sub() == ext::MARKER => 2,
+        _ => 1,
+    }
+}
+
+/// [`non_call`] summed over `recs`.
+pub fn non_calls(recs: &[RawCall]) -> u64 {
+    recs.iter().map(|&r| non_call(r)).sum()
 }
 
 /// A lean call as the wire carries it: entry time, duration, site id and
