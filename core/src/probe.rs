@@ -677,9 +677,8 @@ impl Drop for Guard {
         if self.slot != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup). On Cortex-M it
-            // is one call: the extended clock's read makes the inlined exit
-            // long enough that the compiler keeps the guard's drop out of
-            // line, a call on every path, the off one too.
+            // is one call that keeps the traced fn's registers (see
+            // `board::cortex_m`).
             #[cfg(all(
                 feature = "irq-mask",
                 not(any(feature = "std", test)),
@@ -691,7 +690,7 @@ impl Drop for Guard {
                 not(any(feature = "std", test)),
                 target_arch = "arm"
             ))]
-            board::exit(self.slot, self.serial);
+            board::exit_call(self.slot, self.serial);
             #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
             exit(self.slot, self.serial);
         }
@@ -734,7 +733,18 @@ pub fn enter(site: &'static Site) -> Guard {
                 };
             }
         }
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        // On Cortex-M the off path's guard is a slot of 0, in the register
+        // the session word was loaded into and the entry returns the slot
+        // in, and a serial nothing reads (whatever the register the exit
+        // takes it in holds).
+        #[cfg(target_arch = "arm")]
+        {
+            let on = board::cortex_m_on_word();
+            if on == 0 {
+                return Guard::new(on, board::cortex_m_no_serial());
+            }
+        }
+        #[cfg(not(any(all(fgtrace_lean, not(test)), target_arch = "arm")))]
         if !board::on() {
             return Guard::OFF;
         }

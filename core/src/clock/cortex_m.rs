@@ -30,6 +30,15 @@ pub struct Counter32 {
     xor: AtomicU32,
 }
 
+// The board probe's assembly reads the three words with one `ldm`: the
+// extension, the counter's address, its direction.
+const _: () = assert!(
+    core::mem::offset_of!(Counter32, hi) == 0
+        && core::mem::offset_of!(Counter32, addr) == 4
+        && core::mem::offset_of!(Counter32, xor) == 8
+        || cfg!(not(target_arch = "arm"))
+);
+
 /// The probe's clock.
 pub static COUNTER: Counter32 = Counter32 {
     hi: AtomicU32::new(0),

@@ -54,6 +54,10 @@ mod cortex_m;
 mod lean;
 mod tramp;
 
+#[cfg(target_arch = "arm")]
+pub(super) use cortex_m::{
+    exit_call, no_serial as cortex_m_no_serial, on_word as cortex_m_on_word,
+};
 #[cfg(all(fgtrace_lean, not(test)))]
 pub(super) use lean::exit_lean;
 use tramp::{enter_out, exit_out};
@@ -279,7 +283,7 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     #[cfg(target_arch = "arm")]
-    return cortex_m::enter_first(site, stack_pointer());
+    return cortex_m::enter_first(site);
     #[cfg_attr(target_arch = "arm", allow(unreachable_code))]
     let h = hart_index();
     #[cfg(not(all(fgtrace_lean, not(test))))]
