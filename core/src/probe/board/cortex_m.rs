@@ -115,17 +115,20 @@ extern "C" {
 }
 
 /// Saves the FP registers the C ABI lets a callee change around a call to
-/// Rust, where there is an FPU (the probe's general paths only).
+/// Rust, where there is an FPU (the probe's general paths only):
+/// `vpush {s0-s15}`, encoded, as the module's assembler is not told of the
+/// FPU.
 #[cfg(any(target_abi = "eabihf", target_feature = "vfp2"))]
 macro_rules! fp_save {
     () => {
-        "vpush {{s0-s15}}"
+        ".inst.w 0xed2d0a10"
     };
 }
+/// `vpop {s0-s15}`, as above.
 #[cfg(any(target_abi = "eabihf", target_feature = "vfp2"))]
 macro_rules! fp_restore {
     () => {
-        "vpop {{s0-s15}}"
+        ".inst.w 0xecbd0a10"
     };
 }
 #[cfg(not(any(target_abi = "eabihf", target_feature = "vfp2")))]
@@ -155,8 +158,7 @@ core::arch::global_asm!(
     ".p2align 2",
     "__fgtrace_cm_enter:",
     "push {{r0, r1, r2, r4, r5, lr}}",
-    "movw r0, #:lower16:{states}",
-    "movt r0, #:upper16:{states}",
+    "ldr r0, ={states}",
     "ldr r1, [r12, #{decision}]",
     "ldr r2, [r0, #{fast}]",
     "cmp r1, r2",
@@ -178,8 +180,7 @@ core::arch::global_asm!(
     "str r1, [r0, #{frames} + 8]",
     // The clock: the extension's word, the counter's address and direction,
     // then the counter (see `clock::cortex_m::ticks`).
-    "movw r4, #:lower16:{counter}",
-    "movt r4, #:upper16:{counter}",
+    "ldr r4, ={counter}",
     "ldm r4, {{r1, r12, lr}}",
     "ldr r12, [r12]",
     "eor r12, r12, lr",
@@ -207,6 +208,9 @@ core::arch::global_asm!(
     "mov lr, r1",
     "pop {{r0, r1, r2, r4, r5, pc}}",
     ".size __fgtrace_cm_enter, . - __fgtrace_cm_enter",
+    // The addresses `ldr =` loads (one instruction, where `movw` and
+    // `movt` are two).
+    ".ltorg",
     states = sym STATES,
     counter = sym COUNTER,
     general = sym enter_general,
@@ -236,8 +240,7 @@ core::arch::global_asm!(
     ".p2align 2",
     "__fgtrace_cm_exit:",
     "push {{r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}}",
-    "movw r5, #:lower16:{counter}",
-    "movt r5, #:upper16:{counter}",
+    "ldr r5, ={counter}",
     "ldm r5, {{r0, r1, r2}}",
     "ldr r1, [r1]",
     "eors r1, r2",
@@ -249,8 +252,7 @@ core::arch::global_asm!(
     // bit clear (`guard_word::is_first`).
     "cmp.w r12, #0",
     "blt 8f",
-    "movw r2, #:lower16:{states}",
-    "movt r2, #:upper16:{states}",
+    "ldr r2, ={states}",
     "mrs r11, primask",
     "cpsid i",
     "ldr r4, [r2, #{depth}]",
@@ -309,6 +311,9 @@ core::arch::global_asm!(
     fp_restore!(),
     "pop {{r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, pc}}",
     ".size __fgtrace_cm_exit, . - __fgtrace_cm_exit",
+    // The addresses `ldr =` loads (one instruction, where `movw` and
+    // `movt` are two).
+    ".ltorg",
     states = sym STATES,
     counter = sym COUNTER,
     general = sym exit_general,
