@@ -214,7 +214,11 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
 /// [`pack_calls`], adding to `non_calls` the packed records that are not
 /// calls (see [`non_call`]): counted on the way, as only records that are
 /// not plain calls can be such, and they take the slow branch anyway.
-pub fn pack_calls_counting(out: &mut [u8], recs: &[RawCall], non_calls: &mut u64) -> (usize, usize) {
+pub fn pack_calls_counting(
+    out: &mut [u8],
+    recs: &[RawCall],
+    non_calls: &mut u64,
+) -> (usize, usize) {
     let mut at = 0;
     let mut prev = 0u64;
     let mut n = 0;

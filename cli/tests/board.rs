@@ -54,6 +54,9 @@ struct Run {
     /// The firmware's crate, its functions' path (`fgtrace_board_demo`;
     /// Cortex-M's `rtt` binary is a crate of its own).
     krate: &'static str,
+    /// Its line in `boards/probe-cost.txt`: the example's plain build over
+    /// the UART (other builds count more, or stream otherwise).
+    cost_key: Option<String>,
 }
 
 fn run(target: &str) -> Option<Run> {
@@ -168,7 +171,64 @@ fn run_over(
         } else {
             "fgtrace_board_demo"
         },
+        cost_key: (!instructions && !losses && !harts2 && clock == "mcycle" && transport == "uart")
+            .then(|| {
+                if single_hart {
+                    format!("{target}-single-hart")
+                } else {
+                    target.to_string()
+                }
+            }),
     })
+}
+
+/// The probe's cost the firmware printed (`probe-cost instructions per
+/// call: recording R, recording and streaming S, off O, untraced U`), against
+/// the committed figures in `boards/probe-cost.txt`: counted exactly under
+/// `-icount shift=0`, so any growth of the probe fails (streaming, which
+/// includes the serial output, with 1% of slack).
+fn check_probe_cost(key: &str, console: &str) {
+    let line = console
+        .lines()
+        .find_map(|l| l.strip_prefix("probe-cost instructions per call: "))
+        .unwrap_or_else(|| panic!("{key}: no probe-cost line in:\n{console}"));
+    let got: Vec<u64> = line
+        .split(", ")
+        .map(|f| {
+            f.rsplit_once(' ')
+                .expect("NAME N")
+                .1
+                .parse()
+                .expect("a count")
+        })
+        .collect();
+    let table = std::fs::read_to_string(root().join("boards/probe-cost.txt")).unwrap();
+    let want: Vec<u64> = table
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&key))
+        .unwrap_or_else(|| panic!("{key}: no line in boards/probe-cost.txt"))[1..]
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(got.len(), 4, "{key}: {line}");
+    let names = ["recording", "recording and streaming", "off", "untraced"];
+    for (i, name) in names.iter().enumerate() {
+        let limit = if i == 1 {
+            want[i] + want[i] / 100
+        } else {
+            want[i]
+        };
+        assert!(
+            got[i] <= limit,
+            "{key}: {name} costs {} instructions per call, above the committed {} \
+             (boards/probe-cost.txt; after an intended change, update it and \
+             docs/src/boards.md): {line}",
+            got[i],
+            want[i]
+        );
+    }
 }
 
 fn check(target: &str) {
@@ -202,6 +262,9 @@ fn check_run(target: &str, run: Option<Run>) {
     );
     assert_eq!(calls, run.truth, "{target}: calls per function");
     assert_eq!(meta.total_lost(), 0, "{target}: losses");
+    if let Some(key) = &run.cost_key {
+        check_probe_cost(key, &run.console);
+    }
     if is_cortex_m(target) {
         check_cortex_m(target, &run);
     } else {

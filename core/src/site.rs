@@ -129,10 +129,18 @@ impl Site {
 
     /// Where a site keeps its id + 1 (a board probe written in assembly
     /// reads it).
-    #[cfg(all(target_arch = "arm", feature = "irq-mask", not(any(feature = "std", test))))]
+    #[cfg(all(
+        target_arch = "arm",
+        feature = "irq-mask",
+        not(any(feature = "std", test))
+    ))]
     pub(crate) const ID_OFFSET: usize = core::mem::offset_of!(Site, id);
     /// Where a site keeps its decision word (see [`Site::decision_word`]).
-    #[cfg(all(target_arch = "arm", feature = "irq-mask", not(any(feature = "std", test))))]
+    #[cfg(all(
+        target_arch = "arm",
+        feature = "irq-mask",
+        not(any(feature = "std", test))
+    ))]
     pub(crate) const DECISION_OFFSET: usize = core::mem::offset_of!(Site, decision);
 
     /// The id of a site whose decision for the running session is cached
