@@ -733,10 +733,13 @@ pub fn enter(site: &'static Site) -> Guard {
                 };
             }
         }
-        // On Cortex-M the off path's guard is a slot of 0, in the register
-        // the session word was loaded into and the entry returns the slot
-        // in, and a serial nothing reads (whatever the register the exit
-        // takes it in holds).
+        // On Cortex-M the off path's guard is a slot of 0 in the register
+        // the session word is loaded into, where the entry returns the
+        // slot (one `movs` there; tested `<= 0` instead, the word itself
+        // would be the slot, but the test is two instructions where `cbz`
+        // is one), and a serial nothing reads: whatever the register the
+        // exit takes it in holds, so that the recording path, whose entry
+        // returns it there, moves nothing.
         #[cfg(target_arch = "arm")]
         {
             let on = board::cortex_m_on_word();

@@ -16,7 +16,7 @@
 //!   decision word against the hart's `fast` word, the depth against the
 //!   shadow stack's, the slot reserved, then the frame (site, no tag, the
 //!   traced fn's stack pointer, the clock); the guard back in `r3` (slot)
-//!   and `lr` (serial).
+//!   and `r12` (serial), where the exit takes it.
 //! * **exit** (`__fgtrace_cm_exit`, the guard in `r3` and `r12`): the
 //!   clock, then with interrupts masked (PRIMASK) the checks of the common
 //!   exit (`exit_fast`: the guard's frame on top, room in the buffer, a
@@ -86,9 +86,9 @@ pub(super) fn enter_first(site: &'static Site) -> Guard {
         core::arch::asm!(
             "bl {t}",
             t = sym __fgtrace_cm_enter,
-            inout("r12") site => _,
+            inout("r12") site => serial,
             lateout("r3") slot,
-            lateout("lr") serial,
+            lateout("lr") _,
         )
     };
     Guard::new(slot, serial)
@@ -144,8 +144,8 @@ macro_rules! fp_restore {
     };
 }
 
-// The entry. In: r12 = the site. Out: r3 = the guard's slot, lr = its
-// serial. The traced fn's stack pointer is sp + 24 after the push.
+// The entry. In: r12 = the site. Out: r3 = the guard's slot, r12 = its
+// serial (where the exit takes it). The traced fn's stack pointer is sp + 24 after the push.
 //
 // r0: the states, then the frame (less `FRAMES`); r1, r4: scratch; r2: the
 // hart's `fast` word (a plain guard's serial); r3: the slot (depth + 1);
@@ -189,7 +189,7 @@ core::arch::global_asm!(
     "1:",
     "bic r1, r1, #0x80000000",
     "strd r12, r1, [r0, #{frames}]",
-    "mov lr, r2",
+    "mov r12, r2",
     "pop {{r0, r1, r2, r4, r5, pc}}",
     // A half period crossed: the extension moves on (`clock::cortex_m::cross`).
     "3:",
@@ -205,7 +205,7 @@ core::arch::global_asm!(
     "bl {general}",
     fp_restore!(),
     "mov r3, r0",
-    "mov lr, r1",
+    "mov r12, r1",
     "pop {{r0, r1, r2, r4, r5, pc}}",
     ".size __fgtrace_cm_enter, . - __fgtrace_cm_enter",
     // The addresses `ldr =` loads (one instruction, where `movw` and
