@@ -609,8 +609,23 @@ impl Guard {
     /// pushed.
     #[inline(always)]
     fn slot(&self) -> u32 {
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        #[cfg(not(any(
+            all(fgtrace_lean, not(test)),
+            all(
+                target_arch = "arm",
+                feature = "irq-mask",
+                not(any(feature = "std", test))
+            )
+        )))]
         let s = self.slot;
+        // Cortex-M marks the slot of a guard its plain exit must not take
+        // (see `board::cortex_m::GENERAL`).
+        #[cfg(all(
+            target_arch = "arm",
+            feature = "irq-mask",
+            not(any(feature = "std", test))
+        ))]
+        let s = self.slot & !board::CORTEX_M_GENERAL;
         #[cfg(all(fgtrace_lean, not(test)))]
         let s = if (self.word as i64) < 0 {
             self.word as u32

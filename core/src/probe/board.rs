@@ -57,6 +57,7 @@ mod tramp;
 #[cfg(target_arch = "arm")]
 pub(super) use cortex_m::{
     exit_call, no_serial as cortex_m_no_serial, on_word as cortex_m_on_word,
+    GENERAL as CORTEX_M_GENERAL,
 };
 #[cfg(all(fgtrace_lean, not(test)))]
 pub(super) use lean::exit_lean;

@@ -32,6 +32,13 @@ use crate::probe::{ShadowFrame, ThreadState};
 use crate::record::{RawCall, DUR_MAX};
 use core::mem::{offset_of, size_of};
 
+/// A guard's slot bit, set by the entry on every guard it did not push
+/// itself (the general entry's, with a frame): such a slot is never the
+/// depth, so the exit's first test, the depth against the slot, sends it
+/// to the general exit, and no test of the serial is needed. Bit 31 is a
+/// counted call's; slots are far smaller. [`Guard::slot`] leaves it out.
+pub(in crate::probe) const GENERAL: u32 = 1 << 30;
+
 /// The first hart's state in [`STATES`].
 const HART0: usize = offset_of!(States, harts);
 /// Its frames, from [`STATES`].
@@ -204,6 +211,9 @@ core::arch::global_asm!(
     fp_save!(),
     "bl {general}",
     fp_restore!(),
+    "cbz r0, 4f",
+    "orr r0, r0, #{general_bit}",
+    "4:",
     "mov r3, r0",
     "mov r12, r1",
     "pop {{r0, r1, r2, r4, r5, pc}}",
@@ -220,6 +230,7 @@ core::arch::global_asm!(
     depth = const HART0 + offset_of!(ThreadState, depth),
     frames = const FRAMES,
     stack_depth = const STACK_DEPTH,
+    general_bit = const GENERAL,
 );
 
 // The exit. In: r3 = the guard's slot, r12 = its serial (on the stack at
@@ -248,10 +259,6 @@ core::arch::global_asm!(
     "bmi 3f",
     "1:",
     "bic r0, r0, #0x80000000",
-    // A guard the first hart's plain entry pushed has its serial's sign
-    // bit clear (`guard_word::is_first`).
-    "cmp.w r12, #0",
-    "blt 8f",
     "ldr r2, ={states}",
     "mrs r11, primask",
     "cpsid i",
@@ -297,14 +304,14 @@ core::arch::global_asm!(
     "6:",
     "adds r1, r1, r2",
     "adc r0, r0, lr",
-    // Anything else: the general exit, with interrupts as they were.
+    // Anything else (a guard the general entry made among it, whose slot
+    // is marked): the general exit, with interrupts as they were.
     "7:",
     "msr primask, r11",
-    "8:",
     "mov r2, r1",
     "mov r1, r3",
     "mov r3, r0",
-    "mov r0, r1",
+    "bic r0, r1, #{general_bit}",
     "ldr r1, [sp, #48]",
     fp_save!(),
     "bl {general}",
@@ -321,4 +328,5 @@ core::arch::global_asm!(
     buf = const HART0 + offset_of!(ThreadState, buf),
     frames = const FRAMES,
     dur_hi_limit = const (DUR_MAX + 1) >> 32,
+    general_bit = const GENERAL,
 );
