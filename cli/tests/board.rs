@@ -431,8 +431,10 @@ fn check_nesting(target: &str, t: &Trace) {
         ("irq_tick", &["*"][..]),
         ("irq_leaf", &["irq_tick"][..]),
         // Cortex-M: the low-priority interrupt's call, which the
-        // high-priority one (its `irq_tick`) preempts.
+        // high-priority one (its `irq_tick`) preempts; the call longer than
+        // 2^32 ticks.
         ("irq_low", &["*"][..]),
+        ("long_call", &[][..]),
     ]);
     let mut open: Vec<Call> = Vec::new();
     for c in t.calls() {
@@ -491,6 +493,35 @@ fn check_cortex_m(target: &str, run: &Run) {
         open.push(c);
     }
     assert_eq!(nested, low, "{target}: irq_tick calls preempting irq_low");
+
+    // The calls the firmware made longer than 2^32 ticks (each moved the
+    // timer on by 5 x 2^30 ticks, 214.75 s, in a few hundred instructions;
+    // the first through the general exit, the second through the plain
+    // one): their 64-bit durations whole, and the calls after them (the
+    // probe-cost loops, past 2^32 ticks) still inside the session, in order.
+    let long: Vec<Call> = t
+        .calls()
+        .filter(|c| meta.site_name(c.site) == "long_call")
+        .collect();
+    assert_eq!(long.len(), 2, "{target}: {long:?}");
+    let jump_ns = (5u64 << 30) * 40;
+    for c in &long {
+        assert!(
+            (jump_ns..jump_ns + 1_000_000).contains(&c.dur_ns),
+            "{target}: long_call lasted {} ns, the clock moved {jump_ns} ns",
+            c.dur_ns
+        );
+    }
+    let after: Vec<Call> = t
+        .calls()
+        .filter(|c| c.start_ns >= long[1].end_ns())
+        .collect();
+    assert!(
+        after.len() as u64 >= run.truth["probe_cost_leaf"]
+            && after.windows(2).all(|w| w[0].start_ns <= w[1].start_ns),
+        "{target}: {} calls after long_call",
+        after.len()
+    );
 }
 
 #[test]
