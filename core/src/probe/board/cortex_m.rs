@@ -27,7 +27,6 @@
 //! state is the only one.
 
 use super::{enter_general, exit_general, Guard, Hart, Site, States, STACK_DEPTH, STATES};
-use crate::clock::cortex_m::COUNTER;
 use crate::probe::{ShadowFrame, ThreadState};
 use crate::record::{RawCall, DUR_MAX};
 use core::mem::{offset_of, size_of};
@@ -52,6 +51,8 @@ const _: () = assert!(
         && STACK_DEPTH <= 255
 );
 const _: () = assert!(size_of::<RawCall>() == 16);
+// The clock's three words at the states' address (see `super::counter`).
+const _: () = assert!(offset_of!(States, counter) == 0);
 const _: () = assert!(
     offset_of!(ThreadState, count) == offset_of!(ThreadState, buf) + 4
         && offset_of!(ThreadState, mask) == offset_of!(ThreadState, buf) + 8
@@ -154,9 +155,9 @@ macro_rules! fp_restore {
 // The entry. In: r12 = the site. Out: r3 = the guard's slot, r12 = its
 // serial (where the exit takes it). The traced fn's stack pointer is sp + 24 after the push.
 //
-// r0: the states, then the frame (less `FRAMES`); r1, r4: scratch; r2: the
-// hart's `fast` word (a plain guard's serial); r3: the slot (depth + 1);
-// r5: pushed to keep the stack 8-byte aligned.
+// r0: the states (and the clock, their first field); r4: the frame (less
+// `FRAMES`); r1, r5: scratch; r2: the hart's `fast` word (a plain guard's
+// serial); r3: the slot (depth + 1).
 core::arch::global_asm!(
     ".section .text.__fgtrace_cm_enter,\"ax\",%progbits",
     ".globl __fgtrace_cm_enter",
@@ -177,32 +178,32 @@ core::arch::global_asm!(
     // pushes above it, and pops back.
     "adds r3, r1, #1",
     "str r3, [r0, #{depth}]",
-    "add.w r0, r0, r1, lsl #5",
+    "add.w r4, r0, r1, lsl #5",
     // The site's id (the site holds id + 1) and a zero tag.
     "ldr r1, [r12, #{id}]",
     "subs r1, #1",
-    "movs r4, #0",
-    "strd r1, r4, [r0, #{frames} + 24]",
+    "movs r5, #0",
+    "strd r1, r5, [r4, #{frames} + 24]",
     "add r1, sp, #24",
-    "str r1, [r0, #{frames} + 8]",
-    // The clock: the extension's word, the counter's address and direction,
-    // then the counter (see `clock::cortex_m::ticks`).
-    "ldr r4, ={counter}",
-    "ldm r4, {{r1, r12, lr}}",
+    "str r1, [r4, #{frames} + 8]",
+    // The clock, at the states' address: the extension's word, the
+    // counter's address and direction, then the counter (see
+    // `clock::cortex_m::ticks`).
+    "ldm r0, {{r1, r12, lr}}",
     "ldr r12, [r12]",
     "eor r12, r12, lr",
     "eors lr, r1, r12",
     "bmi 3f",
     "1:",
     "bic r1, r1, #0x80000000",
-    "strd r12, r1, [r0, #{frames}]",
+    "strd r12, r1, [r4, #{frames}]",
     "mov r12, r2",
     "pop {{r0, r1, r2, r4, r5, pc}}",
     // A half period crossed: the extension moves on (`clock::cortex_m::cross`).
     "3:",
     "eor lr, r1, #0x80000000",
     "add.w r1, lr, r1, lsr #31",
-    "str r1, [r4]",
+    "str r1, [r0]",
     "b 1b",
     // Anything else: the general entry.
     "2:",
@@ -222,7 +223,6 @@ core::arch::global_asm!(
     // `movt` are two).
     ".ltorg",
     states = sym STATES,
-    counter = sym COUNTER,
     general = sym enter_general,
     decision = const Site::DECISION_OFFSET,
     id = const Site::ID_OFFSET,
@@ -237,12 +237,12 @@ core::arch::global_asm!(
 // sp + 48 from the push on; r7 is pushed for the stack's 8-byte alignment).
 //
 // r0, r1: the clock's high and low words, then the duration's; r2: the
-// states, then the entry time's low word; r4: the depth; r5: the clock,
-// then the buffer; r6, r8, r9: the count, the index mask and the limit
-// (from `buf` on: adjacent in `ThreadState`); r9 then the frame (less
-// `FRAMES` and one frame); r10: the count + 1; r11: PRIMASK as it was;
-// r12: the state's `buf` field; lr: the entry time's high word; r3 the
-// site's id once all is checked.
+// states (and the clock, their first field), then the entry time's low
+// word; r4: the clock's direction, then the depth; r5, r6, r8, r9: the
+// buffer, the count, the index mask and the limit (from `buf` on: adjacent
+// in `ThreadState`); r9 then the frame (less `FRAMES` and one frame); r10:
+// the count + 1; r11: PRIMASK as it was; r12: the state's `buf` field; lr:
+// the entry time's high word; r3 the site's id once all is checked.
 core::arch::global_asm!(
     ".section .text.__fgtrace_cm_exit,\"ax\",%progbits",
     ".globl __fgtrace_cm_exit",
@@ -251,15 +251,14 @@ core::arch::global_asm!(
     ".p2align 2",
     "__fgtrace_cm_exit:",
     "push {{r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}}",
-    "ldr r5, ={counter}",
-    "ldm r5, {{r0, r1, r2}}",
+    "ldr r2, ={states}",
+    "ldm r2, {{r0, r1, r4}}",
     "ldr r1, [r1]",
-    "eors r1, r2",
-    "eors r2, r0, r1",
+    "eors r1, r4",
+    "eors r4, r0, r1",
     "bmi 3f",
     "1:",
     "bic r0, r0, #0x80000000",
-    "ldr r2, ={states}",
     "mrs r11, primask",
     "cpsid i",
     "ldr r4, [r2, #{depth}]",
@@ -296,9 +295,9 @@ core::arch::global_asm!(
     "pop {{r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, pc}}",
     // A half period crossed, as at entry.
     "3:",
-    "eor r2, r0, #0x80000000",
-    "add.w r0, r2, r0, lsr #31",
-    "str r0, [r5]",
+    "eor r4, r0, #0x80000000",
+    "add.w r0, r4, r0, lsr #31",
+    "str r0, [r2]",
     "b 1b",
     // A duration the record cannot hold: the exit time back.
     "6:",
@@ -322,7 +321,6 @@ core::arch::global_asm!(
     // `movt` are two).
     ".ltorg",
     states = sym STATES,
-    counter = sym COUNTER,
     general = sym exit_general,
     depth = const HART0 + offset_of!(ThreadState, depth),
     buf = const HART0 + offset_of!(ThreadState, buf),
