@@ -41,16 +41,18 @@ const _: () = assert!(
 
 impl Counter32 {
     /// An unconfigured clock: it reads 0.
-    pub const NEW: Counter32 = Counter32 {
-        hi: AtomicU32::new(0),
-        addr: AtomicPtr::new(core::ptr::addr_of!(ZERO) as *mut u32),
-        xor: AtomicU32::new(0),
-    };
+    pub const fn unconfigured() -> Counter32 {
+        Counter32 {
+            hi: AtomicU32::new(0),
+            addr: AtomicPtr::new(core::ptr::addr_of!(ZERO) as *mut u32),
+            xor: AtomicU32::new(0),
+        }
+    }
 }
 
 /// The probe's clock, where the board probe does not keep it.
 #[cfg(not(all(feature = "irq-mask", not(test))))]
-static COUNTER: Counter32 = Counter32::NEW;
+static COUNTER: Counter32 = Counter32::unconfigured();
 
 /// The probe's clock: on a board (`irq-mask`), the first field of the
 /// probe's state (`probe::board::STATES`), so that the probe's entry and

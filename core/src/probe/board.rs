@@ -164,7 +164,7 @@ impl States {
 /// Every hart's state.
 pub static STATES: States = States {
     #[cfg(target_arch = "arm")]
-    counter: crate::clock::cortex_m::Counter32::NEW,
+    counter: crate::clock::cortex_m::Counter32::unconfigured(),
     on: AtomicIsize::new(0),
     lean: UnsafeCell::new(LeanWriter {
         ptr: core::ptr::null_mut(),

@@ -156,8 +156,8 @@ macro_rules! fp_restore {
 // serial (where the exit takes it). The traced fn's stack pointer is sp + 24 after the push.
 //
 // r0: the states (and the clock, their first field); r4: the frame (less
-// `FRAMES`); r1, r5: scratch; r2: the hart's `fast` word (a plain guard's
-// serial); r3: the slot (depth + 1).
+// `FRAMES`); r1, r5, r12: scratch; r2: the hart's `fast` word (a plain
+// guard's serial); r3: the slot (depth + 1).
 core::arch::global_asm!(
     ".section .text.__fgtrace_cm_enter,\"ax\",%progbits",
     ".globl __fgtrace_cm_enter",
@@ -189,20 +189,20 @@ core::arch::global_asm!(
     // The clock, at the states' address: the extension's word, the
     // counter's address and direction, then the counter (see
     // `clock::cortex_m::ticks`).
-    "ldm r0, {{r1, r12, lr}}",
-    "ldr r12, [r12]",
-    "eor r12, r12, lr",
-    "eors lr, r1, r12",
+    "ldm r0, {{r1, r5, r12}}",
+    "ldr r5, [r5]",
+    "eor r5, r5, r12",
+    "eors r12, r1, r5",
     "bmi 3f",
     "1:",
     "bic r1, r1, #0x80000000",
-    "strd r12, r1, [r4, #{frames}]",
+    "strd r5, r1, [r4, #{frames}]",
     "mov r12, r2",
     "pop {{r0, r1, r2, r4, r5, pc}}",
     // A half period crossed: the extension moves on (`clock::cortex_m::cross`).
     "3:",
-    "eor lr, r1, #0x80000000",
-    "add.w r1, lr, r1, lsr #31",
+    "eor r12, r1, #0x80000000",
+    "add.w r1, r12, r1, lsr #31",
     "str r1, [r0]",
     "b 1b",
     // Anything else: the general entry.
@@ -240,9 +240,12 @@ core::arch::global_asm!(
 // states (and the clock, their first field), then the entry time's low
 // word; r4: the clock's direction, then the depth; r5, r6, r8, r9: the
 // buffer, the count, the index mask and the limit (from `buf` on: adjacent
-// in `ThreadState`); r9 then the frame (less `FRAMES` and one frame); r10:
-// the count + 1; r11: PRIMASK as it was; r12: the state's `buf` field; lr:
-// the entry time's high word; r3 the site's id once all is checked.
+// in `ThreadState`); r5 then the record's place, r6 the entry time's high
+// word, r9 the frame (less `FRAMES` and one frame); r10: the count + 1;
+// r11: PRIMASK as it was; r12: the state's `buf` field; r3: the site's id
+// once all is checked. `lr` keeps the return address into the traced fn,
+// so that a sample taken here finds the traced fn (the entry keeps it
+// too).
 core::arch::global_asm!(
     ".section .text.__fgtrace_cm_exit,\"ax\",%progbits",
     ".globl __fgtrace_cm_exit",
@@ -269,10 +272,13 @@ core::arch::global_asm!(
     "add r10, r6, #1",
     "cmp r10, r9",
     "bhs 7f",
+    // The record's place: the ring's index (all ones in stream mode).
+    "and.w r8, r8, r6",
+    "add.w r5, r5, r8, lsl #4",
     "add.w r9, r2, r4, lsl #5",
-    "ldrd r2, lr, [r9, #{frames} - 32]",
+    "ldrd r2, r6, [r9, #{frames} - 32]",
     "subs r1, r1, r2",
-    "sbc r0, r0, lr",
+    "sbc r0, r0, r6",
     "cmp.w r0, #{dur_hi_limit}",
     "bhs 6f",
     // The frame is the guard's, the buffer has room, the duration fits:
@@ -283,12 +289,10 @@ core::arch::global_asm!(
     "str r4, [r12, #{depth} - {buf}]",
     "ldr r3, [r9, #{frames} - 8]",
     "orr.w r4, r4, r2, lsl #10",
-    "lsl lr, lr, #10",
-    "orr.w lr, lr, r2, lsr #22",
+    "lsl r6, r6, #10",
+    "orr.w r6, r6, r2, lsr #22",
     "orr.w r0, r0, r3, lsl #11",
-    "and.w r8, r8, r6",
-    "add.w r5, r5, r8, lsl #4",
-    "strd r4, lr, [r5]",
+    "strd r4, r6, [r5]",
     "strd r1, r0, [r5, #8]",
     "str r10, [r12, #4]",
     "msr primask, r11",
@@ -302,7 +306,7 @@ core::arch::global_asm!(
     // A duration the record cannot hold: the exit time back.
     "6:",
     "adds r1, r1, r2",
-    "adc r0, r0, lr",
+    "adc r0, r0, r6",
     // Anything else (a guard the general entry made among it, whose slot
     // is marked): the general exit, with interrupts as they were.
     "7:",
