@@ -414,8 +414,6 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
 /// The exit of every guard but the first hart's plain ones, and of those
 /// whose plain exit declined: the hart's state, the plain exit if the guard
 /// is a plain one, else the general one.
-// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
-#[cfg_attr(target_arch = "arm", allow(dead_code))]
 extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
     exit_board_any(slot, serial, end)
 }
@@ -489,7 +487,7 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 /// the first hart's plain entry pushed, the plain exit on the first hart's
 /// state (a constant address: no hart lookup; a call does not move between
 /// harts), or else [`exit_out`]'s, out of line.
-// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
+// Cortex-M exits through its own (`cortex_m::exit_call`).
 #[cfg_attr(target_arch = "arm", allow(dead_code))]
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {
