@@ -54,14 +54,25 @@ impl Counter32 {
 #[cfg(not(all(feature = "irq-mask", not(test))))]
 static COUNTER: Counter32 = Counter32::unconfigured();
 
-/// The probe's clock: on a board (`irq-mask`), the first field of the
-/// probe's state (`probe::board::STATES`), so that the probe's entry and
-/// exit, in assembly, reach the clock and the state from one address.
+#[cfg(all(feature = "irq-mask", not(test)))]
+extern "C" {
+    /// The probe's clock on a board (`irq-mask`): the first field of the
+    /// board probe's state, which names it so (`probe::board::cortex_m`),
+    /// so that the probe's entry and exit, in assembly, reach the clock and
+    /// the state from one address. By name, not by path: the state's type
+    /// holds a [`Counter32`], so a path to it from here would make the two
+    /// files import each other.
+    static __fgtrace_clock: Counter32;
+}
+
+/// The probe's clock.
 #[inline(always)]
 fn counter() -> &'static Counter32 {
     #[cfg(all(feature = "irq-mask", not(test)))]
-    {
-        crate::probe::board::counter()
+    // SAFETY: a `Counter32` for as long as the firmware runs (the board
+    // probe's state, a static).
+    unsafe {
+        &*core::ptr::addr_of!(__fgtrace_clock)
     }
     #[cfg(not(all(feature = "irq-mask", not(test))))]
     {

@@ -99,7 +99,8 @@ unsafe impl Sync for Hart {}
 /// one base address.
 #[repr(C)]
 pub struct States {
-    /// Cortex-M: the probe's clock (see [`counter`]).
+    /// Cortex-M: the probe's clock (`__fgtrace_clock`, see
+    /// `board::cortex_m`), one address with the first hart's state.
     #[cfg(target_arch = "arm")]
     counter: crate::clock::cortex_m::Counter32,
     /// 1 while a session records, else 0 (a word, not a bool: see
@@ -177,15 +178,6 @@ pub static STATES: States = States {
         }
     }; HARTS],
 };
-
-/// Cortex-M: the probe's clock, the first field of [`STATES`], so that the
-/// probe's entry and exit reach the clock and the first hart's state from
-/// one address.
-#[cfg(target_arch = "arm")]
-#[inline(always)]
-pub(crate) fn counter() -> &'static crate::clock::cortex_m::Counter32 {
-    &STATES.counter
-}
 
 /// A session records: what a board's probe tests first (the runtime sets
 /// it with the control word's session bit).

@@ -51,8 +51,15 @@ const _: () = assert!(
         && STACK_DEPTH <= 255
 );
 const _: () = assert!(size_of::<RawCall>() == 16);
-// The clock's three words at the states' address (see `super::counter`).
+// The clock's three words at the states' address.
 const _: () = assert!(offset_of!(States, counter) == 0);
+
+// The clock's name for `clock::cortex_m`: the states' address.
+core::arch::global_asm!(
+    ".globl __fgtrace_clock",
+    ".set __fgtrace_clock, {states}",
+    states = sym STATES,
+);
 const _: () = assert!(
     offset_of!(ThreadState, count) == offset_of!(ThreadState, buf) + 4
         && offset_of!(ThreadState, mask) == offset_of!(ThreadState, buf) + 8
