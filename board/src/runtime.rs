@@ -162,6 +162,9 @@ struct Hart {
     /// stopping hart.
     unsent: AtomicUsize,
     written: AtomicU64,
+    /// Records among those handed over that are not calls (see
+    /// [`wire::non_call`]), sent in [`STATS`].
+    non_calls: AtomicU64,
     dropped: AtomicU64,
     samples: UnsafeCell<[Sample; SAMPLE_SLOTS]>,
     /// Samples queued: written by the interrupt, drained with interrupts masked.
@@ -186,6 +189,7 @@ impl Hart {
             open_at_stop: AtomicUsize::new(0),
             unsent: AtomicUsize::new(0),
             written: AtomicU64::new(0),
+            non_calls: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             samples: UnsafeCell::new([Sample::EMPTY; SAMPLE_SLOTS]),
             queued: AtomicUsize::new(0),
@@ -657,9 +661,16 @@ fn drain(st: &mut ThreadState, id: usize, full: bool) -> bool {
         // SAFETY: the buffer just swapped out; `n` records were written and
         // nothing writes it until the next swap, which waits for `sending`.
         let recs = unsafe { core::slice::from_raw_parts(buf, n) };
-        if with_out_open(|o| o.calls(id as u8, first, recs)).is_none() {
-            h.dropped.fetch_add(n as u64, Relaxed);
-        }
+        // Records that are not calls are counted apart: the host counts
+        // the calls among the numbered records it never received.
+        match with_out_open(|o| o.calls(id as u8, first, recs)) {
+            Some(k) => h.non_calls.fetch_add(k, Relaxed),
+            None => {
+                let k = wire::non_calls(recs);
+                h.dropped.fetch_add(n as u64 - k, Relaxed);
+                h.non_calls.fetch_add(k, Relaxed)
+            }
+        };
         h.sending.store(false, Release);
         if SITES_PENDING.swap(false, Relaxed) {
             with_out(|o| o.meta());
@@ -697,6 +708,7 @@ pub fn start(mode: u8, sample_hz: u32, ms: u32) {
     s.deadline.store(dl, Relaxed);
     for h in &HARTS {
         h.written.store(0, Relaxed);
+        h.non_calls.store(0, Relaxed);
         h.dropped.store(0, Relaxed);
         // The core's own count of what it could not record (a write
         // interrupted, a guard whose frame is gone): this session's only.

@@ -640,15 +640,36 @@ impl Guard {
         #[cfg(all(
             feature = "irq-mask",
             not(any(feature = "std", test)),
-            not(fgtrace_lean)
+            not(fgtrace_lean),
+            not(target_arch = "arm")
         ))]
         let s = self.slot;
+        // Cortex-M marks the slot of a guard its plain exit must not take
+        // (see `board::cortex_m::GENERAL`).
+        #[cfg(all(
+            target_arch = "arm",
+            feature = "irq-mask",
+            not(any(feature = "std", test))
+        ))]
+        let s = self.slot & !board::CORTEX_M_GENERAL;
         #[cfg(all(fgtrace_lean, not(test)))]
         let s = if (self.word as i64) < 0 {
             self.word as u32
         } else {
             0
         };
+        s
+    }
+
+    /// The slot as the guard holds it, Cortex-M's mark included: what the
+    /// drop tests, and what Cortex-M's exit takes.
+    #[cfg(not(all(fgtrace_lean, not(test))))]
+    #[inline(always)]
+    fn raw_slot(&self) -> u32 {
+        #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
+        let s = self.hw as u32;
+        #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
+        let s = self.slot;
         s
     }
 
@@ -728,12 +749,11 @@ impl Drop for Guard {
             }
         }
         #[cfg(not(all(fgtrace_lean, not(test))))]
-        if self.slot() != 0 {
+        if self.raw_slot() != 0 {
             // Boards: the first hart's plain exit is inlined into the traced
             // fn's epilogue (no call frame, no hart lookup). On Cortex-M it
-            // is one call: the extended clock's read makes the inlined exit
-            // long enough that the compiler keeps the guard's drop out of
-            // line, a call on every path, the off one too.
+            // is one call that keeps the traced fn's registers (see
+            // `board::cortex_m`).
             #[cfg(all(
                 feature = "irq-mask",
                 not(any(feature = "std", test)),
@@ -745,7 +765,7 @@ impl Drop for Guard {
                 not(any(feature = "std", test)),
                 target_arch = "arm"
             ))]
-            board::exit(self.slot(), self.serial());
+            board::exit_call(self.raw_slot(), self.serial());
             #[cfg(not(all(feature = "irq-mask", not(any(feature = "std", test)))))]
             exit(self.slot(), self.serial());
         }
@@ -788,7 +808,21 @@ pub fn enter(site: &'static Site) -> Guard {
                 };
             }
         }
-        #[cfg(not(all(fgtrace_lean, not(test))))]
+        // On Cortex-M the off path's guard is a slot of 0 in the register
+        // the session word is loaded into, where the entry returns the
+        // slot (one `movs` there; tested `<= 0` instead, the word itself
+        // would be the slot, but the test is two instructions where `cbz`
+        // is one), and a serial nothing reads: whatever the register the
+        // exit takes it in holds, so that the recording path, whose entry
+        // returns it there, moves nothing.
+        #[cfg(target_arch = "arm")]
+        {
+            let on = board::cortex_m_on_word();
+            if on == 0 {
+                return Guard::new(on, board::cortex_m_no_serial());
+            }
+        }
+        #[cfg(not(any(all(fgtrace_lean, not(test)), target_arch = "arm")))]
         if !board::on() {
             return Guard::OFF;
         }

@@ -127,6 +127,22 @@ impl Site {
         self.id.load(Acquire).checked_sub(1)
     }
 
+    /// Where a site keeps its id + 1 (a board probe written in assembly
+    /// reads it).
+    #[cfg(all(
+        target_arch = "arm",
+        feature = "irq-mask",
+        not(any(feature = "std", test))
+    ))]
+    pub(crate) const ID_OFFSET: usize = core::mem::offset_of!(Site, id);
+    /// Where a site keeps its decision word (see [`Site::decision_word`]).
+    #[cfg(all(
+        target_arch = "arm",
+        feature = "irq-mask",
+        not(any(feature = "std", test))
+    ))]
+    pub(crate) const DECISION_OFFSET: usize = core::mem::offset_of!(Site, decision);
+
     /// The id of a site whose decision for the running session is cached
     /// (a decision is cached only once the site has its id): one plain load,
     /// for the board's entry, which has just compared the decision word.

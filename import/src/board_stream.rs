@@ -71,6 +71,10 @@ pub struct HartStats {
     pub lean_written: u64,
     /// Lean calls dropped on the board (stream: refused or no buffer free).
     pub lean_dropped: u64,
+    /// Records among `written` that are not calls (extension records,
+    /// whole futures, markers; from wire version 6, 0 before): the records
+    /// that never arrived are calls but for these.
+    pub non_calls: u64,
 }
 
 /// How a hart's records arrived against the board's numbering of them.
@@ -114,6 +118,8 @@ struct Hart {
     lean_numbered: Numbering,
     /// Lean calls open at stop that ended after it ([`wire::LATE`]).
     late: u64,
+    /// Records received that are not calls ([`wire::non_call`]).
+    non_calls: u64,
     stats: Option<HartStats>,
 }
 
@@ -240,6 +246,17 @@ impl BoardSession {
                     } else {
                         h.numbered.gaps
                     };
+                    // Of the records that never arrived, those that are not
+                    // calls (a future's, a marker's, an extension record)
+                    // are not lost calls.
+                    let (gaps, tail) = if flight {
+                        (gaps, tail)
+                    } else {
+                        let mut k = st.non_calls.saturating_sub(h.non_calls);
+                        let g = gaps.saturating_sub(k);
+                        k -= gaps - g;
+                        (g, tail.saturating_sub(k))
+                    };
                     let lean_unarrived = if flight {
                         lean_lost
                     } else {
@@ -262,7 +279,7 @@ impl BoardSession {
                     } else {
                         let lost = saturating_sum([
                             st.dropped,
-                            h.numbered.gaps,
+                            gaps,
                             tail,
                             open_at_stop,
                             lean_lost,
@@ -643,6 +660,7 @@ impl Decoder {
         if !h.numbered.arrive(first, recs.len()) {
             return None;
         }
+        h.non_calls += wire::non_calls(&recs);
         h.records.extend(recs);
         Some(())
     }
@@ -827,6 +845,7 @@ impl Decoder {
                     open_at_stop: 0,
                     lean_written: 0,
                     lean_dropped: 0,
+                    non_calls: 0,
                 };
                 // Version 4 counts the calls open at stop and the lean
                 // calls: a STATS frame without them is a bad payload, not a
@@ -835,6 +854,9 @@ impl Decoder {
                     st.open_at_stop = r.u64()?;
                     st.lean_written = r.u64()?;
                     st.lean_dropped = r.u64()?;
+                }
+                if s.version >= 6 {
+                    st.non_calls = r.u64()?;
                 }
                 s.harts.entry(hart).or_default().stats = Some(st);
             }
@@ -1044,6 +1066,7 @@ mod tests {
             w.u64(3)
                 .u64(0)
                 .u64(1)
+                .u64(0)
                 .u64(0)
                 .u64(0)
                 .u64(0)
@@ -1627,6 +1650,97 @@ mod tests {
         );
     }
 
+    /// Records that are not calls (a whole future, an extension record,
+    /// a marker and its extension) in a frame that never arrives are not
+    /// lost calls: the board counts them among the records it numbers
+    /// (STATS' last field), and the host counts as lost only the calls
+    /// among the records it never received, exactly.
+    #[test]
+    fn records_that_are_not_calls_are_not_counted_as_lost_calls() {
+        use fgtrace_core::record::ext;
+        let call = |start: u64| RawCall::pack(start, 0, 5, 0, false, kind::CALL);
+        let lost_frame = [
+            call(1000),
+            RawCall::pack(990, 1, 20, 0, false, kind::FUTURE),
+            RawCall::ext(ext::FUTURE, 0x2000_0000, 0),
+            RawCall::pack(1010, 0, 0, 0, false, kind::CALL),
+            RawCall::ext(ext::MARKER, 0, 0),
+            call(1020),
+        ];
+        assert_eq!(wire::non_calls(&lost_frame), 4);
+        let arrived = [
+            call(1030),
+            RawCall::pack(1025, 1, 20, 0, false, kind::FUTURE),
+            RawCall::ext(ext::FUTURE, 0x2000_0010, 0),
+        ];
+        let written = (lost_frame.len() + arrived.len()) as u64;
+        let calls_frame = |first: u64, recs: &'static [RawCall]| {
+            move |w: &mut Writer<'_>| {
+                w.u64(first);
+                for r in recs {
+                    w.u64(r.0).u64(r.1);
+                }
+            }
+        };
+        let lost_frame: &'static [RawCall] = Box::leak(Box::new(lost_frame));
+        let arrived: &'static [RawCall] = Box::leak(Box::new(arrived));
+        let meta = |w: &mut Writer<'_>| {
+            w.u8(wire::VERSION)
+                .u8(wire::MODE_STREAM)
+                .u8(1)
+                .u64(1_000_000_000)
+                .u64(1000)
+                .u32(1)
+                .u32(0)
+                .str("mcycle")
+                .u8(0)
+                .bytes(b"demo");
+        };
+        let site = |w: &mut Writer<'_>| {
+            w.u32(0).u32(7).u8(0).str("f").str("demo").str("main.rs");
+        };
+        let stats = move |w: &mut Writer<'_>| {
+            for v in [written, 0, 0, 0, 0, 0, 0, 0, 0, 6] {
+                w.u64(v);
+            }
+        };
+        let end = |w: &mut Writer<'_>| {
+            w.u32(1);
+        };
+        let first = calls_frame(0, lost_frame);
+        let second = calls_frame(lost_frame.len() as u64, arrived);
+        let whole = stream_of(&[
+            (wire::META, &meta),
+            (wire::SITE, &site),
+            (wire::CALLS, &first),
+            (wire::CALLS, &second),
+            (wire::STATS, &stats),
+            (wire::END, &end),
+        ]);
+        let (sessions, _, _) = decode(&whole, 4096);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.meta().total_calls(), t.meta().total_lost()), (3, 0));
+        // Without the first CALLS frame: its 2 calls lost, not its 6 records.
+        let cut = stream_of(&[
+            (wire::META, &meta),
+            (wire::SITE, &site),
+            (wire::CALLS, &second),
+            (wire::STATS, &stats),
+            (wire::END, &end),
+        ]);
+        let (sessions, st, _) = decode(&cut, 4096);
+        assert_eq!(st.missing_frames, 0, "numbered records, not frames");
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!((t.meta().total_calls(), t.meta().total_lost()), (1, 2));
+        assert_eq!(
+            t.meta().warnings,
+            [
+                "hart 0: 2 calls written on the board never arrived (their frames lost, or \
+                 still in the hart's buffer when the session stopped), counted lost"
+            ]
+        );
+    }
+
     type BoxedFill = Box<dyn Fn(&mut Writer<'_>)>;
 
     /// A board with a cycle clock: the first hart's plain calls arrive as
@@ -1739,6 +1853,8 @@ mod tests {
                 for v in stats {
                     w.u64(v);
                 }
+                // No records but calls among the others.
+                w.u64(0);
             }),
         ));
         frames.push((

@@ -133,16 +133,19 @@ impl Out {
     /// session, so the host can tell exactly which records never arrived.
     /// Packed ([`CALLS_PACKED`]: a plain call in about 6 bytes, where the
     /// record has 16) straight into the frame, which goes to the sink whole.
-    pub(super) fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) {
+    /// Returns how many of `recs` are not calls ([`wire::non_call`]).
+    pub(super) fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) -> u64 {
         let mut at = 0;
+        let mut non_calls = 0;
         while at < recs.len() {
             self.maybe_repeat_meta();
             let body = &mut self.scratch[HEADER..HEADER + MAX_PAYLOAD];
             body[..8].copy_from_slice(&(first + at as u64).to_le_bytes());
-            let (n, used) = wire::pack_calls(&mut body[8..], &recs[at..]);
+            let (n, used) = wire::pack_calls_counting(&mut body[8..], &recs[at..], &mut non_calls);
             at += n;
             self.send_scratch(CALLS_PACKED, hart, 8 + used);
         }
+        non_calls
     }
 
     /// The first hart's lean records, `first` their index this session
@@ -197,7 +200,7 @@ impl Out {
             } else {
                 (0, 0)
             };
-            w.u64(lw).u64(ld);
+            w.u64(lw).u64(ld).u64(x.non_calls.load(Relaxed));
         });
     }
 }

@@ -77,7 +77,8 @@ fn instret() -> u64 {
 }
 
 /// The sampler's timer at the session's rate, on or off: SysTick from the
-/// core's clock.
+/// core's clock. Off after the rounds, while the session still records, it
+/// makes the calls longer than 2^32 ticks ([`long_call`]).
 fn sampling_timer(on: bool) {
     let hz = board::sample_hz();
     if on && hz > 0 {
@@ -86,6 +87,38 @@ fn sampling_timer(on: bool) {
         wr(0xE000_E010, 7);
     } else {
         wr(0xE000_E010, 0);
+    }
+    // Twice: a site's first call in a session takes the general entry
+    // and exit, the next ones the plain ones.
+    if !on && board::recording() {
+        black_box(long_call());
+        black_box(long_call());
+    }
+}
+
+/// Ticks [`long_call`] moves the clock on by, in steps of a quarter of the
+/// timer's period (the clock's extension follows a step under half of it,
+/// read after each): 5 x 2^30, more than 2^32 (215 s at 25 MHz).
+const LONG_STEP: u32 = 1 << 30;
+const LONG_STEPS: u32 = 5;
+
+/// Ground truth of the calls longer than 2^32 ticks.
+static T_LONG: Truth = Truth {
+    name: "long_call",
+    calls: AtomicU32::new(0),
+};
+
+/// A call longer than 2^32 ticks, made in a moment: it moves the timer's
+/// value on (the CMSDK timer's count is writable), so its record shows
+/// whether the probe keeps 64-bit times whole (the test checks its
+/// duration), and every call after it starts past 2^32 ticks.
+#[fgtrace::traced]
+fn long_call() {
+    count(&T_LONG);
+    for _ in 0..LONG_STEPS {
+        // Counting down: less is later.
+        wr(TIMER0 + 4, rd(TIMER0 + 4).wrapping_sub(LONG_STEP));
+        black_box(board::now());
     }
 }
 
@@ -299,10 +332,8 @@ extern "C" fn firmware_main() -> ! {
     demo(rx, sampling_timer, || {
         board::now() / (CLOCK_HZ / 1000)
     });
-    board::textf(format_args!(
-        "truth {} {}",
-        T_IRQ_LOW.name,
-        T_IRQ_LOW.calls.load(Relaxed)
-    ));
+    for t in [&T_IRQ_LOW, &T_LONG] {
+        board::textf(format_args!("truth {} {}", t.name, t.calls.load(Relaxed)));
+    }
     exit(0);
 }

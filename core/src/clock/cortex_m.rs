@@ -30,12 +30,55 @@ pub struct Counter32 {
     xor: AtomicU32,
 }
 
+// The board probe's assembly reads the three words with one `ldm`: the
+// extension, the counter's address, its direction.
+const _: () = assert!(
+    core::mem::offset_of!(Counter32, hi) == 0
+        && core::mem::offset_of!(Counter32, addr) == 4
+        && core::mem::offset_of!(Counter32, xor) == 8
+        || cfg!(not(target_arch = "arm"))
+);
+
+impl Counter32 {
+    /// An unconfigured clock: it reads 0.
+    pub const fn unconfigured() -> Counter32 {
+        Counter32 {
+            hi: AtomicU32::new(0),
+            addr: AtomicPtr::new(core::ptr::addr_of!(ZERO) as *mut u32),
+            xor: AtomicU32::new(0),
+        }
+    }
+}
+
+/// The probe's clock, where the board probe does not keep it.
+#[cfg(not(all(feature = "irq-mask", not(test))))]
+static COUNTER: Counter32 = Counter32::unconfigured();
+
+#[cfg(all(feature = "irq-mask", not(test)))]
+extern "C" {
+    /// The probe's clock on a board (`irq-mask`): the first field of the
+    /// board probe's state, which names it so (`probe::board::cortex_m`),
+    /// so that the probe's entry and exit, in assembly, reach the clock and
+    /// the state from one address. By name, not by path: the state's type
+    /// holds a [`Counter32`], so a path to it from here would make the two
+    /// files import each other.
+    static __fgtrace_clock: Counter32;
+}
+
 /// The probe's clock.
-pub static COUNTER: Counter32 = Counter32 {
-    hi: AtomicU32::new(0),
-    addr: AtomicPtr::new(core::ptr::addr_of!(ZERO) as *mut u32),
-    xor: AtomicU32::new(0),
-};
+#[inline(always)]
+fn counter() -> &'static Counter32 {
+    #[cfg(all(feature = "irq-mask", not(test)))]
+    // SAFETY: a `Counter32` for as long as the firmware runs (the board
+    // probe's state, a static).
+    unsafe {
+        &*core::ptr::addr_of!(__fgtrace_clock)
+    }
+    #[cfg(not(all(feature = "irq-mask", not(test))))]
+    {
+        &COUNTER
+    }
+}
 
 /// Makes the probe's clock the 32-bit counter at `addr`, counting down if
 /// `down` (the runtime's `init`, before anything records).
@@ -44,9 +87,10 @@ pub static COUNTER: Counter32 = Counter32 {
 /// `addr` is a readable, aligned 32-bit register (or word) for as long as
 /// the firmware runs.
 pub unsafe fn set_counter(addr: *const u32, down: bool) {
-    COUNTER.addr.store(addr as *mut u32, Relaxed);
-    COUNTER.xor.store(if down { !0 } else { 0 }, Relaxed);
-    COUNTER.hi.store(0, Relaxed);
+    let c = counter();
+    c.addr.store(addr as *mut u32, Relaxed);
+    c.xor.store(if down { !0 } else { 0 }, Relaxed);
+    c.hi.store(0, Relaxed);
     // Sets the top-bit copy from the counter as it reads now.
     ticks();
 }
@@ -54,14 +98,15 @@ pub unsafe fn set_counter(addr: *const u32, down: bool) {
 /// The raw counter, counting up (the complement of a down-counter).
 #[inline(always)]
 pub fn raw() -> u32 {
+    let c = counter();
     // SAFETY: `set_counter`'s promise, or the static `ZERO`.
-    unsafe { core::ptr::read_volatile(COUNTER.addr.load(Relaxed)) ^ COUNTER.xor.load(Relaxed) }
+    unsafe { core::ptr::read_volatile(c.addr.load(Relaxed)) ^ c.xor.load(Relaxed) }
 }
 
 /// The counter extended to 63 bits.
 #[inline(always)]
 pub fn ticks() -> u64 {
-    let hi = COUNTER.hi.load(Relaxed);
+    let hi = counter().hi.load(Relaxed);
     // `HI` before the counter: a later counter with an earlier `HI` is what
     // the crossing test corrects, never the other way round.
     compiler_fence(SeqCst);
@@ -80,7 +125,7 @@ pub fn ticks() -> u64 {
 #[inline(never)]
 fn cross(hi: u32) -> u32 {
     let n = (hi ^ 0x8000_0000).wrapping_add(hi >> 31);
-    COUNTER.hi.store(n, Relaxed);
+    counter().hi.store(n, Relaxed);
     n
 }
 

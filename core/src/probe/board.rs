@@ -54,6 +54,11 @@ mod cortex_m;
 mod lean;
 mod tramp;
 
+#[cfg(target_arch = "arm")]
+pub(super) use cortex_m::{
+    exit_call, no_serial as cortex_m_no_serial, on_word as cortex_m_on_word,
+    GENERAL as CORTEX_M_GENERAL,
+};
 #[cfg(all(fgtrace_lean, not(test)))]
 pub(super) use lean::exit_lean;
 use tramp::{enter_out, exit_out};
@@ -94,6 +99,10 @@ unsafe impl Sync for Hart {}
 /// one base address.
 #[repr(C)]
 pub struct States {
+    /// Cortex-M: the probe's clock (`__fgtrace_clock`, see
+    /// `board::cortex_m`), one address with the first hart's state.
+    #[cfg(target_arch = "arm")]
+    counter: crate::clock::cortex_m::Counter32,
     /// 1 while a session records, else 0 (a word, not a bool: see
     /// [`on_word`]).
     on: AtomicIsize,
@@ -155,6 +164,8 @@ impl States {
 
 /// Every hart's state.
 pub static STATES: States = States {
+    #[cfg(target_arch = "arm")]
+    counter: crate::clock::cortex_m::Counter32::unconfigured(),
     on: AtomicIsize::new(0),
     lean: UnsafeCell::new(LeanWriter {
         ptr: core::ptr::null_mut(),
@@ -279,7 +290,7 @@ pub(super) fn set_fast(st: &mut ThreadState, gen: u32) {
 #[inline(always)]
 pub(super) fn enter_board(site: &'static Site) -> Guard {
     #[cfg(target_arch = "arm")]
-    return cortex_m::enter_first(site, stack_pointer());
+    return cortex_m::enter_first(site);
     #[cfg_attr(target_arch = "arm", allow(unreachable_code))]
     let h = hart_index();
     #[cfg(not(all(fgtrace_lean, not(test))))]
@@ -395,8 +406,6 @@ extern "C" fn enter_general(site: &'static Site, sp: usize) -> u64 {
 /// The exit of every guard but the first hart's plain ones, and of those
 /// whose plain exit declined: the hart's state, the plain exit if the guard
 /// is a plain one, else the general one.
-// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
-#[cfg_attr(target_arch = "arm", allow(dead_code))]
 extern "C" fn exit_general(slot: u32, serial: u32, end: u64) {
     exit_board_any(slot, serial, end)
 }
@@ -470,7 +479,7 @@ fn exit_on(h: &'static Hart, slot: u32, serial: u32, end: u64) {
 /// the first hart's plain entry pushed, the plain exit on the first hart's
 /// state (a constant address: no hart lookup; a call does not move between
 /// harts), or else [`exit_out`]'s, out of line.
-// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
+// Cortex-M exits through its own (`cortex_m::exit_call`).
 #[cfg_attr(target_arch = "arm", allow(dead_code))]
 #[inline(always)]
 pub(super) fn exit_inline(slot: u32, serial: u32) {

@@ -152,7 +152,7 @@ pub(super) fn enter_out(site: &'static Site, sp: usize) -> Guard {
 }
 
 /// [`exit_general`], called as [`enter_out`] calls [`enter_general`].
-// Cortex-M exits through `exit`, a call (see `Guard`'s drop).
+// Cortex-M exits through its own (`cortex_m::exit_call`).
 #[cfg_attr(target_arch = "arm", allow(dead_code))]
 #[inline(always)]
 pub(super) fn exit_out(slot: u32, serial: u32, end: u64) {
