@@ -46,6 +46,19 @@ fn workload(rounds: u64) -> u64 {
     2 * (1 + 8 * rounds)
 }
 
+/// A session recording to `path` within `limit` bytes, waiting for the
+/// collector rather than dropping calls (so every call is kept or counted
+/// at the cut).
+fn recording(path: &Path, limit: u64) -> Session {
+    Session::start(
+        Config::builtin()
+            .block_when_full(true)
+            .output(path)
+            .max_size(limit),
+    )
+    .unwrap()
+}
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fgtrace-budget-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -108,13 +121,7 @@ fn a_recording_stops_at_its_budget_complete_and_counts_the_calls_after() {
     let _g = serial();
     let path = tmp("stop.fgt");
     let limit = 300_000;
-    let session = Session::start(
-        Config::builtin()
-            .block_when_full(true)
-            .output(&path)
-            .max_size(limit),
-    )
-    .unwrap();
+    let session = recording(&path, limit);
     let made = workload(200_000);
     let t = session
         .stop()
@@ -143,13 +150,7 @@ fn threads_begun_after_the_cut_never_take_the_file_past_its_budget() {
     let _g = serial();
     let path = tmp("late-threads.fgt");
     let limit = 120_000;
-    let session = Session::start(
-        Config::builtin()
-            .block_when_full(true)
-            .output(&path)
-            .max_size(limit),
-    )
-    .unwrap();
+    let session = recording(&path, limit);
     let mut made = workload(100_000);
     for batch in 0..20 {
         std::thread::scope(|s| {
@@ -260,13 +261,7 @@ fn a_full_file_system_ends_the_file_complete_and_the_program_goes_on() {
     };
     let path = dir.join("full.fgt");
     // No budget: only the file system stops it.
-    let session = Session::start(
-        Config::builtin()
-            .block_when_full(true)
-            .output(&path)
-            .max_size(u64::MAX),
-    )
-    .unwrap();
+    let session = recording(&path, u64::MAX);
     let made = workload(300_000);
     let t = session
         .stop()
@@ -278,13 +273,7 @@ fn a_full_file_system_ends_the_file_complete_and_the_program_goes_on() {
     std::fs::remove_file(&path).unwrap();
 
     // Another program fills the file system while the recording runs.
-    let session = Session::start(
-        Config::builtin()
-            .block_when_full(true)
-            .output(&path)
-            .max_size(u64::MAX),
-    )
-    .unwrap();
+    let session = recording(&path, u64::MAX);
     let mut made = workload(1000);
     fill(&dir.join("filler"));
     made += workload(300_000);

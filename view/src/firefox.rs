@@ -352,15 +352,7 @@ impl<R: Resolve> Builder<'_, R> {
         self.flush_future(None);
         if let Some(mk) = self.pending_marker.take() {
             let h = self.thread(mk.thread);
-            let as_call = Call {
-                thread: mk.thread,
-                site: mk.site,
-                depth: mk.depth,
-                start_ns: mk.ts_ns,
-                dur_ns: 0,
-                flags: 0,
-            };
-            let mut m = self.call_marker(&as_call, "event");
+            let mut m = self.call_marker(&instant(mk.thread, mk.site, mk.depth, mk.ts_ns), "event");
             if let Some(v) = self.values_string(mk.site, values) {
                 m.values = v;
             }
@@ -373,12 +365,8 @@ impl<R: Resolve> Builder<'_, R> {
         };
         let h = self.thread(c.thread);
         let mut m = self.call_marker(&c, kind);
-        if let (Some(v), Some(site)) = (values, self.meta.sites.get(c.site as usize)) {
-            let text: Vec<String> = v
-                .named(site, &self.meta.strings)
-                .map(|(n, v)| format!("{n}={v}"))
-                .collect();
-            m.values = self.profile.intern_string(&text.join(", "));
+        if let Some(v) = self.values_string(c.site, values) {
+            m.values = v;
         }
         self.profile
             .add_marker(h, MarkerTiming::Interval(ts(c.start_ns), ts(c.end_ns())), m);
@@ -390,15 +378,7 @@ impl<R: Resolve> Builder<'_, R> {
     /// future's id in its values.
     fn wake(&mut self, w: &fgtrace_trace::Wake) {
         let h = self.thread(w.thread);
-        let as_call = Call {
-            thread: w.thread,
-            site: w.site,
-            depth: w.depth,
-            start_ns: w.ts_ns,
-            dur_ns: 0,
-            flags: 0,
-        };
-        let mut m = self.call_marker(&as_call, "wake");
+        let mut m = self.call_marker(&instant(w.thread, w.site, w.depth, w.ts_ns), "wake");
         let name = self
             .meta
             .sites
@@ -658,6 +638,19 @@ impl<R: Resolve> Consume for Builder<'_, R> {
             Event::Counters(_) | Event::Values(_) | Event::FutureId(_) | Event::FutureTimes(_) => {}
         }
         Ok(())
+    }
+}
+
+/// An instant (a `tracing` event, a wake) as a call of no length, for
+/// [`Builder::call_marker`].
+fn instant(thread: u32, site: u32, depth: u32, ts_ns: u64) -> Call {
+    Call {
+        thread,
+        site,
+        depth,
+        start_ns: ts_ns,
+        dur_ns: 0,
+        flags: 0,
     }
 }
 
