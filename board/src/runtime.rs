@@ -551,6 +551,7 @@ fn join(st: &mut ThreadState, _gen: u32) -> bool {
     st.buf = h.bufs.get() as *mut RawCall;
     h.sending.store(false, Relaxed);
     st.count = 0;
+    st.non_calls = 0;
     h.published.store(0, Relaxed);
     if flight {
         st.mask = BUF_CALLS - 1;
@@ -856,11 +857,12 @@ fn count_other_harts(id: usize) {
         let st = probe::board::STATES[k].state();
         // SAFETY: plain reads of another hart's state (see above): words it
         // writes whole, read whole.
-        let (joined, depth, count) = unsafe {
+        let (joined, depth, count, non_calls) = unsafe {
             (
                 core::ptr::addr_of!((*st).gen).read_volatile(),
                 core::ptr::addr_of!((*st).depth).read_volatile(),
                 core::ptr::addr_of!((*st).count).read_volatile(),
+                core::ptr::addr_of!((*st).non_calls).read_volatile(),
             )
         };
         if joined & !GEN_TAGS != gen {
@@ -871,8 +873,13 @@ fn count_other_harts(id: usize) {
         x.open_at_stop
             .store(depth.min(STACK_DEPTH as u32) as usize, Relaxed);
         // A stream buffer holds at most BUF_CALLS records; a flight
-        // recorder's count is all its records.
-        let unsent = if flight { count } else { count.min(BUF_CALLS) };
+        // recorder's count is all its records, of which those that are not
+        // calls are no lost calls.
+        let unsent = if flight {
+            count.saturating_sub(non_calls)
+        } else {
+            count.min(BUF_CALLS)
+        };
         x.unsent.store(unsent, Relaxed);
     }
 }
@@ -938,6 +945,10 @@ pub fn dump() {
             let h = &HARTS[id];
             h.written.store(total as u64, Relaxed);
             h.dropped.store(first as u64, Relaxed);
+            // Every record the ring took that is not a call, kept or
+            // overwritten: the host subtracts those it never received from
+            // the overwritten calls.
+            h.non_calls.store(st.non_calls as u64, Relaxed);
             let ring = core::slice::from_raw_parts(st.buf, BUF_CALLS);
             let start = first % BUF_CALLS;
             let n = total - first;

@@ -22,7 +22,7 @@
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
 
-use fgtrace_core::record::{ext, kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
+use fgtrace_core::record::{kind, RawCall, DUR_MAX, MAX_DEPTH, MAX_SITES, START_MASK};
 
 /// Marks the start of every frame.
 pub const SYNC: [u8; 4] = [0xA5, 0x5A, 0xF6, 0x7E];
@@ -255,19 +255,14 @@ pub fn pack_calls_counting(
     (n, at)
 }
 
-/// How many of a hart's records `r` stands for that are not calls: 1 for
-/// an extension record, a whole future and a count of lost records; 2 for
-/// a marker's extension ([`ext::MARKER`]), whose zero-length record before
-/// it is not a call either; else 0 (a call, a poll). A board sums them over
-/// the records it numbers ([`STATS`], from version 6), the host over those
-/// it receives: of the records the numbering says never arrived, the host
-/// counts only the calls as lost calls.
+/// How many of a hart's records `r` stands for that are not calls
+/// ([`RawCall::non_calls`]). A board sums them over the records it numbers
+/// ([`STATS`], from version 6; a flight recorder over every record its ring
+/// took, overwritten or kept), the host over those it receives: of the
+/// records the numbering says never arrived, the host counts only the calls
+/// as lost (or overwritten) calls.
 pub fn non_call(r: RawCall) -> u64 {
-    match r.kind() {
-        kind::CALL | kind::POLL => 0,
-        _ if r.is_ext() && r.ext_sub() == ext::MARKER => 2,
-        _ => 1,
-    }
+    r.non_calls()
 }
 
 /// [`non_call`] summed over `recs`.

@@ -260,6 +260,11 @@ pub struct ThreadState {
     /// serial after it (up to `serial`) was pushed in this session, so a
     /// frame of its that is gone is this session's loss (see `lost_exit`).
     pub joined_serial: u32,
+    /// Boards: the records written since the hart joined that are not
+    /// calls, weighed by [`RawCall::non_calls`](crate::record::RawCall::non_calls).
+    /// A flight recorder's ring overwrites them as it does calls; the host
+    /// subtracts those it never received from the overwritten calls.
+    pub non_calls: usize,
 }
 
 impl ThreadState {
@@ -291,6 +296,7 @@ impl ThreadState {
         count_only: ptr::null(),
         fast: u32::MAX,
         joined_serial: 0,
+        non_calls: 0,
     };
 }
 

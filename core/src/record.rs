@@ -263,6 +263,20 @@ impl RawCall {
     pub fn ext_sub(self) -> u64 {
         (self.1 >> 56) & 0x1f
     }
+    /// How many of a thread's records this one stands for that are not
+    /// calls: 1 for an extension record, a whole future and a count of lost
+    /// records; 2 for a marker's extension ([`ext::MARKER`]), whose
+    /// zero-length record before it is not a call either; else 0 (a call, a
+    /// poll). Where a numbering says records never arrived (a board's stream
+    /// or its flight recorder's ring), this weight summed over those written
+    /// and over those received tells how many of them were calls.
+    pub fn non_calls(self) -> u64 {
+        match self.kind() {
+            kind::CALL | kind::POLL => 0,
+            _ if self.is_ext() && self.ext_sub() == ext::MARKER => 2,
+            _ => 1,
+        }
+    }
     /// An extension record's values `(a, b)`.
     pub fn ext_values(self) -> (u64, u64) {
         (self.0, self.1 & EXT_B_MAX)

@@ -12,7 +12,7 @@
 /// The RTT control block's layout, which `fgtrace board --gdb` reads.
 pub use fgtrace_board::rtt;
 use fgtrace_board::wire::{self, Reader, Scan};
-use fgtrace_core::record::{kind, RawCall, MAX_DEPTH};
+use fgtrace_core::record::{ext, kind, RawCall, MAX_DEPTH};
 use fgtrace_trace::build::{self, MetaBase, ThreadInput};
 use fgtrace_trace::clock::{Calibration, ClockPoint};
 use fgtrace_trace::recorded::{full_ticks, TextOf};
@@ -248,15 +248,22 @@ impl BoardSession {
                     };
                     // Of the records that never arrived, those that are not
                     // calls (a future's, a marker's, an extension record)
-                    // are not lost calls.
-                    let (gaps, tail) = if flight {
-                        (gaps, tail)
-                    } else {
-                        let mut k = st.non_calls.saturating_sub(h.non_calls);
-                        let g = gaps.saturating_sub(k);
-                        k -= gaps - g;
-                        (g, tail.saturating_sub(k))
+                    // are not lost calls: in flight mode the ring overwrote
+                    // most of them (its `dropped` counts records), the rest
+                    // are in the gaps and the tail.
+                    let mut k = st.non_calls.saturating_sub(h.non_calls);
+                    let mut calls_of = |records: u64| {
+                        let not = records.min(k);
+                        k -= not;
+                        records - not
                     };
+                    let ring_over = if flight {
+                        calls_of(st.dropped)
+                    } else {
+                        st.dropped
+                    };
+                    let gaps = calls_of(gaps);
+                    let tail = calls_of(tail);
                     let lean_unarrived = if flight {
                         lean_lost
                     } else {
@@ -274,11 +281,11 @@ impl BoardSession {
                     if flight {
                         let lost =
                             saturating_sum([gaps, tail, open_at_stop, lean_lost, overlapped]);
-                        let over = saturating_sum([st.dropped, lean_over, trimmed]);
+                        let over = saturating_sum([ring_over, lean_over, trimmed]);
                         (over, lost, samples_lost, st.overruns)
                     } else {
                         let lost = saturating_sum([
-                            st.dropped,
+                            ring_over,
                             gaps,
                             tail,
                             open_at_stop,
@@ -440,9 +447,12 @@ fn nest_by_time(h: &mut Hart, origin: u64, flight: bool) -> (u64, u64) {
         if let Some(c) = cutoff {
             units.retain(|u| {
                 let keep = u.end >= c;
-                // A call, a poll or a whole future: what the ring counts.
+                // A call or a poll: a whole future, a marker (its
+                // zero-length record and its extension) and a count of
+                // lost records are records the ring took, but no calls.
                 let head = u.recs[0];
-                if !keep && !head.is_ext() && head.kind() != kind::LOST {
+                let marker = (u.recs.iter()).any(|r| r.is_ext() && r.ext_sub() == ext::MARKER);
+                if !keep && head.non_calls() == 0 && !marker {
                     trimmed += 1;
                 }
                 keep
@@ -1684,26 +1694,35 @@ mod tests {
         };
         let lost_frame: &'static [RawCall] = Box::leak(Box::new(lost_frame));
         let arrived: &'static [RawCall] = Box::leak(Box::new(arrived));
-        let meta = |w: &mut Writer<'_>| {
-            w.u8(wire::VERSION)
-                .u8(wire::MODE_STREAM)
-                .u8(1)
-                .u64(1_000_000_000)
-                .u64(1000)
-                .u32(1)
-                .u32(0)
-                .str("mcycle")
-                .u8(0)
-                .bytes(b"demo");
+        let meta_of = |mode: u8| {
+            move |w: &mut Writer<'_>| {
+                w.u8(wire::VERSION)
+                    .u8(mode)
+                    .u8(1)
+                    .u64(1_000_000_000)
+                    .u64(1000)
+                    .u32(1)
+                    .u32(0)
+                    .str("mcycle")
+                    .u8(0)
+                    .bytes(b"demo");
+            }
         };
+        let meta = meta_of(wire::MODE_STREAM);
         let site = |w: &mut Writer<'_>| {
             w.u32(0).u32(7).u8(0).str("f").str("demo").str("main.rs");
         };
-        let stats = move |w: &mut Writer<'_>| {
-            for v in [written, 0, 0, 0, 0, 0, 0, 0, 0, 6] {
-                w.u64(v);
+        // written, dropped (flight: the ring's first kept record's number),
+        // samples taken and dropped, overruns, refused, open at stop, lean
+        // written and dropped, and the records that are not calls.
+        let stats_of = move |dropped: u64| {
+            move |w: &mut Writer<'_>| {
+                for v in [written, dropped, 0, 0, 0, 0, 0, 0, 0, 6] {
+                    w.u64(v);
+                }
             }
         };
+        let stats = stats_of(0);
         let end = |w: &mut Writer<'_>| {
             w.u32(1);
         };
@@ -1739,6 +1758,23 @@ mod tests {
                  still in the hart's buffer when the session stopped), counted lost"
             ]
         );
+        // A flight recorder whose ring overwrote the first frame's records
+        // (its first kept record is numbered 6): its 2 calls overwritten,
+        // not its 6 records.
+        let flight_meta = meta_of(wire::MODE_FLIGHT);
+        let flight_stats = stats_of(lost_frame.len() as u64);
+        let ring = stream_of(&[
+            (wire::META, &flight_meta),
+            (wire::SITE, &site),
+            (wire::CALLS, &second),
+            (wire::STATS, &flight_stats),
+            (wire::END, &end),
+        ]);
+        let (sessions, _, _) = decode(&ring, 4096);
+        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        assert_eq!(t.meta().mode, RecordMode::FlightRecorder);
+        assert_eq!((t.meta().total_calls(), t.meta().total_lost()), (1, 2));
+        assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
     }
 
     type BoxedFill = Box<dyn Fn(&mut Writer<'_>)>;

@@ -381,6 +381,12 @@ pub(super) fn write(st: &mut ThreadState, rec: RawCall) {
     // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
     unsafe { st.buf.add(i & st.mask).write(rec) };
     unsafe { ptr::write_volatile(&mut st.count, i + 1) };
+    // Boards count the records that are not calls (a flight recorder's host
+    // needs them to count overwritten calls); calls weigh 0.
+    #[cfg(any(target_os = "none", test))]
+    {
+        st.non_calls = st.non_calls.wrapping_add(rec.non_calls() as usize);
+    }
     // SAFETY: `published` is alive while `buf` is set.
     unsafe { (*st.published).store(i + 1, Release) };
     compiler_fence(SeqCst);

@@ -171,6 +171,56 @@ fn traced_code_inside_hooks_is_not_recorded_and_does_not_recurse() {
     });
 }
 
+/// A board's flight recorder counts the records that are not calls as it
+/// writes them, overwritten or kept: the same weight a count over every
+/// record written gives, with a ring of 4 records as with a straight buffer.
+#[test]
+fn the_records_that_are_not_calls_are_counted_as_written_even_in_a_ring() {
+    static FUT: Site = Site::new("nc_async", "t", "t.rs", 40, true);
+    static MARK: Site = Site::new("nc_marker", "t", "t.rs", 41, false);
+    on_own_thread(|| {
+        let work = || {
+            for _ in 0..5 {
+                let _c = enter(&A);
+                let mut fut = core::pin::pin!(TracedFuture::new(&FUT, async { 7 }));
+                let mut cx = Context::from_waker(core::task::Waker::noop());
+                assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(7));
+                marker(&MARK, &[]);
+            }
+        };
+        drop(enter(&B)); // joins the session
+        let reset = |ring: bool| unsafe {
+            with_thread_state(|st| {
+                st.count = 0;
+                st.non_calls = 0;
+                (st.mask, st.limit) = if ring {
+                    (3, usize::MAX)
+                } else {
+                    (usize::MAX, CAP)
+                };
+            })
+        };
+        reset(false);
+        work();
+        let (written, straight) = unsafe {
+            with_thread_state(|st| {
+                let recs: Vec<RawCall> = (0..st.count).map(|i| *st.buf.add(i)).collect();
+                (recs, st.non_calls)
+            })
+        };
+        let weight: u64 = written.iter().map(|r| r.non_calls()).sum();
+        // 5 times: a future's record and its id, the poll's id, a marker (2).
+        assert!(weight >= 5 * 5, "{weight}: {written:?}");
+        assert_eq!(straight as u64, weight);
+        reset(true);
+        work();
+        let (count, ring) = unsafe { with_thread_state(|st| (st.count, st.non_calls)) };
+        assert_eq!(count, written.len(), "the ring took every record");
+        assert_eq!(ring as u64, weight, "overwritten ones included");
+        reset(false);
+    });
+}
+
 #[test]
 fn a_graph_root_async_fn_keeps_its_poll_kind_and_future_record() {
     static G: Site = Site::new("graph_async", "t", "t.rs", 30, true);
