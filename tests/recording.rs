@@ -528,6 +528,28 @@ fn flight_recorder_keeps_the_last_calls_per_thread() {
     assert!(root.flags & flags::HAS_CHILDREN != 0);
 }
 
+#[traced(values(n), ret)]
+fn valued(n: u64) -> u64 {
+    n + 1
+}
+
+/// A call with values is three records (the call, a value, the return
+/// value): the ring overwrites records, and counts only the calls among
+/// them as overwritten calls.
+#[test]
+fn flight_recorder_counts_overwritten_calls_not_records() {
+    let _s = serial();
+    let session = Session::start(Config::builtin().flight_recorder(64)).unwrap();
+    for i in 0..100 {
+        std::hint::black_box(valued(i));
+    }
+    fib(5); // 15 calls, the newest
+    let trace = session.stop().unwrap();
+    let t = &trace.meta().threads[0];
+    assert_eq!(t.calls + t.lost, 100 + 15, "{t:?}");
+    assert!(t.lost > 0, "older calls overwritten: {t:?}");
+}
+
 #[test]
 fn shadow_stack_overruns_are_counted_and_nothing_is_mispaired() {
     let _s = serial();

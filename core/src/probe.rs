@@ -83,9 +83,9 @@ pub(crate) use exit::count_alloc;
 use exit::exit;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use exit::handoff;
-use exit::write;
 #[cfg(all(feature = "irq-mask", not(any(feature = "std", test))))]
 use exit::{exit_board, exit_board_counted};
+use exit::{write, write_other};
 pub use future::{FutureTimes, TracedFuture};
 pub use inspect::{current_depth, open_frames, shadow_top, OpenFrame};
 pub use marker::marker;
@@ -260,11 +260,15 @@ pub struct ThreadState {
     /// serial after it (up to `serial`) was pushed in this session, so a
     /// frame of its that is gone is this session's loss (see `lost_exit`).
     pub joined_serial: u32,
-    /// Boards: the records written since the hart joined that are not
-    /// calls, weighed by [`RawCall::non_calls`](crate::record::RawCall::non_calls).
-    /// A flight recorder's ring overwrites them as it does calls; the host
-    /// subtracts those it never received from the overwritten calls.
+    /// The records written since the thread joined that are not calls,
+    /// weighed by [`RawCall::non_calls`](crate::record::RawCall::non_calls).
+    /// A flight recorder's ring overwrites them as it does calls: whoever
+    /// counts the overwritten calls subtracts the overwritten non-calls.
     pub non_calls: usize,
+    /// Where `non_calls` is published for readers on other threads (stored
+    /// before `published` covers the record): never null, so that a write
+    /// stores it without a test; [`NON_CALLS_UNREAD`] when nobody reads it.
+    pub non_calls_out: *const AtomicUsize,
 }
 
 impl ThreadState {
@@ -297,8 +301,13 @@ impl ThreadState {
         fast: u32::MAX,
         joined_serial: 0,
         non_calls: 0,
+        non_calls_out: &NON_CALLS_UNREAD,
     };
 }
+
+/// Where a thread's [`ThreadState::non_calls`] goes when no reader takes it
+/// (boards, captures, a thread between sessions): written, never read.
+pub static NON_CALLS_UNREAD: AtomicUsize = AtomicUsize::new(0);
 
 /// What the core asks of the layer above (the `fgtrace` runtime, a board's
 /// firmware support). Every hook runs on a cold path with the thread marked

@@ -64,8 +64,15 @@ pub(crate) struct ThreadBuf {
     closed: UnsafeCell<bool>,
     /// `published` when the buffer was closed: what the session keeps.
     final_count: UnsafeCell<usize>,
+    /// `non_calls` when the buffer was closed.
+    final_non_calls: UnsafeCell<usize>,
     /// Stream mode: records valid in `storage`. Flight recorder: records ever written.
     pub published: AtomicUsize,
+    /// The records ever written that are not calls, weighed as the core
+    /// does (`ThreadState::non_calls`, stored before `published` covers
+    /// them): of the records a flight recorder's ring overwrote, the calls
+    /// are those less these.
+    pub non_calls: AtomicUsize,
     pub overruns: AtomicUsize,
     /// Calls lost in dropped batches.
     pub dropped: AtomicU64,
@@ -114,7 +121,9 @@ impl ThreadBuf {
             storage: UnsafeCell::new(new_storage(capacity)),
             closed: UnsafeCell::new(false),
             final_count: UnsafeCell::new(0),
+            final_non_calls: UnsafeCell::new(0),
             published: AtomicUsize::new(0),
+            non_calls: AtomicUsize::new(0),
             overruns: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             sent: AtomicU64::new(0),
@@ -196,6 +205,10 @@ impl ThreadBuf {
         self.locked(|| unsafe {
             *self.closed.get() = true;
             *self.final_count.get() = self.published.load(Ordering::Acquire);
+            // A record written between the two loads (a call open at stop,
+            // ending now) may be counted here and not above: one record's
+            // weight, in that instant only.
+            *self.final_non_calls.get() = self.non_calls.load(Ordering::Acquire);
         })
     }
 
@@ -233,11 +246,20 @@ impl ThreadBuf {
     unsafe fn copy_locked(&self, flight: bool, keep: usize) -> (Vec<RawCall>, u64) {
         {
             // SAFETY: under the lock.
-            let (closed, fin) = unsafe { (*self.closed.get(), *self.final_count.get()) };
-            let n = if closed {
-                fin
+            let (closed, fin, fin_non_calls) = unsafe {
+                (
+                    *self.closed.get(),
+                    *self.final_count.get(),
+                    *self.final_non_calls.get(),
+                )
+            };
+            // A running ring: a record the owner writes between these loads
+            // may be weighed without being counted (see `close`).
+            let (n, non_calls) = if closed {
+                (fin, fin_non_calls)
             } else {
-                self.published.load(Ordering::Acquire)
+                let n = self.published.load(Ordering::Acquire);
+                (n, self.non_calls.load(Ordering::Acquire))
             };
             // SAFETY: under the lock nobody swaps the storage.
             let s = unsafe { &*self.storage.get() };
@@ -261,7 +283,14 @@ impl ThreadBuf {
             let now = self.published.load(Ordering::Acquire);
             let valid_from = (now + 1).saturating_sub(cap).max(first);
             let skip = valid_from.saturating_sub(first).min(out.len());
-            (out[skip..].to_vec(), (first + skip) as u64)
+            let kept = &out[skip..];
+            // The records before the kept ones are gone; those that were
+            // not calls (values, counters, futures, markers) are all the
+            // written ones less the kept ones.
+            let kept_non_calls: u64 = kept.iter().map(|r| r.non_calls()).sum();
+            let gone_non_calls = (non_calls as u64).saturating_sub(kept_non_calls);
+            let gone_calls = ((first + skip) as u64).saturating_sub(gone_non_calls);
+            (kept.to_vec(), gone_calls)
         }
     }
 }

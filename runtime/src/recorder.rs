@@ -10,7 +10,7 @@
 use crate::active;
 use crate::buffer::{self, Batch, Outlet, RawCall, Swap, ThreadBuf};
 use fgtrace_core::probe::CounterReader;
-use fgtrace_core::probe::{self as core_probe, Hooks, ShadowFrame, ThreadState};
+use fgtrace_core::probe::{self as core_probe, Hooks, ShadowFrame, ThreadState, NON_CALLS_UNREAD};
 use fgtrace_core::record::AllocCounts;
 use fgtrace_core::site::{Decision, Site};
 use std::ptr;
@@ -188,6 +188,8 @@ fn join(st: &mut ThreadState, gen: u32) -> bool {
         .as_ref()
         .map_or(ptr::null(), |t| t.as_ptr());
     st.published = &shared.published;
+    st.non_calls = 0;
+    st.non_calls_out = &shared.non_calls;
     st.overruns = &shared.overruns;
     st.dropped = &shared.nested_dropped;
     st.owner = Arc::into_raw(shared) as *const ();
@@ -220,6 +222,7 @@ fn drop_buffer(st: &mut ThreadState) {
     st.owner = ptr::null();
     st.buf = ptr::null_mut();
     st.published = ptr::null();
+    st.non_calls_out = &NON_CALLS_UNREAD;
     st.overruns = ptr::null();
     st.dropped = ptr::null();
     st.count = 0;
@@ -520,6 +523,8 @@ mod captures {
         st.mask = usize::MAX;
         st.limit = len.min(CAPTURE_BUFFER);
         st.published = &shared.published;
+        st.non_calls = 0;
+        st.non_calls_out = &shared.non_calls;
         st.overruns = &shared.overruns;
         st.dropped = &shared.nested_dropped;
         st.owner = Arc::as_ptr(&shared) as *const ();

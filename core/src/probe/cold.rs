@@ -2,7 +2,9 @@
 //! cold record (a whole future, a marker, a wake) obeys, and the values
 //! written after a record.
 
-use super::{capture_site_id, decision, join, write, ThreadState, GEN_BUSY, GEN_DEAD, GEN_TAGS};
+use super::{
+    capture_site_id, decision, join, write_other, ThreadState, GEN_BUSY, GEN_DEAD, GEN_TAGS,
+};
 use crate::control_word::{self, SESSION_ON};
 use crate::record::{ext, RawCall, MAX_SITES};
 use crate::site::{Decision, Site};
@@ -41,7 +43,7 @@ pub(super) fn kept_site(st: &mut ThreadState, site: &'static Site, c: u32) -> Op
 pub(super) fn write_values(st: &mut ThreadState, values: &[RawValue]) {
     for (i, v) in values.iter().enumerate() {
         if !v.is_absent() {
-            write(
+            write_other(
                 st,
                 RawCall::ext(
                     ext::VALUE,

@@ -77,7 +77,7 @@ pub(super) fn exit_board_counted(slot: u32, serial: u32, end: u64, st: &mut Thre
         // The call's record and its first counter were written: the further
         // counters follow them, numbered after it.
         for (k, &d) in more[..n].iter().enumerate() {
-            write(st, RawCall::ext(ext::COUNTER, d, k as u64 + 1));
+            write_other(st, RawCall::ext(ext::COUNTER, d, k as u64 + 1));
         }
     }
     // SAFETY: as above.
@@ -290,19 +290,19 @@ fn finish_flagged(
         return; // the call's record was not written: neither are its figures
     }
     if let Some(d) = counter {
-        write(st, RawCall::ext(ext::COUNTER, d, 0));
+        write_other(st, RawCall::ext(ext::COUNTER, d, 0));
     }
     let Some(c) = counts else {
         return;
     };
     if c.allocs != 0 || c.alloc_bytes != 0 {
-        write(st, RawCall::ext(ext::ALLOCS, c.allocs, c.alloc_bytes));
+        write_other(st, RawCall::ext(ext::ALLOCS, c.allocs, c.alloc_bytes));
     }
     if c.frees != 0 || c.freed_bytes != 0 {
-        write(st, RawCall::ext(ext::FREES, c.frees, c.freed_bytes));
+        write_other(st, RawCall::ext(ext::FREES, c.frees, c.freed_bytes));
     }
     if c.reallocs != 0 {
-        write(st, RawCall::ext(ext::REALLOCS, c.reallocs, 0));
+        write_other(st, RawCall::ext(ext::REALLOCS, c.reallocs, 0));
     }
 }
 
@@ -349,7 +349,24 @@ fn panicking() -> bool {
     }
 }
 
-/// Appends a record.
+/// Appends a call's or a poll's record.
+#[inline(always)]
+pub(super) fn write(st: &mut ThreadState, rec: RawCall) {
+    write_weighed(st, rec, 0)
+}
+
+/// Appends a record that is not a call (an extension record, a whole
+/// future, a marker's extension), counted in `non_calls` with its weight
+/// ([`RawCall::non_calls`]) once written: a flight recorder's ring
+/// overwrites these as it does calls, and whoever counts the overwritten
+/// calls subtracts them. At each call site the record's kind is known, so
+/// the weight is a constant.
+#[inline(always)]
+pub(super) fn write_other(st: &mut ThreadState, rec: RawCall) {
+    write_weighed(st, rec, rec.non_calls() as usize)
+}
+
+/// Appends a record of `non_calls` weight ([`write`], [`write_other`]).
 ///
 /// Re-entrancy: a signal or interrupt handler on this thread may run traced
 /// code at any instruction. A write marks itself in progress (`writing`);
@@ -359,7 +376,7 @@ fn panicking() -> bool {
 /// whole write first; the interrupted write then reads the count and buffer
 /// afresh.
 #[inline(always)]
-pub(super) fn write(st: &mut ThreadState, rec: RawCall) {
+fn write_weighed(st: &mut ThreadState, rec: RawCall, non_calls: usize) {
     if st.buf.is_null() {
         return;
     }
@@ -381,11 +398,10 @@ pub(super) fn write(st: &mut ThreadState, rec: RawCall) {
     // SAFETY: i & mask < capacity (straight: i < limit <= capacity; ring: mask).
     unsafe { st.buf.add(i & st.mask).write(rec) };
     unsafe { ptr::write_volatile(&mut st.count, i + 1) };
-    // Boards count the records that are not calls (a flight recorder's host
-    // needs them to count overwritten calls); calls weigh 0.
-    #[cfg(any(target_os = "none", test))]
-    {
-        st.non_calls = st.non_calls.wrapping_add(rec.non_calls() as usize);
+    if non_calls != 0 {
+        st.non_calls = st.non_calls.wrapping_add(non_calls);
+        // SAFETY: never null (see the field), alive while the buffer is.
+        unsafe { (*st.non_calls_out).store(st.non_calls, Relaxed) };
     }
     // SAFETY: `published` is alive while `buf` is set.
     unsafe { (*st.published).store(i + 1, Release) };

@@ -4,7 +4,7 @@
 
 use super::cold::kept_site;
 use super::stretch::{exit_poll, one_stretch};
-use super::{enter_on, stack_pointer, with_state, write, F_POLL};
+use super::{enter_on, stack_pointer, with_state, write_other, F_POLL};
 use crate::clock::ticks;
 use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, kind, RawCall, MAX_DEPTH};
@@ -62,17 +62,17 @@ pub(super) fn record_future(
         }
         let polls = polls.min(MAX_DEPTH);
         let (count, buf) = (st.count, st.buf);
-        write(
+        write_other(
             st,
             RawCall::pack(start, polls, dur, site_id, cancelled, kind::FUTURE),
         );
         let written = st.count != count || st.buf != buf;
         if written {
-            write(st, RawCall::ext(ext::FUTURE, id, 0));
+            write_other(st, RawCall::ext(ext::FUTURE, id, 0));
             if let Some(t) = times {
-                write(st, RawCall::ext(ext::FUTURE_BUSY, t.busy, t.polls));
+                write_other(st, RawCall::ext(ext::FUTURE_BUSY, t.busy, t.polls));
                 if let Some((scheduled, wakes)) = t.waits {
-                    write(st, RawCall::ext(ext::FUTURE_WAKES, scheduled, wakes));
+                    write_other(st, RawCall::ext(ext::FUTURE_WAKES, scheduled, wakes));
                 }
             }
         }

@@ -8,7 +8,7 @@
 //! ([`ext::VALUE`]). Nothing is pushed on the shadow stack.
 
 use super::cold::{kept_site, write_values};
-use super::{with_state, write, ThreadState};
+use super::{with_state, write, write_other, ThreadState};
 use crate::clock::ticks;
 use crate::control_word::{CONTROL, ON_MASK};
 use crate::record::{ext, kind, RawCall};
@@ -50,7 +50,7 @@ fn marker_then(site: &'static Site, c: u32, at: u64, then: impl FnOnce(&mut Thre
         if st.count == count && st.buf == buf {
             return; // not written: neither is the rest
         }
-        write(st, RawCall::ext(ext::MARKER, 0, 0));
+        write_other(st, RawCall::ext(ext::MARKER, 0, 0));
         then(st);
     })
 }
@@ -68,6 +68,8 @@ pub(super) fn wake_marker(site: &'static Site, id: u64, at: u64) {
         return;
     }
     super::stretch::one_stretch(3, || {
-        marker_then(site, c, at, |st| write(st, RawCall::ext(ext::WAKE, id, 0)))
+        marker_then(site, c, at, |st| {
+            write_other(st, RawCall::ext(ext::WAKE, id, 0))
+        })
     });
 }

@@ -3,7 +3,7 @@
 //! board, so that no traced interrupt handler's record lands between them.
 //! Used by the probes of calls with values and of futures.
 
-use super::{exit, with_state, write, Guard, ThreadState};
+use super::{exit, with_state, write_other, Guard, ThreadState};
 use crate::record::{ext, RawCall};
 
 /// Ends the call of `g` and, if its record was written, runs `then` (which
@@ -57,7 +57,7 @@ fn exit_slot_then(slot: u32, serial: u32, extra: usize, then: impl FnOnce(&mut T
 /// after it.
 #[inline(never)]
 pub(super) fn exit_poll_of(slot: u32, serial: u32, id: u64) {
-    let then = |st: &mut ThreadState| write(st, RawCall::ext(ext::FUTURE, id, 0));
+    let then = |st: &mut ThreadState| write_other(st, RawCall::ext(ext::FUTURE, id, 0));
     // On a host (tests aside, which check the boards' masked stretch) the
     // record and the id are written in one visit to the thread's state.
     #[cfg(not(any(test, all(feature = "irq-mask", not(feature = "std")))))]
