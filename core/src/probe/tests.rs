@@ -171,9 +171,10 @@ fn traced_code_inside_hooks_is_not_recorded_and_does_not_recurse() {
     });
 }
 
-/// A board's flight recorder counts the records that are not calls as it
-/// writes them, overwritten or kept: the same weight a count over every
-/// record written gives, with a ring of 4 records as with a straight buffer.
+/// A thread counts the records it writes that are not calls, overwritten
+/// or kept, as a flight recorder's reader needs them: the same weight a
+/// count over every record written gives, with a ring of 4 records as with
+/// a straight buffer.
 #[test]
 fn the_records_that_are_not_calls_are_counted_as_written_even_in_a_ring() {
     static FUT: Site = Site::new("nc_async", "t", "t.rs", 40, true);
