@@ -163,7 +163,7 @@ struct Hart {
     unsent: AtomicUsize,
     written: AtomicU64,
     /// Records among those handed over that are not calls (see
-    /// [`wire::non_call`]), sent in [`STATS`].
+    /// [`RawCall::non_calls`](fgtrace_core::record::RawCall::non_calls)), sent in [`STATS`].
     non_calls: AtomicU64,
     dropped: AtomicU64,
     samples: UnsafeCell<[Sample; SAMPLE_SLOTS]>,

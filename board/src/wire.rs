@@ -17,7 +17,7 @@
 //! | [`SAMPLES`] | repeated: ticks u64, depth u16, cut u16 (`0xffff`: none), n u8, n x address u64 |
 //! | [`LEAN_CALLS`] | index of the first lean record in the hart's session u64, then the records packed (version 4; from version 5 a record's stack pointer only when it moved, see [`pack_lean`]): calls with their entry and exit times and no depth, which the host nests by time |
 //! | [`SAMPLES_FP`] | as [`SAMPLES`], then for each of the n addresses the frame pointer its frame record was read at, as a varint (see [`FpCoder`]), so the host can cut a sample below a lean call (version 4) |
-//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart), then from version 6 the records among those written that are not calls u64 (see [`non_call`]) |
+//! | [`STATS`] | calls written u64, calls dropped u64, samples taken u64, samples dropped u64, overruns u64, bytes the sink refused u64 (per hart), then from version 4 calls still open when the session stopped u64 (they end after it: never recorded), lean calls written u64 and lean calls dropped u64 (0 but on the first hart), then from version 6 the records among those written that are not calls u64 (see [`RawCall::non_calls`]) |
 //! | [`LATE`] | session u32, calls u64: the first hart's lean calls open when that session stopped that have ended since, a running total (version 4) |
 //! | [`TEXT`] | UTF-8 console text |
 //! | [`END`] | session u32: the session ended; its STATS came before |
@@ -212,7 +212,7 @@ pub fn pack_calls(out: &mut [u8], recs: &[RawCall]) -> (usize, usize) {
 }
 
 /// [`pack_calls`], adding to `non_calls` the packed records that are not
-/// calls (see [`non_call`]): counted on the way, as only records that are
+/// calls (see [`RawCall::non_calls`]): counted on the way, as only records that are
 /// not plain calls can be such, and they take the slow branch anyway.
 pub fn pack_calls_counting(
     out: &mut [u8],
@@ -244,7 +244,7 @@ pub fn pack_calls_counting(
             // SAFETY: both in `rec`.
             at += unsafe { end.offset_from(p) } as usize;
         } else {
-            *non_calls += non_call(*r);
+            *non_calls += r.non_calls();
             rec[0] = 1;
             rec[1..9].copy_from_slice(&r.0.to_le_bytes());
             rec[9..17].copy_from_slice(&r.1.to_le_bytes());
@@ -255,19 +255,14 @@ pub fn pack_calls_counting(
     (n, at)
 }
 
-/// How many of a hart's records `r` stands for that are not calls
-/// ([`RawCall::non_calls`]). A board sums them over the records it numbers
+/// How many of `recs` are not calls, each weighed by
+/// [`RawCall::non_calls`]. A board sums them over the records it numbers
 /// ([`STATS`], from version 6; a flight recorder over every record its ring
 /// took, overwritten or kept), the host over those it receives: of the
 /// records the numbering says never arrived, the host counts only the calls
 /// as lost (or overwritten) calls.
-pub fn non_call(r: RawCall) -> u64 {
-    r.non_calls()
-}
-
-/// [`non_call`] summed over `recs`.
 pub fn non_calls(recs: &[RawCall]) -> u64 {
-    recs.iter().map(|&r| non_call(r)).sum()
+    recs.iter().map(|r| r.non_calls()).sum()
 }
 
 /// A lean call as the wire carries it: entry time, duration, site id and

@@ -541,7 +541,13 @@ fn cortex_m4f_firmware_matches_its_ground_truth() {
 /// binaries).
 #[test]
 fn cortex_m3_firmware_over_rtt_matches_its_ground_truth() {
-    let run = run_over("m3", false, "mcycle", false, false, false, "rtt");
+    check_over_rtt("m3");
+}
+
+/// The UART checks on `target`'s firmware streamed over RTT, and that it
+/// was read over RTT.
+fn check_over_rtt(target: &str) {
+    let run = run_over(target, false, "mcycle", false, false, false, "rtt");
     if let Some(r) = &run {
         assert!(
             r.stderr.contains("fgtrace board: RTT: ") && r.stderr.contains(" polls over "),
@@ -549,22 +555,14 @@ fn cortex_m3_firmware_over_rtt_matches_its_ground_truth() {
             r.stderr
         );
     }
-    check_run("m3", run);
+    check_run(target, run);
 }
 
 /// The same over RTT on the Cortex-M4F (mps2-an386, hard-float ABI: its
 /// exception frames may hold the FP state).
 #[test]
 fn cortex_m4f_firmware_over_rtt_matches_its_ground_truth() {
-    let run = run_over("m4f", false, "mcycle", false, false, false, "rtt");
-    if let Some(r) = &run {
-        assert!(
-            r.stderr.contains("fgtrace board: RTT: ") && r.stderr.contains(" polls over "),
-            "read over RTT: {}",
-            r.stderr
-        );
-    }
-    check_run("m4f", run);
+    check_over_rtt("m4f");
 }
 
 /// Over RTT with the channel in skip mode and a stream faster than the

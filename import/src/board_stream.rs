@@ -118,7 +118,7 @@ struct Hart {
     lean_numbered: Numbering,
     /// Lean calls open at stop that ended after it ([`wire::LATE`]).
     late: u64,
-    /// Records received that are not calls ([`wire::non_call`]).
+    /// Records received that are not calls ([`RawCall::non_calls`](fgtrace_core::record::RawCall::non_calls)).
     non_calls: u64,
     stats: Option<HartStats>,
 }
@@ -1201,8 +1201,7 @@ mod tests {
             },
             &[call],
         );
-        let (sessions, _, _) = decode(&v1, 5);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&v1, 5);
         assert_eq!(t.meta().clock.source, "rdtime");
         assert!(t.meta().counters.is_empty());
         assert_eq!(t.calls().count(), 1);
@@ -1215,8 +1214,7 @@ mod tests {
             },
             &[call, counter],
         );
-        let (sessions, _, _) = decode(&v2, 5);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&v2, 5);
         assert_eq!(t.meta().clock.source, "mcycle");
         assert_eq!(t.meta().counters, ["instructions"]);
         let counters: Vec<Vec<u64>> = t
@@ -1262,8 +1260,7 @@ mod tests {
                 .u8(1)
                 .str("len");
         });
-        let (sessions, _, _) = decode(&named, 7);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&named, 7);
         assert_eq!(t.meta().sites[0].values, ["len"]);
         let values: Vec<(String, u64)> = t
             .events()
@@ -1287,8 +1284,7 @@ mod tests {
                 .str("demo")
                 .str("main.rs");
         });
-        let (sessions, _, _) = decode(&old, 7);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&old, 7);
         assert!(t.meta().sites[0].values.is_empty());
         assert_eq!(t.calls().count(), 1);
     }
@@ -1417,8 +1413,7 @@ mod tests {
             t.meta().warnings
         );
         // Without an ELF: every string a placeholder, counted, never a panic.
-        let (sessions, _, _) = decode(&stream, 64);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&stream, 64);
         assert_eq!(shown(&t)[0], "\"<str 0x1004+9 unreadable>\"");
         assert!(t.meta().warnings[0].starts_with("5 string values could not be read"));
     }
@@ -1546,6 +1541,12 @@ mod tests {
                 "{body:?}: STATS said 3 were written"
             );
         }
+    }
+
+    /// The first session of `bytes` (fed `step` bytes at a time) as a trace.
+    fn first_trace(bytes: &[u8], step: usize) -> Trace {
+        let (sessions, _, _) = decode(bytes, step);
+        sessions.into_iter().next().unwrap().into_trace(Vec::new())
     }
 
     fn decode(bytes: &[u8], step: usize) -> (Vec<BoardSession>, DecodeStats, Vec<Output>) {
@@ -1736,8 +1737,7 @@ mod tests {
             (wire::STATS, &stats),
             (wire::END, &end),
         ]);
-        let (sessions, _, _) = decode(&whole, 4096);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&whole, 4096);
         assert_eq!((t.meta().total_calls(), t.meta().total_lost()), (3, 0));
         // Without the first CALLS frame: its 2 calls lost, not its 6 records.
         let cut = stream_of(&[
@@ -1770,8 +1770,7 @@ mod tests {
             (wire::STATS, &flight_stats),
             (wire::END, &end),
         ]);
-        let (sessions, _, _) = decode(&ring, 4096);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&ring, 4096);
         assert_eq!(t.meta().mode, RecordMode::FlightRecorder);
         assert_eq!((t.meta().total_calls(), t.meta().total_lost()), (1, 2));
         assert!(t.meta().warnings.is_empty(), "{:?}", t.meta().warnings);
@@ -1970,8 +1969,7 @@ mod tests {
         // 7 lean calls written, 1 dropped on the board; 4 arrived, numbered
         // from 1: one gap at the front, two never sent after.
         let bytes = lean_stream(wire::MODE_STREAM, 1, [2, 0, 3, 0, 0, 0, 0, 7, 1], &[], None);
-        let (sessions, _, _) = decode(&bytes, 4096);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&bytes, 4096);
         assert_eq!(t.calls().count(), 5);
         assert_eq!(t.meta().threads[0].lost, 1 + 1 + 2);
     }
@@ -1989,8 +1987,7 @@ mod tests {
             &[],
             None,
         );
-        let (sessions, _, _) = decode(&bytes, 4096);
-        let t = sessions.into_iter().next().unwrap().into_trace(Vec::new());
+        let t = first_trace(&bytes, 4096);
         assert_eq!(
             calls_of(&t),
             [

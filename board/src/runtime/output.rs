@@ -133,7 +133,7 @@ impl Out {
     /// session, so the host can tell exactly which records never arrived.
     /// Packed ([`CALLS_PACKED`]: a plain call in about 6 bytes, where the
     /// record has 16) straight into the frame, which goes to the sink whole.
-    /// Returns how many of `recs` are not calls ([`wire::non_call`]).
+    /// Returns how many of `recs` are not calls ([`RawCall::non_calls`](fgtrace_core::record::RawCall::non_calls)).
     pub(super) fn calls(&mut self, hart: u8, first: u64, recs: &[RawCall]) -> u64 {
         let mut at = 0;
         let mut non_calls = 0;
